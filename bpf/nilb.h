@@ -1,0 +1,150 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * nilb.h: the one header shared by the BPF programs (bpf/nilb.bpf.c) and Rust
+ * (src/dataplane/abi.rs). Every struct here is a map key or value; Rust gets
+ * the same layouts from the skeleton's BTF-generated `types` module.
+ *
+ * Byte order: every IPv4 address and port stored in a map is in network byte
+ * order (as on the wire). Counters and indexes are host order.
+ * Layout rules: explicit padding fields, no implicit holes, keys zeroed in C.
+ */
+#ifndef NILB_H
+#define NILB_H
+
+/* Constants live in enums so that they appear in BTF and in Rust. */
+enum nilb_limits {
+	/* Services (VIP, port, protocol) the outer table holds. */
+	NILB_MAX_SERVICES = 1024,
+	/* Addresses allowed to send GUE to a node (balancers + all backends). */
+	NILB_MAX_CLUSTER_NODES = 16384,
+	/* Distinct VIP addresses. */
+	NILB_MAX_VIPS = 1024,
+	/* Largest bucket table a service can have (buckets, power of two). */
+	NILB_MAX_TABLE_SIZE = 65536,
+	/* Hops a received GUE header may list (glb-director sends at most a few). */
+	NILB_MAX_GUE_HOPS = 8,
+	/* Hops nilb's balancer lists: the second hop only. */
+	NILB_TX_HOPS = 1,
+};
+
+enum nilb_wire {
+	/* Default GUE UDP port, as in glb-director. */
+	NILB_GUE_PORT_DEFAULT = 19523,
+	/* Outer IPv4 (20) + UDP (8) + GUE base header and private word (8). */
+	NILB_GUE_BASE_OVERHEAD = 36,
+	/* Outer TTL of encapsulated packets. */
+	NILB_OUTER_TTL = 64,
+};
+
+/* Flags in struct nilb_config.flags. */
+enum nilb_config_flags {
+	/* The last hop accepts unknown flows locally (the stack answers RST)
+	 * instead of dropping them (`cluster.unknown_flow: local`). */
+	NILB_F_UNKNOWN_FLOW_LOCAL = 1,
+};
+
+/*
+ * Per-CPU counters, index into the `counters` map (PERCPU_ARRAY of __u64).
+ * Every verdict and every drop reason of both programs has one. Names in
+ * Rust: src/dataplane/abi.rs COUNTER_NAMES (same order; keep in sync).
+ */
+enum nilb_counter {
+	/* XDP balancer */
+	C_XDP_PASS_NON_IP = 0,      /* not IPv4 (or VLAN-tagged): passed untouched */
+	C_XDP_PASS_NOT_SERVICE,     /* IPv4 not for a configured (VIP, port, protocol) */
+	C_XDP_ENCAP_TX,             /* encapsulated, sent back out (XDP_TX) */
+	C_XDP_ENCAP_REDIRECT,       /* encapsulated, redirected to another interface */
+	C_XDP_ENCAP_LOCAL,          /* first hop is this node: passed to TC locally */
+	C_XDP_ENCAP_SLOW_PATH,      /* neighbour unknown / forwarding off: sent via TC */
+	C_XDP_ICMP_FORWARDED,       /* ICMP frag-needed matched to a VIP flow */
+	C_XDP_DROP_FRAGMENT,        /* fragment of VIP traffic (no reassembly) */
+	C_XDP_DROP_NO_BACKEND,      /* bucket has no first hop */
+	C_XDP_DROP_MALFORMED,       /* broken IPv4/L4 header addressed to a VIP */
+	C_XDP_DROP_NO_ROUTE,        /* FIB has no route to the hop */
+	C_XDP_DROP_TOO_BIG,         /* packet + GUE exceeds the egress MTU */
+	C_XDP_DROP_ADJUST_FAILED,   /* bpf_xdp_adjust_head/tail failed */
+	C_XDP_PASS_NO_CONFIG,       /* config map empty (daemon not ready): passed */
+	/* TC second chance */
+	C_TC_PASS_NOT_GUE,          /* not GUE for this node: passed untouched */
+	C_TC_DECAP_SYN,             /* TCP SYN: accepted (new connection) */
+	C_TC_DECAP_ESTABLISHED,     /* local socket (not LISTEN) for the flow */
+	C_TC_DECAP_SYNCOOKIE,       /* valid SYN-cookie ACK */
+	C_TC_DECAP_UDP,             /* UDP: connected socket, or last hop with a listener */
+	C_TC_DECAP_ICMP,            /* ICMP frag-needed for a local connection */
+	C_TC_DECAP_LOOP_GUARD,      /* next hop is this node: accepted locally */
+	C_TC_DECAP_UNKNOWN_LOCAL,   /* no hop left, unknown_flow=local */
+	C_TC_FORWARD,               /* second chance: forwarded to the next hop */
+	C_TC_SLOW_PATH_SENT,        /* XDP slow-path packet sent with redirect_neigh */
+	C_TC_DROP_UNKNOWN_FLOW,     /* no hop left, unknown_flow=drop */
+	C_TC_DROP_NOT_CLUSTER,      /* GUE from an address outside the cluster */
+	C_TC_DROP_MALFORMED,        /* GUE header or inner packet invalid */
+	C_TC_DROP_INNER_NOT_VIP,    /* inner destination is not a configured VIP */
+	C_TC_DROP_UNSUPPORTED,      /* inner IPv6, or inner protocol not handled */
+	C_TC_DROP_ADJUST_FAILED,    /* bpf_skb_adjust_room failed */
+	C_TC_PASS_NO_CONFIG,        /* config map empty: passed */
+	NILB_COUNTER_MAX,
+};
+
+/* Key of the `services` map (HASH_OF_MAPS). 8 bytes. */
+struct nilb_service_key {
+	__u32 vip;     /* IPv4, network order */
+	__u16 port;    /* network order */
+	__u8 proto;    /* IPPROTO_TCP or IPPROTO_UDP */
+	__u8 pad;      /* always 0 */
+};
+
+/*
+ * Element of a service's inner bucket array. 8 bytes.
+ * Index 0 of every inner array is the table header (struct nilb_table_header,
+ * same size), buckets live at 1 + (hash & table_mask). Keeping the header in
+ * the same inner map makes size, service index and buckets change in one
+ * atomic outer-map update.
+ */
+struct nilb_bucket {
+	__u32 first_hop;   /* IPv4 network order; 0 = none (drop) */
+	__u32 second_hop;  /* IPv4 network order; 0 = none */
+};
+
+struct nilb_table_header {
+	__u32 table_mask;     /* table_size - 1; table_size a power of two */
+	__u32 service_index;  /* index into `service_stats` */
+};
+
+/* The only element of the `config` map (ARRAY, key 0). Network order for
+ * addresses and ports. */
+struct nilb_config {
+	__u32 node_addr;   /* this node's IPv4 address (outer source, "me") */
+	__u32 hash_seed;   /* cluster.hash_seed (host order) */
+	__u16 gue_port;    /* network order */
+	__u16 pad;
+	__u32 flags;       /* enum nilb_config_flags */
+};
+
+/* Value of the `service_stats` map (PERCPU_ARRAY, key service index). */
+struct nilb_service_stats {
+	__u64 packets;   /* packets balanced (encapsulated) */
+	__u64 bytes;     /* their L3 bytes before encapsulation */
+	__u64 syns;      /* TCP SYN without ACK among them (new connections) */
+	__u64 drops;     /* packets of this service dropped by the balancer */
+};
+
+/* Value of the `cluster_nodes` and `vips` maps (HASH, key IPv4 __u32). */
+struct nilb_addr_info {
+	__u32 flags;     /* reserved, 0 */
+};
+
+/* Input record of the hash probe program (bpf/hash_probe.bpf.c), used by
+ * tests to prove the C and Rust flow hash agree. The hash is written back
+ * over `out`. */
+struct nilb_hash_probe {
+	__u32 saddr;   /* network order */
+	__u32 daddr;   /* network order */
+	__u16 sport;   /* network order */
+	__u16 dport;   /* network order */
+	__u8 proto;
+	__u8 pad[3];
+	__u32 seed;    /* host order */
+	__u32 out;     /* host order, written by the program */
+};
+
+#endif /* NILB_H */

@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""Tiny HTTP/1.1 backend for the nilb netns harness (Python 3 stdlib only).
+
+Every response names the server that produced it, so the client can tell which
+backend a connection landed on:
+
+    body:   "<name>\n"
+    header: "X-Backend: <name>"
+
+Usage (inside a node namespace):
+
+    backend.py --name node2 --port 80 [--port 8080] [--bind 0.0.0.0]
+
+Binds 0.0.0.0 by default, so both the VIP (held on lo) and the node address
+answer.  Keep-alive is supported (HTTP/1.1, Content-Length on every reply);
+idle connections are closed after --idle-timeout seconds.  GET and HEAD on any
+path work; /healthz answers "ok" for future health checks.  Request logging is
+off; one line per listener is printed at start ("listening on ...") so a
+harness can wait for it.  SIGTERM/SIGINT stop the server and exit 0.
+"""
+
+import argparse
+import signal
+import socket
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 256
+
+
+def make_handler(name, idle_timeout):
+    body = (name + "\n").encode()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        server_version = "nilb-harness-backend"
+        sys_version = ""
+        timeout = idle_timeout  # idle keep-alive connections are closed after this
+
+        def _reply(self, send_body):
+            if self.path.split("?", 1)[0] == "/healthz":
+                payload = b"ok\n"
+            else:
+                payload = body
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(payload)))
+            self.send_header("X-Backend", name)
+            self.end_headers()
+            if send_body:
+                self.wfile.write(payload)
+
+        def do_GET(self):  # noqa: N802 (stdlib naming)
+            self._reply(True)
+
+        def do_HEAD(self):  # noqa: N802
+            self._reply(False)
+
+        def log_message(self, fmt, *args):  # quiet
+            pass
+
+        def handle_one_request(self):
+            try:
+                super().handle_one_request()
+            except (ConnectionError, socket.timeout, TimeoutError):
+                self.close_connection = True
+
+    return Handler
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--name", required=True, help="backend name reported in body and X-Backend header")
+    ap.add_argument("--port", type=int, action="append", help="TCP port to listen on (repeatable, default 80)")
+    ap.add_argument("--bind", default="0.0.0.0", help="address to bind (default 0.0.0.0)")
+    ap.add_argument("--idle-timeout", type=float, default=300.0, help="close idle keep-alive connections after S seconds")
+    args = ap.parse_args()
+    ports = args.port or [80]
+
+    handler = make_handler(args.name, args.idle_timeout)
+    servers = []
+    for port in ports:
+        srv = Server((args.bind, port), handler)
+        servers.append(srv)
+        threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True).start()
+        print(f"backend {args.name} listening on {args.bind}:{port}", flush=True)
+
+    stop = threading.Event()
+
+    def on_signal(signum, _frame):
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    while not stop.wait(1.0):
+        pass
+    for srv in servers:
+        srv.shutdown()
+        srv.server_close()
+    print(f"backend {args.name} stopped", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,306 @@
+# shellcheck shell=bash disable=SC2034 # globals here are used by run.sh
+# lib.sh - topology and process helpers for the nilb netns harness.
+# Source it from bash (run.sh does); it only defines variables and functions.
+#
+# Topology (all in namespaces named "<prefix>-<role>", nothing in the root netns):
+#
+#   client (10.77.0.2/24, eth0 mtu 1500)          route 10.77.0.100/32 via 10.77.0.11
+#        |  veth                                   
+#   switch: bridge br0 + to-client to-node1 to-node2 to-node3 (all mtu 1600, GRO on,
+#           XDP_PASS attached - see xdp_pass.py for why)
+#        |  veth (eth0 mtu 1600 in each node)
+#   node1 10.77.0.11 (balancer)   node2 10.77.0.12   node3 10.77.0.13
+#   every node: VIP 10.77.0.100/32 on lo, arp_ignore=1, arp_announce=2, rp_filter=0
+#
+# Interface names never carry the prefix (they live in this run's own namespaces),
+# so they cannot collide with another run; namespace names are unique per run.
+# Cleanup (nh_cleanup) kills only the processes this run started (by pid, plus
+# whatever is left inside this run's own namespaces) and deletes only the
+# namespaces this run created.
+
+NH_VIP=10.77.0.100
+NH_CLIENT_IP=10.77.0.2
+NH_PREFIX_LEN=24
+NH_NODES=(node1 node2 node3)
+declare -A NH_NODE_IP=([node1]=10.77.0.11 [node2]=10.77.0.12 [node3]=10.77.0.13)
+declare -A NH_MAC_SET=([client]=02:77:00:00:00:02 [node1]=02:77:00:00:00:11
+                       [node2]=02:77:00:00:00:12 [node3]=02:77:00:00:00:13)
+NH_CLIENT_MTU=1500
+NH_NODE_MTU=1600          # client MTU + 40 bytes of GUE fits
+NH_PY=${NH_PY:-$(command -v python3 || echo /usr/bin/python3)}
+NH_HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
+NH_PREFIX=""              # set by nh_init
+NH_OUT=""                 # per-run output dir (logs, pcaps, JSON)
+NH_CREATED_NS=()          # namespaces this run created (only these are deleted)
+declare -A NH_PID_DESC=() # pid -> description of every live process this run started
+NH_STARTED=0              # how many processes were started in total
+NH_CLEANED=0
+NH_KEEP_OUT=0             # keep $NH_OUT after cleanup
+NH_LAST_RC=0
+
+nh_say() { printf '%s\n' "$*"; }
+nh_info() { printf '  %s\n' "$*"; }
+nh_warn() { printf '  WARNING: %s\n' "$*"; }
+
+# nh_init [OUTDIR]: choose a unique prefix and create the output directory.
+nh_init() {
+  local base=${NILB_HARNESS_PREFIX:-nh$$} cand i
+  base=${base:0:10}
+  cand=$base
+  for ((i = 0; i < 20; i++)); do
+    if ! compgen -G "/run/netns/${cand}-*" >/dev/null; then
+      break
+    fi
+    cand="${base:0:6}$((RANDOM % 10000))"
+  done
+  if compgen -G "/run/netns/${cand}-*" >/dev/null; then
+    echo "cannot find an unused namespace prefix" >&2
+    return 1
+  fi
+  NH_PREFIX=$cand
+  if [[ -n ${1:-} ]]; then
+    mkdir -p "$1" || return 1
+    NH_OUT=$(mktemp -d "$1/run-$NH_PREFIX.XXXXXX") || return 1
+  else
+    NH_OUT=$(mktemp -d "${TMPDIR:-/tmp}/nilb-harness-$NH_PREFIX.XXXXXX") || return 1
+  fi
+}
+
+nh_ns() { printf '%s-%s' "$NH_PREFIX" "$1"; }
+
+# nh_run CMD...: run a setup command, log its output, report failure loudly.
+nh_run() {
+  if ! "$@" >>"$NH_OUT/setup.log" 2>&1; then
+    printf '  setup command failed: %s\n' "$*"
+    tail -n 3 "$NH_OUT/setup.log" | sed 's/^/    | /'
+    return 1
+  fi
+}
+
+# nh_netns_add ROLE: create namespace <prefix>-ROLE and remember it.
+nh_netns_add() {
+  local ns
+  ns=$(nh_ns "$1")
+  if [[ -e /run/netns/$ns ]]; then
+    echo "  namespace $ns already exists (not ours); refusing to touch it"
+    return 1
+  fi
+  nh_run ip netns add "$ns" || return 1
+  NH_CREATED_NS+=("$ns")
+  nh_run ip -n "$ns" link set lo up || return 1
+  # no IPv6 chatter (DAD, router solicitations) in captures
+  ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 \
+    net.ipv6.conf.default.disable_ipv6=1 >>"$NH_OUT/setup.log" 2>&1 || true
+}
+
+# nh_sysctl ROLE KEY=VALUE...
+nh_sysctl() {
+  local ns
+  ns=$(nh_ns "$1")
+  shift
+  nh_run ip netns exec "$ns" sysctl -qw "$@"
+}
+
+nh_build_topology() {
+  local sw cl n ns ip peer r
+  for r in sw client "${NH_NODES[@]}"; do
+    nh_netns_add "$r" || return 1
+  done
+  sw=$(nh_ns sw)
+  cl=$(nh_ns client)
+
+  nh_run ip -n "$sw" link add br0 type bridge stp_state 0 forward_delay 0 || return 1
+
+  # client: its own end 1500, bridge-side end 1600
+  nh_run ip -n "$sw" link add to-client mtu "$NH_NODE_MTU" type veth peer name eth0 \
+    address "${NH_MAC_SET[client]}" mtu "$NH_CLIENT_MTU" netns "$cl" || return 1
+  for n in "${NH_NODES[@]}"; do
+    ns=$(nh_ns "$n")
+    # defaults first so eth0 inherits them, then explicit per-device values
+    nh_sysctl "$n" net.ipv4.conf.all.arp_ignore=1 net.ipv4.conf.all.arp_announce=2 \
+      net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0 \
+      net.ipv4.conf.default.arp_ignore=1 net.ipv4.conf.default.arp_announce=2 || return 1
+    nh_run ip -n "$sw" link add "to-$n" mtu "$NH_NODE_MTU" type veth peer name eth0 \
+      address "${NH_MAC_SET[$n]}" mtu "$NH_NODE_MTU" netns "$ns" || return 1
+    nh_sysctl "$n" net.ipv4.conf.eth0.rp_filter=0 net.ipv4.conf.lo.rp_filter=0 \
+      net.ipv4.conf.eth0.arp_ignore=1 net.ipv4.conf.eth0.arp_announce=2 || return 1
+  done
+
+  for peer in to-client "${NH_NODES[@]/#/to-}"; do
+    nh_run ip -n "$sw" link set "$peer" master br0 || return 1
+    # TOOLCHAIN: XDP_TX out of a veth is dropped unless the peer has GRO on
+    nh_run ip netns exec "$sw" ethtool -K "$peer" gro on || return 1
+    nh_run ip -n "$sw" link set "$peer" up || return 1
+  done
+  # TOOLCHAIN says GRO on the peer is enough for XDP_TX out of a veth; on 6.18 it
+  # is not: with GRO only, XDP_TX frames wait in the peer's queue until other
+  # traffic kicks the peer's NAPI (connections time out). An XDP program on the
+  # peer makes veth kick it at once, so every bridge-side end gets XDP_PASS.
+  # NH_PEER_XDP=0 skips this (to reproduce the problem).
+  if [[ ${NH_PEER_XDP:-1} == 1 ]]; then
+    nh_run ip netns exec "$sw" "$NH_PY" "$NH_HERE/xdp_pass.py" to-client "${NH_NODES[@]/#/to-}" || return 1
+  fi
+  nh_run ip -n "$sw" link set br0 mtu "$NH_NODE_MTU" || return 1
+  nh_run ip -n "$sw" link set br0 up || return 1
+
+  # client
+  nh_sysctl client net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0 \
+    net.ipv4.conf.eth0.rp_filter=0 || return 1
+  nh_run ip -n "$cl" addr add "$NH_CLIENT_IP/$NH_PREFIX_LEN" dev eth0 || return 1
+  nh_run ip netns exec "$cl" ethtool -K eth0 tx off tso off gso off || return 1
+  nh_run ip -n "$cl" link set eth0 up || return 1
+  nh_run ip -n "$cl" route add "$NH_VIP/32" via "${NH_NODE_IP[node1]}" || return 1
+
+  # nodes
+  for n in "${NH_NODES[@]}"; do
+    ns=$(nh_ns "$n")
+    ip=${NH_NODE_IP[$n]}
+    nh_run ip -n "$ns" addr add "$ip/$NH_PREFIX_LEN" dev eth0 || return 1
+    nh_run ip -n "$ns" addr add "$NH_VIP/32" dev lo || return 1
+    nh_run ip netns exec "$ns" ethtool -K eth0 tx off tso off gso off || return 1
+    nh_run ip -n "$ns" link set eth0 up || return 1
+  done
+
+  # verify the GRO setting really took (it is the one that silently breaks XDP_TX)
+  for peer in to-client "${NH_NODES[@]/#/to-}"; do
+    if ! ip netns exec "$sw" ethtool -k "$peer" 2>/dev/null | grep -q '^generic-receive-offload: on'; then
+      echo "  GRO is not on for $sw/$peer"
+      return 1
+    fi
+    if [[ ${NH_PEER_XDP:-1} == 1 ]] && ! ip -n "$sw" -d link show dev "$peer" | grep -q 'prog/xdp'; then
+      echo "  no XDP_PASS program on $sw/$peer"
+      return 1
+    fi
+  done
+}
+
+# nh_mac ROLE: MAC address of eth0 in that namespace (read from ip link).
+nh_mac() {
+  ip -n "$(nh_ns "$1")" -o link show dev eth0 2>/dev/null |
+    sed -n 's#.*link/ether \([0-9a-f:]*\).*#\1#p'
+}
+
+# nh_alive PID: true while the process exists and is not a zombie.
+nh_alive() {
+  local st
+  st=$(sed 's/^.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1) || return 1
+  [[ -n $st && $st != Z ]]
+}
+
+# nh_wait_until SECONDS CMD...: poll CMD every 0.1 s, bounded by count and time.
+nh_wait_until() {
+  local secs=$1 i tries end
+  shift
+  tries=$((secs * 10))
+  end=$((SECONDS + secs + 1))
+  for ((i = 0; i < tries && SECONDS <= end; i++)); do
+    "$@" && return 0
+    sleep 0.1
+  done
+  "$@"
+}
+
+# nh_bg DESC LOGFILE ROLE CMD...: start CMD in namespace ROLE in the background.
+# `ip netns exec` execs the command, so $! is the command's own pid.
+# Sets NH_BG_PID.
+nh_bg() {
+  local desc=$1 log=$2 ns
+  ns=$(nh_ns "$3")
+  shift 3
+  ip netns exec "$ns" "$@" </dev/null >"$log" 2>&1 &
+  NH_BG_PID=$!
+  NH_PID_DESC[$NH_BG_PID]=$desc
+  NH_STARTED=$((NH_STARTED + 1))
+}
+
+# nh_fg ROLE CMD...: run CMD in namespace ROLE, output to our stdout, and wait
+# for it in a way that a trapped INT/TERM interrupts (cleanup then kills it).
+# Returns CMD's exit status.
+nh_fg() {
+  local ns pid rc
+  ns=$(nh_ns "$1")
+  shift
+  ip netns exec "$ns" "$@" </dev/null &
+  pid=$!
+  NH_PID_DESC[$pid]="$1 in $ns"
+  NH_STARTED=$((NH_STARTED + 1))
+  wait "$pid"
+  rc=$?
+  unset "NH_PID_DESC[$pid]"
+  return "$rc"
+}
+
+nh_not_alive() { ! nh_alive "$1"; }
+
+# nh_stop PID SIGNAL TIMEOUT: signal a process we started, wait (bounded) for it
+# to exit, SIGKILL it if it does not; reap it. Sets NH_LAST_RC to its exit
+# status (128+n for a signal, 255 if it had to be killed or was not our child).
+nh_stop() {
+  local pid=$1 sig=$2 secs=$3
+  NH_LAST_RC=255
+  if nh_alive "$pid"; then
+    kill "-$sig" "$pid" 2>/dev/null
+    if ! nh_wait_until "$secs" nh_not_alive "$pid"; then
+      echo "  ${NH_PID_DESC[$pid]:-pid $pid} did not exit within ${secs}s after SIG$sig; sending SIGKILL"
+      kill -KILL "$pid" 2>/dev/null
+      nh_wait_until 5 nh_not_alive "$pid"
+      wait "$pid" 2>/dev/null
+      unset "NH_PID_DESC[$pid]"
+      NH_LAST_RC=255
+      return 1
+    fi
+  fi
+  wait "$pid" 2>/dev/null
+  NH_LAST_RC=$?
+  unset "NH_PID_DESC[$pid]"
+  return 0
+}
+
+# nh_cleanup: stop our processes, delete our namespaces, verify nothing is left.
+# Safe to call more than once (EXIT after INT/TERM).
+nh_cleanup() {
+  [[ $NH_CLEANED == 1 ]] && return 0
+  NH_CLEANED=1
+  local pid ns left p i
+  for pid in "${!NH_PID_DESC[@]}"; do
+    if nh_alive "$pid"; then
+      nh_stop "$pid" TERM 10
+    fi
+  done
+  # anything else still running inside our own namespaces (e.g. children of
+  # the above); these namespaces were created by this run, so it is ours
+  for ns in "${NH_CREATED_NS[@]}"; do
+    for p in $(ip netns pids "$ns" 2>/dev/null); do
+      kill -TERM "$p" 2>/dev/null
+    done
+  done
+  for ns in "${NH_CREATED_NS[@]}"; do
+    for ((i = 0; i < 30; i++)); do
+      [[ -z $(ip netns pids "$ns" 2>/dev/null) ]] && break
+      sleep 0.1
+    done
+    for p in $(ip netns pids "$ns" 2>/dev/null); do
+      kill -KILL "$p" 2>/dev/null
+    done
+  done
+  for ns in "${NH_CREATED_NS[@]}"; do
+    ip netns del "$ns" 2>/dev/null
+  done
+  left=""
+  for ns in "${NH_CREATED_NS[@]}"; do
+    [[ -e /run/netns/$ns ]] && left+=" $ns"
+  done
+  if [[ -n $left ]]; then
+    echo "cleanup: namespaces left behind:$left"
+  else
+    echo "cleanup: removed ${#NH_CREATED_NS[@]} namespaces (prefix $NH_PREFIX), started ${NH_STARTED} processes, all stopped"
+  fi
+  if [[ -n $NH_OUT && -d $NH_OUT ]]; then
+    if [[ $NH_KEEP_OUT == 1 ]]; then
+      echo "cleanup: logs kept in $NH_OUT"
+    else
+      rm -rf -- "$NH_OUT"
+    fi
+  fi
+}

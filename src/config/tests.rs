@@ -1,0 +1,243 @@
+use super::*;
+
+const GOOD: &str = r#"
+version: 1
+cluster:
+  hash_seed: 0x5eed1234
+  balancers: [10.0.0.11]
+  gue_port: 19523
+  unknown_flow: drop
+defaults:
+  table_size: 4096
+services:
+  - name: web
+    vip: 10.0.0.100
+    port: 80
+    protocol: tcp
+    backends:
+      - {dip: 10.0.0.11, hostname: edge-11, weight: 100}
+      - {dip: 10.0.0.12, hostname: edge-12, weight: 100, state: drained}
+  - name: dns
+    vip: 10.0.0.100
+    port: 53
+    protocol: udp
+    table_size: 256
+    backends:
+      - {dip: 10.0.0.13}
+"#;
+
+fn problems(src: &str) -> Vec<Problem> {
+    Config::parse(src).expect_err("config should be rejected").problems
+}
+
+/// The one problem of `src`, asserting its path.
+fn one_problem(src: &str, path: &str) -> Problem {
+    let p = problems(src);
+    assert_eq!(p.len(), 1, "expected one problem, got {p:#?}");
+    assert_eq!(p[0].path, path, "{p:#?}");
+    p[0].clone()
+}
+
+#[test]
+fn good_config_parses_with_defaults() {
+    let c = Config::parse(GOOD).unwrap();
+    assert_eq!(c.cluster.hash_seed, 0x5eed1234);
+    assert_eq!(c.cluster.balancers, vec![Ipv4Addr::new(10, 0, 0, 11)]);
+    assert_eq!(c.cluster.gue_port, 19523);
+    assert_eq!(c.cluster.unknown_flow, UnknownFlow::Drop);
+    assert_eq!(c.services.len(), 2);
+    let web = &c.services[0];
+    assert_eq!(web.table_size, 4096);
+    assert_eq!(web.backends[1].state, BackendState::Drained);
+    assert_eq!(web.backends[0].hostname.as_deref(), Some("edge-11"));
+    let dns = &c.services[1];
+    assert_eq!(dns.protocol, Protocol::Udp);
+    assert_eq!(dns.table_size, 256);
+    assert_eq!(dns.backends[0].weight, DEFAULT_WEIGHT);
+    assert_eq!(dns.backends[0].state, BackendState::Active);
+    assert_eq!(c.cluster_addresses().len(), 3);
+    assert_eq!(c.vips().len(), 1);
+}
+
+#[test]
+fn unknown_field_is_named_with_position() {
+    let src = GOOD.replace("    port: 80\n", "    port: 80\n    colour: blue\n");
+    let p = one_problem(&src, "services[0].colour");
+    assert!(p.message.starts_with("unknown field `colour`"), "{p}");
+    assert_eq!(p.position.map(|p| p.line), Some(14));
+}
+
+#[test]
+fn string_where_number_expected() {
+    let src = GOOD.replace("weight: 100}", "weight: heavy}");
+    let p = one_problem(&src, "services[0].backends[0].weight");
+    assert!(p.message.contains("invalid type: string"), "{p}");
+    assert!(p.position.is_some());
+}
+
+#[test]
+fn duplicate_key_is_an_error() {
+    let src = GOOD.replace("    port: 80\n", "    port: 80\n    port: 81\n");
+    let p = problems(&src);
+    assert!(p[0].message.contains("duplicate"), "{p:#?}");
+}
+
+#[test]
+fn missing_required_field() {
+    let src = GOOD.replace("    vip: 10.0.0.100\n    port: 80\n", "    port: 80\n");
+    let p = one_problem(&src, "services[0]");
+    assert!(p.message.contains("missing field `vip`"), "{p}");
+}
+
+#[test]
+fn syntax_error_has_position() {
+    let p = problems("version: 1\ncluster: [unclosed\n");
+    assert_eq!(p.len(), 1);
+    assert!(p[0].position.is_some(), "{p:#?}");
+}
+
+#[test]
+fn unknown_enum_value() {
+    let src = GOOD.replace("protocol: tcp", "protocol: sctp");
+    let p = one_problem(&src, "services[0].protocol");
+    assert!(p.message.contains("unknown variant `sctp`"), "{p}");
+    let src = GOOD.replace("unknown_flow: drop", "unknown_flow: bounce");
+    one_problem(&src, "cluster.unknown_flow");
+    let src = GOOD.replace("state: drained", "state: sleepy");
+    one_problem(&src, "services[0].backends[1].state");
+}
+
+#[test]
+fn bad_addresses_are_named() {
+    for (bad, why) in [
+        ("10.0.0.300", "not an IPv4 address"),
+        ("0.0.0.0", "unspecified"),
+        ("127.0.0.1", "loopback"),
+        ("224.0.0.1", "multicast"),
+        ("255.255.255.255", "broadcast"),
+        ("fe80::1", "not an IPv4 address"),
+    ] {
+        let src = GOOD.replace("vip: 10.0.0.100\n    port: 80", &format!("vip: \"{bad}\"\n    port: 80"));
+        let p = one_problem(&src, "services[0].vip");
+        assert!(p.message.contains(why), "{bad}: {p}");
+        assert_eq!(p.position.map(|p| p.line), Some(12), "{p}");
+    }
+    let src = GOOD.replace("dip: 10.0.0.12", "dip: 127.0.0.2");
+    one_problem(&src, "services[0].backends[1].dip");
+    let src = GOOD.replace("balancers: [10.0.0.11]", "balancers: [10.0.0.11, 0.0.0.0]");
+    one_problem(&src, "cluster.balancers[1]");
+}
+
+#[test]
+fn ports_and_weights_out_of_range() {
+    let src = GOOD.replace("port: 80", "port: 0");
+    one_problem(&src, "services[0].port");
+    let src = GOOD.replace("port: 80", "port: 65536");
+    one_problem(&src, "services[0].port");
+    let src = GOOD.replace("weight: 100}", "weight: 0}");
+    let p = one_problem(&src, "services[0].backends[0].weight");
+    assert!(p.message.contains("outside 1-65535"));
+    let src = GOOD.replace("weight: 100}", "weight: 70000}");
+    one_problem(&src, "services[0].backends[0].weight");
+    let src = GOOD.replace("gue_port: 19523", "gue_port: 0");
+    one_problem(&src, "cluster.gue_port");
+}
+
+#[test]
+fn duplicates_are_caught() {
+    let src = GOOD.replace("name: dns", "name: web");
+    let p = one_problem(&src, "services[1].name");
+    assert!(p.message.contains("services[0]"));
+    let src = GOOD.replace("port: 53\n    protocol: udp", "port: 80\n    protocol: tcp");
+    let p = one_problem(&src, "services[1]");
+    assert!(p.message.contains("already served by services[0]"), "{p}");
+    let src = GOOD.replace("dip: 10.0.0.12", "dip: 10.0.0.11");
+    one_problem(&src, "services[0].backends[1].dip");
+    let src = GOOD.replace("balancers: [10.0.0.11]", "balancers: [10.0.0.11, 10.0.0.11]");
+    one_problem(&src, "cluster.balancers[1]");
+}
+
+#[test]
+fn table_sizes() {
+    let src = GOOD.replace("table_size: 4096", "table_size: 1000");
+    let p = one_problem(&src, "defaults.table_size");
+    assert!(p.message.contains("power of two"));
+    let src = GOOD.replace("table_size: 256", "table_size: 8");
+    one_problem(&src, "services[1].table_size");
+    let src = GOOD.replace("table_size: 4096", "table_size: 131072");
+    one_problem(&src, "defaults.table_size");
+    // 2 backends need 32 buckets.
+    let src = GOOD.replace("table_size: 4096", "table_size: 16");
+    let p = one_problem(&src, "services[0].table_size");
+    assert!(p.message.contains("too small for 2 backends"), "{p}");
+}
+
+#[test]
+fn version_and_names() {
+    let src = GOOD.replace("version: 1", "version: 2");
+    one_problem(&src, "version");
+    let src = GOOD.replace("name: web", "name: \"we b\"");
+    one_problem(&src, "services[0].name");
+}
+
+#[test]
+fn all_semantic_problems_are_reported_together() {
+    let src = GOOD
+        .replace("port: 80", "port: 0")
+        .replace("weight: 100}", "weight: 0}")
+        .replace("vip: 10.0.0.100\n    port: 53", "vip: 127.0.0.1\n    port: 53");
+    let p = problems(&src);
+    let paths: Vec<_> = p.iter().map(|p| p.path.as_str()).collect();
+    assert!(paths.contains(&"services[0].port"), "{paths:?}");
+    assert!(paths.contains(&"services[0].backends[0].weight"), "{paths:?}");
+    assert!(paths.contains(&"services[1].vip"), "{paths:?}");
+    let text = ConfigError { problems: p }.to_string();
+    assert!(text.starts_with("invalid configuration (3 problems)"), "{text}");
+}
+
+#[test]
+fn udp_service_on_gue_port_is_rejected() {
+    let src = GOOD.replace("port: 53", "port: 19523");
+    one_problem(&src, "services[1].port");
+}
+
+#[test]
+fn vip_conflicts() {
+    let src = GOOD.replace("dip: 10.0.0.13", "dip: 10.0.0.100");
+    one_problem(&src, "services[1].backends[0].dip");
+    let src = GOOD.replace("balancers: [10.0.0.11]", "balancers: [10.0.0.100]");
+    let p = problems(&src);
+    assert!(p.iter().any(|p| p.path == "services[0].vip"), "{p:#?}");
+}
+
+#[test]
+fn empty_service_list_is_valid() {
+    let c = Config::parse("version: 1\ncluster: {balancers: [10.0.0.1]}\n").unwrap();
+    assert!(c.services.is_empty());
+    assert_eq!(c.cluster.gue_port, DEFAULT_GUE_PORT);
+    assert_eq!(c.cluster.hash_seed, 0);
+}
+
+#[test]
+fn never_panics_on_garbage() {
+    // A cheap property check; the fuzz target in issue 6 goes further.
+    let seeds = [GOOD, "", "---", "[]", "version: [", "\u{0}\u{1}", "services: 5"];
+    let mut state = 0x1234_5678u32;
+    for seed in seeds {
+        let bytes = seed.as_bytes();
+        for _ in 0..200 {
+            let mut b = bytes.to_vec();
+            for _ in 0..4 {
+                state ^= state << 13;
+                state ^= state >> 17;
+                state ^= state << 5;
+                if !b.is_empty() {
+                    let i = state as usize % b.len();
+                    b[i] = (state >> 8) as u8;
+                }
+            }
+            let s = String::from_utf8_lossy(&b);
+            let _ = Config::parse(&s);
+        }
+    }
+}

@@ -1,0 +1,331 @@
+//! The Rust side of `bpf/nilb.h`: map key/value layouts, counter names, the
+//! generated skeletons, and every `unsafe` and raw byte layout in nilb.
+//!
+//! Byte order (as in the header): IPv4 addresses and ports inside map keys
+//! and values are network order; counters, indexes, the hash seed and the
+//! flags are host order.
+
+#![allow(unsafe_code)]
+
+use std::net::Ipv4Addr;
+use std::os::fd::{AsRawFd, BorrowedFd};
+
+use anyhow::{bail, Context, Result};
+use libbpf_rs::{MapCore, MapFlags, ProgramInput};
+
+use crate::config::{Protocol, ServiceKey};
+use crate::table::Table;
+
+/// bindgen's mirror of `bpf/nilb.h` (structs, limits, counters).
+#[allow(non_camel_case_types, non_upper_case_globals, dead_code, missing_docs)]
+pub mod sys {
+    include!(concat!(env!("OUT_DIR"), "/nilb_abi.rs"));
+}
+
+/// libbpf-rs skeleton of `bpf/nilb.bpf.c`.
+#[allow(clippy::all, missing_docs, non_camel_case_types, dead_code)]
+pub mod skel {
+    include!(concat!(env!("OUT_DIR"), "/nilb.skel.rs"));
+}
+
+/// libbpf-rs skeleton of `bpf/hash_probe.bpf.c` (tests only).
+#[allow(clippy::all, missing_docs, non_camel_case_types, dead_code)]
+pub mod probe_skel {
+    include!(concat!(env!("OUT_DIR"), "/hash_probe.skel.rs"));
+}
+
+include!(concat!(env!("OUT_DIR"), "/counter_names.rs"));
+
+// SAFETY: plain C structs of integers (and integer arrays) without padding
+// holes that matter for reading; any bit pattern is a valid value.
+unsafe impl plain::Plain for sys::nilb_service_key {}
+unsafe impl plain::Plain for sys::nilb_bucket {}
+unsafe impl plain::Plain for sys::nilb_table_header {}
+unsafe impl plain::Plain for sys::nilb_config {}
+unsafe impl plain::Plain for sys::nilb_service_stats {}
+unsafe impl plain::Plain for sys::nilb_hash_probe {}
+unsafe impl plain::Plain for sys::nilb_addr_info {}
+unsafe impl plain::Plain for skel::types::xdp_md {}
+unsafe impl plain::Plain for skel::types::__sk_buff {}
+
+/// View a plain struct as its bytes.
+pub fn bytes_of<T: plain::Plain>(v: &T) -> &[u8] {
+    // SAFETY: T is Plain (no invalid bit patterns, no references); the slice
+    // covers exactly the value and lives as long as the borrow.
+    unsafe { plain::as_bytes(v) }
+}
+
+/// Copy a plain struct out of bytes (shorter input is an error).
+pub fn read_struct<T: plain::Plain + Default>(bytes: &[u8]) -> Result<T> {
+    let mut v = T::default();
+    plain::copy_from_bytes(&mut v, bytes)
+        .map_err(|e| anyhow::anyhow!("short map value for {}: {e:?}", std::any::type_name::<T>()))?;
+    Ok(v)
+}
+
+/// Network-order u32 of an address as stored in maps (the wire bytes).
+pub fn addr_be(a: Ipv4Addr) -> u32 {
+    u32::from_ne_bytes(a.octets())
+}
+
+/// Inverse of [`addr_be`].
+pub fn addr_from_be(v: u32) -> Ipv4Addr {
+    Ipv4Addr::from(v.to_ne_bytes())
+}
+
+/// Key of the `services` map for a service.
+pub fn service_key(k: &ServiceKey) -> sys::nilb_service_key {
+    sys::nilb_service_key {
+        vip: addr_be(k.vip),
+        port: k.port.to_be(),
+        proto: k.protocol.number(),
+        pad: 0,
+    }
+}
+
+/// Decode a `services` map key; None for a protocol nilb does not use.
+pub fn parse_service_key(bytes: &[u8]) -> Result<Option<ServiceKey>> {
+    let k: sys::nilb_service_key = read_struct(bytes)?;
+    let protocol = match k.proto {
+        crate::hash::IPPROTO_TCP => Protocol::Tcp,
+        crate::hash::IPPROTO_UDP => Protocol::Udp,
+        _ => return Ok(None),
+    };
+    Ok(Some(ServiceKey {
+        vip: addr_from_be(k.vip),
+        port: u16::from_be(k.port),
+        protocol,
+    }))
+}
+
+/// Keys and values for filling an inner bucket array in one batch: element
+/// 0 is the header (table mask, service index), element 1 + i is bucket i.
+pub fn inner_table_elements(table: &Table, service_index: u32) -> (Vec<u8>, Vec<u8>) {
+    let n = table.size() as usize + 1;
+    let mut keys = Vec::with_capacity(n * 4);
+    let mut values = Vec::with_capacity(n * 8);
+    for i in 0..n as u32 {
+        keys.extend_from_slice(&i.to_ne_bytes());
+    }
+    let hdr = sys::nilb_table_header {
+        table_mask: table.size() - 1,
+        service_index,
+    };
+    values.extend_from_slice(bytes_of(&hdr));
+    for b in table.buckets() {
+        let v = sys::nilb_bucket {
+            first_hop: b.first.map_or(0, addr_be),
+            second_hop: b.second.map_or(0, addr_be),
+        };
+        values.extend_from_slice(bytes_of(&v));
+    }
+    (keys, values)
+}
+
+/// Header and buckets read back from an inner map (for stats and lookups).
+pub fn read_inner_table(map: &dyn MapCore) -> Result<(sys::nilb_table_header, Vec<sys::nilb_bucket>)> {
+    let zero = 0u32.to_ne_bytes();
+    let hdr: sys::nilb_table_header = read_struct(
+        &map.lookup(&zero, MapFlags::ANY)?
+            .context("inner table has no header")?,
+    )?;
+    let mut buckets = Vec::with_capacity(hdr.table_mask as usize + 1);
+    for i in 1..=hdr.table_mask + 1 {
+        let v = map
+            .lookup(&i.to_ne_bytes(), MapFlags::ANY)?
+            .with_context(|| format!("inner table has no bucket {}", i - 1))?;
+        buckets.push(read_struct(&v)?);
+    }
+    Ok((hdr, buckets))
+}
+
+/// Value of the `nilb_config` map.
+pub fn config_value(node: Ipv4Addr, hash_seed: u32, gue_port: u16, flags: u32) -> sys::nilb_config {
+    sys::nilb_config {
+        node_addr: addr_be(node),
+        hash_seed,
+        gue_port: gue_port.to_be(),
+        pad: 0,
+        flags,
+    }
+}
+
+/// Sum of a per-CPU u64 counter.
+pub fn sum_percpu_u64(values: &[Vec<u8>]) -> u64 {
+    values
+        .iter()
+        .filter_map(|v| v.get(..8))
+        .map(|b| u64::from_ne_bytes(b.try_into().expect("8 bytes")))
+        .sum()
+}
+
+/// Per-CPU service stats summed over CPUs.
+pub fn sum_service_stats(values: &[Vec<u8>]) -> Result<sys::nilb_service_stats> {
+    let mut total = sys::nilb_service_stats::default();
+    for v in values {
+        let s: sys::nilb_service_stats = read_struct(v)?;
+        total.packets += s.packets;
+        total.bytes += s.bytes;
+        total.syns += s.syns;
+        total.drops += s.drops;
+    }
+    Ok(total)
+}
+
+/// All counters of a `counters` map, in [`COUNTER_NAMES`] order.
+pub fn read_counters(map: &dyn MapCore) -> Result<Vec<u64>> {
+    (0..COUNTER_NAMES.len() as u32)
+        .map(|i| {
+            let v = map
+                .lookup_percpu(&i.to_ne_bytes(), MapFlags::ANY)?
+                .with_context(|| format!("counter {i} missing"))?;
+            Ok(sum_percpu_u64(&v))
+        })
+        .collect()
+}
+
+/// Create an ARRAY map of `entries` elements of `value_size` bytes (u32 keys),
+/// usable as an inner map of `services`: its flags must equal the template's
+/// (`BPF_F_INNER_MAP`, which also lets sizes differ).
+pub fn create_array(name: &str, value_size: u32, entries: u32) -> Result<libbpf_rs::MapHandle> {
+    let opts = libbpf_rs::libbpf_sys::bpf_map_create_opts {
+        sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_map_create_opts>() as _,
+        map_flags: libbpf_rs::libbpf_sys::BPF_F_INNER_MAP,
+        ..Default::default()
+    };
+    libbpf_rs::MapHandle::create(libbpf_rs::MapType::Array, Some(name), 4, value_size, entries, &opts)
+        .with_context(|| format!("creating bucket array {name} ({entries} entries)"))
+}
+
+/// Value that makes a map-in-map slot point at `inner`.
+pub fn map_fd_value(inner: BorrowedFd<'_>) -> [u8; 4] {
+    (inner.as_raw_fd() as u32).to_ne_bytes()
+}
+
+/// Run an XDP program once on `frame` as if received on `ingress_ifindex`
+/// (0: the loopback device). Returns the verdict and the output frame.
+pub fn test_run_xdp(
+    prog: &libbpf_rs::ProgramMut<'_>,
+    frame: &[u8],
+    ingress_ifindex: u32,
+) -> Result<(u32, Vec<u8>)> {
+    let ctx = skel::types::xdp_md {
+        data_end: frame.len() as u32,
+        ingress_ifindex,
+        ..Default::default()
+    };
+    let mut ctx_bytes = bytes_of(&ctx).to_vec();
+    let mut out = vec![0u8; frame.len() + 256];
+    let mut input = ProgramInput::default();
+    input.data_in = Some(frame);
+    input.data_out = Some(&mut out);
+    if ingress_ifindex != 0 {
+        input.context_in = Some(&mut ctx_bytes);
+    }
+    let output = prog.test_run(input).context("BPF_PROG_TEST_RUN (xdp)")?;
+    let verdict = output.return_value;
+    let len = output.data.map(|d| d.len()).unwrap_or(0);
+    out.truncate(len);
+    Ok((verdict, out))
+}
+
+/// Run a TC (sched_cls) program once on `frame` as if received on `ifindex`
+/// (0: the loopback device). Returns the verdict and the output frame.
+pub fn test_run_tc(
+    prog: &libbpf_rs::ProgramMut<'_>,
+    frame: &[u8],
+    ifindex: u32,
+) -> Result<(u32, Vec<u8>)> {
+    let ctx = skel::types::__sk_buff {
+        ifindex,
+        ..Default::default()
+    };
+    let mut ctx_bytes = bytes_of(&ctx).to_vec();
+    let mut out = vec![0u8; frame.len() + 256];
+    let mut input = ProgramInput::default();
+    input.data_in = Some(frame);
+    input.data_out = Some(&mut out);
+    input.context_in = Some(&mut ctx_bytes);
+    let output = prog.test_run(input).context("BPF_PROG_TEST_RUN (tc)")?;
+    let verdict = output.return_value;
+    let len = output.data.map(|d| d.len()).unwrap_or(0);
+    out.truncate(len);
+    Ok((verdict, out))
+}
+
+/// Create the clsact qdisc on `ifindex`. Returns true if this call created it
+/// (so that detaching may remove it again), false if it already existed.
+pub fn create_clsact(ifindex: i32) -> Result<bool> {
+    let mut raw = libbpf_rs::libbpf_sys::bpf_tc_hook {
+        sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_tc_hook>() as _,
+        ifindex,
+        attach_point: libbpf_rs::libbpf_sys::BPF_TC_INGRESS,
+        ..Default::default()
+    };
+    // SAFETY: `raw` is a valid, initialised bpf_tc_hook owned by this frame;
+    // libbpf only reads it.
+    let rc = unsafe { libbpf_rs::libbpf_sys::bpf_tc_hook_create(&mut raw) };
+    match rc {
+        0 => Ok(true),
+        e if -e == nix::errno::Errno::EEXIST as i32 => Ok(false),
+        e => bail!(
+            "creating clsact qdisc on ifindex {ifindex}: {}",
+            std::io::Error::from_raw_os_error(-e)
+        ),
+    }
+}
+
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layouts_match_the_header() {
+        assert_eq!(std::mem::size_of::<sys::nilb_service_key>(), 8);
+        assert_eq!(std::mem::size_of::<sys::nilb_bucket>(), 8);
+        assert_eq!(std::mem::size_of::<sys::nilb_table_header>(), 8);
+        assert_eq!(std::mem::size_of::<sys::nilb_config>(), 16);
+        assert_eq!(std::mem::size_of::<sys::nilb_service_stats>(), 32);
+        assert_eq!(std::mem::size_of::<skel::types::xdp_md>(), 24);
+    }
+
+    #[test]
+    fn counter_names_follow_the_enum() {
+        assert_eq!(COUNTER_NAMES.len(), sys::nilb_counter::NILB_COUNTER_MAX as usize);
+        assert_eq!(COUNTER_NAMES[sys::nilb_counter::C_TC_FORWARD as usize], "tc_forward");
+        assert_eq!(
+            COUNTER_NAMES[sys::nilb_counter::C_XDP_DROP_FRAGMENT as usize],
+            "xdp_drop_fragment"
+        );
+        assert!(COUNTER_HELP.iter().all(|h| !h.is_empty()));
+    }
+
+    #[test]
+    fn service_key_bytes_are_network_order() {
+        let k = ServiceKey {
+            vip: Ipv4Addr::new(10, 0, 0, 100),
+            port: 80,
+            protocol: Protocol::Tcp,
+        };
+        let raw = service_key(&k);
+        assert_eq!(bytes_of(&raw), &[10, 0, 0, 100, 0, 80, 6, 0]);
+        assert_eq!(parse_service_key(bytes_of(&raw)).unwrap(), Some(k));
+    }
+
+    #[test]
+    fn inner_elements_layout() {
+        let t = Table::build(
+            16,
+            &[crate::table::Target {
+                dip: Ipv4Addr::new(10, 0, 0, 12),
+                weight: 1,
+            }],
+        );
+        let (k, v) = inner_table_elements(&t, 7);
+        assert_eq!(k.len(), 17 * 4);
+        assert_eq!(v.len(), 17 * 8);
+        assert_eq!(&v[..8], &[15u32.to_ne_bytes(), 7u32.to_ne_bytes()].concat()[..]);
+        assert_eq!(&v[8..16], &[10, 0, 0, 12, 0, 0, 0, 0]);
+    }
+}

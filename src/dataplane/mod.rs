@@ -1,0 +1,483 @@
+//! The BPF data plane: loading the programs, filling their maps, attaching
+//! them to an interface and reading counters back.
+//!
+//! Map layout (bpf/nilb.h): `services` (HASH_OF_MAPS, key {VIP, port,
+//! protocol}) points at one bucket ARRAY per service whose element 0 is the
+//! table header; `cluster_nodes` and `vips` are address sets; `nilb_config`
+//! holds this node's address, the hash seed, the GUE port and flags;
+//! `counters` and `service_stats` are per-CPU.
+//!
+//! A service's table is replaced by building a complete new inner array and
+//! swapping it into the outer map in one update, so the programs never see an
+//! empty or half-written table.
+
+pub mod abi;
+
+use std::collections::BTreeSet;
+use std::mem::MaybeUninit;
+use std::net::Ipv4Addr;
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{MapCore, MapFlags, OpenObject, TcHook, TcHookBuilder, Xdp, XdpFlags};
+use tracing::warn;
+
+use crate::config::ServiceKey;
+use crate::table::Table;
+use abi::skel::{NilbSkel, NilbSkelBuilder};
+
+/// Capacities compiled into the BPF object (bpf/nilb.h `enum nilb_limits`).
+pub mod limits {
+    use super::abi::sys::nilb_limits as l;
+    /// Services the `services` map holds.
+    pub const MAX_SERVICES: u32 = l::NILB_MAX_SERVICES;
+    /// Addresses the `cluster_nodes` map holds.
+    pub const MAX_CLUSTER_NODES: u32 = l::NILB_MAX_CLUSTER_NODES;
+    /// Distinct VIP addresses the `vips` map holds.
+    pub const MAX_VIPS: u32 = l::NILB_MAX_VIPS;
+    /// Largest table (buckets) of one service.
+    pub const MAX_TABLE_SIZE: u32 = l::NILB_MAX_TABLE_SIZE;
+    /// Bytes added by GUE with one listed hop (outer IPv4 + UDP + GUE + hop).
+    pub const GUE_OVERHEAD: u32 = super::abi::sys::nilb_wire::NILB_GUE_BASE_OVERHEAD + 4;
+}
+
+/// XDP attach mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum XdpMode {
+    /// Driver (native) mode: the fast path.
+    Native,
+    /// Generic (skb) mode: works everywhere, much slower.
+    Generic,
+}
+
+impl XdpMode {
+    fn flags(self) -> XdpFlags {
+        match self {
+            XdpMode::Native => XdpFlags::DRV_MODE,
+            XdpMode::Generic => XdpFlags::SKB_MODE,
+        }
+    }
+}
+
+/// Per-node settings of the `nilb_config` map.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NodeSettings {
+    /// This node's address: outer source of what it sends, "me" for GUE.
+    pub node: Ipv4Addr,
+    /// Cluster hash seed.
+    pub hash_seed: u32,
+    /// GUE UDP port, host order.
+    pub gue_port: u16,
+    /// `cluster.unknown_flow: local`.
+    pub unknown_flow_local: bool,
+}
+
+/// Names of the maps pinned under the pin directory.
+pub const PINNED_MAPS: [&str; 6] = [
+    "services",
+    "cluster_nodes",
+    "vips",
+    "nilb_config",
+    "counters",
+    "service_stats",
+];
+
+struct TcAttachment {
+    hook: TcHook,
+    ifindex: i32,
+    created_qdisc: bool,
+}
+
+/// A loaded data plane: programs verified, maps created (and optionally
+/// pinned and attached). Dropping it detaches and unpins what it attached
+/// and pinned.
+pub struct Dataplane<'obj> {
+    skel: NilbSkel<'obj>,
+    xdp: Option<(i32, XdpMode)>,
+    tc: Option<TcAttachment>,
+    pin_dir: Option<PathBuf>,
+    vips: BTreeSet<Ipv4Addr>,
+    nodes: BTreeSet<Ipv4Addr>,
+}
+
+/// TC filter handle and priority nilb uses on clsact ingress ("ni").
+const TC_HANDLE: u32 = 0x6e69;
+const TC_PRIORITY: u32 = 1;
+
+impl<'obj> Dataplane<'obj> {
+    /// Open and load the BPF object (the verifier runs here). `storage`
+    /// must outlive the data plane (libbpf-rs skeleton rule).
+    pub fn load(storage: &'obj mut MaybeUninit<OpenObject>) -> Result<Self> {
+        let open = NilbSkelBuilder::default()
+            .open(storage)
+            .context("opening the BPF object")?;
+        let skel = open
+            .load()
+            .context("loading the BPF programs (verifier log above, if any)")?;
+        Ok(Dataplane {
+            skel,
+            xdp: None,
+            tc: None,
+            pin_dir: None,
+            vips: BTreeSet::new(),
+            nodes: BTreeSet::new(),
+        })
+    }
+
+    /// Write the `nilb_config` map.
+    pub fn set_settings(&mut self, s: &NodeSettings) -> Result<()> {
+        let flags = if s.unknown_flow_local {
+            abi::sys::nilb_config_flags::NILB_F_UNKNOWN_FLOW_LOCAL
+        } else {
+            0
+        };
+        let v = abi::config_value(s.node, s.hash_seed, s.gue_port, flags);
+        self.skel
+            .maps
+            .nilb_config
+            .update(&0u32.to_ne_bytes(), abi::bytes_of(&v), MapFlags::ANY)
+            .context("writing nilb_config")
+    }
+
+    /// Install `table` for `key` with stats index `index`: build a new
+    /// bucket array, fill it, swap it in atomically.
+    pub fn install_table(&mut self, key: &ServiceKey, index: u32, table: &Table) -> Result<()> {
+        let (keys, values) = abi::inner_table_elements(table, index);
+        let name = format!("nilb_t{index}");
+        let inner = abi::create_array(&name, 8, table.size() + 1)?;
+        let count = table.size() + 1;
+        inner
+            .update_batch(&keys, &values, count, MapFlags::ANY, MapFlags::ANY)
+            .with_context(|| format!("filling the bucket array of {key}"))?;
+        let k = abi::service_key(key);
+        self.skel
+            .maps
+            .services
+            .update(
+                abi::bytes_of(&k),
+                &abi::map_fd_value(inner.as_fd()),
+                MapFlags::ANY,
+            )
+            .with_context(|| format!("swapping in the table of {key}"))?;
+        // The outer map now holds the only reference that matters; the old
+        // array (if any) is freed by the kernel once no program uses it.
+        Ok(())
+    }
+
+    /// Remove a service from the `services` map (its packets then pass).
+    pub fn remove_service(&mut self, key: &ServiceKey) -> Result<()> {
+        let k = abi::service_key(key);
+        self.skel
+            .maps
+            .services
+            .delete(abi::bytes_of(&k))
+            .with_context(|| format!("removing service {key}"))
+    }
+
+    /// VIPs currently in the `vips` map.
+    pub fn vips(&self) -> &BTreeSet<Ipv4Addr> {
+        &self.vips
+    }
+
+    /// Addresses currently in the `cluster_nodes` map.
+    pub fn cluster_nodes(&self) -> &BTreeSet<Ipv4Addr> {
+        &self.nodes
+    }
+
+    /// Make the `vips` map equal `want`.
+    pub fn set_vips(&mut self, want: &BTreeSet<Ipv4Addr>) -> Result<()> {
+        let have = std::mem::take(&mut self.vips);
+        let r = sync_set(&self.skel.maps.vips, &have, want, "vips");
+        self.vips = if r.is_ok() { want.clone() } else { have };
+        r
+    }
+
+    /// Make the `cluster_nodes` map equal `want`.
+    pub fn set_cluster_nodes(&mut self, want: &BTreeSet<Ipv4Addr>) -> Result<()> {
+        let have = std::mem::take(&mut self.nodes);
+        let r = sync_set(&self.skel.maps.cluster_nodes, &have, want, "cluster_nodes");
+        self.nodes = if r.is_ok() { want.clone() } else { have };
+        r
+    }
+
+    /// Attach the XDP balancer to `ifindex` (netlink; it stays attached if
+    /// the process dies, so forwarding survives a daemon crash). Refuses to
+    /// replace an XDP program that is not nilb's.
+    pub fn attach_xdp(&mut self, ifindex: i32, mode: XdpMode) -> Result<()> {
+        let prog = &self.skel.progs.nilb_xdp_balancer;
+        let xdp = Xdp::new(prog.as_fd());
+        for m in [XdpMode::Native, XdpMode::Generic] {
+            if let Ok(id) = xdp.query_id(ifindex, m.flags()) {
+                if id == 0 {
+                    continue;
+                }
+                let name = program_name(id).unwrap_or_else(|| "?".into());
+                if !name.starts_with("nilb_xdp") {
+                    bail!(
+                        "interface already has XDP program `{name}` (id {id}, {m:?} mode); \
+                         nilb does not replace another program: detach it first"
+                    );
+                }
+                if m != mode {
+                    bail!("a previous nilb XDP program (id {id}) is attached in {m:?} mode; detach it first (ip link set dev IF xdp off)");
+                }
+                warn!(id, "replacing a previous nilb XDP program");
+            }
+        }
+        xdp.attach(ifindex, mode.flags())
+            .with_context(|| format!("attaching XDP in {mode:?} mode to ifindex {ifindex}"))?;
+        self.xdp = Some((ifindex, mode));
+        Ok(())
+    }
+
+    /// Attach the TC second-chance program to clsact ingress of `ifindex`.
+    pub fn attach_tc(&mut self, ifindex: i32) -> Result<()> {
+        let created_qdisc = abi::create_clsact(ifindex)?;
+        let prog = &self.skel.progs.nilb_tc_second_chance;
+        let mut hook = TcHookBuilder::new(prog.as_fd())
+            .ifindex(ifindex)
+            .replace(true)
+            .handle(TC_HANDLE)
+            .priority(TC_PRIORITY)
+            .hook(libbpf_rs::TC_INGRESS);
+        let hook = hook
+            .attach()
+            .with_context(|| format!("attaching TC ingress to ifindex {ifindex}"))?;
+        self.tc = Some(TcAttachment {
+            hook,
+            ifindex,
+            created_qdisc,
+        });
+        Ok(())
+    }
+
+    /// Detach everything this data plane attached. Errors are collected, not
+    /// short-circuited, so one failure does not leave the other attached.
+    pub fn detach(&mut self) -> Result<()> {
+        let mut errors = Vec::new();
+        if let Some((ifindex, mode)) = self.xdp.take() {
+            let prog = &self.skel.progs.nilb_xdp_balancer;
+            if let Err(e) = Xdp::new(prog.as_fd()).detach(ifindex, mode.flags()) {
+                errors.push(format!("detaching XDP from ifindex {ifindex}: {e}"));
+            }
+        }
+        if let Some(mut tc) = self.tc.take() {
+            if let Err(e) = tc.hook.detach() {
+                errors.push(format!("detaching TC from ifindex {}: {e}", tc.ifindex));
+            }
+            if tc.created_qdisc {
+                let mut all = tc.hook;
+                all.attach_point(libbpf_rs::TC_INGRESS | libbpf_rs::TC_EGRESS);
+                if let Err(e) = all.destroy() {
+                    errors.push(format!("removing clsact from ifindex {}: {e}", tc.ifindex));
+                }
+            }
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            bail!(errors.join("; "))
+        }
+    }
+
+    /// Pin the shared maps under `dir` (created if missing; stale pins from
+    /// an earlier run are replaced) so `nilb stats` can read them.
+    pub fn pin(&mut self, dir: &Path) -> Result<()> {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        for name in PINNED_MAPS {
+            let path = dir.join(name);
+            if path.exists() {
+                warn!(path = %path.display(), "replacing a stale pin from an earlier run");
+                std::fs::remove_file(&path)
+                    .with_context(|| format!("removing stale pin {}", path.display()))?;
+            }
+        }
+        let m = &mut self.skel.maps;
+        for (name, map) in [
+            ("services", &mut m.services),
+            ("cluster_nodes", &mut m.cluster_nodes),
+            ("vips", &mut m.vips),
+            ("nilb_config", &mut m.nilb_config),
+            ("counters", &mut m.counters),
+            ("service_stats", &mut m.service_stats),
+        ] {
+            let path = dir.join(name);
+            map.pin(&path)
+                .with_context(|| format!("pinning {name} at {}", path.display()))?;
+        }
+        self.pin_dir = Some(dir.to_path_buf());
+        Ok(())
+    }
+
+    /// Remove the pins created by [`Dataplane::pin`].
+    pub fn unpin(&mut self) -> Result<()> {
+        let Some(dir) = self.pin_dir.take() else {
+            return Ok(());
+        };
+        for name in PINNED_MAPS {
+            let path = dir.join(name);
+            if path.exists() {
+                std::fs::remove_file(&path)
+                    .with_context(|| format!("removing pin {}", path.display()))?;
+            }
+        }
+        let _ = std::fs::remove_dir(&dir);
+        Ok(())
+    }
+
+    /// All counters, in [`abi::COUNTER_NAMES`] order.
+    pub fn counters(&self) -> Result<Vec<u64>> {
+        abi::read_counters(&self.skel.maps.counters)
+    }
+
+    /// Stats of the service with stats index `index`, summed over CPUs.
+    pub fn service_stats(&self, index: u32) -> Result<abi::sys::nilb_service_stats> {
+        let v = self
+            .skel
+            .maps
+            .service_stats
+            .lookup_percpu(&index.to_ne_bytes(), MapFlags::ANY)?
+            .context("service index out of range")?;
+        abi::sum_service_stats(&v)
+    }
+
+    /// Run the XDP balancer on one frame (BPF_PROG_TEST_RUN).
+    pub fn run_xdp(&self, frame: &[u8], ingress_ifindex: u32) -> Result<(u32, Vec<u8>)> {
+        abi::test_run_xdp(&self.skel.progs.nilb_xdp_balancer, frame, ingress_ifindex)
+    }
+
+    /// Run the TC program on one frame (BPF_PROG_TEST_RUN).
+    pub fn run_tc(&self, frame: &[u8], ifindex: u32) -> Result<(u32, Vec<u8>)> {
+        abi::test_run_tc(&self.skel.progs.nilb_tc_second_chance, frame, ifindex)
+    }
+}
+
+impl Drop for Dataplane<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = self.detach() {
+            warn!("{e:#}");
+        }
+        if let Err(e) = self.unpin() {
+            warn!("{e:#}");
+        }
+    }
+}
+
+fn sync_set(
+    map: &dyn MapCore,
+    have: &BTreeSet<Ipv4Addr>,
+    want: &BTreeSet<Ipv4Addr>,
+    what: &str,
+) -> Result<()> {
+    let info = abi::sys::nilb_addr_info::default();
+    for a in want.difference(have) {
+        map.update(&abi::addr_be(*a).to_ne_bytes(), abi::bytes_of(&info), MapFlags::ANY)
+            .with_context(|| format!("adding {a} to {what}"))?;
+    }
+    for a in have.difference(want) {
+        map.delete(&abi::addr_be(*a).to_ne_bytes())
+            .with_context(|| format!("removing {a} from {what}"))?;
+    }
+    Ok(())
+}
+
+/// Name of the loaded BPF program with this id.
+fn program_name(id: u32) -> Option<String> {
+    libbpf_rs::query::ProgInfoIter::default()
+        .find(|p| p.id == id)
+        .map(|p| p.name.to_string_lossy().into_owned())
+}
+
+/// Maps of a running daemon, opened from their pins (for `nilb stats` and
+/// `nilb lookup --live`).
+pub struct PinnedMaps {
+    /// `services` (outer table).
+    pub services: libbpf_rs::MapHandle,
+    /// `counters`.
+    pub counters: libbpf_rs::MapHandle,
+    /// `service_stats`.
+    pub service_stats: libbpf_rs::MapHandle,
+    /// `nilb_config`.
+    pub config: libbpf_rs::MapHandle,
+}
+
+impl PinnedMaps {
+    /// Open the pins under `dir`.
+    pub fn open(dir: &Path) -> Result<Self> {
+        let open = |name: &str| {
+            let p = dir.join(name);
+            libbpf_rs::MapHandle::from_pinned_path(&p).with_context(|| {
+                format!(
+                    "opening {} (is `nilb run` running with --pin-dir {}?)",
+                    p.display(),
+                    dir.display()
+                )
+            })
+        };
+        Ok(PinnedMaps {
+            services: open("services")?,
+            counters: open("counters")?,
+            service_stats: open("service_stats")?,
+            config: open("nilb_config")?,
+        })
+    }
+
+    /// Node settings the daemon wrote.
+    pub fn settings(&self) -> Result<NodeSettings> {
+        let v = self
+            .config
+            .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)?
+            .context("nilb_config is empty")?;
+        let c: abi::sys::nilb_config = abi::read_struct(&v)?;
+        Ok(NodeSettings {
+            node: abi::addr_from_be(c.node_addr),
+            hash_seed: c.hash_seed,
+            gue_port: u16::from_be(c.gue_port),
+            unknown_flow_local: c.flags & abi::sys::nilb_config_flags::NILB_F_UNKNOWN_FLOW_LOCAL != 0,
+        })
+    }
+
+    /// Installed services with their header and buckets, read from the
+    /// live inner arrays.
+    pub fn tables(&self) -> Result<Vec<(ServiceKey, LiveTable)>> {
+        let mut out = Vec::new();
+        for key in self.services.keys() {
+            let Some(service) = abi::parse_service_key(&key)? else {
+                continue;
+            };
+            let Some(id) = self.services.lookup(&key, MapFlags::ANY)? else {
+                continue;
+            };
+            let id = u32::from_ne_bytes(id[..4].try_into().expect("4-byte map id"));
+            let inner = libbpf_rs::MapHandle::from_map_id(id)
+                .with_context(|| format!("opening the table of {service} (map id {id})"))?;
+            let (hdr, buckets) = abi::read_inner_table(&inner)?;
+            out.push((
+                service,
+                LiveTable {
+                    service_index: hdr.service_index,
+                    buckets: buckets
+                        .iter()
+                        .map(|b| crate::table::Bucket {
+                            first: (b.first_hop != 0).then(|| abi::addr_from_be(b.first_hop)),
+                            second: (b.second_hop != 0).then(|| abi::addr_from_be(b.second_hop)),
+                        })
+                        .collect(),
+                },
+            ));
+        }
+        out.sort_by_key(|(k, _)| *k);
+        Ok(out)
+    }
+}
+
+/// A service table as installed in the data plane.
+#[derive(Clone, Debug)]
+pub struct LiveTable {
+    /// Index into `service_stats`.
+    pub service_index: u32,
+    /// Buckets in index order.
+    pub buckets: Vec<crate::table::Bucket>,
+}

@@ -1,0 +1,308 @@
+//! Shared pieces of the BPF tests: a private network namespace per test,
+//! packet builders that write every byte explicitly, and a loaded data plane
+//! filled from a YAML config. Needs root (BPF, netns).
+
+#![allow(dead_code)]
+
+use std::mem::MaybeUninit;
+use std::net::Ipv4Addr;
+use std::process::Command;
+
+use libbpf_rs::OpenObject;
+use nilb::config::Config;
+use nilb::control::ControlPlane;
+use nilb::dataplane::abi::COUNTER_NAMES;
+use nilb::dataplane::Dataplane;
+
+pub const XDP_DROP: u32 = 1;
+pub const XDP_PASS: u32 = 2;
+pub const XDP_TX: u32 = 3;
+pub const TC_ACT_OK: u32 = 0;
+pub const TC_ACT_SHOT: u32 = 2;
+pub const TC_ACT_REDIRECT: u32 = 7;
+
+/// This node (the balancer under test) and its neighbours.
+pub const NODE: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 11);
+pub const B12: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 12);
+pub const B13: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 13);
+pub const VIP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 100);
+pub const CLIENT: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
+pub const MAC12: [u8; 6] = [0x02, 0, 0, 0, 0, 0x12];
+pub const MAC13: [u8; 6] = [0x02, 0, 0, 0, 0, 0x13];
+pub const CLIENT_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
+
+/// A private network namespace for the calling thread: veth `nt0` (this
+/// node, 10.0.0.11/24, forwarding on) and `nt1`, static neighbours for
+/// 10.0.0.12 and .13, the VIP on `lo`. It disappears with the thread.
+pub struct TestNet {
+    /// ifindex of nt0.
+    pub ifindex: u32,
+    /// MAC of nt0.
+    pub mac: [u8; 6],
+}
+
+fn ip(args: &str) {
+    let st = Command::new("ip")
+        .args(args.split_whitespace())
+        .status()
+        .expect("running ip");
+    assert!(st.success(), "ip {args} failed");
+}
+
+impl TestNet {
+    pub fn new() -> TestNet {
+        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)
+            .expect("unshare(CLONE_NEWNET): tests need root");
+        ip("link set lo up");
+        ip("link add nt0 type veth peer name nt1");
+        ip("addr add 10.0.0.11/24 dev nt0");
+        ip("addr add 10.0.0.100/32 dev lo");
+        ip("link set nt0 up");
+        ip("link set nt1 up");
+        ip("neigh replace 10.0.0.12 lladdr 02:00:00:00:00:12 dev nt0 nud permanent");
+        ip("neigh replace 10.0.0.13 lladdr 02:00:00:00:00:13 dev nt0 nud permanent");
+        std::fs::write("/proc/sys/net/ipv4/conf/nt0/forwarding", "1").expect("forwarding");
+        let ifindex = nix::net::if_::if_nametoindex("nt0").expect("nt0") as u32;
+        let mac_text = std::fs::read_to_string("/sys/class/net/nt0/address").unwrap_or_default();
+        let mac = parse_mac(mac_text.trim()).unwrap_or_else(|| mac_from_ip_link("nt0"));
+        TestNet { ifindex, mac }
+    }
+}
+
+fn parse_mac(s: &str) -> Option<[u8; 6]> {
+    let v: Vec<u8> = s
+        .split(':')
+        .map(|p| u8::from_str_radix(p, 16))
+        .collect::<Result<_, _>>()
+        .ok()?;
+    v.try_into().ok()
+}
+
+/// /sys belongs to the process's original namespace; ask `ip` instead.
+fn mac_from_ip_link(dev: &str) -> [u8; 6] {
+    let out = Command::new("ip")
+        .args(["-o", "link", "show", dev])
+        .output()
+        .expect("ip link");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mac = text
+        .split_whitespace()
+        .skip_while(|w| *w != "link/ether")
+        .nth(1)
+        .expect("link/ether in ip link output");
+    parse_mac(mac).expect("MAC")
+}
+
+/// Internet checksum (RFC 1071) of `data`.
+pub fn csum(data: &[u8]) -> u16 {
+    let mut sum: u32 = 0;
+    for c in data.chunks(2) {
+        let w = if c.len() == 2 {
+            u16::from_be_bytes([c[0], c[1]])
+        } else {
+            u16::from_be_bytes([c[0], 0])
+        };
+        sum += w as u32;
+    }
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+/// Ethernet header.
+pub fn eth(dst: [u8; 6], src: [u8; 6], ethertype: u16) -> Vec<u8> {
+    let mut v = Vec::with_capacity(14);
+    v.extend_from_slice(&dst);
+    v.extend_from_slice(&src);
+    v.extend_from_slice(&ethertype.to_be_bytes());
+    v
+}
+
+/// An IPv4 header (with `options`, padded to 4 bytes by the caller) with a
+/// correct checksum for a payload of `payload_len` bytes.
+pub fn ipv4(
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    proto: u8,
+    payload_len: usize,
+    frag: u16,
+    options: &[u8],
+) -> Vec<u8> {
+    assert_eq!(options.len() % 4, 0);
+    let ihl = 5 + options.len() / 4;
+    let total = ihl * 4 + payload_len;
+    let mut h = vec![0x40 | ihl as u8, 0];
+    h.extend_from_slice(&(total as u16).to_be_bytes());
+    h.extend_from_slice(&[0x12, 0x34]); // id
+    h.extend_from_slice(&frag.to_be_bytes());
+    h.push(64);
+    h.push(proto);
+    h.extend_from_slice(&[0, 0]);
+    h.extend_from_slice(&src.octets());
+    h.extend_from_slice(&dst.octets());
+    h.extend_from_slice(options);
+    let c = csum(&h);
+    h[10..12].copy_from_slice(&c.to_be_bytes());
+    h
+}
+
+pub const SYN: u8 = 0x02;
+pub const ACK: u8 = 0x10;
+pub const PSH: u8 = 0x08;
+
+/// A 20-byte TCP header (checksum left 0; nothing on the path checks it)
+/// followed by `payload`.
+pub fn tcp(sport: u16, dport: u16, flags: u8, payload: &[u8]) -> Vec<u8> {
+    let mut t = Vec::with_capacity(20 + payload.len());
+    t.extend_from_slice(&sport.to_be_bytes());
+    t.extend_from_slice(&dport.to_be_bytes());
+    t.extend_from_slice(&1000u32.to_be_bytes());
+    t.extend_from_slice(&(if flags & ACK != 0 { 2000u32 } else { 0 }).to_be_bytes());
+    t.push(5 << 4);
+    t.push(flags);
+    t.extend_from_slice(&65535u16.to_be_bytes());
+    t.extend_from_slice(&[0, 0, 0, 0]);
+    t.extend_from_slice(payload);
+    t
+}
+
+/// A UDP header + payload (checksum 0).
+pub fn udp(sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
+    let mut u = Vec::new();
+    u.extend_from_slice(&sport.to_be_bytes());
+    u.extend_from_slice(&dport.to_be_bytes());
+    u.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+    u.extend_from_slice(&[0, 0]);
+    u.extend_from_slice(payload);
+    u
+}
+
+/// An IPv4 packet (L3) from its parts.
+pub fn l3(src: Ipv4Addr, dst: Ipv4Addr, proto: u8, l4: &[u8]) -> Vec<u8> {
+    let mut p = ipv4(src, dst, proto, l4.len(), 0, &[]);
+    p.extend_from_slice(l4);
+    p
+}
+
+/// The GUE header: version 0, C 0, hlen 1+N, proto, flags 0, private type
+/// 0, next hop index, N, hops.
+pub fn gue_header(inner_proto: u8, next: u8, hops: &[Ipv4Addr]) -> Vec<u8> {
+    let mut g = vec![1 + hops.len() as u8, inner_proto, 0, 0, 0, 0, next, hops.len() as u8];
+    for h in hops {
+        g.extend_from_slice(&h.octets());
+    }
+    g
+}
+
+/// Outer IPv4 (DF, TTL 64, UDP, ID 0, TOS 0) + UDP (checksum 0) around
+/// `gue_and_inner`, as DESIGN.md specifies.
+pub fn gue_outer(src: Ipv4Addr, dst: Ipv4Addr, sport: u16, gue_port: u16, gue_and_inner: &[u8]) -> Vec<u8> {
+    let udp_len = 8 + gue_and_inner.len();
+    let total = 20 + udp_len;
+    let mut h = vec![0x45, 0];
+    h.extend_from_slice(&(total as u16).to_be_bytes());
+    h.extend_from_slice(&[0, 0, 0x40, 0, 64, 17, 0, 0]);
+    h.extend_from_slice(&src.octets());
+    h.extend_from_slice(&dst.octets());
+    let c = csum(&h);
+    h[10..12].copy_from_slice(&c.to_be_bytes());
+    h.extend_from_slice(&sport.to_be_bytes());
+    h.extend_from_slice(&gue_port.to_be_bytes());
+    h.extend_from_slice(&(udp_len as u16).to_be_bytes());
+    h.extend_from_slice(&[0, 0]);
+    h.extend_from_slice(gue_and_inner);
+    h
+}
+
+/// A full GUE frame: Ethernet + outer + GUE + inner.
+pub fn gue_frame(
+    eth_dst: [u8; 6],
+    eth_src: [u8; 6],
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    next: u8,
+    hops: &[Ipv4Addr],
+    inner: &[u8],
+) -> Vec<u8> {
+    let mut gi = gue_header(4, next, hops);
+    gi.extend_from_slice(inner);
+    let mut f = eth(eth_dst, eth_src, 0x0800);
+    f.extend_from_slice(&gue_outer(src, dst, 0x8123, 19523, &gi));
+    f
+}
+
+/// A loaded data plane with its control state.
+pub struct Loaded {
+    pub dp: Dataplane<'static>,
+    pub cp: ControlPlane,
+}
+
+/// Load the BPF object and fill it from `yaml` for node `node`.
+pub fn load(yaml: &str, node: Ipv4Addr) -> Loaded {
+    let storage: &'static mut MaybeUninit<OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
+    let mut dp = Dataplane::load(storage).expect("loading BPF (root needed)");
+    let cp = ControlPlane::new(Config::parse(yaml).expect("test config"));
+    cp.apply(&mut dp, node, &cp.full_plan()).expect("filling maps");
+    Loaded { dp, cp }
+}
+
+impl Loaded {
+    /// Apply a new config (like SIGHUP).
+    pub fn reload(&mut self, yaml: &str, node: Ipv4Addr) {
+        let plan = self.cp.update(Config::parse(yaml).expect("test config"));
+        self.cp.apply(&mut self.dp, node, &plan).expect("applying");
+    }
+
+    /// Counter deltas by name produced by `f`.
+    pub fn counted<T>(&self, f: impl FnOnce() -> T) -> (T, Vec<(&'static str, u64)>) {
+        let before = self.dp.counters().unwrap();
+        let r = f();
+        let after = self.dp.counters().unwrap();
+        let deltas = COUNTER_NAMES
+            .iter()
+            .zip(before.iter().zip(after))
+            .filter(|(_, (b, a))| a != *b)
+            .map(|(n, (b, a))| (*n, a - b))
+            .collect();
+        (r, deltas)
+    }
+}
+
+/// Config with one TCP service 10.0.0.100:80 and the given backends
+/// (`dip weight state` triples), balancer 10.0.0.11.
+pub fn config(backends: &[(Ipv4Addr, u32, &str)], unknown_flow: &str) -> String {
+    let mut y = format!(
+        "version: 1\ncluster:\n  hash_seed: 0x5eed1234\n  balancers: [10.0.0.11]\n  unknown_flow: {unknown_flow}\nservices:\n  - name: web\n    vip: 10.0.0.100\n    port: 80\n    protocol: tcp\n    table_size: 256\n    backends:\n"
+    );
+    if backends.is_empty() {
+        y = y.replace("    backends:\n", "    backends: []\n");
+    }
+    for (d, w, s) in backends {
+        y += &format!("      - {{dip: {d}, weight: {w}, state: {s}}}\n");
+    }
+    y += "  - name: dns\n    vip: 10.0.0.100\n    port: 53\n    protocol: udp\n    table_size: 256\n    backends:\n      - {dip: 10.0.0.12}\n";
+    y
+}
+
+/// Hex dump for assertion messages.
+pub fn hex(b: &[u8]) -> String {
+    b.chunks(16)
+        .map(|c| c.iter().map(|x| format!("{x:02x}")).collect::<Vec<_>>().join(" "))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Assert two frames are byte-identical, with a readable diff.
+pub fn assert_bytes(what: &str, got: &[u8], want: &[u8]) {
+    if got != want {
+        let first = got.iter().zip(want).position(|(a, b)| a != b).unwrap_or(got.len().min(want.len()));
+        panic!(
+            "{what}: output differs at byte {first} (got {} bytes, want {})\n got:\n{}\nwant:\n{}",
+            got.len(),
+            want.len(),
+            hex(got),
+            hex(want)
+        );
+    }
+}

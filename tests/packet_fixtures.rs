@@ -1,0 +1,631 @@
+//! Packet fixtures through BPF_PROG_TEST_RUN (Katran style): each case is
+//! {description, input frame, expected verdict, expected output frame,
+//! expected counter deltas}, run through the real XDP balancer or TC program
+//! with maps filled from a YAML config. Expected bytes are written out field
+//! by field in `common`, independently of the C code. Needs root.
+
+mod common;
+
+use std::net::Ipv4Addr;
+
+use common::*;
+use nilb::hash::{flow_hash, FlowTuple, IPPROTO_TCP, IPPROTO_UDP};
+
+const SEED: u32 = 0x5eed1234;
+
+/// Outer UDP source port the balancer must use for a client flow.
+fn sport_of(src: Ipv4Addr, dst: Ipv4Addr, sp: u16, dp: u16, proto: u8) -> u16 {
+    let h = flow_hash(
+        &FlowTuple {
+            saddr: src,
+            daddr: dst,
+            sport: sp,
+            dport: dp,
+            proto,
+        },
+        SEED,
+    );
+    0x8000 | (h & 0x7fff) as u16
+}
+
+/// The frame the balancer must emit for `inner` (L3) sent to `first` with
+/// the given listed hops, with Ethernet from `src_mac` to `dst_mac`.
+fn encapsulated(
+    dst_mac: [u8; 6],
+    src_mac: [u8; 6],
+    first: Ipv4Addr,
+    hops: &[Ipv4Addr],
+    sport: u16,
+    inner: &[u8],
+) -> Vec<u8> {
+    let mut gi = gue_header(4, 0, hops);
+    gi.extend_from_slice(inner);
+    let mut f = eth(dst_mac, src_mac, 0x0800);
+    f.extend_from_slice(&gue_outer(NODE, first, sport, 19523, &gi));
+    f
+}
+
+struct Fixture {
+    description: &'static str,
+    input: Vec<u8>,
+    verdict: u32,
+    /// None: the frame must come out unchanged.
+    output: Option<Vec<u8>>,
+    counters: &'static [(&'static str, u64)],
+}
+
+fn run_xdp_fixtures(l: &Loaded, ifindex: u32, fixtures: &[Fixture]) {
+    for f in fixtures {
+        let ((verdict, out), deltas) = l.counted(|| l.dp.run_xdp(&f.input, ifindex).unwrap());
+        assert_eq!(verdict, f.verdict, "{}: verdict", f.description);
+        let want = f.output.as_ref().unwrap_or(&f.input);
+        assert_bytes(f.description, &out, want);
+        assert_eq!(deltas, f.counters.to_vec(), "{}: counters", f.description);
+    }
+}
+
+fn run_tc_fixtures(l: &Loaded, ifindex: u32, fixtures: &[Fixture]) {
+    for f in fixtures {
+        let ((verdict, out), deltas) = l.counted(|| l.dp.run_tc(&f.input, ifindex).unwrap());
+        assert_eq!(verdict, f.verdict, "{}: verdict", f.description);
+        let want = f.output.as_ref().unwrap_or(&f.input);
+        assert_bytes(f.description, &out, want);
+        assert_eq!(deltas, f.counters.to_vec(), "{}: counters", f.description);
+    }
+}
+
+fn client_frame(net: &TestNet, l3: &[u8]) -> Vec<u8> {
+    let mut f = eth(net.mac, CLIENT_MAC, 0x0800);
+    f.extend_from_slice(l3);
+    f
+}
+
+#[test]
+fn xdp_syn_to_vip_is_encapsulated_byte_for_byte() {
+    let net = TestNet::new();
+    let l = load(&config(&[(B12, 1, "active")], "drop"), NODE);
+    let inner = l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40000, 80, SYN, b""));
+    let input = client_frame(&net, &inner);
+    let sport = sport_of(CLIENT, VIP, 40000, 80, IPPROTO_TCP);
+    let want = encapsulated(MAC12, net.mac, B12, &[], sport, &inner);
+
+    let ((verdict, out), deltas) = l.counted(|| l.dp.run_xdp(&input, net.ifindex).unwrap());
+    assert_eq!(verdict, XDP_TX);
+    assert_bytes("SYN to VIP", &out, &want);
+    assert_eq!(deltas, vec![("xdp_encap_tx", 1)]);
+
+    // Every outer and GUE byte, spelled out once more against DESIGN.md.
+    let o = &out[14..];
+    assert_eq!(&o[0..2], &[0x45, 0x00], "version 4, IHL 5, TOS 0");
+    assert_eq!(u16::from_be_bytes([o[2], o[3]]) as usize, 36 + inner.len(), "total length");
+    assert_eq!(&o[4..8], &[0, 0, 0x40, 0], "ID 0, DF");
+    assert_eq!(&o[8..10], &[64, 17], "TTL 64, UDP");
+    assert_eq!(csum(&o[..20]), 0, "valid IPv4 checksum");
+    assert_eq!(&o[12..16], &NODE.octets(), "outer source = this node");
+    assert_eq!(&o[16..20], &B12.octets(), "outer destination = first hop");
+    assert_eq!(u16::from_be_bytes([o[20], o[21]]), sport);
+    assert!(sport & 0x8000 != 0);
+    assert_eq!(u16::from_be_bytes([o[22], o[23]]), 19523, "GUE port");
+    assert_eq!(u16::from_be_bytes([o[24], o[25]]) as usize, 16 + inner.len(), "UDP length");
+    assert_eq!(&o[26..28], &[0, 0], "UDP checksum 0");
+    assert_eq!(&o[28..36], &[0x01, 4, 0, 0, 0, 0, 0, 0], "GUE: hlen 1, IPv4, no hops");
+    assert_eq!(&o[36..], &inner[..], "inner packet unchanged");
+
+    // The same flow twice gives identical output.
+    let (v2, out2) = l.dp.run_xdp(&input, net.ifindex).unwrap();
+    assert_eq!((v2, &out2), (verdict, &out));
+}
+
+#[test]
+fn xdp_second_hop_listed_only_when_set() {
+    let net = TestNet::new();
+    let mut l = load(&config(&[(B12, 1, "active")], "drop"), NODE);
+    let inner = l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40001, 80, ACK, b"x"));
+    let input = client_frame(&net, &inner);
+    let sport = sport_of(CLIENT, VIP, 40001, 80, IPPROTO_TCP);
+
+    let (v, out) = l.dp.run_xdp(&input, net.ifindex).unwrap();
+    assert_eq!(v, XDP_TX);
+    assert_bytes("no second hop", &out, &encapsulated(MAC12, net.mac, B12, &[], sport, &inner));
+
+    // Drain .12 in favour of .13: every bucket moves, .12 becomes second hop.
+    l.reload(&config(&[(B12, 1, "drained"), (B13, 1, "active")], "drop"), NODE);
+    let (v, out) = l.dp.run_xdp(&input, net.ifindex).unwrap();
+    assert_eq!(v, XDP_TX);
+    let want = encapsulated(MAC13, net.mac, B13, &[B12], sport, &inner);
+    assert_bytes("with second hop", &out, &want);
+    assert_eq!(&out[14 + 28..14 + 40], &[0x02, 4, 0, 0, 0, 0, 0, 1, 10, 0, 0, 12]);
+}
+
+#[test]
+fn xdp_fixture_table() {
+    let net = TestNet::new();
+    let l = load(&config(&[(B12, 1, "active")], "drop"), NODE);
+    let mac = net.mac;
+    let other = Ipv4Addr::new(10, 0, 0, 50);
+
+    let syn = |dst: Ipv4Addr, dport: u16| client_frame(&net, &l3(CLIENT, dst, IPPROTO_TCP, &tcp(40000, dport, SYN, b"")));
+    let with_options = {
+        let t = tcp(40002, 80, SYN, b"");
+        let mut p = ipv4(CLIENT, VIP, IPPROTO_TCP, t.len(), 0, &[1, 1, 1, 0]);
+        p.extend_from_slice(&t);
+        p
+    };
+    let fragment = |frag: u16| {
+        let t = tcp(40003, 80, ACK, b"0123456789abcdef");
+        let mut p = ipv4(CLIENT, VIP, IPPROTO_TCP, t.len(), frag, &[]);
+        p.extend_from_slice(&t);
+        client_frame(&net, &p)
+    };
+    let truncated_tcp = |dst: Ipv4Addr| {
+        // IPv4 says TCP but carries only 8 bytes of it.
+        let mut p = ipv4(CLIENT, dst, IPPROTO_TCP, 8, 0, &[]);
+        p.extend_from_slice(&tcp(40004, 80, SYN, b"")[..8]);
+        client_frame(&net, &p)
+    };
+    let dns = l3(CLIENT, VIP, IPPROTO_UDP, &udp(5353, 53, b"query"));
+    let mut arp = eth([0xff; 6], CLIENT_MAC, 0x0806);
+    arp.extend_from_slice(&[0u8; 28]);
+    let mut bad_ihl = client_frame(&net, &l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40005, 80, SYN, b"")));
+    bad_ihl[14] = 0x44; // IHL 4
+
+    let fixtures = vec![
+        Fixture {
+            description: "IPv4 with options to a VIP is balanced on its real ports",
+            input: client_frame(&net, &with_options),
+            verdict: XDP_TX,
+            output: Some(encapsulated(MAC12, mac, B12, &[], sport_of(CLIENT, VIP, 40002, 80, IPPROTO_TCP), &with_options)),
+            counters: &[("xdp_encap_tx", 1)],
+        },
+        Fixture {
+            description: "UDP to a UDP service is balanced",
+            input: client_frame(&net, &dns),
+            verdict: XDP_TX,
+            output: Some(encapsulated(MAC12, mac, B12, &[], sport_of(CLIENT, VIP, 5353, 53, IPPROTO_UDP), &dns)),
+            counters: &[("xdp_encap_tx", 1)],
+        },
+        Fixture {
+            description: "TCP to a non-VIP address passes untouched",
+            input: syn(other, 80),
+            verdict: XDP_PASS,
+            output: None,
+            counters: &[("xdp_pass_not_service", 1)],
+        },
+        Fixture {
+            description: "TCP to a VIP's other port passes untouched",
+            input: syn(VIP, 8080),
+            verdict: XDP_PASS,
+            output: None,
+            counters: &[("xdp_pass_not_service", 1)],
+        },
+        Fixture {
+            description: "UDP to a TCP service's port passes untouched",
+            input: client_frame(&net, &l3(CLIENT, VIP, IPPROTO_UDP, &udp(1000, 80, b"x"))),
+            verdict: XDP_PASS,
+            output: None,
+            counters: &[("xdp_pass_not_service", 1)],
+        },
+        Fixture {
+            description: "non-IP (ARP) passes untouched",
+            input: arp,
+            verdict: XDP_PASS,
+            output: None,
+            counters: &[("xdp_pass_non_ip", 1)],
+        },
+        Fixture {
+            description: "ICMP echo to a VIP passes (not balanced)",
+            input: client_frame(&net, &l3(CLIENT, VIP, 1, &[8, 0, 0xf7, 0xff, 0, 0, 0, 0])),
+            verdict: XDP_PASS,
+            output: None,
+            counters: &[("xdp_pass_not_service", 1)],
+        },
+        Fixture {
+            description: "first fragment (MF) of VIP traffic is dropped",
+            input: fragment(0x2000),
+            verdict: XDP_DROP,
+            output: None,
+            counters: &[("xdp_drop_fragment", 1)],
+        },
+        Fixture {
+            description: "later fragment (offset) of VIP traffic is dropped",
+            input: fragment(0x0010),
+            verdict: XDP_DROP,
+            output: None,
+            counters: &[("xdp_drop_fragment", 1)],
+        },
+        Fixture {
+            description: "fragment to a non-VIP address passes",
+            input: {
+                let t = tcp(1, 2, ACK, b"");
+                let mut p = ipv4(CLIENT, other, IPPROTO_TCP, t.len(), 0x2000, &[]);
+                p.extend_from_slice(&t);
+                client_frame(&net, &p)
+            },
+            verdict: XDP_PASS,
+            output: None,
+            counters: &[("xdp_pass_not_service", 1)],
+        },
+        Fixture {
+            description: "truncated TCP header to a VIP is dropped",
+            input: truncated_tcp(VIP),
+            verdict: XDP_DROP,
+            output: None,
+            counters: &[("xdp_drop_malformed", 1)],
+        },
+        Fixture {
+            description: "truncated TCP header to another address passes",
+            input: truncated_tcp(other),
+            verdict: XDP_PASS,
+            output: None,
+            counters: &[("xdp_pass_not_service", 1)],
+        },
+        Fixture {
+            description: "IHL below 5 to a VIP is dropped",
+            input: bad_ihl,
+            verdict: XDP_DROP,
+            output: None,
+            counters: &[("xdp_drop_malformed", 1)],
+        },
+    ];
+    run_xdp_fixtures(&l, net.ifindex, &fixtures);
+}
+
+#[test]
+fn xdp_ethernet_padding_is_not_carried() {
+    let net = TestNet::new();
+    let l = load(&config(&[(B12, 1, "active")], "drop"), NODE);
+    let inner = l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40006, 80, ACK, b""));
+    let mut input = client_frame(&net, &inner);
+    input.resize(60, 0); // minimum Ethernet frame
+    let (v, out) = l.dp.run_xdp(&input, net.ifindex).unwrap();
+    assert_eq!(v, XDP_TX);
+    let want = encapsulated(MAC12, net.mac, B12, &[], sport_of(CLIENT, VIP, 40006, 80, IPPROTO_TCP), &inner);
+    assert_bytes("padded frame", &out, &want);
+}
+
+#[test]
+fn xdp_icmp_frag_needed_follows_the_embedded_flow() {
+    let net = TestNet::new();
+    let l = load(&config(&[(B12, 1, "active"), (B13, 1, "active")], "drop"), NODE);
+    let table = l.cp.service(&l.cp.config().services[0].key()).unwrap().table.clone();
+    let router = Ipv4Addr::new(198, 51, 100, 1);
+    let mut seen = std::collections::BTreeSet::new();
+    for cport in 41000..41016u16 {
+        // What the backend sent: VIP:80 -> client:cport, first 8 bytes of TCP.
+        let emb_tcp = tcp(80, cport, ACK, b"");
+        let mut emb = ipv4(VIP, CLIENT, IPPROTO_TCP, emb_tcp.len(), 0, &[]);
+        emb.extend_from_slice(&emb_tcp[..8]);
+        let mut icmp = vec![3, 4, 0, 0, 0, 0, 0x05, 0x78]; // frag needed, MTU 1400
+        icmp.extend_from_slice(&emb);
+        let c = csum(&icmp);
+        icmp[2..4].copy_from_slice(&c.to_be_bytes());
+        let inner = l3(router, VIP, 1, &icmp);
+
+        // The client's flow is client:cport -> VIP:80.
+        let h = flow_hash(
+            &FlowTuple { saddr: CLIENT, daddr: VIP, sport: cport, dport: 80, proto: IPPROTO_TCP },
+            SEED,
+        );
+        let first = table.buckets()[(h & (table.size() - 1)) as usize].first.unwrap();
+        let mac = if first == B12 { MAC12 } else { MAC13 };
+        seen.insert(first);
+        let want = encapsulated(mac, net.mac, first, &[], 0x8000 | (h & 0x7fff) as u16, &inner);
+        let ((v, out), deltas) = l.counted(|| l.dp.run_xdp(&client_frame(&net, &inner), net.ifindex).unwrap());
+        assert_eq!(v, XDP_TX, "ICMP for port {cport}");
+        assert_bytes("ICMP frag needed", &out, &want);
+        assert_eq!(deltas, vec![("xdp_encap_tx", 1), ("xdp_icmp_forwarded", 1)]);
+    }
+    assert_eq!(seen.len(), 2, "the sample should reach both backends");
+}
+
+#[test]
+fn xdp_service_without_backend_drops() {
+    let net = TestNet::new();
+    let l = load(&config(&[], "drop"), NODE);
+    let input = client_frame(&net, &l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40000, 80, SYN, b"")));
+    let ((v, _), deltas) = l.counted(|| l.dp.run_xdp(&input, net.ifindex).unwrap());
+    assert_eq!(v, XDP_DROP);
+    assert_eq!(deltas, vec![("xdp_drop_no_backend", 1)]);
+    let stats = l.dp.service_stats(0).unwrap();
+    assert_eq!((stats.packets, stats.drops), (0, 1));
+}
+
+#[test]
+fn xdp_local_first_hop_goes_to_tc_and_is_decapsulated() {
+    let net = TestNet::new();
+    let l = load(&config(&[(NODE, 1, "active")], "drop"), NODE);
+    let inner = l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40000, 80, SYN, b""));
+    let input = client_frame(&net, &inner);
+    let ((v, out), deltas) = l.counted(|| l.dp.run_xdp(&input, net.ifindex).unwrap());
+    assert_eq!(v, XDP_PASS);
+    assert_eq!(deltas, vec![("xdp_encap_local", 1)]);
+    // Original MACs, outer destination = this node.
+    let want = encapsulated(net.mac, CLIENT_MAC, NODE, &[], sport_of(CLIENT, VIP, 40000, 80, IPPROTO_TCP), &inner);
+    assert_bytes("local first hop", &out, &want);
+    // Second chance then applies in our own TC program: a SYN is accepted.
+    let ((v, out), deltas) = l.counted(|| l.dp.run_tc(&want, net.ifindex).unwrap());
+    assert_eq!(v, TC_ACT_OK);
+    assert_eq!(deltas, vec![("tc_decap_syn", 1)]);
+    assert_bytes("decapsulated", &out, &input);
+}
+
+#[test]
+fn xdp_unknown_neighbour_takes_the_tc_slow_path() {
+    let net = TestNet::new();
+    let b14 = Ipv4Addr::new(10, 0, 0, 14); // on-link, no neighbour entry
+    let l = load(&config(&[(b14, 1, "active")], "drop"), NODE);
+    let inner = l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40000, 80, SYN, b""));
+    let input = client_frame(&net, &inner);
+    let ((v, out), deltas) = l.counted(|| l.dp.run_xdp(&input, net.ifindex).unwrap());
+    assert_eq!(v, XDP_PASS);
+    assert_eq!(deltas, vec![("xdp_encap_slow_path", 1)]);
+    let want = encapsulated(net.mac, CLIENT_MAC, b14, &[], sport_of(CLIENT, VIP, 40000, 80, IPPROTO_TCP), &inner);
+    assert_bytes("slow path", &out, &want);
+    // TC sends it on with bpf_redirect_neigh, unchanged.
+    let ((v, out), deltas) = l.counted(|| l.dp.run_tc(&want, net.ifindex).unwrap());
+    assert_eq!(v, TC_ACT_REDIRECT);
+    assert_eq!(deltas, vec![("tc_slow_path_sent", 1)]);
+    assert_bytes("slow path via TC", &out, &want);
+}
+
+// ---- TC second chance ---------------------------------------------------------
+
+fn backend_config(unknown_flow: &str) -> String {
+    config(&[(B12, 1, "active"), (B13, 1, "active"), (NODE, 1, "active")], unknown_flow)
+}
+
+#[test]
+fn tc_fixture_table() {
+    let net = TestNet::new();
+    let l = load(&backend_config("drop"), NODE);
+    let mac = net.mac;
+    let syn = l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40000, 80, SYN, b""));
+    let data = l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40001, 80, ACK | PSH, b"GET / HTTP/1.1\r\n"));
+    let frame = |src: Ipv4Addr, next: u8, hops: &[Ipv4Addr], inner: &[u8]| {
+        gue_frame(mac, MAC12, src, NODE, next, hops, inner)
+    };
+    let decapsulated = |inner: &[u8]| {
+        let mut f = eth(mac, MAC12, 0x0800);
+        f.extend_from_slice(inner);
+        f
+    };
+    let with_gue_byte = |i: usize, v: u8| {
+        let mut f = frame(B12, 0, &[B13], &data);
+        f[14 + 28 + i] = v;
+        f
+    };
+    let mut wrong_inner_len = frame(B12, 0, &[B13], &data);
+    let tl = 14 + 28 + 12 + 2;
+    wrong_inner_len[tl + 1] ^= 1;
+    let mut truncated = frame(B12, 0, &[B13], &data);
+    truncated.truncate(14 + 28 + 10);
+    let mut ipv6_inner = frame(B12, 0, &[], &data);
+    ipv6_inner[14 + 28 + 1] = 41;
+    let not_vip = l3(CLIENT, Ipv4Addr::new(10, 0, 0, 50), IPPROTO_TCP, &tcp(1, 80, SYN, b""));
+    let mut udp_other_port = eth(mac, MAC12, 0x0800);
+    udp_other_port.extend_from_slice(&l3(B12, NODE, IPPROTO_UDP, &udp(1234, 5000, b"hello")));
+    let mut to_other_node = frame(B12, 0, &[], &syn);
+    to_other_node.splice(14 + 16..14 + 20, B13.octets());
+    let c = csum(&{
+        let mut h = to_other_node[14..34].to_vec();
+        h[10] = 0;
+        h[11] = 0;
+        h
+    });
+    to_other_node[14 + 10..14 + 12].copy_from_slice(&c.to_be_bytes());
+
+    let fixtures = vec![
+        Fixture {
+            description: "SYN is decapsulated back to the exact original packet",
+            input: frame(B12, 0, &[B13], &syn),
+            verdict: TC_ACT_OK,
+            output: Some(decapsulated(&syn)),
+            counters: &[("tc_decap_syn", 1)],
+        },
+        Fixture {
+            description: "SYN from the balancer's own address is accepted too",
+            input: frame(NODE, 0, &[], &syn),
+            verdict: TC_ACT_OK,
+            output: Some(decapsulated(&syn)),
+            counters: &[("tc_decap_syn", 1)],
+        },
+        Fixture {
+            description: "unknown non-SYN is forwarded to the next hop, outer rewritten",
+            input: frame(B12, 0, &[B13], &data),
+            verdict: TC_ACT_REDIRECT,
+            output: Some(gue_frame(mac, MAC12, NODE, B13, 1, &[B13], &data)),
+            counters: &[("tc_forward", 1)],
+        },
+        Fixture {
+            description: "unknown non-SYN with no hop left is dropped",
+            input: frame(B12, 1, &[B13], &data),
+            verdict: TC_ACT_SHOT,
+            output: None,
+            counters: &[("tc_drop_unknown_flow", 1)],
+        },
+        Fixture {
+            description: "unknown non-SYN with an empty hop list is dropped",
+            input: frame(B12, 0, &[], &data),
+            verdict: TC_ACT_SHOT,
+            output: None,
+            counters: &[("tc_drop_unknown_flow", 1)],
+        },
+        Fixture {
+            description: "next hop equal to this node is accepted locally (loop guard)",
+            input: frame(B12, 0, &[NODE], &data),
+            verdict: TC_ACT_OK,
+            output: Some(decapsulated(&data)),
+            counters: &[("tc_decap_loop_guard", 1)],
+        },
+        Fixture {
+            description: "GUE from an address outside the cluster is dropped",
+            input: frame(Ipv4Addr::new(10, 0, 0, 99), 0, &[], &syn),
+            verdict: TC_ACT_SHOT,
+            output: None,
+            counters: &[("tc_drop_not_cluster", 1)],
+        },
+        Fixture {
+            description: "inner destination that is not a VIP is dropped",
+            input: frame(B12, 0, &[], &not_vip),
+            verdict: TC_ACT_SHOT,
+            output: None,
+            counters: &[("tc_drop_inner_not_vip", 1)],
+        },
+        Fixture {
+            description: "inner IPv6 is dropped as unsupported",
+            input: ipv6_inner,
+            verdict: TC_ACT_SHOT,
+            output: None,
+            counters: &[("tc_drop_unsupported", 1)],
+        },
+        Fixture {
+            description: "malformed GUE: hlen != 1 + N",
+            input: with_gue_byte(0, 0x01),
+            verdict: TC_ACT_SHOT,
+            output: None,
+            counters: &[("tc_drop_malformed", 1)],
+        },
+        Fixture {
+            description: "malformed GUE: version 1",
+            input: with_gue_byte(0, 0x42),
+            verdict: TC_ACT_SHOT,
+            output: None,
+            counters: &[("tc_drop_malformed", 1)],
+        },
+        Fixture {
+            description: "malformed GUE: C bit set",
+            input: with_gue_byte(0, 0x22),
+            verdict: TC_ACT_SHOT,
+            output: None,
+            counters: &[("tc_drop_malformed", 1)],
+        },
+        Fixture {
+            description: "malformed GUE: flags set",
+            input: with_gue_byte(2, 0x80),
+            verdict: TC_ACT_SHOT,
+            output: None,
+            counters: &[("tc_drop_malformed", 1)],
+        },
+        Fixture {
+            description: "malformed GUE: private type != 0",
+            input: with_gue_byte(5, 1),
+            verdict: TC_ACT_SHOT,
+            output: None,
+            counters: &[("tc_drop_malformed", 1)],
+        },
+        Fixture {
+            description: "malformed GUE: next hop index > N",
+            input: with_gue_byte(6, 2),
+            verdict: TC_ACT_SHOT,
+            output: None,
+            counters: &[("tc_drop_malformed", 1)],
+        },
+        Fixture {
+            description: "malformed GUE: inner protocol 6",
+            input: with_gue_byte(1, 6),
+            verdict: TC_ACT_SHOT,
+            output: None,
+            counters: &[("tc_drop_malformed", 1)],
+        },
+        Fixture {
+            description: "malformed GUE: inner length disagrees with UDP length",
+            input: wrong_inner_len,
+            verdict: TC_ACT_SHOT,
+            output: None,
+            counters: &[("tc_drop_malformed", 1)],
+        },
+        Fixture {
+            description: "malformed GUE: truncated before the inner header",
+            input: truncated,
+            verdict: TC_ACT_SHOT,
+            output: None,
+            counters: &[("tc_drop_malformed", 1)],
+        },
+        Fixture {
+            description: "UDP to another port passes untouched",
+            input: udp_other_port,
+            verdict: TC_ACT_OK,
+            output: None,
+            counters: &[("tc_pass_not_gue", 1)],
+        },
+        Fixture {
+            description: "GUE addressed to another node passes untouched",
+            input: to_other_node,
+            verdict: TC_ACT_OK,
+            output: None,
+            counters: &[("tc_pass_not_gue", 1)],
+        },
+    ];
+    run_tc_fixtures(&l, net.ifindex, &fixtures);
+}
+
+#[test]
+fn tc_unknown_flow_local_accepts_at_the_last_hop() {
+    let net = TestNet::new();
+    let l = load(&backend_config("local"), NODE);
+    let data = l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40001, 80, ACK, b"x"));
+    let input = gue_frame(net.mac, MAC12, B12, NODE, 1, &[B13], &data);
+    let mut want = eth(net.mac, MAC12, 0x0800);
+    want.extend_from_slice(&data);
+    run_tc_fixtures(
+        &l,
+        net.ifindex,
+        &[Fixture {
+            description: "no hop left, unknown_flow: local",
+            input,
+            verdict: TC_ACT_OK,
+            output: Some(want),
+            counters: &[("tc_decap_unknown_local", 1)],
+        }],
+    );
+}
+
+#[test]
+fn tc_established_local_connection_is_decapsulated() {
+    use std::net::{SocketAddrV4, TcpListener, TcpStream};
+    let net = TestNet::new();
+    let l = load(&backend_config("drop"), NODE);
+    // A real connection: NODE:ephemeral -> VIP:80 in this namespace.
+    let listener = TcpListener::bind(SocketAddrV4::new(VIP, 80)).unwrap();
+    let client = {
+        let s = socket2_connect(NODE, VIP, 80);
+        s
+    };
+    let (_server_side, _) = listener.accept().unwrap();
+    let cport = client.local_addr().unwrap().port();
+
+    let data = l3(NODE, VIP, IPPROTO_TCP, &tcp(cport, 80, ACK | PSH, b"more"));
+    let input = gue_frame(net.mac, MAC12, B12, NODE, 0, &[B13], &data);
+    let mut want = eth(net.mac, MAC12, 0x0800);
+    want.extend_from_slice(&data);
+    run_tc_fixtures(
+        &l,
+        net.ifindex,
+        &[Fixture {
+            description: "packet of an established local connection",
+            input,
+            verdict: TC_ACT_OK,
+            output: Some(want),
+            counters: &[("tc_decap_established", 1)],
+        }],
+    );
+
+    // A flow of the listener's port without a connection is not "known":
+    // the listener alone must not capture it.
+    let stray = l3(NODE, VIP, IPPROTO_TCP, &tcp(cport.wrapping_add(1), 80, ACK, b""));
+    let input = gue_frame(net.mac, MAC12, B12, NODE, 0, &[B13], &stray);
+    let (v, _) = l.dp.run_tc(&input, net.ifindex).unwrap();
+    assert_eq!(v, TC_ACT_REDIRECT, "listener only: second chance");
+    drop::<TcpStream>(client);
+}
+
+/// Connect from a chosen local address.
+fn socket2_connect(src: Ipv4Addr, dst: Ipv4Addr, port: u16) -> std::net::TcpStream {
+    use nix::sys::socket::{bind, connect, socket, AddressFamily, SockFlag, SockType, SockaddrIn};
+    let fd = socket(AddressFamily::Inet, SockType::Stream, SockFlag::empty(), None).unwrap();
+    let o = src.octets();
+    bind(std::os::fd::AsRawFd::as_raw_fd(&fd), &SockaddrIn::new(o[0], o[1], o[2], o[3], 0)).unwrap();
+    let d = dst.octets();
+    connect(std::os::fd::AsRawFd::as_raw_fd(&fd), &SockaddrIn::new(d[0], d[1], d[2], d[3], port)).unwrap();
+    std::net::TcpStream::from(fd)
+}
