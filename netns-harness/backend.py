@@ -16,7 +16,8 @@ answer.  Keep-alive is supported (HTTP/1.1, Content-Length on every reply);
 idle connections are closed after --idle-timeout seconds.  GET and HEAD on any
 path work; /healthz answers "ok" for future health checks.  Request logging is
 off; one line per listener is printed at start ("listening on ...") so a
-harness can wait for it.  SIGTERM/SIGINT stop the server and exit 0.
+harness can wait for it.  SIGTERM (and SIGINT unless it was ignored at start)
+stops the server and exits 0.
 """
 
 import argparse
@@ -96,7 +97,10 @@ def main():
         stop.set()
 
     signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    # a harness starts us in the background with SIGINT ignored: keep it that way so a
+    # Ctrl-C on the harness's terminal leaves stopping us to the harness's cleanup
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     while not stop.wait(1.0):
         pass

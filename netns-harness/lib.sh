@@ -11,6 +11,7 @@
 #        |  veth (eth0 mtu 1600 in each node)
 #   node1 10.77.0.11 (balancer)   node2 10.77.0.12   node3 10.77.0.13
 #   every node: VIP 10.77.0.100/32 on lo, arp_ignore=1, arp_announce=2, rp_filter=0
+#   node1 (balancer): eth0 forwarding=1 (XDP fast path), send_redirects=0
 #
 # Interface names never carry the prefix (they live in this run's own namespaces),
 # so they cannot collide with another run; namespace names are unique per run.
@@ -27,7 +28,10 @@ declare -A NH_MAC_SET=([client]=02:77:00:00:00:02 [node1]=02:77:00:00:00:11
                        [node2]=02:77:00:00:00:12 [node3]=02:77:00:00:00:13)
 NH_CLIENT_MTU=1500
 NH_NODE_MTU=1600          # client MTU + 40 bytes of GUE fits
-NH_PY=${NH_PY:-$(command -v python3 || echo /usr/bin/python3)}
+if [[ -z ${NH_PY:-} ]]; then
+  # Debian's own python3 first: stdlib only is needed, and it starts fastest
+  if [[ -x /usr/bin/python3 ]]; then NH_PY=/usr/bin/python3; else NH_PY=$(command -v python3 || echo python3); fi
+fi
 NH_HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 NH_PREFIX=""              # set by nh_init
@@ -161,6 +165,13 @@ nh_build_topology() {
     nh_run ip netns exec "$ns" ethtool -K eth0 tx off tso off gso off || return 1
     nh_run ip -n "$ns" link set eth0 up || return 1
   done
+  # The balancer's XDP fast path needs forwarding on its ingress interface:
+  # bpf_fib_lookup answers FWD_DISABLED otherwise and nilb falls back to its
+  # slower TC path (it warns). NH_BALANCER_FORWARDING=0 tests that slow path.
+  if [[ ${NH_BALANCER_FORWARDING:-1} == 1 ]]; then
+    nh_sysctl node1 net.ipv4.conf.eth0.forwarding=1 net.ipv4.conf.all.send_redirects=0 \
+      net.ipv4.conf.eth0.send_redirects=0 || return 1
+  fi
 
   # verify the GRO setting really took (it is the one that silently breaks XDP_TX)
   for peer in to-client "${NH_NODES[@]/#/to-}"; do
@@ -208,7 +219,7 @@ nh_bg() {
   local desc=$1 log=$2 ns
   ns=$(nh_ns "$3")
   shift 3
-  ip netns exec "$ns" "$@" </dev/null >"$log" 2>&1 &
+  ip netns exec "$ns" "$@" </dev/null >"$log" 2>&1 7>&- 8>&- &
   NH_BG_PID=$!
   NH_PID_DESC[$NH_BG_PID]=$desc
   NH_STARTED=$((NH_STARTED + 1))
@@ -221,7 +232,7 @@ nh_fg() {
   local ns pid rc
   ns=$(nh_ns "$1")
   shift
-  ip netns exec "$ns" "$@" </dev/null &
+  ip netns exec "$ns" "$@" </dev/null 7>&- 8>&- &
   pid=$!
   NH_PID_DESC[$pid]="$1 in $ns"
   NH_STARTED=$((NH_STARTED + 1))

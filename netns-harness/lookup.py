@@ -4,8 +4,8 @@
     lookup.py --nilb PATH --config CFG --result FILE [--client-ip 10.77.0.2]
               [--vip 10.77.0.100] [--port 80] [--nodes 10.77.0.11=node1,...] [--show N]
 
-FILE is the --out JSON of `client.py burst` (uses "requests") or `client.py hold`
-(uses "per_connection" and each connection's first backend).  For each flow it
+FILE is the --out JSON of `client.py burst` (uses "requests"), or the --state or
+--out JSON of `client.py hold` (uses each connection's first backend).  For each flow it
 runs `nilb lookup --config CFG CLIENT:SPORT VIP:PORT tcp` and extracts the first
 hop from the output, tolerating formats: the first IPv4 address (or known node
 name) after the word "first".  Prints a few examples and one last line
@@ -67,8 +67,9 @@ def main():
     flows = []
     if "requests" in res:
         flows = [(r[0], r[1]) for r in res["requests"] if r[1]]
-    elif "per_connection" in res:
-        flows = [(c["sport"], c["first"]) for c in res["per_connection"] if c.get("first")]
+    else:
+        conns = res.get("per_connection") or res.get("connections") or []
+        flows = [(c["sport"], c["first"]) for c in conns if c.get("first")]
 
     same = differ = unparsed = 0
     examples = []

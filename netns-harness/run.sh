@@ -29,7 +29,10 @@
 #                               config (2-space indented), e.g. rebalance limits
 #   NILB_HARNESS_PREFIX         namespace name prefix (default nh<pid>)
 #   NILB_HARNESS_OUT            same as --out
-#   NH_PY                       python3 to use
+#   NH_PY                       python3 to use (default /usr/bin/python3)
+#   NH_PEER_XDP=0               no XDP_PASS on the bridge-side veth ends (reproduces the
+#                               XDP_TX trap: connections through the balancer time out)
+#   NH_BALANCER_FORWARDING=0    leave forwarding off on node1's eth0 (nilb's slow TC path)
 # shellcheck disable=SC2001 # sed over multi-line text is clearer here
 set -u -o pipefail
 
@@ -94,15 +97,18 @@ fail() { local s=$1; shift; echo "FAIL $s: $*"; RESULTS+=("FAIL $s: $*"); NFAIL=
 header() { echo; echo "=== $* ==="; }
 want() { [[ ",$ONLY," == *",$1,"* ]]; }
 
+# fds 7/8 keep the harness's own stdout/stderr: a trap can fire while a function's
+# output is redirected to a file, and its messages must still reach the user
+exec 7>&1 8>&2
 on_signal() {
-  echo
-  echo "interrupted by SIG$1; cleaning up"
+  echo >&7
+  echo "interrupted by SIG$1; cleaning up" >&7
   NH_KEEP_OUT=1
   exit "$2"
 }
 trap 'on_signal INT 130' INT
 trap 'on_signal TERM 143' TERM
-trap nh_cleanup EXIT
+trap 'nh_cleanup >&7 2>&8' EXIT
 
 nh_init "$OUTBASE" || { echo "cannot create the output directory"; exit 1; }
 ((KEEP)) && NH_KEEP_OUT=1
@@ -168,8 +174,8 @@ nilb_check() {
   fi
 }
 
-log_tail() { # log_tail FILE [N]
-  [[ -f $1 ]] && tail -n "${2:-15}" "$1" | sed 's/^/    | /'
+log_tail() { # log_tail FILE [N] (ANSI colour codes stripped)
+  [[ -f $1 ]] && tail -n "${2:-15}" "$1" | sed 's/\x1b\[[0-9;]*m//g; s/^/    | /'
 }
 
 start_backends() {
@@ -195,18 +201,19 @@ test_listening() { [[ $(grep -c 'listening on' "$1" 2>/dev/null) -ge $2 ]]; }
 sanity() {
   local n m k=0 out
   for n in "${NH_NODES[@]}"; do
-    if ! nh_wait_until 5 ip netns exec "$(nh_ns client)" ping -q -c 1 -W 1 "${NH_NODE_IP[$n]}" >/dev/null; then
+    # (ping via nh_fg: ping catches SIGINT, which would make bash ignore a Ctrl-C)
+    if ! nh_wait_until 5 nh_fg client ping -q -c 1 -W 1 "${NH_NODE_IP[$n]}" >/dev/null; then
       echo "  client cannot ping $n (${NH_NODE_IP[$n]})"
       return 1
     fi
     for m in "${NH_NODES[@]}"; do
       [[ $n == "$m" ]] && continue
-      if ! ip netns exec "$(nh_ns "$n")" ping -q -c 1 -W 1 "${NH_NODE_IP[$m]}" >/dev/null; then
+      if ! nh_fg "$n" ping -q -c 1 -W 1 "${NH_NODE_IP[$m]}" >/dev/null; then
         echo "  $n cannot ping $m"
         return 1
       fi
     done
-    ip netns exec "$(nh_ns "$n")" ping -q -c 1 -W 1 "$NH_CLIENT_IP" >/dev/null
+    nh_fg "$n" ping -q -c 1 -W 1 "$NH_CLIENT_IP" >/dev/null
   done
   for n in "${NH_NODES[@]}"; do
     k=$((k + 1))
@@ -243,8 +250,16 @@ start_nilb() {
       log_tail "$NH_OUT/nilb-$n.log"
       return 1
     fi
-    echo "  nilb on $n is ready"
+    echo "  nilb on $n is ready; eth0: $(attach_info "$n")"
   done
+}
+# attach_info NODE: what is attached to eth0 (XDP program, tc ingress filters)
+attach_info() {
+  local ns xdp filt
+  ns=$(nh_ns "$1")
+  xdp=$(ip -n "$ns" -d link show dev eth0 | grep -o 'prog/xdp[a-z]* id [0-9]*' | head -n 1)
+  filt=$(tc -n "$ns" filter show dev eth0 ingress 2>/dev/null | grep -c .)
+  echo "xdp: ${xdp:-none}, tc ingress filter lines: $filt"
 }
 ready_or_dead() { grep -qw ready "$NH_OUT/nilb-$1.log" 2>/dev/null || ! nh_alive "${NILB_PID[$1]}"; }
 
@@ -262,7 +277,7 @@ check_daemons() {
 nilb_stats() {
   local pid=${NILB_PID[$1]}
   nh_alive "$pid" || return 1
-  timeout 10 nsenter --target "$pid" --mount --net "$NILB" stats 2>&1
+  timeout --foreground 10 nsenter --target "$pid" --mount --net "$NILB" stats 2>&1
 }
 
 # burst_dist LABEL SPORT_BASE [--table]: 300 requests via the VIP, judged against WEIGHT
@@ -270,7 +285,7 @@ burst_dist() {
   local label=$1 base=$2 table=${3:-} out res summary
   res=$NH_OUT/burst-$label.json
   cl burst --host "$NH_VIP" --port 80 --count 300 --sport-base "$base" \
-    --max-seconds 25 --max-consecutive-failures 20 --out "$res"
+    --max-seconds 25 --max-consecutive-failures 10 --out "$res"
   out=$OUT
   echo "  client: $out"
   echo "  weights $(weights_ratio) -> expected share per backend; chi-square goodness of fit, reject at p < 0.001"
@@ -297,7 +312,7 @@ dsr_capture() {
     return 1
   fi
   cl burst --host "$NH_VIP" --port 80 --count "$count" --sport-base "$base" \
-    --max-seconds 15 --max-consecutive-failures 20
+    --max-seconds 15 --max-consecutive-failures 10
   out=$OUT
   echo "  client: $out"
   sleep 0.3
@@ -339,6 +354,9 @@ scenario_a() {
   fi
   "$NH_PY" "$HERE/lookup.py" --nilb "$NILB" --config "$CFG" --result "$NH_OUT/burst-a.json" --show 2 |
     sed 's/^LOOKUP/  info: nilb lookup vs observed backend (same config):/'
+  save_stats a
+  echo "  info: node1 XDP counters after (a) (nilb stats, non-zero, names starting xdp):"
+  awk '$1 ~ /^xdp/ && $2 != 0 {print "    " $0}' "$NH_OUT/stats-node1-a.txt" 2>/dev/null | head -n 12
 }
 
 scenario_b() {
@@ -378,9 +396,9 @@ scenario_c() {
   okc=$(json <(echo "$out80") 'd["by_backend"].get("node1",0)')
   nums+="80 ok=${okc:-0}/20; "
   [[ ${okc:-0} == 20 ]] || ok=0
-  png=$(ip netns exec "$(nh_ns client)" timeout 10 ping -c 3 -i 0.2 -W 1 "${NH_NODE_IP[node1]}" 2>&1)
+  nh_fg client timeout 10 ping -c 3 -i 0.2 -W 1 "${NH_NODE_IP[node1]}" >"$NH_OUT/ping.txt" 2>&1
   local prc=$?
-  png=$(grep 'packets transmitted' <<<"$png")
+  png=$(grep 'packets transmitted' "$NH_OUT/ping.txt")
   echo "  ping -c 3 ${NH_NODE_IP[node1]}: ${png:-no output}"
   nums+="ping: ${png:-failed}"
   ((prc == 0)) || ok=0
@@ -435,11 +453,19 @@ scenario_d() {
     fi
   done
   if nh_wait_until 5 reload_logged "$lines0"; then
-    echo "  node1 log after SIGHUP: $(tail -n +"$((lines0 + 1))" "$NH_OUT/nilb-node1.log" | grep -i reload | head -n 1 | cut -c1-160)"
+    echo "  node1 log after SIGHUP: $(tail -n +"$((lines0 + 1))" "$NH_OUT/nilb-node1.log" | sed 's/\x1b\[[0-9;]*m//g' | grep -i reload | head -n 1 | cut -c1-160)"
   else
     echo "  (no log line mentioning 'reload' on node1 within 5 s; continuing)"
   fi
   sleep 1
+  for n in "${NH_NODES[@]}"; do
+    if [[ -n ${NILB_PID[$n]:-} ]] && ! nh_alive "${NILB_PID[$n]}"; then
+      echo "  nilb on $n is not running after SIGHUP:"
+      log_tail "$NH_OUT/nilb-$n.log" 5
+      nums+="nilb on $n died after SIGHUP; "
+      part1=0
+    fi
+  done
   touch "$go"
   if ! nh_wait_until 60 nh_not_alive "$hpid"; then
     echo "  hold client still running after 60 s; stopping it"
@@ -463,7 +489,7 @@ for c in bad[:10]:
 if len(bad) > 10:
     print("    ... %d more" % (len(bad) - 10))
 ' "$res"
-  nums="connections OK ${okc}/30 (3 rounds each), resets ${resets}, failures ${fails}, exit ${rc}"
+  nums+="connections OK ${okc}/30 (3 rounds each), resets ${resets}, failures ${fails}, exit ${rc}"
   [[ $okc == 30 && $resets == 0 && $fails == 0 && $rc == 0 ]] || part1=0
 
   echo "  counters (nilb stats, names containing second_chance or forward):"
@@ -482,6 +508,14 @@ if len(bad) > 10:
   nums+="; new split: $DIST_NUMBERS"
   if ((part1 && part2)); then pass d "$nums"; else fail d "$nums"; fi
 }
+# save_stats LABEL: keep every running node's `nilb stats` in $NH_OUT/stats-NODE-LABEL.txt
+save_stats() {
+  local n
+  for n in "${NH_NODES[@]}"; do
+    [[ -n ${NILB_PID[$n]:-} ]] && nilb_stats "$n" >"$NH_OUT/stats-$n-$1.txt" 2>&1
+  done
+}
+
 reload_logged() { tail -n +"$(($1 + 1))" "$NH_OUT/nilb-node1.log" | grep -qi reload; }
 
 scenario_e() {

@@ -15,3 +15,7 @@ pub mod control;
 pub mod dataplane;
 pub mod hash;
 pub mod table;
+pub mod daemon;
+pub mod packet;
+pub mod replay;
+pub mod tools;

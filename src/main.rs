@@ -1,1 +1,225 @@
-fn main() {}
+//! `nilb`: layer-4 load balancer for edge clusters (XDP balancer, GUE, TC
+//! second chance). See README.md for the packet path and the operator guide.
+
+use std::io::Write;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+
+use nilb::config::Config;
+use nilb::daemon::{self, RunOptions};
+use nilb::dataplane::XdpMode;
+use nilb::replay::{self, ReplayProgram};
+use nilb::tools::{self, TableSource};
+
+/// Default directory for the pinned maps of a running daemon.
+const DEFAULT_PIN_DIR: &str = "/sys/fs/bpf/nilb";
+
+/// Layer-4 load balancer for edge clusters: XDP balancer, GUE encapsulation,
+/// TC second chance for established connections.
+#[derive(Parser, Debug)]
+#[command(name = "nilb", version, about, long_about = None)]
+struct Cli {
+    /// Log format of the daemon and tools (stderr).
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum LogFormat {
+    /// Human-readable `key=value` lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Validate a configuration file and print a summary (exit 0 valid, 2 invalid).
+    Check {
+        /// YAML configuration file.
+        #[arg(short, long)]
+        config: PathBuf,
+    },
+    /// Run the data plane on an interface until SIGINT/SIGTERM; SIGHUP reloads the config.
+    Run {
+        /// YAML configuration file (re-read on SIGHUP).
+        #[arg(short, long)]
+        config: PathBuf,
+        /// Interface that receives VIP and GUE traffic.
+        #[arg(short, long)]
+        interface: String,
+        /// This node's address (default: the interface's first IPv4 address).
+        #[arg(long)]
+        node_address: Option<Ipv4Addr>,
+        /// XDP attach mode; generic (skb) mode is much slower and only for
+        /// drivers without native XDP.
+        #[arg(long, value_enum, default_value_t = XdpMode::Native)]
+        xdp_mode: XdpMode,
+        /// Directory on bpffs where the maps are pinned for `nilb stats`.
+        #[arg(long, default_value = DEFAULT_PIN_DIR)]
+        pin_dir: PathBuf,
+    },
+    /// Show the bucket and first/second hop a client flow maps to.
+    Lookup {
+        /// YAML configuration file.
+        #[arg(short, long)]
+        config: PathBuf,
+        /// Client address and port, e.g. 192.0.2.1:40000.
+        src: SocketAddrV4,
+        /// VIP and port, e.g. 10.0.0.100:80.
+        dst: SocketAddrV4,
+        /// tcp or udp.
+        #[arg(value_parser = tools::parse_protocol)]
+        protocol: nilb::config::Protocol,
+        /// Read the running daemon's table from its pins instead of building
+        /// one from the config (the live table carries the move history).
+        #[arg(long)]
+        live: bool,
+        /// Pin directory of the running daemon (with --live).
+        #[arg(long, default_value = DEFAULT_PIN_DIR)]
+        pin_dir: PathBuf,
+    },
+    /// Print the counters of the running data plane.
+    Stats {
+        /// Pin directory of the running daemon.
+        #[arg(long, default_value = DEFAULT_PIN_DIR)]
+        pin_dir: PathBuf,
+        /// Also print counters that are zero.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Run each packet of a pcap through the real BPF program (BPF_PROG_TEST_RUN)
+    /// and report verdicts, counters and resulting packets.
+    Replay {
+        /// YAML configuration file (fills the maps as the daemon would).
+        #[arg(short, long)]
+        config: PathBuf,
+        /// Input capture (Ethernet link type).
+        #[arg(long)]
+        pcap: PathBuf,
+        /// Where to write the resulting (not dropped) packets.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Which program to run.
+        #[arg(long, value_enum)]
+        program: ReplayProgram,
+        /// The node to act as (default: the first balancer).
+        #[arg(long)]
+        node_address: Option<Ipv4Addr>,
+        /// Interface the packets arrive on, so routes and neighbours answer as
+        /// on the node (default: loopback, where FIB lookups take the slow path).
+        #[arg(long)]
+        interface: Option<String>,
+    },
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_target(false);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.log_format);
+    match dispatch(cli.command) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("nilb: error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn dispatch(command: Command) -> Result<ExitCode> {
+    let mut stdout = std::io::stdout().lock();
+    match command {
+        Command::Check { config } => match Config::load(&config) {
+            Ok(c) => {
+                tools::check_summary(&c, &mut stdout)?;
+                Ok(ExitCode::SUCCESS)
+            }
+            Err(e) => {
+                eprintln!("{}: {e}", config.display());
+                Ok(ExitCode::from(2))
+            }
+        },
+        Command::Run {
+            config,
+            interface,
+            node_address,
+            xdp_mode,
+            pin_dir,
+        } => {
+            daemon::run(&RunOptions {
+                config,
+                interface,
+                node_address,
+                xdp_mode,
+                pin_dir,
+            })?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Lookup {
+            config,
+            src,
+            dst,
+            protocol,
+            live,
+            pin_dir,
+        } => {
+            let c = Config::load(&config)?;
+            let source = if live {
+                TableSource::Live(&pin_dir)
+            } else {
+                TableSource::Config
+            };
+            tools::lookup(&c, src, dst, protocol, source, &mut stdout)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Stats { pin_dir, all } => {
+            tools::stats(&pin_dir, all, &mut stdout)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Replay {
+            config,
+            pcap,
+            out,
+            program,
+            node_address,
+            interface,
+        } => {
+            let c = Config::load(&config)?;
+            let node = match node_address {
+                Some(n) => n,
+                None => *c
+                    .cluster
+                    .balancers
+                    .first()
+                    .context("the config lists no balancer; pass --node-address")?,
+            };
+            let ifindex = match interface {
+                Some(i) => nix::net::if_::if_nametoindex(i.as_str())
+                    .with_context(|| format!("no interface named {i}"))?,
+                None => 0,
+            };
+            replay::replay(c, node, program, &pcap, out.as_deref(), ifindex, &mut stdout)?;
+            stdout.flush()?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}

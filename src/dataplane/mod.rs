@@ -253,15 +253,23 @@ impl<'obj> Dataplane<'obj> {
         Ok(())
     }
 
+    /// Detach the XDP balancer, if attached.
+    pub fn detach_xdp(&mut self) -> Result<()> {
+        if let Some((ifindex, mode)) = self.xdp.take() {
+            let prog = &self.skel.progs.nilb_xdp_balancer;
+            Xdp::new(prog.as_fd())
+                .detach(ifindex, mode.flags())
+                .with_context(|| format!("detaching XDP from ifindex {ifindex}"))?;
+        }
+        Ok(())
+    }
+
     /// Detach everything this data plane attached. Errors are collected, not
     /// short-circuited, so one failure does not leave the other attached.
     pub fn detach(&mut self) -> Result<()> {
         let mut errors = Vec::new();
-        if let Some((ifindex, mode)) = self.xdp.take() {
-            let prog = &self.skel.progs.nilb_xdp_balancer;
-            if let Err(e) = Xdp::new(prog.as_fd()).detach(ifindex, mode.flags()) {
-                errors.push(format!("detaching XDP from ifindex {ifindex}: {e}"));
-            }
+        if let Err(e) = self.detach_xdp() {
+            errors.push(format!("{e:#}"));
         }
         if let Some(mut tc) = self.tc.take() {
             if let Err(e) = tc.hook.detach() {

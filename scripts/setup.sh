@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Install everything nilb's build, tests and demo need on a fresh Debian 12
+# machine. Idempotent: installs only missing packages. Needs root.
+#
+#   build: clang llvm libelf-dev zlib1g-dev pkg-config make gcc libclang-dev
+#          (clang compiles the BPF programs, libclang feeds bindgen)
+#   tools: bpftool (regenerating vmlinux.h)
+#   tests: iproute2 ethtool tcpdump iputils-ping procps util-linux python3 curl iperf3
+set -euo pipefail
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "setup.sh: run as root (installs packages)" >&2
+  exit 1
+fi
+
+PACKAGES=(
+  clang llvm libelf-dev zlib1g-dev pkg-config make gcc libclang-dev
+  bpftool
+  iproute2 ethtool tcpdump iputils-ping procps util-linux python3 curl iperf3
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "setup.sh: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q
+  apt-get install -y -q --no-install-recommends "${missing[@]}"
+else
+  echo "setup.sh: all packages present"
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+  for d in "$HOME/.cargo/bin" /root/.cargo/bin /usr/local/cargo/bin; do
+    [ -x "$d/cargo" ] && export PATH="$d:$PATH"
+  done
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "setup.sh: cargo not found; install the Rust toolchain (rustup) first" >&2
+  exit 1
+fi
+for c in rustfmt clippy; do
+  if ! cargo "${c/rustfmt/fmt}" --version >/dev/null 2>&1; then
+    rustup component add "$c" || echo "setup.sh: warning: cargo $c unavailable" >&2
+  fi
+done
+
+# The kernel features nilb needs; say plainly what is missing.
+[ -r /sys/kernel/btf/vmlinux ] || echo "setup.sh: warning: no kernel BTF (/sys/kernel/btf/vmlinux)" >&2
+echo "setup.sh: done"

@@ -1,0 +1,157 @@
+//! `nilb replay`: "what would nilb do with this packet?" Each frame of a pcap
+//! goes through the real BPF program with BPF_PROG_TEST_RUN, with maps filled
+//! from a config file exactly as the daemon fills them; the verdict, the
+//! counters it moved and the resulting frame are reported, and resulting
+//! frames that are not dropped are written to an output pcap.
+//!
+//! The packet fixture tests drive the same [`Dataplane::run_xdp`] /
+//! [`Dataplane::run_tc`] calls.
+
+use std::fs::File;
+use std::io::Write;
+use std::mem::MaybeUninit;
+use std::net::Ipv4Addr;
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use pcap_file::pcap::{PcapPacket, PcapReader, PcapWriter};
+use pcap_file::DataLink;
+
+use crate::config::Config;
+use crate::control::ControlPlane;
+use crate::dataplane::abi::COUNTER_NAMES;
+use crate::dataplane::Dataplane;
+use crate::packet::describe_frame;
+
+/// Which program to run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReplayProgram {
+    /// The XDP balancer (what a balancer node does with client traffic).
+    Xdp,
+    /// The TC second-chance program (what a node does with GUE it receives).
+    Tc,
+}
+
+/// Name of an XDP or TC verdict.
+pub fn verdict_name(program: ReplayProgram, v: u32) -> String {
+    let name = match (program, v) {
+        (ReplayProgram::Xdp, 0) => "XDP_ABORTED",
+        (ReplayProgram::Xdp, 1) => "XDP_DROP",
+        (ReplayProgram::Xdp, 2) => "XDP_PASS",
+        (ReplayProgram::Xdp, 3) => "XDP_TX",
+        (ReplayProgram::Xdp, 4) => "XDP_REDIRECT",
+        (ReplayProgram::Tc, 0) => "TC_ACT_OK",
+        (ReplayProgram::Tc, 2) => "TC_ACT_SHOT",
+        (ReplayProgram::Tc, 7) => "TC_ACT_REDIRECT",
+        _ => return format!("verdict {v}"),
+    };
+    name.to_string()
+}
+
+/// One replayed packet.
+#[derive(Clone, Debug)]
+pub struct Replayed {
+    /// 1-based packet number in the input.
+    pub number: usize,
+    /// Program verdict.
+    pub verdict: u32,
+    /// The frame after the program ran.
+    pub output: Vec<u8>,
+    /// Counters this packet moved, by name.
+    pub counters: Vec<(&'static str, u64)>,
+}
+
+/// Whether a verdict drops the packet.
+fn dropped(program: ReplayProgram, v: u32) -> bool {
+    match program {
+        ReplayProgram::Xdp => v <= 1,
+        ReplayProgram::Tc => v == 2,
+    }
+}
+
+/// Replay `input` (an Ethernet pcap) through `program` of a data plane
+/// filled from `config` for the node at `node`, as if received on interface
+/// `ifindex` (0: loopback; pass the real interface so FIB and neighbour
+/// lookups answer as on the node). Writes a report to `report` and the
+/// non-dropped results to `output` if given.
+pub fn replay(
+    config: Config,
+    node: Ipv4Addr,
+    program: ReplayProgram,
+    input: &Path,
+    output: Option<&Path>,
+    ifindex: u32,
+    report: &mut dyn Write,
+) -> Result<Vec<Replayed>> {
+    let gue_port = config.cluster.gue_port;
+    let mut storage = MaybeUninit::uninit();
+    let mut dp = Dataplane::load(&mut storage)?;
+    let cp = ControlPlane::new(config);
+    cp.apply(&mut dp, node, &cp.full_plan())?;
+
+    let file = File::open(input).with_context(|| format!("opening {}", input.display()))?;
+    let mut reader = PcapReader::new(file).with_context(|| format!("reading {}", input.display()))?;
+    if reader.header().datalink != DataLink::ETHERNET {
+        bail!(
+            "{} has link type {:?}; nilb replays Ethernet captures (capture on the interface, not `-i any`)",
+            input.display(),
+            reader.header().datalink
+        );
+    }
+    let mut writer = match output {
+        Some(p) => Some(PcapWriter::new(
+            File::create(p).with_context(|| format!("creating {}", p.display()))?,
+        )?),
+        None => None,
+    };
+
+    writeln!(report, "replaying {} through the {program:?} program as node {node}", input.display())?;
+    let mut results = Vec::new();
+    let mut n = 0;
+    while let Some(pkt) = reader.next_packet() {
+        let pkt = pkt.with_context(|| format!("reading packet {} of {}", n + 1, input.display()))?;
+        n += 1;
+        let before = dp.counters()?;
+        let (verdict, out) = match program {
+            ReplayProgram::Xdp => dp.run_xdp(&pkt.data, ifindex)?,
+            ReplayProgram::Tc => dp.run_tc(&pkt.data, ifindex)?,
+        };
+        let after = dp.counters()?;
+        let counters: Vec<(&'static str, u64)> = COUNTER_NAMES
+            .iter()
+            .zip(before.iter().zip(&after))
+            .filter(|(_, (b, a))| a != b)
+            .map(|(name, (b, a))| (*name, a - b))
+            .collect();
+        writeln!(
+            report,
+            "#{n} in  {} bytes: {}",
+            pkt.data.len(),
+            describe_frame(&pkt.data, gue_port)
+        )?;
+        let counted: Vec<String> = counters.iter().map(|(c, d)| format!("{c}+{d}")).collect();
+        if dropped(program, verdict) {
+            writeln!(report, "   -> {} ({})", verdict_name(program, verdict), counted.join(", "))?;
+        } else {
+            writeln!(
+                report,
+                "   -> {} ({}) out {} bytes: {}",
+                verdict_name(program, verdict),
+                counted.join(", "),
+                out.len(),
+                describe_frame(&out, gue_port)
+            )?;
+            if let Some(w) = writer.as_mut() {
+                w.write_packet(&PcapPacket::new(pkt.timestamp, out.len() as u32, &out))?;
+            }
+        }
+        results.push(Replayed {
+            number: n,
+            verdict,
+            output: out,
+            counters,
+        });
+    }
+    writeln!(report, "{n} packets replayed")?;
+    Ok(results)
+}

@@ -1,0 +1,182 @@
+//! Operator commands that do not run the daemon: `nilb check`, `nilb lookup`
+//! and `nilb stats`. Each writes its human-readable report to a writer so
+//! that tests can read it.
+
+use std::io::Write;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use libbpf_rs::MapCore;
+
+use crate::config::{Config, Protocol, ServiceKey};
+use crate::control::ControlPlane;
+use crate::dataplane::abi::{self, COUNTER_HELP, COUNTER_NAMES};
+use crate::dataplane::PinnedMaps;
+use crate::hash::{bucket_of, flow_hash, gue_source_port, FlowTuple};
+use crate::table::Bucket;
+
+/// Print a summary of a valid configuration: services, backends and the
+/// share of buckets each backend gets in a freshly built table.
+pub fn check_summary(config: &Config, out: &mut dyn Write) -> Result<()> {
+    let cp = ControlPlane::new(config.clone());
+    let backends: usize = config.services.iter().map(|s| s.backends.len()).sum();
+    writeln!(
+        out,
+        "configuration valid: {} service(s), {} backend(s), {} cluster address(es); hash seed {:#010x}, GUE port {}, unknown_flow {:?}",
+        config.services.len(),
+        backends,
+        config.cluster_addresses().len(),
+        config.cluster.hash_seed,
+        config.cluster.gue_port,
+        config.cluster.unknown_flow,
+    )?;
+    let balancers: Vec<String> = config.cluster.balancers.iter().map(|b| b.to_string()).collect();
+    writeln!(out, "balancers: {}", balancers.join(", "))?;
+    for s in &config.services {
+        let key = s.key();
+        let table = &cp.service(&key).expect("service in control plane").table;
+        let shares = table.shares();
+        writeln!(out, "service {} {} table {} buckets", s.name, key, s.table_size)?;
+        if s.backends.is_empty() {
+            writeln!(out, "  (no backends: all packets to this service are dropped)")?;
+        }
+        for b in &s.backends {
+            let n = shares.get(&b.dip).copied().unwrap_or(0);
+            writeln!(
+                out,
+                "  {:<15} {:<20} weight {:>5} {:<8} {:>6} buckets {:>5.1}%",
+                b.dip.to_string(),
+                b.label(),
+                b.weight,
+                b.state.to_string(),
+                n,
+                100.0 * n as f64 / s.table_size as f64
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// Parse `tcp`/`udp`.
+pub fn parse_protocol(s: &str) -> Result<Protocol> {
+    match s.to_ascii_lowercase().as_str() {
+        "tcp" => Ok(Protocol::Tcp),
+        "udp" => Ok(Protocol::Udp),
+        _ => bail!("protocol must be tcp or udp, not `{s}`"),
+    }
+}
+
+/// Where `nilb lookup` takes the table from.
+pub enum TableSource<'a> {
+    /// A table freshly built from the config (no history).
+    Config,
+    /// The running daemon's table, from its pinned maps.
+    Live(&'a Path),
+}
+
+/// Print which service, bucket and hops a client flow maps to.
+pub fn lookup(
+    config: &Config,
+    src: SocketAddrV4,
+    dst: SocketAddrV4,
+    protocol: Protocol,
+    source: TableSource<'_>,
+    out: &mut dyn Write,
+) -> Result<Bucket> {
+    let key = ServiceKey {
+        vip: *dst.ip(),
+        port: dst.port(),
+        protocol,
+    };
+    let service = config
+        .service(&key)
+        .with_context(|| format!("no service for {key} in the configuration"))?;
+    let flow = FlowTuple {
+        saddr: *src.ip(),
+        daddr: *dst.ip(),
+        sport: src.port(),
+        dport: dst.port(),
+        proto: protocol.number(),
+    };
+    let (seed, buckets, origin) = match source {
+        TableSource::Config => {
+            let cp = ControlPlane::new(config.clone());
+            let t = cp.service(&key).expect("configured").table.buckets().to_vec();
+            (config.cluster.hash_seed, t, "built from the config (fresh, no history)".to_string())
+        }
+        TableSource::Live(dir) => {
+            let pins = PinnedMaps::open(dir)?;
+            let seed = pins.settings()?.hash_seed;
+            let (_, live) = pins
+                .tables()?
+                .into_iter()
+                .find(|(k, _)| *k == key)
+                .with_context(|| format!("the running data plane has no table for {key}"))?;
+            (seed, live.buckets, format!("live, from {}", dir.display()))
+        }
+    };
+    let hash = flow_hash(&flow, seed);
+    let bucket = bucket_of(hash, buckets.len() as u32);
+    let b = buckets[bucket as usize];
+    let label = |a: Option<Ipv4Addr>| match a {
+        None => "none".to_string(),
+        Some(a) => match service.backends.iter().find(|x| x.dip == a) {
+            Some(x) => format!("{a} ({})", x.label()),
+            None => a.to_string(),
+        },
+    };
+    writeln!(out, "flow      {src} -> {dst} {protocol}")?;
+    writeln!(out, "service   {} ({key})", service.name)?;
+    writeln!(out, "table     {origin}")?;
+    writeln!(out, "hash      {hash:#010x} (seed {seed:#010x})")?;
+    writeln!(out, "bucket    {bucket} of {}", buckets.len())?;
+    writeln!(out, "first hop {}", label(b.first))?;
+    writeln!(out, "second hop {}", label(b.second))?;
+    writeln!(out, "GUE source port {}", gue_source_port(hash))?;
+    if b.first.is_none() {
+        writeln!(out, "note: this bucket has no first hop; the balancer drops the packet")?;
+    }
+    Ok(b)
+}
+
+/// Print the counters of the running data plane pinned under `dir`.
+pub fn stats(dir: &Path, all: bool, out: &mut dyn Write) -> Result<()> {
+    let pins = PinnedMaps::open(dir)?;
+    let s = pins.settings()?;
+    writeln!(
+        out,
+        "node {} (hash seed {:#010x}, GUE port {}, unknown_flow {})",
+        s.node,
+        s.hash_seed,
+        s.gue_port,
+        if s.unknown_flow_local { "local" } else { "drop" }
+    )?;
+    writeln!(out, "counters (packets since the data plane was loaded):")?;
+    let values = abi::read_counters(&pins.counters)?;
+    for ((name, help), v) in COUNTER_NAMES.iter().zip(COUNTER_HELP).zip(values) {
+        if all || v != 0 {
+            writeln!(out, "  {name:<26} {v:>14}  {help}")?;
+        }
+    }
+    writeln!(out, "services:")?;
+    for (key, table) in pins.tables()? {
+        let v = pins
+            .service_stats
+            .lookup_percpu(&table.service_index.to_ne_bytes(), libbpf_rs::MapFlags::ANY)?
+            .context("service stats entry")?;
+        let st = abi::sum_service_stats(&v)?;
+        let with_second = table.buckets.iter().filter(|b| b.second.is_some()).count();
+        writeln!(
+            out,
+            "  {key:<24} packets {:>12} bytes {:>14} new_connections {:>10} drops {:>10} buckets {} ({} with second hop)",
+            st.packets,
+            st.bytes,
+            st.syns,
+            st.drops,
+            table.buckets.len(),
+            with_second
+        )?;
+    }
+    Ok(())
+}

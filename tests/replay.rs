@@ -1,0 +1,75 @@
+//! `nilb replay` runs a pcap through the real programs: verdicts, counters
+//! and the output pcap must match what the fixtures establish. Needs root.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use nilb::config::Config;
+use nilb::hash::IPPROTO_TCP;
+use nilb::replay::{replay, ReplayProgram};
+use pcap_file::pcap::{PcapPacket, PcapReader, PcapWriter};
+
+fn write_pcap(path: &std::path::Path, frames: &[Vec<u8>]) {
+    let mut w = PcapWriter::new(std::fs::File::create(path).unwrap()).unwrap();
+    for (i, f) in frames.iter().enumerate() {
+        w.write_packet(&PcapPacket::new(Duration::from_millis(i as u64), f.len() as u32, f))
+            .unwrap();
+    }
+}
+
+#[test]
+fn replay_xdp_reports_and_writes_results() {
+    let net = TestNet::new();
+    let dir = std::env::temp_dir().join(format!("nilb-replay-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (input, output) = (dir.join("in.pcap"), dir.join("out.pcap"));
+
+    let syn = |dst, sport| {
+        let mut f = eth(net.mac, CLIENT_MAC, 0x0800);
+        f.extend_from_slice(&l3(CLIENT, dst, IPPROTO_TCP, &tcp(sport, 80, SYN, b"")));
+        f
+    };
+    let mut frag = syn(VIP, 40002);
+    frag[14 + 6] = 0x20; // MF
+    frag[14 + 10] = 0;
+    frag[14 + 11] = 0;
+    let c = csum(&frag[14..34]);
+    frag[14 + 10..14 + 12].copy_from_slice(&c.to_be_bytes());
+    let frames = vec![syn(VIP, 40000), syn(std::net::Ipv4Addr::new(10, 0, 0, 50), 40001), frag];
+    write_pcap(&input, &frames);
+
+    let yaml = config(&[(B12, 1, "active")], "drop");
+    let mut report = Vec::new();
+    let results = replay(
+        Config::parse(&yaml).unwrap(),
+        NODE,
+        ReplayProgram::Xdp,
+        &input,
+        Some(&output),
+        net.ifindex,
+        &mut report,
+    )
+    .unwrap();
+    let report = String::from_utf8(report).unwrap();
+    println!("{report}");
+
+    let verdicts: Vec<u32> = results.iter().map(|r| r.verdict).collect();
+    assert_eq!(verdicts, vec![XDP_TX, XDP_PASS, XDP_DROP]);
+    assert_eq!(results[0].counters, vec![("xdp_encap_tx", 1)]);
+    assert_eq!(results[2].counters, vec![("xdp_drop_fragment", 1)]);
+    assert!(report.contains("#1 in  54 bytes: 192.0.2.1:40000 > 10.0.0.100:80 TCP [S]"), "{report}");
+    assert!(report.contains("-> XDP_TX (xdp_encap_tx+1) out 90 bytes: GUE 10.0.0.11 > 10.0.0.12"), "{report}");
+    assert!(report.contains("-> XDP_DROP (xdp_drop_fragment+1)"), "{report}");
+
+    // The output pcap holds the two packets that were not dropped, as run.
+    let mut r = PcapReader::new(std::fs::File::open(&output).unwrap()).unwrap();
+    let mut written = Vec::new();
+    while let Some(p) = r.next_packet() {
+        written.push(p.unwrap().data.into_owned());
+    }
+    assert_eq!(written, vec![results[0].output.clone(), results[1].output.clone()]);
+    assert_eq!(written[1], frames[1], "pass-through is unchanged");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
