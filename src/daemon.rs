@@ -61,7 +61,7 @@ fn ensure_bpffs(pin_dir: &Path) -> Result<()> {
     let root = Path::new("/sys/fs/bpf");
     let is_bpffs = |p: &Path| {
         nix::sys::statfs::statfs(p)
-            .map(|s| s.filesystem_type().0 as i64 == BPF_FS_MAGIC)
+            .map(|s| s.filesystem_type().0 == BPF_FS_MAGIC)
             .unwrap_or(false)
     };
     if pin_dir.starts_with(root) {
@@ -79,7 +79,10 @@ fn ensure_bpffs(pin_dir: &Path) -> Result<()> {
     } else {
         let parent = pin_dir.parent().unwrap_or(pin_dir);
         if !is_bpffs(parent) && !is_bpffs(pin_dir) {
-            bail!("pin directory {} is not on a bpffs mount", pin_dir.display());
+            bail!(
+                "pin directory {} is not on a bpffs mount",
+                pin_dir.display()
+            );
         }
     }
     Ok(())
@@ -87,8 +90,14 @@ fn ensure_bpffs(pin_dir: &Path) -> Result<()> {
 
 /// Warnings about the interface that the operator must hear at start.
 fn check_interface(interface: &str, balancer: bool) {
-    let read = |p: String| std::fs::read_to_string(p).ok().map(|s| s.trim().to_string());
-    if let Some(mtu) = read(format!("/sys/class/net/{interface}/mtu")).and_then(|m| m.parse::<u32>().ok()) {
+    let read = |p: String| {
+        std::fs::read_to_string(p)
+            .ok()
+            .map(|s| s.trim().to_string())
+    };
+    if let Some(mtu) =
+        read(format!("/sys/class/net/{interface}/mtu")).and_then(|m| m.parse::<u32>().ok())
+    {
         let need = 1500 + limits::GUE_OVERHEAD;
         if mtu < need {
             warn!(
@@ -101,7 +110,9 @@ fn check_interface(interface: &str, balancer: bool) {
         }
     }
     if balancer {
-        if let Some("0") = read(format!("/proc/sys/net/ipv4/conf/{interface}/forwarding")).as_deref() {
+        if let Some("0") =
+            read(format!("/proc/sys/net/ipv4/conf/{interface}/forwarding")).as_deref()
+        {
             warn!(
                 interface,
                 "net.ipv4.conf.{interface}.forwarding is 0: bpf_fib_lookup refuses to answer, so every balanced packet takes the slower TC path; set it to 1 for the XDP fast path"
@@ -114,7 +125,8 @@ fn check_interface(interface: &str, balancer: bool) {
 pub fn run(opts: &RunOptions) -> Result<()> {
     let config = Config::load(&opts.config).map_err(anyhow::Error::new)?;
     let ifindex = nix::net::if_::if_nametoindex(opts.interface.as_str())
-        .with_context(|| format!("no interface named {}", opts.interface))? as i32;
+        .with_context(|| format!("no interface named {}", opts.interface))?
+        as i32;
     let node = match opts.node_address {
         Some(a) => a,
         None => interface_address(&opts.interface)?,
@@ -127,7 +139,8 @@ pub fn run(opts: &RunOptions) -> Result<()> {
     ensure_bpffs(&opts.pin_dir)?;
 
     // Signals first, so that a SIGTERM during start-up still detaches.
-    let mut signals = Signals::new([SIGHUP, SIGINT, SIGTERM]).context("installing signal handlers")?;
+    let mut signals =
+        Signals::new([SIGHUP, SIGINT, SIGTERM]).context("installing signal handlers")?;
 
     let mut storage = MaybeUninit::uninit();
     let mut dp = Dataplane::load(&mut storage)?;
@@ -196,7 +209,10 @@ fn reload_config(
     let config = match Config::load(&opts.config) {
         Ok(c) => c,
         Err(e) => {
-            error!(problems = e.problems.len(), "reload rejected, running configuration kept: {e}");
+            error!(
+                problems = e.problems.len(),
+                "reload rejected, running configuration kept: {e}"
+            );
             return cp;
         }
     };
@@ -232,7 +248,11 @@ fn reload_config(
 
 fn log_plan(plan: &Plan, cp: &ControlPlane, started: Instant) {
     for (key, moves) in &plan.install {
-        let name = cp.config().service(key).map(|s| s.name.as_str()).unwrap_or("?");
+        let name = cp
+            .config()
+            .service(key)
+            .map(|s| s.name.as_str())
+            .unwrap_or("?");
         info!(
             service = name,
             %key,

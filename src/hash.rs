@@ -48,7 +48,10 @@ impl FlowTuple {
 
 #[inline]
 fn murmur_block(h: u32, k: u32) -> u32 {
-    let k = k.wrapping_mul(0xcc9e_2d51).rotate_left(15).wrapping_mul(0x1b87_3593);
+    let k = k
+        .wrapping_mul(0xcc9e_2d51)
+        .rotate_left(15)
+        .wrapping_mul(0x1b87_3593);
     (h ^ k)
         .rotate_left(13)
         .wrapping_mul(5)
@@ -60,7 +63,10 @@ pub fn flow_hash(flow: &FlowTuple, seed: u32) -> u32 {
     let key = flow.key_bytes();
     let mut h = seed;
     for block in key.chunks_exact(4) {
-        h = murmur_block(h, u32::from_le_bytes([block[0], block[1], block[2], block[3]]));
+        h = murmur_block(
+            h,
+            u32::from_le_bytes([block[0], block[1], block[2], block[3]]),
+        );
     }
     h ^= key.len() as u32;
     h ^= h >> 16;
@@ -112,11 +118,23 @@ mod tests {
         };
         let h = flow_hash(&base, 7);
         let variants = [
-            FlowTuple { saddr: Ipv4Addr::new(192, 0, 2, 2), ..base },
-            FlowTuple { daddr: Ipv4Addr::new(10, 0, 0, 101), ..base },
-            FlowTuple { sport: 40001, ..base },
+            FlowTuple {
+                saddr: Ipv4Addr::new(192, 0, 2, 2),
+                ..base
+            },
+            FlowTuple {
+                daddr: Ipv4Addr::new(10, 0, 0, 101),
+                ..base
+            },
+            FlowTuple {
+                sport: 40001,
+                ..base
+            },
             FlowTuple { dport: 81, ..base },
-            FlowTuple { proto: IPPROTO_UDP, ..base },
+            FlowTuple {
+                proto: IPPROTO_UDP,
+                ..base
+            },
         ];
         for v in variants {
             assert_ne!(flow_hash(&v, 7), h, "{v:?}");

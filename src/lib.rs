@@ -12,10 +12,10 @@
 
 pub mod config;
 pub mod control;
+pub mod daemon;
 pub mod dataplane;
 pub mod hash;
-pub mod table;
-pub mod daemon;
 pub mod packet;
 pub mod replay;
+pub mod table;
 pub mod tools;

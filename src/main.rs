@@ -217,7 +217,15 @@ fn dispatch(command: Command) -> Result<ExitCode> {
                     .with_context(|| format!("no interface named {i}"))?,
                 None => 0,
             };
-            replay::replay(c, node, program, &pcap, out.as_deref(), ifindex, &mut stdout)?;
+            replay::replay(
+                c,
+                node,
+                program,
+                &pcap,
+                out.as_deref(),
+                ifindex,
+                &mut stdout,
+            )?;
             stdout.flush()?;
             Ok(ExitCode::SUCCESS)
         }

@@ -63,7 +63,12 @@ fn describe_sliced(p: &SlicedPacket<'_>) -> String {
             );
         }
         Some(TransportSlice::Icmpv4(i)) => {
-            let _ = write!(s, "{src} > {dst} ICMP type {} code {}", i.type_u8(), i.code_u8());
+            let _ = write!(
+                s,
+                "{src} > {dst} ICMP type {} code {}",
+                i.type_u8(),
+                i.code_u8()
+            );
         }
         _ => {
             let _ = write!(s, "{src} > {dst}");
@@ -94,7 +99,10 @@ pub fn describe_frame(frame: &[u8], gue_port: u16) -> String {
                     .map(|c| Ipv4Addr::new(c[0], c[1], c[2], c[3]).to_string())
                     .collect();
                 let inner_at = 8 + 4 * n;
-                let inner = payload.get(inner_at..).map(describe_ip).unwrap_or_else(|| "truncated".into());
+                let inner = payload
+                    .get(inner_at..)
+                    .map(describe_ip)
+                    .unwrap_or_else(|| "truncated".into());
                 return format!(
                     "GUE {} > {} sport {} hops [{}] next {} | {}",
                     ip.header().source_addr(),
@@ -118,9 +126,16 @@ mod tests {
     fn describes_tcp() {
         let mut f = vec![0u8; 12];
         f.extend_from_slice(&[0x08, 0x00]);
-        let mut ip = vec![0x45, 0, 0, 40, 0, 0, 0x40, 0, 64, 6, 0, 0, 192, 0, 2, 1, 10, 0, 0, 100];
-        ip.extend_from_slice(&[0x9c, 0x40, 0, 80, 0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x02, 0xff, 0xff, 0, 0, 0, 0]);
+        let mut ip = vec![
+            0x45, 0, 0, 40, 0, 0, 0x40, 0, 64, 6, 0, 0, 192, 0, 2, 1, 10, 0, 0, 100,
+        ];
+        ip.extend_from_slice(&[
+            0x9c, 0x40, 0, 80, 0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x02, 0xff, 0xff, 0, 0, 0, 0,
+        ]);
         f.extend_from_slice(&ip);
-        assert_eq!(describe_frame(&f, 19523), "192.0.2.1:40000 > 10.0.0.100:80 TCP [S]");
+        assert_eq!(
+            describe_frame(&f, 19523),
+            "192.0.2.1:40000 > 10.0.0.100:80 TCP [S]"
+        );
     }
 }

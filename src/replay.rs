@@ -90,7 +90,8 @@ pub fn replay(
     cp.apply(&mut dp, node, &cp.full_plan())?;
 
     let file = File::open(input).with_context(|| format!("opening {}", input.display()))?;
-    let mut reader = PcapReader::new(file).with_context(|| format!("reading {}", input.display()))?;
+    let mut reader =
+        PcapReader::new(file).with_context(|| format!("reading {}", input.display()))?;
     if reader.header().datalink != DataLink::ETHERNET {
         bail!(
             "{} has link type {:?}; nilb replays Ethernet captures (capture on the interface, not `-i any`)",
@@ -105,11 +106,16 @@ pub fn replay(
         None => None,
     };
 
-    writeln!(report, "replaying {} through the {program:?} program as node {node}", input.display())?;
+    writeln!(
+        report,
+        "replaying {} through the {program:?} program as node {node}",
+        input.display()
+    )?;
     let mut results = Vec::new();
     let mut n = 0;
     while let Some(pkt) = reader.next_packet() {
-        let pkt = pkt.with_context(|| format!("reading packet {} of {}", n + 1, input.display()))?;
+        let pkt =
+            pkt.with_context(|| format!("reading packet {} of {}", n + 1, input.display()))?;
         n += 1;
         let before = dp.counters()?;
         let (verdict, out) = match program {
@@ -131,7 +137,12 @@ pub fn replay(
         )?;
         let counted: Vec<String> = counters.iter().map(|(c, d)| format!("{c}+{d}")).collect();
         if dropped(program, verdict) {
-            writeln!(report, "   -> {} ({})", verdict_name(program, verdict), counted.join(", "))?;
+            writeln!(
+                report,
+                "   -> {} ({})",
+                verdict_name(program, verdict),
+                counted.join(", ")
+            )?;
         } else {
             writeln!(
                 report,

@@ -31,15 +31,27 @@ pub fn check_summary(config: &Config, out: &mut dyn Write) -> Result<()> {
         config.cluster.gue_port,
         config.cluster.unknown_flow,
     )?;
-    let balancers: Vec<String> = config.cluster.balancers.iter().map(|b| b.to_string()).collect();
+    let balancers: Vec<String> = config
+        .cluster
+        .balancers
+        .iter()
+        .map(|b| b.to_string())
+        .collect();
     writeln!(out, "balancers: {}", balancers.join(", "))?;
     for s in &config.services {
         let key = s.key();
         let table = &cp.service(&key).expect("service in control plane").table;
         let shares = table.shares();
-        writeln!(out, "service {} {} table {} buckets", s.name, key, s.table_size)?;
+        writeln!(
+            out,
+            "service {} {} table {} buckets",
+            s.name, key, s.table_size
+        )?;
         if s.backends.is_empty() {
-            writeln!(out, "  (no backends: all packets to this service are dropped)")?;
+            writeln!(
+                out,
+                "  (no backends: all packets to this service are dropped)"
+            )?;
         }
         for b in &s.backends {
             let n = shares.get(&b.dip).copied().unwrap_or(0);
@@ -102,8 +114,17 @@ pub fn lookup(
     let (seed, buckets, origin) = match source {
         TableSource::Config => {
             let cp = ControlPlane::new(config.clone());
-            let t = cp.service(&key).expect("configured").table.buckets().to_vec();
-            (config.cluster.hash_seed, t, "built from the config (fresh, no history)".to_string())
+            let t = cp
+                .service(&key)
+                .expect("configured")
+                .table
+                .buckets()
+                .to_vec();
+            (
+                config.cluster.hash_seed,
+                t,
+                "built from the config (fresh, no history)".to_string(),
+            )
         }
         TableSource::Live(dir) => {
             let pins = PinnedMaps::open(dir)?;
@@ -135,7 +156,10 @@ pub fn lookup(
     writeln!(out, "second hop {}", label(b.second))?;
     writeln!(out, "GUE source port {}", gue_source_port(hash))?;
     if b.first.is_none() {
-        writeln!(out, "note: this bucket has no first hop; the balancer drops the packet")?;
+        writeln!(
+            out,
+            "note: this bucket has no first hop; the balancer drops the packet"
+        )?;
     }
     Ok(b)
 }
@@ -150,7 +174,11 @@ pub fn stats(dir: &Path, all: bool, out: &mut dyn Write) -> Result<()> {
         s.node,
         s.hash_seed,
         s.gue_port,
-        if s.unknown_flow_local { "local" } else { "drop" }
+        if s.unknown_flow_local {
+            "local"
+        } else {
+            "drop"
+        }
     )?;
     writeln!(out, "counters (packets since the data plane was loaded):")?;
     let values = abi::read_counters(&pins.counters)?;

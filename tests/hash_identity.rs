@@ -43,12 +43,17 @@ fn c_and_rust_hash_agree_on_10000_random_tuples() {
             seed,
             out: 0,
         };
-        let (verdict, out) = abi::test_run_xdp(&skel.progs.nilb_hash_probe, abi::bytes_of(&probe), 0).unwrap();
+        let (verdict, out) =
+            abi::test_run_xdp(&skel.progs.nilb_hash_probe, abi::bytes_of(&probe), 0).unwrap();
         assert_eq!(verdict, 2, "probe returns XDP_PASS");
         let got: nilb_hash_probe = abi::read_struct(&out).unwrap();
         if got.out != flow_hash(&flow, seed) {
             mismatches += 1;
-            eprintln!("mismatch: {flow:?} seed {seed:#x}: C {:#x} Rust {:#x}", got.out, flow_hash(&flow, seed));
+            eprintln!(
+                "mismatch: {flow:?} seed {seed:#x}: C {:#x} Rust {:#x}",
+                got.out,
+                flow_hash(&flow, seed)
+            );
         }
     }
     println!("hash identity: {N} tuples, {mismatches} mismatches");
@@ -64,7 +69,11 @@ fn xdp_balancer_uses_the_same_hash_and_bucket() {
         NODE,
     );
     let seed = l.cp.config().cluster.hash_seed;
-    let table = l.cp.service(&l.cp.config().services[0].key()).unwrap().table.clone();
+    let table =
+        l.cp.service(&l.cp.config().services[0].key())
+            .unwrap()
+            .table
+            .clone();
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
     for _ in 0..500 {
         let client = Ipv4Addr::from(rng.gen::<u32>() | 0x0100_0000);
@@ -75,11 +84,26 @@ fn xdp_balancer_uses_the_same_hash_and_bucket() {
         let (v, out) = l.dp.run_xdp(&frame, net.ifindex).unwrap();
         assert_eq!(v, XDP_TX);
         let h = flow_hash(
-            &FlowTuple { saddr: client, daddr: VIP, sport, dport: 80, proto: IPPROTO_TCP },
+            &FlowTuple {
+                saddr: client,
+                daddr: VIP,
+                sport,
+                dport: 80,
+                proto: IPPROTO_TCP,
+            },
             seed,
         );
-        let first = table.buckets()[(h & (table.size() - 1)) as usize].first.unwrap();
-        assert_eq!(&out[14 + 16..14 + 20], &first.octets(), "first hop of {client}:{sport}");
-        assert_eq!(u16::from_be_bytes([out[34], out[35]]), 0x8000 | (h & 0x7fff) as u16);
+        let first = table.buckets()[(h & (table.size() - 1)) as usize]
+            .first
+            .unwrap();
+        assert_eq!(
+            &out[14 + 16..14 + 20],
+            &first.octets(),
+            "first hop of {client}:{sport}"
+        );
+        assert_eq!(
+            u16::from_be_bytes([out[34], out[35]]),
+            0x8000 | (h & 0x7fff) as u16
+        );
     }
 }

@@ -97,7 +97,11 @@ fn xdp_syn_to_vip_is_encapsulated_byte_for_byte() {
     // Every outer and GUE byte, spelled out once more against DESIGN.md.
     let o = &out[14..];
     assert_eq!(&o[0..2], &[0x45, 0x00], "version 4, IHL 5, TOS 0");
-    assert_eq!(u16::from_be_bytes([o[2], o[3]]) as usize, 36 + inner.len(), "total length");
+    assert_eq!(
+        u16::from_be_bytes([o[2], o[3]]) as usize,
+        36 + inner.len(),
+        "total length"
+    );
     assert_eq!(&o[4..8], &[0, 0, 0x40, 0], "ID 0, DF");
     assert_eq!(&o[8..10], &[64, 17], "TTL 64, UDP");
     assert_eq!(csum(&o[..20]), 0, "valid IPv4 checksum");
@@ -106,9 +110,17 @@ fn xdp_syn_to_vip_is_encapsulated_byte_for_byte() {
     assert_eq!(u16::from_be_bytes([o[20], o[21]]), sport);
     assert!(sport & 0x8000 != 0);
     assert_eq!(u16::from_be_bytes([o[22], o[23]]), 19523, "GUE port");
-    assert_eq!(u16::from_be_bytes([o[24], o[25]]) as usize, 16 + inner.len(), "UDP length");
+    assert_eq!(
+        u16::from_be_bytes([o[24], o[25]]) as usize,
+        16 + inner.len(),
+        "UDP length"
+    );
     assert_eq!(&o[26..28], &[0, 0], "UDP checksum 0");
-    assert_eq!(&o[28..36], &[0x01, 4, 0, 0, 0, 0, 0, 0], "GUE: hlen 1, IPv4, no hops");
+    assert_eq!(
+        &o[28..36],
+        &[0x01, 4, 0, 0, 0, 0, 0, 0],
+        "GUE: hlen 1, IPv4, no hops"
+    );
     assert_eq!(&o[36..], &inner[..], "inner packet unchanged");
 
     // The same flow twice gives identical output.
@@ -126,15 +138,25 @@ fn xdp_second_hop_listed_only_when_set() {
 
     let (v, out) = l.dp.run_xdp(&input, net.ifindex).unwrap();
     assert_eq!(v, XDP_TX);
-    assert_bytes("no second hop", &out, &encapsulated(MAC12, net.mac, B12, &[], sport, &inner));
+    assert_bytes(
+        "no second hop",
+        &out,
+        &encapsulated(MAC12, net.mac, B12, &[], sport, &inner),
+    );
 
     // Drain .12 in favour of .13: every bucket moves, .12 becomes second hop.
-    l.reload(&config(&[(B12, 1, "drained"), (B13, 1, "active")], "drop"), NODE);
+    l.reload(
+        &config(&[(B12, 1, "drained"), (B13, 1, "active")], "drop"),
+        NODE,
+    );
     let (v, out) = l.dp.run_xdp(&input, net.ifindex).unwrap();
     assert_eq!(v, XDP_TX);
     let want = encapsulated(MAC13, net.mac, B13, &[B12], sport, &inner);
     assert_bytes("with second hop", &out, &want);
-    assert_eq!(&out[14 + 28..14 + 40], &[0x02, 4, 0, 0, 0, 0, 0, 1, 10, 0, 0, 12]);
+    assert_eq!(
+        &out[14 + 28..14 + 40],
+        &[0x02, 4, 0, 0, 0, 0, 0, 1, 10, 0, 0, 12]
+    );
 }
 
 #[test]
@@ -144,7 +166,12 @@ fn xdp_fixture_table() {
     let mac = net.mac;
     let other = Ipv4Addr::new(10, 0, 0, 50);
 
-    let syn = |dst: Ipv4Addr, dport: u16| client_frame(&net, &l3(CLIENT, dst, IPPROTO_TCP, &tcp(40000, dport, SYN, b"")));
+    let syn = |dst: Ipv4Addr, dport: u16| {
+        client_frame(
+            &net,
+            &l3(CLIENT, dst, IPPROTO_TCP, &tcp(40000, dport, SYN, b"")),
+        )
+    };
     let with_options = {
         let t = tcp(40002, 80, SYN, b"");
         let mut p = ipv4(CLIENT, VIP, IPPROTO_TCP, t.len(), 0, &[1, 1, 1, 0]);
@@ -166,7 +193,10 @@ fn xdp_fixture_table() {
     let dns = l3(CLIENT, VIP, IPPROTO_UDP, &udp(5353, 53, b"query"));
     let mut arp = eth([0xff; 6], CLIENT_MAC, 0x0806);
     arp.extend_from_slice(&[0u8; 28]);
-    let mut bad_ihl = client_frame(&net, &l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40005, 80, SYN, b"")));
+    let mut bad_ihl = client_frame(
+        &net,
+        &l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40005, 80, SYN, b"")),
+    );
     bad_ihl[14] = 0x44; // IHL 4
 
     let fixtures = vec![
@@ -174,14 +204,28 @@ fn xdp_fixture_table() {
             description: "IPv4 with options to a VIP is balanced on its real ports",
             input: client_frame(&net, &with_options),
             verdict: XDP_TX,
-            output: Some(encapsulated(MAC12, mac, B12, &[], sport_of(CLIENT, VIP, 40002, 80, IPPROTO_TCP), &with_options)),
+            output: Some(encapsulated(
+                MAC12,
+                mac,
+                B12,
+                &[],
+                sport_of(CLIENT, VIP, 40002, 80, IPPROTO_TCP),
+                &with_options,
+            )),
             counters: &[("xdp_encap_tx", 1)],
         },
         Fixture {
             description: "UDP to a UDP service is balanced",
             input: client_frame(&net, &dns),
             verdict: XDP_TX,
-            output: Some(encapsulated(MAC12, mac, B12, &[], sport_of(CLIENT, VIP, 5353, 53, IPPROTO_UDP), &dns)),
+            output: Some(encapsulated(
+                MAC12,
+                mac,
+                B12,
+                &[],
+                sport_of(CLIENT, VIP, 5353, 53, IPPROTO_UDP),
+                &dns,
+            )),
             counters: &[("xdp_encap_tx", 1)],
         },
         Fixture {
@@ -279,15 +323,29 @@ fn xdp_ethernet_padding_is_not_carried() {
     input.resize(60, 0); // minimum Ethernet frame
     let (v, out) = l.dp.run_xdp(&input, net.ifindex).unwrap();
     assert_eq!(v, XDP_TX);
-    let want = encapsulated(MAC12, net.mac, B12, &[], sport_of(CLIENT, VIP, 40006, 80, IPPROTO_TCP), &inner);
+    let want = encapsulated(
+        MAC12,
+        net.mac,
+        B12,
+        &[],
+        sport_of(CLIENT, VIP, 40006, 80, IPPROTO_TCP),
+        &inner,
+    );
     assert_bytes("padded frame", &out, &want);
 }
 
 #[test]
 fn xdp_icmp_frag_needed_follows_the_embedded_flow() {
     let net = TestNet::new();
-    let l = load(&config(&[(B12, 1, "active"), (B13, 1, "active")], "drop"), NODE);
-    let table = l.cp.service(&l.cp.config().services[0].key()).unwrap().table.clone();
+    let l = load(
+        &config(&[(B12, 1, "active"), (B13, 1, "active")], "drop"),
+        NODE,
+    );
+    let table =
+        l.cp.service(&l.cp.config().services[0].key())
+            .unwrap()
+            .table
+            .clone();
     let router = Ipv4Addr::new(198, 51, 100, 1);
     let mut seen = std::collections::BTreeSet::new();
     for cport in 41000..41016u16 {
@@ -303,14 +361,32 @@ fn xdp_icmp_frag_needed_follows_the_embedded_flow() {
 
         // The client's flow is client:cport -> VIP:80.
         let h = flow_hash(
-            &FlowTuple { saddr: CLIENT, daddr: VIP, sport: cport, dport: 80, proto: IPPROTO_TCP },
+            &FlowTuple {
+                saddr: CLIENT,
+                daddr: VIP,
+                sport: cport,
+                dport: 80,
+                proto: IPPROTO_TCP,
+            },
             SEED,
         );
-        let first = table.buckets()[(h & (table.size() - 1)) as usize].first.unwrap();
+        let first = table.buckets()[(h & (table.size() - 1)) as usize]
+            .first
+            .unwrap();
         let mac = if first == B12 { MAC12 } else { MAC13 };
         seen.insert(first);
-        let want = encapsulated(mac, net.mac, first, &[], 0x8000 | (h & 0x7fff) as u16, &inner);
-        let ((v, out), deltas) = l.counted(|| l.dp.run_xdp(&client_frame(&net, &inner), net.ifindex).unwrap());
+        let want = encapsulated(
+            mac,
+            net.mac,
+            first,
+            &[],
+            0x8000 | (h & 0x7fff) as u16,
+            &inner,
+        );
+        let ((v, out), deltas) = l.counted(|| {
+            l.dp.run_xdp(&client_frame(&net, &inner), net.ifindex)
+                .unwrap()
+        });
         assert_eq!(v, XDP_TX, "ICMP for port {cport}");
         assert_bytes("ICMP frag needed", &out, &want);
         assert_eq!(deltas, vec![("xdp_encap_tx", 1), ("xdp_icmp_forwarded", 1)]);
@@ -322,7 +398,10 @@ fn xdp_icmp_frag_needed_follows_the_embedded_flow() {
 fn xdp_service_without_backend_drops() {
     let net = TestNet::new();
     let l = load(&config(&[], "drop"), NODE);
-    let input = client_frame(&net, &l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40000, 80, SYN, b"")));
+    let input = client_frame(
+        &net,
+        &l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40000, 80, SYN, b"")),
+    );
     let ((v, _), deltas) = l.counted(|| l.dp.run_xdp(&input, net.ifindex).unwrap());
     assert_eq!(v, XDP_DROP);
     assert_eq!(deltas, vec![("xdp_drop_no_backend", 1)]);
@@ -340,7 +419,14 @@ fn xdp_local_first_hop_goes_to_tc_and_is_decapsulated() {
     assert_eq!(v, XDP_PASS);
     assert_eq!(deltas, vec![("xdp_encap_local", 1)]);
     // Original MACs, outer destination = this node.
-    let want = encapsulated(net.mac, CLIENT_MAC, NODE, &[], sport_of(CLIENT, VIP, 40000, 80, IPPROTO_TCP), &inner);
+    let want = encapsulated(
+        net.mac,
+        CLIENT_MAC,
+        NODE,
+        &[],
+        sport_of(CLIENT, VIP, 40000, 80, IPPROTO_TCP),
+        &inner,
+    );
     assert_bytes("local first hop", &out, &want);
     // Second chance then applies in our own TC program: a SYN is accepted.
     let ((v, out), deltas) = l.counted(|| l.dp.run_tc(&want, net.ifindex).unwrap());
@@ -359,7 +445,14 @@ fn xdp_unknown_neighbour_takes_the_tc_slow_path() {
     let ((v, out), deltas) = l.counted(|| l.dp.run_xdp(&input, net.ifindex).unwrap());
     assert_eq!(v, XDP_PASS);
     assert_eq!(deltas, vec![("xdp_encap_slow_path", 1)]);
-    let want = encapsulated(net.mac, CLIENT_MAC, b14, &[], sport_of(CLIENT, VIP, 40000, 80, IPPROTO_TCP), &inner);
+    let want = encapsulated(
+        net.mac,
+        CLIENT_MAC,
+        b14,
+        &[],
+        sport_of(CLIENT, VIP, 40000, 80, IPPROTO_TCP),
+        &inner,
+    );
     assert_bytes("slow path", &out, &want);
     // TC sends it on with bpf_redirect_neigh, unchanged.
     let ((v, out), deltas) = l.counted(|| l.dp.run_tc(&want, net.ifindex).unwrap());
@@ -371,7 +464,10 @@ fn xdp_unknown_neighbour_takes_the_tc_slow_path() {
 // ---- TC second chance ---------------------------------------------------------
 
 fn backend_config(unknown_flow: &str) -> String {
-    config(&[(B12, 1, "active"), (B13, 1, "active"), (NODE, 1, "active")], unknown_flow)
+    config(
+        &[(B12, 1, "active"), (B13, 1, "active"), (NODE, 1, "active")],
+        unknown_flow,
+    )
 }
 
 #[test]
@@ -380,7 +476,12 @@ fn tc_fixture_table() {
     let l = load(&backend_config("drop"), NODE);
     let mac = net.mac;
     let syn = l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40000, 80, SYN, b""));
-    let data = l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40001, 80, ACK | PSH, b"GET / HTTP/1.1\r\n"));
+    let data = l3(
+        CLIENT,
+        VIP,
+        IPPROTO_TCP,
+        &tcp(40001, 80, ACK | PSH, b"GET / HTTP/1.1\r\n"),
+    );
     let frame = |src: Ipv4Addr, next: u8, hops: &[Ipv4Addr], inner: &[u8]| {
         gue_frame(mac, MAC12, src, NODE, next, hops, inner)
     };
@@ -401,7 +502,12 @@ fn tc_fixture_table() {
     truncated.truncate(14 + 28 + 10);
     let mut ipv6_inner = frame(B12, 0, &[], &data);
     ipv6_inner[14 + 28 + 1] = 41;
-    let not_vip = l3(CLIENT, Ipv4Addr::new(10, 0, 0, 50), IPPROTO_TCP, &tcp(1, 80, SYN, b""));
+    let not_vip = l3(
+        CLIENT,
+        Ipv4Addr::new(10, 0, 0, 50),
+        IPPROTO_TCP,
+        &tcp(1, 80, SYN, b""),
+    );
     let mut udp_other_port = eth(mac, MAC12, 0x0800);
     udp_other_port.extend_from_slice(&l3(B12, NODE, IPPROTO_UDP, &udp(1234, 5000, b"hello")));
     let mut to_other_node = frame(B12, 0, &[], &syn);
@@ -587,10 +693,7 @@ fn tc_established_local_connection_is_decapsulated() {
     let l = load(&backend_config("drop"), NODE);
     // A real connection: NODE:ephemeral -> VIP:80 in this namespace.
     let listener = TcpListener::bind(SocketAddrV4::new(VIP, 80)).unwrap();
-    let client = {
-        let s = socket2_connect(NODE, VIP, 80);
-        s
-    };
+    let client = connect_from(NODE, VIP, 80);
     let (_server_side, _) = listener.accept().unwrap();
     let cport = client.local_addr().unwrap().port();
 
@@ -612,7 +715,12 @@ fn tc_established_local_connection_is_decapsulated() {
 
     // A flow of the listener's port without a connection is not "known":
     // the listener alone must not capture it.
-    let stray = l3(NODE, VIP, IPPROTO_TCP, &tcp(cport.wrapping_add(1), 80, ACK, b""));
+    let stray = l3(
+        NODE,
+        VIP,
+        IPPROTO_TCP,
+        &tcp(cport.wrapping_add(1), 80, ACK, b""),
+    );
     let input = gue_frame(net.mac, MAC12, B12, NODE, 0, &[B13], &stray);
     let (v, _) = l.dp.run_tc(&input, net.ifindex).unwrap();
     assert_eq!(v, TC_ACT_REDIRECT, "listener only: second chance");
@@ -620,12 +728,26 @@ fn tc_established_local_connection_is_decapsulated() {
 }
 
 /// Connect from a chosen local address.
-fn socket2_connect(src: Ipv4Addr, dst: Ipv4Addr, port: u16) -> std::net::TcpStream {
+fn connect_from(src: Ipv4Addr, dst: Ipv4Addr, port: u16) -> std::net::TcpStream {
     use nix::sys::socket::{bind, connect, socket, AddressFamily, SockFlag, SockType, SockaddrIn};
-    let fd = socket(AddressFamily::Inet, SockType::Stream, SockFlag::empty(), None).unwrap();
+    let fd = socket(
+        AddressFamily::Inet,
+        SockType::Stream,
+        SockFlag::empty(),
+        None,
+    )
+    .unwrap();
     let o = src.octets();
-    bind(std::os::fd::AsRawFd::as_raw_fd(&fd), &SockaddrIn::new(o[0], o[1], o[2], o[3], 0)).unwrap();
+    bind(
+        std::os::fd::AsRawFd::as_raw_fd(&fd),
+        &SockaddrIn::new(o[0], o[1], o[2], o[3], 0),
+    )
+    .unwrap();
     let d = dst.octets();
-    connect(std::os::fd::AsRawFd::as_raw_fd(&fd), &SockaddrIn::new(d[0], d[1], d[2], d[3], port)).unwrap();
+    connect(
+        std::os::fd::AsRawFd::as_raw_fd(&fd),
+        &SockaddrIn::new(d[0], d[1], d[2], d[3], port),
+    )
+    .unwrap();
     std::net::TcpStream::from(fd)
 }

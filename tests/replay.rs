@@ -14,8 +14,12 @@ use pcap_file::pcap::{PcapPacket, PcapReader, PcapWriter};
 fn write_pcap(path: &std::path::Path, frames: &[Vec<u8>]) {
     let mut w = PcapWriter::new(std::fs::File::create(path).unwrap()).unwrap();
     for (i, f) in frames.iter().enumerate() {
-        w.write_packet(&PcapPacket::new(Duration::from_millis(i as u64), f.len() as u32, f))
-            .unwrap();
+        w.write_packet(&PcapPacket::new(
+            Duration::from_millis(i as u64),
+            f.len() as u32,
+            f,
+        ))
+        .unwrap();
     }
 }
 
@@ -37,7 +41,11 @@ fn replay_xdp_reports_and_writes_results() {
     frag[14 + 11] = 0;
     let c = csum(&frag[14..34]);
     frag[14 + 10..14 + 12].copy_from_slice(&c.to_be_bytes());
-    let frames = vec![syn(VIP, 40000), syn(std::net::Ipv4Addr::new(10, 0, 0, 50), 40001), frag];
+    let frames = vec![
+        syn(VIP, 40000),
+        syn(std::net::Ipv4Addr::new(10, 0, 0, 50), 40001),
+        frag,
+    ];
     write_pcap(&input, &frames);
 
     let yaml = config(&[(B12, 1, "active")], "drop");
@@ -59,9 +67,18 @@ fn replay_xdp_reports_and_writes_results() {
     assert_eq!(verdicts, vec![XDP_TX, XDP_PASS, XDP_DROP]);
     assert_eq!(results[0].counters, vec![("xdp_encap_tx", 1)]);
     assert_eq!(results[2].counters, vec![("xdp_drop_fragment", 1)]);
-    assert!(report.contains("#1 in  54 bytes: 192.0.2.1:40000 > 10.0.0.100:80 TCP [S]"), "{report}");
-    assert!(report.contains("-> XDP_TX (xdp_encap_tx+1) out 90 bytes: GUE 10.0.0.11 > 10.0.0.12"), "{report}");
-    assert!(report.contains("-> XDP_DROP (xdp_drop_fragment+1)"), "{report}");
+    assert!(
+        report.contains("#1 in  54 bytes: 192.0.2.1:40000 > 10.0.0.100:80 TCP [S]"),
+        "{report}"
+    );
+    assert!(
+        report.contains("-> XDP_TX (xdp_encap_tx+1) out 90 bytes: GUE 10.0.0.11 > 10.0.0.12"),
+        "{report}"
+    );
+    assert!(
+        report.contains("-> XDP_DROP (xdp_drop_fragment+1)"),
+        "{report}"
+    );
 
     // The output pcap holds the two packets that were not dropped, as run.
     let mut r = PcapReader::new(std::fs::File::open(&output).unwrap()).unwrap();
@@ -69,7 +86,10 @@ fn replay_xdp_reports_and_writes_results() {
     while let Some(p) = r.next_packet() {
         written.push(p.unwrap().data.into_owned());
     }
-    assert_eq!(written, vec![results[0].output.clone(), results[1].output.clone()]);
+    assert_eq!(
+        written,
+        vec![results[0].output.clone(), results[1].output.clone()]
+    );
     assert_eq!(written[1], frames[1], "pass-through is unchanged");
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -161,7 +161,9 @@ pub struct Backend {
 impl Backend {
     /// Hostname if given, else the address.
     pub fn label(&self) -> String {
-        self.hostname.clone().unwrap_or_else(|| self.dip.to_string())
+        self.hostname
+            .clone()
+            .unwrap_or_else(|| self.dip.to_string())
     }
 }
 
@@ -435,7 +437,10 @@ impl Validator {
         if raw.version != 1 {
             self.report(
                 "version",
-                format!("unsupported version {} (this nilb reads version 1)", raw.version),
+                format!(
+                    "unsupported version {} (this nilb reads version 1)",
+                    raw.version
+                ),
             );
         }
 

@@ -27,7 +27,9 @@ services:
 "#;
 
 fn problems(src: &str) -> Vec<Problem> {
-    Config::parse(src).expect_err("config should be rejected").problems
+    Config::parse(src)
+        .expect_err("config should be rejected")
+        .problems
 }
 
 /// The one problem of `src`, asserting its path.
@@ -117,7 +119,10 @@ fn bad_addresses_are_named() {
         ("255.255.255.255", "broadcast"),
         ("fe80::1", "not an IPv4 address"),
     ] {
-        let src = GOOD.replace("vip: 10.0.0.100\n    port: 80", &format!("vip: \"{bad}\"\n    port: 80"));
+        let src = GOOD.replace(
+            "vip: 10.0.0.100\n    port: 80",
+            &format!("vip: \"{bad}\"\n    port: 80"),
+        );
         let p = one_problem(&src, "services[0].vip");
         assert!(p.message.contains(why), "{bad}: {p}");
         assert_eq!(p.position.map(|p| p.line), Some(12), "{p}");
@@ -153,7 +158,10 @@ fn duplicates_are_caught() {
     assert!(p.message.contains("already served by services[0]"), "{p}");
     let src = GOOD.replace("dip: 10.0.0.12", "dip: 10.0.0.11");
     one_problem(&src, "services[0].backends[1].dip");
-    let src = GOOD.replace("balancers: [10.0.0.11]", "balancers: [10.0.0.11, 10.0.0.11]");
+    let src = GOOD.replace(
+        "balancers: [10.0.0.11]",
+        "balancers: [10.0.0.11, 10.0.0.11]",
+    );
     one_problem(&src, "cluster.balancers[1]");
 }
 
@@ -185,14 +193,23 @@ fn all_semantic_problems_are_reported_together() {
     let src = GOOD
         .replace("port: 80", "port: 0")
         .replace("weight: 100}", "weight: 0}")
-        .replace("vip: 10.0.0.100\n    port: 53", "vip: 127.0.0.1\n    port: 53");
+        .replace(
+            "vip: 10.0.0.100\n    port: 53",
+            "vip: 127.0.0.1\n    port: 53",
+        );
     let p = problems(&src);
     let paths: Vec<_> = p.iter().map(|p| p.path.as_str()).collect();
     assert!(paths.contains(&"services[0].port"), "{paths:?}");
-    assert!(paths.contains(&"services[0].backends[0].weight"), "{paths:?}");
+    assert!(
+        paths.contains(&"services[0].backends[0].weight"),
+        "{paths:?}"
+    );
     assert!(paths.contains(&"services[1].vip"), "{paths:?}");
     let text = ConfigError { problems: p }.to_string();
-    assert!(text.starts_with("invalid configuration (3 problems)"), "{text}");
+    assert!(
+        text.starts_with("invalid configuration (3 problems)"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -221,7 +238,15 @@ fn empty_service_list_is_valid() {
 #[test]
 fn never_panics_on_garbage() {
     // A cheap property check; the fuzz target in issue 6 goes further.
-    let seeds = [GOOD, "", "---", "[]", "version: [", "\u{0}\u{1}", "services: 5"];
+    let seeds = [
+        GOOD,
+        "",
+        "---",
+        "[]",
+        "version: [",
+        "\u{0}\u{1}",
+        "services: 5",
+    ];
     let mut state = 0x1234_5678u32;
     for seed in seeds {
         let bytes = seed.as_bytes();

@@ -45,8 +45,6 @@ unsafe impl plain::Plain for sys::nilb_config {}
 unsafe impl plain::Plain for sys::nilb_service_stats {}
 unsafe impl plain::Plain for sys::nilb_hash_probe {}
 unsafe impl plain::Plain for sys::nilb_addr_info {}
-unsafe impl plain::Plain for skel::types::xdp_md {}
-unsafe impl plain::Plain for skel::types::__sk_buff {}
 
 /// View a plain struct as its bytes.
 pub fn bytes_of<T: plain::Plain>(v: &T) -> &[u8] {
@@ -58,8 +56,9 @@ pub fn bytes_of<T: plain::Plain>(v: &T) -> &[u8] {
 /// Copy a plain struct out of bytes (shorter input is an error).
 pub fn read_struct<T: plain::Plain + Default>(bytes: &[u8]) -> Result<T> {
     let mut v = T::default();
-    plain::copy_from_bytes(&mut v, bytes)
-        .map_err(|e| anyhow::anyhow!("short map value for {}: {e:?}", std::any::type_name::<T>()))?;
+    plain::copy_from_bytes(&mut v, bytes).map_err(|e| {
+        anyhow::anyhow!("short map value for {}: {e:?}", std::any::type_name::<T>())
+    })?;
     Ok(v)
 }
 
@@ -123,7 +122,9 @@ pub fn inner_table_elements(table: &Table, service_index: u32) -> (Vec<u8>, Vec<
 }
 
 /// Header and buckets read back from an inner map (for stats and lookups).
-pub fn read_inner_table(map: &dyn MapCore) -> Result<(sys::nilb_table_header, Vec<sys::nilb_bucket>)> {
+pub fn read_inner_table(
+    map: &dyn MapCore,
+) -> Result<(sys::nilb_table_header, Vec<sys::nilb_bucket>)> {
     let zero = 0u32.to_ne_bytes();
     let hdr: sys::nilb_table_header = read_struct(
         &map.lookup(&zero, MapFlags::ANY)?
@@ -193,13 +194,43 @@ pub fn create_array(name: &str, value_size: u32, entries: u32) -> Result<libbpf_
         map_flags: libbpf_rs::libbpf_sys::BPF_F_INNER_MAP,
         ..Default::default()
     };
-    libbpf_rs::MapHandle::create(libbpf_rs::MapType::Array, Some(name), 4, value_size, entries, &opts)
-        .with_context(|| format!("creating bucket array {name} ({entries} entries)"))
+    libbpf_rs::MapHandle::create(
+        libbpf_rs::MapType::Array,
+        Some(name),
+        4,
+        value_size,
+        entries,
+        &opts,
+    )
+    .with_context(|| format!("creating bucket array {name} ({entries} entries)"))
 }
 
 /// Value that makes a map-in-map slot point at `inner`.
 pub fn map_fd_value(inner: BorrowedFd<'_>) -> [u8; 4] {
     (inner.as_raw_fd() as u32).to_ne_bytes()
+}
+
+/// Run `prog` once on `frame` with an optional input context; returns the
+/// verdict and the output frame (room for 256 bytes of growth).
+fn test_run(
+    prog: &libbpf_rs::ProgramMut<'_>,
+    frame: &[u8],
+    context_in: Option<&mut [u8]>,
+) -> Result<(u32, Vec<u8>)> {
+    let mut out = vec![0u8; frame.len() + 256];
+    let input = ProgramInput {
+        data_in: Some(frame),
+        data_out: Some(&mut out),
+        context_in,
+        ..Default::default()
+    };
+    let output = prog
+        .test_run(input)
+        .with_context(|| format!("BPF_PROG_TEST_RUN of {}", prog.name().to_string_lossy()))?;
+    let verdict = output.return_value;
+    let len = output.data.map(|d| d.len()).unwrap_or(0);
+    out.truncate(len);
+    Ok((verdict, out))
 }
 
 /// Run an XDP program once on `frame` as if received on `ingress_ifindex`
@@ -209,24 +240,22 @@ pub fn test_run_xdp(
     frame: &[u8],
     ingress_ifindex: u32,
 ) -> Result<(u32, Vec<u8>)> {
-    let ctx = skel::types::xdp_md {
-        data_end: frame.len() as u32,
-        ingress_ifindex,
-        ..Default::default()
-    };
-    let mut ctx_bytes = bytes_of(&ctx).to_vec();
-    let mut out = vec![0u8; frame.len() + 256];
-    let mut input = ProgramInput::default();
-    input.data_in = Some(frame);
-    input.data_out = Some(&mut out);
-    if ingress_ifindex != 0 {
-        input.context_in = Some(&mut ctx_bytes);
+    if ingress_ifindex == 0 {
+        return test_run(prog, frame, None);
     }
-    let output = prog.test_run(input).context("BPF_PROG_TEST_RUN (xdp)")?;
-    let verdict = output.return_value;
-    let len = output.data.map(|d| d.len()).unwrap_or(0);
-    out.truncate(len);
-    Ok((verdict, out))
+    use skel::types::xdp_md;
+    let mut ctx = zeroed_ctx::<xdp_md>();
+    put_u32(
+        &mut ctx,
+        std::mem::offset_of!(xdp_md, data_end),
+        frame.len() as u32,
+    );
+    put_u32(
+        &mut ctx,
+        std::mem::offset_of!(xdp_md, ingress_ifindex),
+        ingress_ifindex,
+    );
+    test_run(prog, frame, Some(&mut ctx))
 }
 
 /// Run a TC (sched_cls) program once on `frame` as if received on `ifindex`
@@ -236,21 +265,20 @@ pub fn test_run_tc(
     frame: &[u8],
     ifindex: u32,
 ) -> Result<(u32, Vec<u8>)> {
-    let ctx = skel::types::__sk_buff {
-        ifindex,
-        ..Default::default()
-    };
-    let mut ctx_bytes = bytes_of(&ctx).to_vec();
-    let mut out = vec![0u8; frame.len() + 256];
-    let mut input = ProgramInput::default();
-    input.data_in = Some(frame);
-    input.data_out = Some(&mut out);
-    input.context_in = Some(&mut ctx_bytes);
-    let output = prog.test_run(input).context("BPF_PROG_TEST_RUN (tc)")?;
-    let verdict = output.return_value;
-    let len = output.data.map(|d| d.len()).unwrap_or(0);
-    out.truncate(len);
-    Ok((verdict, out))
+    use skel::types::__sk_buff;
+    let mut ctx = zeroed_ctx::<__sk_buff>();
+    put_u32(&mut ctx, std::mem::offset_of!(__sk_buff, ifindex), ifindex);
+    test_run(prog, frame, Some(&mut ctx))
+}
+
+/// A test-run context of type `T` as all-zero bytes. Built as bytes, not as
+/// a Rust value, because the kernel rejects non-zero padding (EINVAL).
+fn zeroed_ctx<T>() -> Vec<u8> {
+    vec![0u8; std::mem::size_of::<T>()]
+}
+
+fn put_u32(buf: &mut [u8], offset: usize, v: u32) {
+    buf[offset..offset + 4].copy_from_slice(&v.to_ne_bytes());
 }
 
 /// Create the clsact qdisc on `ifindex`. Returns true if this call created it
@@ -275,7 +303,6 @@ pub fn create_clsact(ifindex: i32) -> Result<bool> {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -292,8 +319,14 @@ mod tests {
 
     #[test]
     fn counter_names_follow_the_enum() {
-        assert_eq!(COUNTER_NAMES.len(), sys::nilb_counter::NILB_COUNTER_MAX as usize);
-        assert_eq!(COUNTER_NAMES[sys::nilb_counter::C_TC_FORWARD as usize], "tc_forward");
+        assert_eq!(
+            COUNTER_NAMES.len(),
+            sys::nilb_counter::NILB_COUNTER_MAX as usize
+        );
+        assert_eq!(
+            COUNTER_NAMES[sys::nilb_counter::C_TC_FORWARD as usize],
+            "tc_forward"
+        );
         assert_eq!(
             COUNTER_NAMES[sys::nilb_counter::C_XDP_DROP_FRAGMENT as usize],
             "xdp_drop_fragment"
@@ -325,7 +358,10 @@ mod tests {
         let (k, v) = inner_table_elements(&t, 7);
         assert_eq!(k.len(), 17 * 4);
         assert_eq!(v.len(), 17 * 8);
-        assert_eq!(&v[..8], &[15u32.to_ne_bytes(), 7u32.to_ne_bytes()].concat()[..]);
+        assert_eq!(
+            &v[..8],
+            &[15u32.to_ne_bytes(), 7u32.to_ne_bytes()].concat()[..]
+        );
         assert_eq!(&v[8..16], &[10, 0, 0, 12, 0, 0, 0, 0]);
     }
 }

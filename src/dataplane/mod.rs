@@ -381,8 +381,12 @@ fn sync_set(
 ) -> Result<()> {
     let info = abi::sys::nilb_addr_info::default();
     for a in want.difference(have) {
-        map.update(&abi::addr_be(*a).to_ne_bytes(), abi::bytes_of(&info), MapFlags::ANY)
-            .with_context(|| format!("adding {a} to {what}"))?;
+        map.update(
+            &abi::addr_be(*a).to_ne_bytes(),
+            abi::bytes_of(&info),
+            MapFlags::ANY,
+        )
+        .with_context(|| format!("adding {a} to {what}"))?;
     }
     for a in have.difference(want) {
         map.delete(&abi::addr_be(*a).to_ne_bytes())
@@ -443,7 +447,8 @@ impl PinnedMaps {
             node: abi::addr_from_be(c.node_addr),
             hash_seed: c.hash_seed,
             gue_port: u16::from_be(c.gue_port),
-            unknown_flow_local: c.flags & abi::sys::nilb_config_flags::NILB_F_UNKNOWN_FLOW_LOCAL != 0,
+            unknown_flow_local: c.flags & abi::sys::nilb_config_flags::NILB_F_UNKNOWN_FLOW_LOCAL
+                != 0,
         })
     }
 

@@ -192,8 +192,11 @@ impl Table {
         let size = self.buckets.len();
         let targets: Vec<Target> = targets.iter().copied().filter(|t| t.weight > 0).collect();
         let quota = quotas(size as u32, &targets);
-        let index: HashMap<Ipv4Addr, usize> =
-            targets.iter().enumerate().map(|(i, t)| (t.dip, i)).collect();
+        let index: HashMap<Ipv4Addr, usize> = targets
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.dip, i))
+            .collect();
 
         let mut new = self.clone();
         new.generation += 1;

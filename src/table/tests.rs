@@ -6,7 +6,10 @@ fn ip(last: u8) -> Ipv4Addr {
 
 fn targets(spec: &[(u8, u32)]) -> Vec<Target> {
     spec.iter()
-        .map(|&(l, w)| Target { dip: ip(l), weight: w })
+        .map(|&(l, w)| Target {
+            dip: ip(l),
+            weight: w,
+        })
         .collect()
 }
 
@@ -70,14 +73,21 @@ fn weight_change_moves_minimum_and_keeps_second_hop() {
 
     for (o, n) in old.buckets().iter().zip(new.buckets()) {
         if o.first != n.first {
-            assert_eq!(n.second, o.first, "a moved bucket keeps its old owner as second hop");
+            assert_eq!(
+                n.second, o.first,
+                "a moved bucket keeps its old owner as second hop"
+            );
         } else {
             assert_eq!(n.second, o.second);
         }
     }
     // Contiguity survives one change: at most 2 ranges each.
     for &(l, _) in &after {
-        assert!(new.ranges(ip(l)) <= 2, "backend {l}: {} ranges", new.ranges(ip(l)));
+        assert!(
+            new.ranges(ip(l)) <= 2,
+            "backend {l}: {} ranges",
+            new.ranges(ip(l))
+        );
     }
 }
 
@@ -90,7 +100,10 @@ fn removing_a_backend_moves_exactly_its_buckets() {
     let (new, moves) = old.rebalance(&targets(&rest), |d| d != ip(3));
     assert_eq!(moves.moved as u32, owned, "moved / optimal = 1.00");
     assert_proportional(&new, &rest);
-    assert!(new.buckets().iter().all(|b| b.second != Some(ip(3))), "offline: not a second hop");
+    assert!(
+        new.buckets().iter().all(|b| b.second != Some(ip(3))),
+        "offline: not a second hop"
+    );
 }
 
 #[test]
@@ -104,7 +117,9 @@ fn drained_backend_stays_second_hop() {
         .filter(|(o, _)| o.first == Some(ip(2)))
         .collect();
     assert_eq!(moved.len(), 128);
-    assert!(moved.iter().all(|(_, n)| n.first == Some(ip(1)) && n.second == Some(ip(2))));
+    assert!(moved
+        .iter()
+        .all(|(_, n)| n.first == Some(ip(1)) && n.second == Some(ip(2))));
 }
 
 #[test]
@@ -126,7 +141,10 @@ fn recovery_swaps_back() {
 fn no_targets_drops_but_keeps_previous_owner() {
     let t0 = Table::build(64, &targets(&[(1, 1)]));
     let (t1, _) = t0.rebalance(&[], |_| true);
-    assert!(t1.buckets().iter().all(|b| b.first.is_none() && b.second == Some(ip(1))));
+    assert!(t1
+        .buckets()
+        .iter()
+        .all(|b| b.first.is_none() && b.second == Some(ip(1))));
     let (t2, _) = t1.rebalance(&targets(&[(1, 1)]), |_| true);
     assert!(t2.buckets().iter().all(|b| b.first == Some(ip(1))));
 }
@@ -158,5 +176,8 @@ fn random_changes_stay_proportional_and_bounded() {
     }
     let max_ranges = (1..=8).map(|l| t.ranges(ip(l))).max().unwrap();
     println!("after 300 random weight changes: at most {max_ranges} ranges per backend");
-    assert!(max_ranges < 200, "ranges per backend exploded: {max_ranges}");
+    assert!(
+        max_ranges < 200,
+        "ranges per backend exploded: {max_ranges}"
+    );
 }

@@ -188,7 +188,16 @@ pub fn l3(src: Ipv4Addr, dst: Ipv4Addr, proto: u8, l4: &[u8]) -> Vec<u8> {
 /// The GUE header: version 0, C 0, hlen 1+N, proto, flags 0, private type
 /// 0, next hop index, N, hops.
 pub fn gue_header(inner_proto: u8, next: u8, hops: &[Ipv4Addr]) -> Vec<u8> {
-    let mut g = vec![1 + hops.len() as u8, inner_proto, 0, 0, 0, 0, next, hops.len() as u8];
+    let mut g = vec![
+        1 + hops.len() as u8,
+        inner_proto,
+        0,
+        0,
+        0,
+        0,
+        next,
+        hops.len() as u8,
+    ];
     for h in hops {
         g.extend_from_slice(&h.octets());
     }
@@ -197,7 +206,13 @@ pub fn gue_header(inner_proto: u8, next: u8, hops: &[Ipv4Addr]) -> Vec<u8> {
 
 /// Outer IPv4 (DF, TTL 64, UDP, ID 0, TOS 0) + UDP (checksum 0) around
 /// `gue_and_inner`, as DESIGN.md specifies.
-pub fn gue_outer(src: Ipv4Addr, dst: Ipv4Addr, sport: u16, gue_port: u16, gue_and_inner: &[u8]) -> Vec<u8> {
+pub fn gue_outer(
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    sport: u16,
+    gue_port: u16,
+    gue_and_inner: &[u8],
+) -> Vec<u8> {
     let udp_len = 8 + gue_and_inner.len();
     let total = 20 + udp_len;
     let mut h = vec![0x45, 0];
@@ -243,7 +258,8 @@ pub fn load(yaml: &str, node: Ipv4Addr) -> Loaded {
     let storage: &'static mut MaybeUninit<OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
     let mut dp = Dataplane::load(storage).expect("loading BPF (root needed)");
     let cp = ControlPlane::new(Config::parse(yaml).expect("test config"));
-    cp.apply(&mut dp, node, &cp.full_plan()).expect("filling maps");
+    cp.apply(&mut dp, node, &cp.full_plan())
+        .expect("filling maps");
     Loaded { dp, cp }
 }
 
@@ -288,7 +304,12 @@ pub fn config(backends: &[(Ipv4Addr, u32, &str)], unknown_flow: &str) -> String 
 /// Hex dump for assertion messages.
 pub fn hex(b: &[u8]) -> String {
     b.chunks(16)
-        .map(|c| c.iter().map(|x| format!("{x:02x}")).collect::<Vec<_>>().join(" "))
+        .map(|c| {
+            c.iter()
+                .map(|x| format!("{x:02x}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
         .collect::<Vec<_>>()
         .join("\n")
 }
@@ -296,7 +317,11 @@ pub fn hex(b: &[u8]) -> String {
 /// Assert two frames are byte-identical, with a readable diff.
 pub fn assert_bytes(what: &str, got: &[u8], want: &[u8]) {
     if got != want {
-        let first = got.iter().zip(want).position(|(a, b)| a != b).unwrap_or(got.len().min(want.len()));
+        let first = got
+            .iter()
+            .zip(want)
+            .position(|(a, b)| a != b)
+            .unwrap_or(got.len().min(want.len()));
         panic!(
             "{what}: output differs at byte {first} (got {} bytes, want {})\n got:\n{}\nwant:\n{}",
             got.len(),

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Every test: install what is missing, check formatting and lints, run the
+# unit tests, the BPF packet tests (BPF_PROG_TEST_RUN) and the end-to-end
+# network-namespace harness. Exits non-zero on any failure. Needs root.
+set -euo pipefail
+source "$(dirname "$0")/env.sh"
+if [ "$(id -u)" -ne 0 ]; then
+  echo "test.sh: run as root (BPF programs and network namespaces)" >&2
+  exit 1
+fi
+./scripts/setup.sh
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy"
+cargo clippy --all-targets -- -D warnings
+echo "== cargo test (unit, config, table, BPF packet fixtures, hash identity, replay)"
+cargo test --all-targets
+echo "== netns harness (real traffic)"
+cargo build --release
+netns-harness/run.sh --nilb target/release/nilb
+echo "test.sh: all tests passed"
