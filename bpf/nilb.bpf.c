@@ -703,6 +703,6 @@ malformed:
 	count(C_TC_DROP_MALFORMED);
 	return TC_ACT_SHOT;
 pass:
-	count(C_TC_PASS_NOT_GUE);
+	count(C_TC_PASS_OTHER);
 	return TC_ACT_OK;
 }

@@ -65,7 +65,7 @@ enum nilb_counter {
 	C_XDP_DROP_ADJUST_FAILED,   /* bpf_xdp_adjust_head/tail failed */
 	C_XDP_PASS_NO_CONFIG,       /* config map empty (daemon not ready): passed */
 	/* TC second chance */
-	C_TC_PASS_NOT_GUE,          /* not GUE for this node: passed untouched */
+	C_TC_PASS_OTHER,            /* not GUE addressed to this node: passed untouched */
 	C_TC_DECAP_SYN,             /* TCP SYN: accepted (new connection) */
 	C_TC_DECAP_ESTABLISHED,     /* local socket (not LISTEN) for the flow */
 	C_TC_DECAP_SYNCOOKIE,       /* valid SYN-cookie ACK */

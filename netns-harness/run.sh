@@ -150,6 +150,8 @@ write_config() {
     echo "  unknown_flow: drop"
     echo "defaults:"
     echo "  table_size: 1024"
+    echo "  health_check: {interval_ms: 500, timeout_ms: 300, rise_count: 2, fall_count: 2}"
+    echo "  rebalance: {min_interval_ms: 200, max_step_percent: 50, min_bucket_age_ms: 2000}"
     [[ -n ${NILB_HARNESS_DEFAULTS_EXTRA:-} ]] && printf '%s\n' "$NILB_HARNESS_DEFAULTS_EXTRA"
     echo "services:"
     echo "  - name: web"
@@ -230,7 +232,7 @@ sanity() {
 start_nilb() {
   local n args
   for n in "${NH_NODES[@]}"; do
-    args=(run --config "$CFG" --interface eth0 --node-address "${NH_NODE_IP[$n]}")
+    args=(run --config "$CFG" --interface eth0 --node-address "${NH_NODE_IP[$n]}" --state-file "$NH_OUT/state-$n.yaml")
     [[ -n $XDP_MODE ]] && args+=(--xdp-mode "$XDP_MODE")
     # shellcheck disable=SC2206 # word splitting of NILB_EXTRA_ARGS is intended
     [[ -n ${NILB_EXTRA_ARGS:-} ]] && args+=($NILB_EXTRA_ARGS)

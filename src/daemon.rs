@@ -1,29 +1,38 @@
 //! `nilb run`: load the data plane, fill it from the config, attach it to an
-//! interface, then serve signals until told to stop.
+//! interface, then serve events until told to stop.
 //!
+//! Events (one control loop on the main thread; checks run on their own
+//! runtime so a slow check never delays the loop):
 //! - SIGHUP: re-read and validate the whole file; on any problem keep the
-//!   running config and tables untouched and log every problem; otherwise
-//!   apply the difference service by service (one atomic swap each). Signals
-//!   that arrive during a reload are merged into one more reload.
+//!   running config and tables untouched, log every problem and record the
+//!   failed reload in the state file; otherwise apply the difference service
+//!   by service (one atomic swap each). Signals that arrive during a reload
+//!   are merged into one more reload.
+//! - a health-check result: update the backend's state machine; a failure
+//!   moves buckets at once, a recovery in paced steps.
+//! - a tick (every 200 ms): paced voluntary steps, removals of drained-out
+//!   backends, the state file.
 //! - SIGINT, SIGTERM: detach everything this process attached, remove its
 //!   pins, exit 0.
 //!
-//! XDP is attached only when this node's address is one of
-//! `cluster.balancers`; the TC program is attached on every node.
+//! XDP is attached and health checks run only when this node's address is one
+//! of `cluster.balancers`; the TC program is attached on every node.
 
 use std::mem::MaybeUninit;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{bail, Context, Result};
-use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-use signal_hook::iterator::Signals;
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::mpsc;
 use tracing::{error, info, warn};
 
-use crate::config::Config;
+use crate::config::{Config, ServiceKey};
 use crate::control::{ControlPlane, Plan};
 use crate::dataplane::{limits, Dataplane, XdpMode};
+use crate::health::checker::{CheckResult, Checkers};
+use crate::status::{rfc3339, ReloadStatus, Status};
 
 /// Options of `nilb run`.
 #[derive(Clone, Debug)]
@@ -38,6 +47,10 @@ pub struct RunOptions {
     pub xdp_mode: XdpMode,
     /// Directory (on bpffs) for the pinned maps.
     pub pin_dir: PathBuf,
+    /// Where the state file is written.
+    pub state_file: PathBuf,
+    /// Threads that run health checks.
+    pub check_threads: usize,
 }
 
 /// The first IPv4 address of `interface`.
@@ -105,7 +118,7 @@ fn check_interface(interface: &str, balancer: bool) {
                 mtu,
                 "MTU {mtu} cannot carry a 1500-byte client packet plus {} bytes of GUE: raise the MTU between nodes to {need} or clamp the TCP MSS of the VIPs to {}",
                 limits::GUE_OVERHEAD,
-                mtu - limits::GUE_OVERHEAD - 40
+                mtu.saturating_sub(limits::GUE_OVERHEAD + 40)
             );
         }
     }
@@ -119,6 +132,23 @@ fn check_interface(interface: &str, balancer: bool) {
             );
         }
     }
+}
+
+/// Everything the control loop owns.
+struct Daemon<'a, 'obj> {
+    opts: &'a RunOptions,
+    ifindex: i32,
+    node: Ipv4Addr,
+    started: Instant,
+    dp: Dataplane<'obj>,
+    cp: ControlPlane,
+    checkers: Option<Checkers>,
+    check_runtime: &'a tokio::runtime::Runtime,
+    results: mpsc::Sender<CheckResult>,
+    last_reload: Option<ReloadStatus>,
+    reloads: (u64, u64),
+    state_dirty: bool,
+    state_written: Instant,
 }
 
 /// Run the daemon until SIGINT/SIGTERM.
@@ -138,13 +168,38 @@ pub fn run(opts: &RunOptions) -> Result<()> {
     check_interface(&opts.interface, balancer);
     ensure_bpffs(&opts.pin_dir)?;
 
-    // Signals first, so that a SIGTERM during start-up still detaches.
-    let mut signals =
-        Signals::new([SIGHUP, SIGINT, SIGTERM]).context("installing signal handlers")?;
+    let control = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the control runtime")?;
+    let checks = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(opts.check_threads.max(1))
+        .thread_name("nilb-health")
+        .enable_all()
+        .build()
+        .context("starting the health-check runtime")?;
+    let result = control.block_on(serve(opts, config, ifindex, node, &checks));
+    checks.shutdown_timeout(Duration::from_secs(1));
+    result
+}
 
+async fn serve(
+    opts: &RunOptions,
+    config: Config,
+    ifindex: i32,
+    node: Ipv4Addr,
+    checks: &tokio::runtime::Runtime,
+) -> Result<()> {
+    // Signals first, so that a SIGTERM during start-up still detaches.
+    let mut hup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
+    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+
+    let balancer = config.cluster.balancers.contains(&node);
+    let started = Instant::now();
     let mut storage = MaybeUninit::uninit();
     let mut dp = Dataplane::load(&mut storage)?;
-    let mut cp = ControlPlane::new(config);
+    let cp = ControlPlane::new(config, 0);
     cp.apply(&mut dp, node, &cp.full_plan())
         .context("filling the data plane maps")?;
     dp.pin(&opts.pin_dir)?;
@@ -155,119 +210,281 @@ pub fn run(opts: &RunOptions) -> Result<()> {
         }
         dp.attach_xdp(ifindex, opts.xdp_mode)?;
     }
+    let (tx, mut rx) = mpsc::channel::<CheckResult>(4096);
+    let mut d = Daemon {
+        opts,
+        ifindex,
+        node,
+        started,
+        dp,
+        cp,
+        checkers: None,
+        check_runtime: checks,
+        results: tx,
+        last_reload: None,
+        reloads: (0, 0),
+        state_dirty: true,
+        state_written: Instant::now(),
+    };
+    d.sync_checkers()?;
+    d.write_state();
     info!(
         %node,
         interface = %opts.interface,
         balancer,
-        services = cp.config().services.len(),
+        services = d.cp.config().services.len(),
+        checks = d.checkers.as_ref().map_or(0, |c| c.len()),
         pin_dir = %opts.pin_dir.display(),
+        state_file = %opts.state_file.display(),
         "ready: {}",
         if balancer { "XDP balancer and TC second chance attached" } else { "TC second chance attached (not a balancer)" }
     );
 
-    'serve: loop {
-        let mut reload = false;
-        let mut stop = false;
-        for sig in signals.wait() {
-            match sig {
-                SIGHUP => reload = true,
-                _ => stop = true,
-            }
-        }
-        while reload && !stop {
-            reload = false;
-            cp = reload_config(opts, ifindex, cp, &mut dp, node);
-            // Signals that came in meanwhile: HUPs merge into one more reload.
-            for sig in signals.pending() {
-                match sig {
-                    SIGHUP => reload = true,
-                    _ => stop = true,
+    let mut tick = tokio::time::interval(Duration::from_millis(200));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tokio::select! {
+            _ = hup.recv() => d.reload(),
+            _ = term.recv() => break,
+            _ = int.recv() => break,
+            Some(first) = rx.recv() => {
+                d.on_result(first);
+                // Take whatever else is queued in the same pass.
+                while let Ok(r) = rx.try_recv() {
+                    d.on_result(r);
                 }
             }
-        }
-        if stop {
-            break 'serve;
+            _ = tick.tick() => d.on_tick(),
         }
     }
 
     info!("stopping: detaching and removing pins");
-    dp.detach()?;
-    dp.unpin()?;
+    d.checkers = None;
+    d.dp.detach()?;
+    d.dp.unpin()?;
+    let _ = std::fs::remove_file(&opts.state_file);
     info!("stopped");
     Ok(())
 }
 
-/// One SIGHUP: validate, build, apply; on any error keep `cp` as it was.
-fn reload_config(
-    opts: &RunOptions,
-    ifindex: i32,
-    cp: ControlPlane,
-    dp: &mut Dataplane<'_>,
-    node: Ipv4Addr,
-) -> ControlPlane {
-    let started = Instant::now();
-    let config = match Config::load(&opts.config) {
-        Ok(c) => c,
-        Err(e) => {
-            error!(
-                problems = e.problems.len(),
-                "reload rejected, running configuration kept: {e}"
-            );
-            return cp;
-        }
-    };
-    let was_balancer = cp.config().cluster.balancers.contains(&node);
-    let is_balancer = config.cluster.balancers.contains(&node);
-    let mut next = cp.clone();
-    let plan = next.update(config);
-    if plan.is_empty() && was_balancer == is_balancer {
-        info!("reload: configuration valid, nothing changed");
-        return next;
+impl Daemon<'_, '_> {
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
     }
-    if let Err(e) = next.apply(dp, node, &plan) {
-        error!("reload failed while applying: {e:#}; restoring the previous tables");
-        if let Err(e) = cp.apply(dp, node, &cp.full_plan()) {
-            error!("restoring the previous tables failed too: {e:#}");
-        }
-        return cp;
-    }
-    if is_balancer && !was_balancer {
-        match dp.attach_xdp(ifindex, opts.xdp_mode) {
-            Ok(()) => info!(%node, "this node became a balancer: XDP attached"),
-            Err(e) => error!("this node became a balancer but attaching XDP failed: {e:#}"),
-        }
-    } else if was_balancer && !is_balancer {
-        match dp.detach_xdp() {
-            Ok(()) => info!(%node, "this node is no longer a balancer: XDP detached"),
-            Err(e) => error!("detaching XDP failed: {e:#}"),
-        }
-    }
-    log_plan(&plan, &next, started);
-    next
-}
 
-fn log_plan(plan: &Plan, cp: &ControlPlane, started: Instant) {
-    for (key, moves) in &plan.install {
-        let name = cp
+    fn is_balancer(&self) -> bool {
+        self.cp.config().cluster.balancers.contains(&self.node)
+    }
+
+    /// Health checks run on balancers only (backends do not build tables).
+    fn sync_checkers(&mut self) -> Result<()> {
+        if !self.is_balancer() {
+            self.checkers = None;
+            return Ok(());
+        }
+        if self.checkers.is_none() {
+            self.checkers = Some(Checkers::new(
+                self.check_runtime.handle().clone(),
+                self.results.clone(),
+            )?);
+        }
+        let targets = self.cp.check_targets();
+        if let Some(c) = self.checkers.as_mut() {
+            c.sync(&targets);
+        }
+        Ok(())
+    }
+
+    /// Apply `plan`; on failure re-install the full running state.
+    fn apply(&mut self, plan: &Plan, why: &str) {
+        if plan.is_empty() && plan.fail_open_changed.is_empty() {
+            return;
+        }
+        for (key, open) in &plan.fail_open_changed {
+            let name = self.service_name(key);
+            if *open {
+                error!(service = %name, %key, "FAIL-OPEN: no healthy backend; using every backend not offline");
+            } else {
+                warn!(service = %name, %key, "fail-open over: healthy backends again");
+            }
+        }
+        for (key, dip) in &plan.removed_backends {
+            info!(service = %self.service_name(key), %dip, "removed backend drained out and dropped");
+        }
+        if let Err(e) = self.cp.apply(&mut self.dp, self.node, plan) {
+            error!("applying table changes ({why}) failed: {e:#}; re-installing the running state");
+            if let Err(e) = self.cp.apply(&mut self.dp, self.node, &self.cp.full_plan()) {
+                error!("re-installing failed too: {e:#}");
+            }
+        }
+        for (key, moves) in &plan.install {
+            info!(
+                service = %self.service_name(key),
+                %key,
+                moved = moves.moved,
+                forced = moves.forced,
+                swapped = moves.swapped,
+                pending = moves.pending,
+                reason = why,
+                "table installed"
+            );
+        }
+        self.state_dirty = true;
+    }
+
+    fn service_name(&self, key: &ServiceKey) -> String {
+        self.cp
             .config()
             .service(key)
-            .map(|s| s.name.as_str())
-            .unwrap_or("?");
+            .map(|s| s.name.clone())
+            .unwrap_or_else(|| key.to_string())
+    }
+
+    fn on_result(&mut self, r: CheckResult) {
+        if !self.checkers.as_ref().is_some_and(|c| c.is_current(&r)) {
+            return;
+        }
+        let now = self.now_ms();
+        let before = self
+            .cp
+            .service(&r.service)
+            .and_then(|s| s.backends.get(&r.dip))
+            .map(|b| b.health.health);
+        let error_text = r.result.as_ref().err().cloned();
+        let plan = self.cp.observe(&r.service, r.dip, r.result, now);
+        let after = self
+            .cp
+            .service(&r.service)
+            .and_then(|s| s.backends.get(&r.dip))
+            .map(|b| b.health.health);
+        if before != after {
+            let service = self.service_name(&r.service);
+            match (after, error_text) {
+                (Some(h), Some(e)) => {
+                    warn!(%service, dip = %r.dip, health = %h, error = %e, "backend health changed")
+                }
+                (Some(h), None) => {
+                    info!(%service, dip = %r.dip, health = %h, "backend health changed")
+                }
+                _ => {}
+            }
+            self.state_dirty = true;
+        }
+        if let Some(plan) = plan {
+            self.apply(&plan, "health");
+        }
+    }
+
+    fn on_tick(&mut self) {
+        let plan = self.cp.tick(self.now_ms());
+        self.apply(&plan, "paced step");
+        if self.state_dirty || self.state_written.elapsed() >= Duration::from_secs(5) {
+            self.write_state();
+        }
+    }
+
+    fn write_state(&mut self) {
+        let status = Status::of(
+            &self.cp,
+            self.node,
+            self.is_balancer(),
+            &self.opts.config,
+            self.last_reload.clone(),
+        );
+        match status.write(&self.opts.state_file) {
+            Ok(()) => {
+                self.state_dirty = false;
+                self.state_written = Instant::now();
+            }
+            Err(e) => {
+                if self.state_dirty {
+                    warn!("writing the state file: {e:#}");
+                }
+                self.state_dirty = false;
+                self.state_written = Instant::now();
+            }
+        }
+    }
+
+    fn record_reload(&mut self, error: Option<String>) {
+        if error.is_some() {
+            self.reloads.1 += 1;
+        } else {
+            self.reloads.0 += 1;
+        }
+        self.last_reload = Some(ReloadStatus {
+            at: rfc3339(SystemTime::now()),
+            ok: error.is_none(),
+            error,
+            succeeded: self.reloads.0,
+            failed: self.reloads.1,
+        });
+        self.state_dirty = true;
+    }
+
+    /// One SIGHUP: validate, build, apply; on any error keep everything.
+    fn reload(&mut self) {
+        let started = Instant::now();
+        let config = match Config::load(&self.opts.config) {
+            Ok(c) => c,
+            Err(e) => {
+                error!(
+                    problems = e.problems.len(),
+                    "reload rejected, running configuration kept: {e}"
+                );
+                self.record_reload(Some(e.to_string()));
+                self.write_state();
+                return;
+            }
+        };
+        let was_balancer = self.is_balancer();
+        let is_balancer = config.cluster.balancers.contains(&self.node);
+        let mut next = self.cp.clone();
+        let plan = next.update(config, self.now_ms());
+        if let Err(e) = next.apply(&mut self.dp, self.node, &plan) {
+            error!("reload failed while applying: {e:#}; restoring the previous tables");
+            if let Err(e) = self.cp.apply(&mut self.dp, self.node, &self.cp.full_plan()) {
+                error!("restoring the previous tables failed too: {e:#}");
+            }
+            self.record_reload(Some(format!("applying failed: {e:#}")));
+            self.write_state();
+            return;
+        }
+        self.cp = next;
+        if is_balancer && !was_balancer {
+            match self.dp.attach_xdp(self.ifindex, self.opts.xdp_mode) {
+                Ok(()) => info!(node = %self.node, "this node became a balancer: XDP attached"),
+                Err(e) => error!("this node became a balancer but attaching XDP failed: {e:#}"),
+            }
+        } else if was_balancer && !is_balancer {
+            match self.dp.detach_xdp() {
+                Ok(()) => {
+                    info!(node = %self.node, "this node is no longer a balancer: XDP detached")
+                }
+                Err(e) => error!("detaching XDP failed: {e:#}"),
+            }
+        }
+        if let Err(e) = self.sync_checkers() {
+            error!("updating health checks: {e:#}");
+        }
+        for (key, moves) in &plan.install {
+            info!(service = %self.service_name(key), %key, moved = moves.moved, forced = moves.forced, swapped = moves.swapped, pending = moves.pending, reason = "reload", "table installed");
+        }
+        for key in &plan.remove {
+            info!(%key, "service removed");
+        }
+        for (key, open) in &plan.fail_open_changed {
+            if *open {
+                error!(service = %self.service_name(key), "FAIL-OPEN: no healthy backend; using every backend not offline");
+            }
+        }
+        self.record_reload(None);
+        self.write_state();
         info!(
-            service = name,
-            %key,
-            moved = moves.moved,
-            swapped = moves.swapped,
-            "table installed"
+            installed = plan.install.len(),
+            removed = plan.remove.len(),
+            elapsed_us = started.elapsed().as_micros() as u64,
+            "reload applied"
         );
     }
-    for key in &plan.remove {
-        info!(%key, "service removed");
-    }
-    info!(
-        installed = plan.install.len(),
-        removed = plan.remove.len(),
-        elapsed_us = started.elapsed().as_micros() as u64,
-        "reload applied"
-    );
 }

@@ -17,6 +17,8 @@ use nilb::tools::{self, TableSource};
 
 /// Default directory for the pinned maps of a running daemon.
 const DEFAULT_PIN_DIR: &str = "/sys/fs/bpf/nilb";
+/// Default state file of a running daemon.
+const DEFAULT_STATE_FILE: &str = "/run/nilb/state.yaml";
 
 /// Layer-4 load balancer for edge clusters: XDP balancer, GUE encapsulation,
 /// TC second chance for established connections.
@@ -64,6 +66,22 @@ enum Command {
         /// Directory on bpffs where the maps are pinned for `nilb stats`.
         #[arg(long, default_value = DEFAULT_PIN_DIR)]
         pin_dir: PathBuf,
+        /// State file (YAML, rewritten atomically) read by `nilb status`.
+        #[arg(long, default_value = DEFAULT_STATE_FILE)]
+        state_file: PathBuf,
+        /// Threads that run health checks.
+        #[arg(long, default_value_t = 1)]
+        check_threads: usize,
+    },
+    /// Show each service's backends: state, health, weight, bucket shares,
+    /// fail-open, and the last reload (from the daemon's state file).
+    Status {
+        /// State file of the running daemon.
+        #[arg(long, default_value = DEFAULT_STATE_FILE)]
+        state_file: PathBuf,
+        /// Print the raw YAML state instead of tables.
+        #[arg(long)]
+        yaml: bool,
     },
     /// Show the bucket and first/second hop a client flow maps to.
     Lookup {
@@ -164,6 +182,8 @@ fn dispatch(command: Command) -> Result<ExitCode> {
             node_address,
             xdp_mode,
             pin_dir,
+            state_file,
+            check_threads,
         } => {
             daemon::run(&RunOptions {
                 config,
@@ -171,7 +191,18 @@ fn dispatch(command: Command) -> Result<ExitCode> {
                 node_address,
                 xdp_mode,
                 pin_dir,
+                state_file,
+                check_threads,
             })?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Status { state_file, yaml } => {
+            let status = nilb::status::Status::read(&state_file)?;
+            if yaml {
+                write!(stdout, "{}", serde_yaml::to_string(&status)?)?;
+            } else {
+                status.print(&mut stdout)?;
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Lookup {

@@ -86,7 +86,7 @@ pub fn replay(
     let gue_port = config.cluster.gue_port;
     let mut storage = MaybeUninit::uninit();
     let mut dp = Dataplane::load(&mut storage)?;
-    let cp = ControlPlane::new(config);
+    let cp = ControlPlane::new(config, 0);
     cp.apply(&mut dp, node, &cp.full_plan())?;
 
     let file = File::open(input).with_context(|| format!("opening {}", input.display()))?;

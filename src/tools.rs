@@ -19,17 +19,26 @@ use crate::table::Bucket;
 /// Print a summary of a valid configuration: services, backends and the
 /// share of buckets each backend gets in a freshly built table.
 pub fn check_summary(config: &Config, out: &mut dyn Write) -> Result<()> {
-    let cp = ControlPlane::new(config.clone());
+    let cp = ControlPlane::new(config.clone(), 0);
     let backends: usize = config.services.iter().map(|s| s.backends.len()).sum();
     writeln!(
         out,
-        "configuration valid: {} service(s), {} backend(s), {} cluster address(es); hash seed {:#010x}, GUE port {}, unknown_flow {:?}",
+        "configuration valid: {} service(s), {} backend(s), {} cluster address(es); hash seed {:#010x}, GUE port {}, unknown_flow {}",
         config.services.len(),
         backends,
         config.cluster_addresses().len(),
         config.cluster.hash_seed,
         config.cluster.gue_port,
-        config.cluster.unknown_flow,
+        match config.cluster.unknown_flow {
+            crate::config::UnknownFlow::Drop => "drop",
+            crate::config::UnknownFlow::Local => "local",
+        },
+    )?;
+    let r = &config.rebalance;
+    writeln!(
+        out,
+        "rebalance: voluntary steps at most every {} ms, {}% of buckets each, buckets at least {} ms old",
+        r.min_interval_ms, r.max_step_percent, r.min_bucket_age_ms
     )?;
     let balancers: Vec<String> = config
         .cluster
@@ -68,6 +77,32 @@ pub fn check_summary(config: &Config, out: &mut dyn Write) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// One-line description of a health check.
+pub fn describe_check(h: &crate::config::HealthCheck) -> String {
+    use crate::config::{Checker, Scheme};
+    let what = match &h.checker {
+        Checker::None => return "none".into(),
+        Checker::Tcp { port } => format!("tcp connect :{port}"),
+        Checker::Http {
+            scheme,
+            uri,
+            port,
+            codes,
+            ..
+        } => format!(
+            "{} GET :{port}{uri} expecting {codes:?}",
+            match scheme {
+                Scheme::Http => "http",
+                Scheme::Https => "https",
+            }
+        ),
+    };
+    format!(
+        "{what} every {} ms (timeout {} ms, rise {}, fall {})",
+        h.interval_ms, h.timeout_ms, h.rise_count, h.fall_count
+    )
 }
 
 /// Parse `tcp`/`udp`.
@@ -113,7 +148,7 @@ pub fn lookup(
     };
     let (seed, buckets, origin) = match source {
         TableSource::Config => {
-            let cp = ControlPlane::new(config.clone());
+            let cp = ControlPlane::new(config.clone(), 0);
             let t = cp
                 .service(&key)
                 .expect("configured")

@@ -652,14 +652,14 @@ fn tc_fixture_table() {
             input: udp_other_port,
             verdict: TC_ACT_OK,
             output: None,
-            counters: &[("tc_pass_not_gue", 1)],
+            counters: &[("tc_pass_other", 1)],
         },
         Fixture {
             description: "GUE addressed to another node passes untouched",
             input: to_other_node,
             verdict: TC_ACT_OK,
             output: None,
-            counters: &[("tc_pass_not_gue", 1)],
+            counters: &[("tc_pass_other", 1)],
         },
     ];
     run_tc_fixtures(&l, net.ifindex, &fixtures);

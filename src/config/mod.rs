@@ -7,12 +7,17 @@
 //! Shape errors (syntax, unknown or duplicate keys, wrong types, missing
 //! fields) stop at the first one; semantic checks then report all problems.
 //!
-//! Implemented subset of the target schema: `version`, `cluster` (hash_seed,
-//! balancers, gue_port, unknown_flow), `defaults.table_size`, `services` with
-//! name, vip, port, protocol, table_size and backends (dip, hostname, weight,
-//! state). Health checks, rebalance limits and dynamic weights are later
-//! issues; their keys are rejected as unknown until they are implemented, so a
-//! file never silently means less than it says.
+//! Implemented schema: `version`, `cluster` (hash_seed, balancers, gue_port,
+//! unknown_flow), `defaults` (table_size, health_check, rebalance), `services`
+//! with name, vip, port, protocol, table_size, health_check and backends (dip,
+//! hostname, weight, state). Dynamic weights are a later issue; their key is
+//! rejected as unknown until implemented, so a file never silently means less
+//! than it says.
+//!
+//! Health checks accept CONFIG.md's shape (`health_check: {http: {...},
+//! fall_count, ...}`) and the Ni/kglb nesting (`health_check: {checker: {http:
+//! {...}}, fall_count, interval_ms, rise_count}`). A service without a checker
+//! gets a TCP connect check on its port (TCP services) or none (UDP).
 
 mod yaml;
 
@@ -41,6 +46,20 @@ pub const MIN_TABLE_SIZE: u32 = 16;
 pub const MIN_BUCKETS_PER_BACKEND: u32 = 16;
 /// Weight when a backend gives none.
 pub const DEFAULT_WEIGHT: u32 = 100;
+/// Health-check and rebalance defaults (CONFIG.md).
+pub const DEFAULT_INTERVAL_MS: u64 = 2000;
+/// Default health-check timeout.
+pub const DEFAULT_TIMEOUT_MS: u64 = 1000;
+/// Default rise and fall counts.
+pub const DEFAULT_RISE_FALL: u32 = 2;
+/// Shortest health-check interval accepted.
+pub const MIN_INTERVAL_MS: u64 = 100;
+/// Default `rebalance.min_interval_ms`.
+pub const DEFAULT_MIN_STEP_INTERVAL_MS: u64 = 10_000;
+/// Default `rebalance.max_step_percent`.
+pub const DEFAULT_MAX_STEP_PERCENT: u32 = 2;
+/// Default `rebalance.min_bucket_age_ms`.
+pub const DEFAULT_MIN_BUCKET_AGE_MS: u64 = 300_000;
 
 /// L4 protocol of a service.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
@@ -106,11 +125,85 @@ impl fmt::Display for BackendState {
     }
 }
 
+/// HTTP or HTTPS for an HTTP health check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Scheme {
+    /// Plain HTTP.
+    Http,
+    /// HTTPS; certificates are not verified (backends are addressed by IP and
+    /// commonly use self-signed certificates).
+    Https,
+}
+
+/// What a health check does against one backend.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Checker {
+    /// GET `uri` on `port`; healthy when the status is one of `codes`.
+    Http {
+        /// http or https.
+        scheme: Scheme,
+        /// Path and query, starting with `/`.
+        uri: String,
+        /// Port on the backend's DIP (host order).
+        port: u16,
+        /// Accepted status codes.
+        codes: Vec<u16>,
+        /// Host header; default: the DIP.
+        host: Option<String>,
+    },
+    /// A TCP connect to `port` on the DIP.
+    Tcp {
+        /// Port (host order).
+        port: u16,
+    },
+    /// No check: every backend is always healthy.
+    None,
+}
+
+/// A service's health check (kglb style): checker, cadence and thresholds.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct HealthCheck {
+    /// What to do per check.
+    pub checker: Checker,
+    /// Time between checks of one backend, ms.
+    pub interval_ms: u64,
+    /// Hard limit on one check, ms (<= interval).
+    pub timeout_ms: u64,
+    /// Consecutive successes that bring a backend back.
+    pub rise_count: u32,
+    /// Consecutive failures that take a backend out.
+    pub fall_count: u32,
+}
+
+/// Limits on voluntary table changes (weight changes, recoveries, drains).
+/// Moves forced by failures and `offline` are immediate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rebalance {
+    /// Voluntary steps at most this often, ms.
+    pub min_interval_ms: u64,
+    /// At most this percentage of a table's buckets per voluntary step.
+    pub max_step_percent: u32,
+    /// A bucket is not moved voluntarily again before this age, ms.
+    pub min_bucket_age_ms: u64,
+}
+
+impl Default for Rebalance {
+    fn default() -> Self {
+        Rebalance {
+            min_interval_ms: DEFAULT_MIN_STEP_INTERVAL_MS,
+            max_step_percent: DEFAULT_MAX_STEP_PERCENT,
+            min_bucket_age_ms: DEFAULT_MIN_BUCKET_AGE_MS,
+        }
+    }
+}
+
 /// A validated configuration.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
     /// Cluster-wide settings.
     pub cluster: Cluster,
+    /// Limits on voluntary table changes (`defaults.rebalance`).
+    pub rebalance: Rebalance,
     /// Services in file order.
     pub services: Vec<Service>,
 }
@@ -141,6 +234,8 @@ pub struct Service {
     pub protocol: Protocol,
     /// Buckets, a power of two in [`MIN_TABLE_SIZE`, `limits::MAX_TABLE_SIZE`].
     pub table_size: u32,
+    /// How its backends are checked.
+    pub health_check: HealthCheck,
     /// Backends in file order.
     pub backends: Vec<Backend>,
 }
@@ -329,7 +424,73 @@ struct RawCluster {
 #[serde(deny_unknown_fields)]
 struct RawDefaults {
     table_size: Option<u32>,
+    #[serde(default)]
+    health_check: RawTiming,
+    #[serde(default)]
+    rebalance: RawRebalance,
 }
+
+/// Cadence and thresholds (in `defaults.health_check`, or next to a checker).
+#[derive(Deserialize, Default, Clone, Copy)]
+#[serde(deny_unknown_fields)]
+struct RawTiming {
+    interval_ms: Option<u64>,
+    timeout_ms: Option<u64>,
+    rise_count: Option<u32>,
+    fall_count: Option<u32>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawRebalance {
+    min_interval_ms: Option<u64>,
+    max_step_percent: Option<u32>,
+    min_bucket_age_ms: Option<u64>,
+}
+
+/// A service's `health_check`: one checker (directly or under kglb's
+/// `checker:`) plus optional timing overrides.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawHealthCheck {
+    http: Option<RawHttp>,
+    tcp: Option<RawTcp>,
+    none: Option<RawNone>,
+    checker: Option<RawCheckerKind>,
+    interval_ms: Option<u64>,
+    timeout_ms: Option<u64>,
+    rise_count: Option<u32>,
+    fall_count: Option<u32>,
+}
+
+/// kglb's `checker:` block: exactly one kind.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawCheckerKind {
+    http: Option<RawHttp>,
+    tcp: Option<RawTcp>,
+    none: Option<RawNone>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHttp {
+    scheme: Option<String>,
+    uri: Option<String>,
+    check_port: Option<u32>,
+    codes: Option<Vec<u32>>,
+    host: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTcp {
+    check_port: Option<u32>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawNone {}
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -339,6 +500,7 @@ struct RawService {
     port: u32,
     protocol: Protocol,
     table_size: Option<u32>,
+    health_check: Option<RawHealthCheck>,
     #[serde(default)]
     backends: Vec<RawBackend>,
 }
@@ -390,10 +552,19 @@ fn valid_name(name: &str) -> bool {
 impl Validator {
     fn report(&mut self, path: impl Into<String>, message: impl Into<String>) {
         let path = path.into();
+        let message = message.into();
+        // A defaults problem is found once per service; report it once.
+        if self
+            .problems
+            .iter()
+            .any(|p| p.path == path && p.message == message)
+        {
+            return;
+        }
         let position = self.positions.get(&path).copied();
         self.problems.push(Problem {
             path,
-            message: message.into(),
+            message,
             position,
         });
     }
@@ -433,6 +604,234 @@ impl Validator {
         }
     }
 
+    fn rebalance(&mut self, r: &RawRebalance) -> Rebalance {
+        const DAY_MS: u64 = 86_400_000;
+        let d = Rebalance::default();
+        let out = Rebalance {
+            min_interval_ms: r.min_interval_ms.unwrap_or(d.min_interval_ms),
+            max_step_percent: r.max_step_percent.unwrap_or(d.max_step_percent),
+            min_bucket_age_ms: r.min_bucket_age_ms.unwrap_or(d.min_bucket_age_ms),
+        };
+        if out.min_interval_ms > DAY_MS {
+            self.report(
+                "defaults.rebalance.min_interval_ms",
+                "more than a day makes no sense",
+            );
+        }
+        if !(1..=100).contains(&out.max_step_percent) {
+            self.report(
+                "defaults.rebalance.max_step_percent",
+                format!("{} is outside 1-100", out.max_step_percent),
+            );
+        }
+        if out.min_bucket_age_ms > DAY_MS {
+            self.report(
+                "defaults.rebalance.min_bucket_age_ms",
+                "more than a day makes no sense",
+            );
+        }
+        out
+    }
+
+    /// Check one cadence field set; `path` is where these fields live.
+    fn timing(&mut self, path: &str, t: &RawTiming, base: &RawTiming) -> (u64, u64, u32, u32) {
+        let interval = t
+            .interval_ms
+            .or(base.interval_ms)
+            .unwrap_or(DEFAULT_INTERVAL_MS);
+        let timeout = t
+            .timeout_ms
+            .or(base.timeout_ms)
+            .unwrap_or(DEFAULT_TIMEOUT_MS);
+        let rise = t
+            .rise_count
+            .or(base.rise_count)
+            .unwrap_or(DEFAULT_RISE_FALL);
+        let fall = t
+            .fall_count
+            .or(base.fall_count)
+            .unwrap_or(DEFAULT_RISE_FALL);
+        // Report at the field that set the value (here, or in the defaults).
+        let at = |own: bool, field: &str| {
+            if own {
+                format!("{path}.{field}")
+            } else {
+                format!("defaults.health_check.{field}")
+            }
+        };
+        if interval < MIN_INTERVAL_MS {
+            self.report(
+                at(t.interval_ms.is_some(), "interval_ms"),
+                format!("interval {interval} ms is below the minimum of {MIN_INTERVAL_MS} ms"),
+            );
+        } else if interval > 3_600_000 {
+            self.report(
+                at(t.interval_ms.is_some(), "interval_ms"),
+                "interval above one hour",
+            );
+        }
+        if timeout < 10 {
+            self.report(
+                at(t.timeout_ms.is_some(), "timeout_ms"),
+                format!("timeout {timeout} ms is below 10 ms"),
+            );
+        } else if timeout > interval && interval >= MIN_INTERVAL_MS {
+            self.report(
+                at(t.timeout_ms.is_some(), "timeout_ms"),
+                format!("timeout {timeout} ms is longer than the interval {interval} ms"),
+            );
+        }
+        for (v, field) in [(rise, "rise_count"), (fall, "fall_count")] {
+            if !(1..=100).contains(&v) {
+                let own = if field == "rise_count" {
+                    t.rise_count
+                } else {
+                    t.fall_count
+                };
+                self.report(at(own.is_some(), field), format!("{v} is outside 1-100"));
+            }
+        }
+        (interval, timeout, rise, fall)
+    }
+
+    fn health_check(
+        &mut self,
+        sp: &str,
+        raw: Option<&RawHealthCheck>,
+        defaults: &RawTiming,
+        service_port: u16,
+        protocol: Protocol,
+    ) -> HealthCheck {
+        let path = format!("{sp}.health_check");
+        let empty = RawHealthCheck::default();
+        let hc = raw.unwrap_or(&empty);
+        let own = RawTiming {
+            interval_ms: hc.interval_ms,
+            timeout_ms: hc.timeout_ms,
+            rise_count: hc.rise_count,
+            fall_count: hc.fall_count,
+        };
+        let (interval_ms, timeout_ms, rise_count, fall_count) = self.timing(&path, &own, defaults);
+
+        // The checker: directly, or under kglb's `checker:`; exactly one kind.
+        let mut kinds: Vec<(String, Checker)> = Vec::new();
+        let mut collect = |this: &mut Self,
+                           base: &str,
+                           http: &Option<RawHttp>,
+                           tcp: &Option<RawTcp>,
+                           none: &Option<RawNone>| {
+            if let Some(h) = http {
+                let c = this.http_checker(&format!("{base}.http"), h, service_port);
+                kinds.push((format!("{base}.http"), c));
+            }
+            if let Some(t) = tcp {
+                let port = match t.check_port {
+                    Some(p) => this.port(&format!("{base}.tcp.check_port"), p),
+                    None => service_port,
+                };
+                kinds.push((format!("{base}.tcp"), Checker::Tcp { port }));
+            }
+            if none.is_some() {
+                kinds.push((format!("{base}.none"), Checker::None));
+            }
+        };
+        collect(self, &path, &hc.http, &hc.tcp, &hc.none);
+        if let Some(k) = &hc.checker {
+            let base = format!("{path}.checker");
+            collect(self, &base, &k.http, &k.tcp, &k.none);
+            if k.http.is_none() && k.tcp.is_none() && k.none.is_none() {
+                self.report(base, "needs one of http, tcp or none");
+            }
+        }
+        let checker = match kinds.len() {
+            0 if raw.is_some() && hc.checker.is_none() => {
+                self.report(
+                    &path,
+                    "needs a checker: one of http, tcp or none (or kglb's checker: {...})",
+                );
+                Checker::None
+            }
+            0 => match protocol {
+                Protocol::Tcp => Checker::Tcp { port: service_port },
+                Protocol::Udp => Checker::None,
+            },
+            1 => kinds.pop().expect("one").1,
+            _ => {
+                let names: Vec<&str> = kinds.iter().map(|(p, _)| p.as_str()).collect();
+                self.report(
+                    &path,
+                    format!("give exactly one checker, not {}", names.join(" and ")),
+                );
+                Checker::None
+            }
+        };
+        HealthCheck {
+            checker,
+            interval_ms,
+            timeout_ms,
+            rise_count,
+            fall_count,
+        }
+    }
+
+    fn http_checker(&mut self, path: &str, h: &RawHttp, service_port: u16) -> Checker {
+        let scheme = match h.scheme.as_deref().unwrap_or("http") {
+            "http" => Scheme::Http,
+            "https" => Scheme::Https,
+            other => {
+                self.report(
+                    format!("{path}.scheme"),
+                    format!("unknown scheme `{other}`, expected `http` or `https`"),
+                );
+                Scheme::Http
+            }
+        };
+        let uri = h.uri.clone().unwrap_or_else(|| "/".into());
+        if !uri.starts_with('/')
+            || uri.len() > 2048
+            || uri.chars().any(|c| c.is_whitespace() || c.is_control())
+        {
+            self.report(
+                format!("{path}.uri"),
+                format!("`{uri}` is not a request path (must start with `/`, no spaces or control characters)"),
+            );
+        }
+        let port = match h.check_port {
+            Some(p) => self.port(&format!("{path}.check_port"), p),
+            None => service_port,
+        };
+        let codes = h.codes.clone().unwrap_or_else(|| vec![200]);
+        if codes.is_empty() {
+            self.report(format!("{path}.codes"), "needs at least one status code");
+        }
+        for (i, c) in codes.iter().enumerate() {
+            if !(100..=599).contains(c) {
+                self.report(
+                    format!("{path}.codes[{i}]"),
+                    format!("{c} is not an HTTP status code (100-599)"),
+                );
+            }
+        }
+        if let Some(host) = &h.host {
+            if host.is_empty()
+                || host.len() > 253
+                || host.chars().any(|c| c.is_whitespace() || c.is_control())
+            {
+                self.report(
+                    format!("{path}.host"),
+                    format!("`{host}` is not a usable Host header"),
+                );
+            }
+        }
+        Checker::Http {
+            scheme,
+            uri,
+            port,
+            codes: codes.into_iter().map(|c| c.min(999) as u16).collect(),
+            host: h.host.clone(),
+        }
+    }
+
     fn config(&mut self, raw: RawConfig) -> Config {
         if raw.version != 1 {
             self.report(
@@ -468,6 +867,8 @@ impl Validator {
             }
             None => DEFAULT_TABLE_SIZE,
         };
+        let default_timing = raw.defaults.health_check;
+        let rebalance = self.rebalance(&raw.defaults.rebalance);
 
         let max_services = limits::MAX_SERVICES as usize;
         if raw.services.len() > max_services {
@@ -534,15 +935,32 @@ impl Validator {
             let size_ok = table_size.is_power_of_two()
                 && (MIN_TABLE_SIZE..=limits::MAX_TABLE_SIZE).contains(&table_size);
             if size_ok && needed > table_size as u64 {
+                // Point at the field that set the size.
+                let (path, origin) = if rs.table_size.is_some() {
+                    (format!("{sp}.table_size"), String::new())
+                } else {
+                    (
+                        "defaults.table_size".to_string(),
+                        format!(" (service `{}`)", rs.name),
+                    )
+                };
                 self.report(
-                    format!("{sp}.table_size"),
+                    path,
                     format!(
-                        "table size {table_size} is too small for {} backends (needs at least {MIN_BUCKETS_PER_BACKEND} buckets per backend: {})",
+                        "table size {table_size} is too small for {} backends{origin} (needs at least {MIN_BUCKETS_PER_BACKEND} buckets per backend: {})",
                         rs.backends.len(),
                         needed.next_power_of_two()
                     ),
                 );
             }
+
+            let health_check = self.health_check(
+                &sp,
+                rs.health_check.as_ref(),
+                &default_timing,
+                port,
+                rs.protocol,
+            );
 
             let mut backends = Vec::new();
             let mut dips = HashMap::new();
@@ -589,6 +1007,7 @@ impl Validator {
                 port,
                 protocol: rs.protocol,
                 table_size,
+                health_check,
                 backends,
             });
         }
@@ -600,6 +1019,7 @@ impl Validator {
                 gue_port,
                 unknown_flow: raw.cluster.unknown_flow,
             },
+            rebalance,
             services,
         };
 

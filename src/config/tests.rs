@@ -176,8 +176,13 @@ fn table_sizes() {
     one_problem(&src, "defaults.table_size");
     // 2 backends need 32 buckets.
     let src = GOOD.replace("table_size: 4096", "table_size: 16");
-    let p = one_problem(&src, "services[0].table_size");
-    assert!(p.message.contains("too small for 2 backends"), "{p}");
+    let p = one_problem(&src, "defaults.table_size");
+    assert!(
+        p.message
+            .contains("too small for 2 backends (service `web`)"),
+        "{p}"
+    );
+    assert_eq!(p.position.map(|p| p.line), Some(9));
 }
 
 #[test]
@@ -265,4 +270,158 @@ fn never_panics_on_garbage() {
             let _ = Config::parse(&s);
         }
     }
+}
+
+fn with_check(block: &str) -> String {
+    GOOD.replace(
+        "    protocol: tcp\n",
+        &format!("    protocol: tcp\n{block}"),
+    )
+}
+
+#[test]
+fn health_check_forms() {
+    // Default: TCP connect to the service port; UDP services: none.
+    let c = Config::parse(GOOD).unwrap();
+    assert_eq!(
+        c.services[0].health_check.checker,
+        Checker::Tcp { port: 80 }
+    );
+    assert_eq!(c.services[1].health_check.checker, Checker::None);
+    assert_eq!(c.services[0].health_check.interval_ms, DEFAULT_INTERVAL_MS);
+    assert_eq!(c.rebalance, Rebalance::default());
+
+    // CONFIG.md shape.
+    let src = with_check("    health_check:\n      http: {scheme: https, uri: /healthz, check_port: 9080, codes: [200, 204], host: web.example}\n      fall_count: 3\n      interval_ms: 500\n      timeout_ms: 200\n      rise_count: 4\n");
+    let hc = &Config::parse(&src).unwrap().services[0].health_check;
+    assert_eq!(
+        hc.checker,
+        Checker::Http {
+            scheme: Scheme::Https,
+            uri: "/healthz".into(),
+            port: 9080,
+            codes: vec![200, 204],
+            host: Some("web.example".into())
+        }
+    );
+    assert_eq!(
+        (hc.interval_ms, hc.timeout_ms, hc.rise_count, hc.fall_count),
+        (500, 200, 4, 3)
+    );
+
+    // Ni/kglb nesting, as written in kglb configs.
+    let src = with_check("    health_check:\n      checker:\n        http: {scheme: http, uri: /status, check_port: 80, codes: [200]}\n      fall_count: 2\n      interval_ms: 1000\n      rise_count: 2\n");
+    let hc = &Config::parse(&src).unwrap().services[0].health_check;
+    assert!(matches!(&hc.checker, Checker::Http { uri, .. } if uri == "/status"));
+
+    let src = with_check("    health_check: {tcp: {check_port: 8080}}\n");
+    assert_eq!(
+        Config::parse(&src).unwrap().services[0]
+            .health_check
+            .checker,
+        Checker::Tcp { port: 8080 }
+    );
+    let src = with_check("    health_check: {none: {}}\n");
+    assert_eq!(
+        Config::parse(&src).unwrap().services[0]
+            .health_check
+            .checker,
+        Checker::None
+    );
+
+    // Defaults apply under a service's own block.
+    let src = GOOD.replace("  table_size: 4096\n", "  table_size: 4096\n  health_check: {interval_ms: 700, timeout_ms: 300}\n  rebalance: {min_interval_ms: 1000, max_step_percent: 10, min_bucket_age_ms: 5000}\n");
+    let c = Config::parse(&src).unwrap();
+    assert_eq!(c.services[0].health_check.interval_ms, 700);
+    assert_eq!(c.rebalance.max_step_percent, 10);
+}
+
+#[test]
+fn bad_health_checks_are_named() {
+    let cases = [
+        (
+            "    health_check: {http: {scheme: gopher}}\n",
+            "services[0].health_check.http.scheme",
+            "unknown scheme",
+        ),
+        (
+            "    health_check: {http: {uri: healthz}}\n",
+            "services[0].health_check.http.uri",
+            "request path",
+        ),
+        (
+            "    health_check: {http: {codes: [99]}}\n",
+            "services[0].health_check.http.codes[0]",
+            "status code",
+        ),
+        (
+            "    health_check: {http: {codes: []}}\n",
+            "services[0].health_check.http.codes",
+            "at least one",
+        ),
+        (
+            "    health_check: {http: {check_port: 0}}\n",
+            "services[0].health_check.http.check_port",
+            "outside",
+        ),
+        (
+            "    health_check: {tcp: {}, interval_ms: 50}\n",
+            "services[0].health_check.interval_ms",
+            "below the minimum",
+        ),
+        (
+            "    health_check: {tcp: {}, interval_ms: 1000, timeout_ms: 2000}\n",
+            "services[0].health_check.timeout_ms",
+            "longer than the interval",
+        ),
+        (
+            "    health_check: {tcp: {}, rise_count: 0}\n",
+            "services[0].health_check.rise_count",
+            "outside 1-100",
+        ),
+        (
+            "    health_check: {tcp: {}, fall_count: 0}\n",
+            "services[0].health_check.fall_count",
+            "outside 1-100",
+        ),
+        (
+            "    health_check: {tcp: {}, http: {}}\n",
+            "services[0].health_check",
+            "exactly one",
+        ),
+        (
+            "    health_check: {interval_ms: 1000}\n",
+            "services[0].health_check",
+            "needs a checker",
+        ),
+        (
+            "    health_check: {checker: {}}\n",
+            "services[0].health_check.checker",
+            "needs one of",
+        ),
+    ];
+    for (block, path, msg) in cases {
+        let p = one_problem(&with_check(block), path);
+        assert!(p.message.contains(msg), "{block}: {p}");
+    }
+    let p = one_problem(
+        &with_check("    health_check: {tcp: {}, grace: 1}\n"),
+        "services[0].health_check.grace",
+    );
+    assert!(p.message.contains("unknown field"));
+    let src = GOOD.replace(
+        "  table_size: 4096\n",
+        "  table_size: 4096\n  rebalance: {max_step_percent: 0}\n",
+    );
+    one_problem(&src, "defaults.rebalance.max_step_percent");
+    let src = GOOD.replace(
+        "  table_size: 4096\n",
+        "  table_size: 4096\n  health_check: {interval_ms: 10}\n",
+    );
+    let p = problems(&src);
+    assert!(
+        p.iter()
+            .all(|p| p.path == "defaults.health_check.interval_ms"),
+        "{p:#?}"
+    );
 }

@@ -1,11 +1,28 @@
-//! Control-plane state: the running configuration, one [`Table`] per service
-//! (with its move history) and a stable stats index per service. Pure logic;
-//! [`ControlPlane::apply`] is the one place that writes the result into a
-//! [`Dataplane`].
+//! Control-plane state: the running configuration, and per service its
+//! [`Table`], its backends' health and administrative state, and the pacing
+//! of voluntary table changes. Pure logic driven by events with the caller's
+//! clock (ms): [`ControlPlane::update`] (reload), [`ControlPlane::observe`]
+//! (a health-check result) and [`ControlPlane::tick`] (time passes). Each
+//! returns a [`Plan`]; [`ControlPlane::apply`] is the one place that writes a
+//! plan into a [`Dataplane`].
 //!
-//! A configuration update builds every new table off to the side first
-//! ([`ControlPlane::update`]); only then are the changes applied, service by
-//! service, each with one atomic map update.
+//! Rules (DESIGN.md "Control plane", CONFIG.md "States" and "Reload"):
+//! - first hops are the active, healthy backends, in proportion to weight;
+//! - a health failure or `offline` moves buckets away at once (forced); a
+//!   failed backend stays second hop, an offline one does not;
+//! - weight changes, recoveries and drains move buckets voluntarily, in steps
+//!   limited by `rebalance` (min interval, max share per step, min bucket
+//!   age);
+//! - if no backend is healthy the service fails open to every backend not
+//!   set offline;
+//! - a reload carries health state over for backends whose address and check
+//!   did not change (a changed check keeps the verdict and restarts its
+//!   streaks); backends added to an existing service need `rise_count`
+//!   successes; backends of a new service start unknown (first result
+//!   decides), like at daemon start;
+//! - a backend that disappears from the file is drained like `drained`, and
+//!   removed (from second hops and the cluster set) once it has owned no
+//!   bucket for `min_bucket_age_ms`.
 
 #[cfg(test)]
 mod tests;
@@ -15,9 +32,45 @@ use std::net::Ipv4Addr;
 
 use anyhow::Result;
 
-use crate::config::{BackendState, Config, Service, ServiceKey, UnknownFlow};
+use crate::config::{
+    Backend, BackendState, Checker, Config, Rebalance, Service, ServiceKey, UnknownFlow,
+};
 use crate::dataplane::{limits, Dataplane, NodeSettings};
-use crate::table::{Moves, Table, Target};
+use crate::health::checker::CheckTarget;
+use crate::health::{Health, HealthState};
+use crate::table::{Moves, StepLimits, Table, Target};
+
+/// Runtime state of one backend of one service.
+#[derive(Clone, Debug)]
+pub struct BackendRuntime {
+    /// Its configuration (the last one, if it was removed).
+    pub config: Backend,
+    /// Set when the backend disappeared from the file: it is draining out.
+    pub removed_at_ms: Option<u64>,
+    /// Since when a removed backend owns no bucket.
+    pub empty_since_ms: Option<u64>,
+    /// Health for this service's check.
+    pub health: HealthState,
+}
+
+impl BackendRuntime {
+    /// Active, in the file and not down.
+    fn is_first_hop_candidate(&self) -> bool {
+        self.removed_at_ms.is_none()
+            && self.config.state == BackendState::Active
+            && self.health.eligible()
+    }
+
+    /// State shown to operators: the configured state, or `removing`.
+    pub fn admin_state(&self) -> &'static str {
+        match (self.removed_at_ms, self.config.state) {
+            (Some(_), _) => "removing",
+            (None, BackendState::Active) => "active",
+            (None, BackendState::Drained) => "drained",
+            (None, BackendState::Offline) => "offline",
+        }
+    }
+}
 
 /// One service's control state.
 #[derive(Clone, Debug)]
@@ -26,9 +79,17 @@ pub struct ServiceState {
     pub index: u32,
     /// Current table.
     pub table: Table,
+    /// Backends by DIP (including ones being removed).
+    pub backends: BTreeMap<Ipv4Addr, BackendRuntime>,
+    /// When the last voluntary step happened.
+    pub last_step_ms: Option<u64>,
+    /// Voluntary moves still needed to reach the targets.
+    pub pending: usize,
+    /// No backend is healthy: every backend not offline is used.
+    pub fail_open: bool,
 }
 
-/// What an update changes in the data plane.
+/// What an event changes in the data plane.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Plan {
     /// Services whose table is new or different, with the buckets moved.
@@ -37,56 +98,55 @@ pub struct Plan {
     pub remove: Vec<ServiceKey>,
     /// Node settings changed (hash seed, GUE port, unknown_flow).
     pub settings_changed: bool,
+    /// Services whose fail-open state changed, with the new state.
+    pub fail_open_changed: Vec<(ServiceKey, bool)>,
+    /// Backends removed for good after draining out.
+    pub removed_backends: Vec<(ServiceKey, Ipv4Addr)>,
 }
 
 impl Plan {
-    /// True when nothing needs to be written.
+    /// True when nothing needs to be written to the data plane.
     pub fn is_empty(&self) -> bool {
         self.install.is_empty() && self.remove.is_empty() && !self.settings_changed
     }
+
+    fn merge(&mut self, other: Plan) {
+        self.install.extend(other.install);
+        self.remove.extend(other.remove);
+        self.settings_changed |= other.settings_changed;
+        self.fail_open_changed.extend(other.fail_open_changed);
+        self.removed_backends.extend(other.removed_backends);
+    }
 }
 
-/// The running configuration and its tables.
+/// The running configuration and everything derived from it.
 #[derive(Clone, Debug)]
 pub struct ControlPlane {
     config: Config,
     services: BTreeMap<ServiceKey, ServiceState>,
 }
 
-/// First-hop targets of a service: its active backends with their weights.
-pub fn targets(service: &Service) -> Vec<Target> {
-    service
-        .backends
-        .iter()
-        .filter(|b| b.state == BackendState::Active)
-        .map(|b| Target {
-            dip: b.dip,
-            weight: b.weight,
-        })
-        .collect()
-}
-
-/// Backends of a service that may be a second hop (listed, not offline).
-fn second_hops(service: &Service) -> BTreeSet<Ipv4Addr> {
-    service
-        .backends
-        .iter()
-        .filter(|b| b.state != BackendState::Offline)
-        .map(|b| b.dip)
-        .collect()
+fn fresh_health(check: &Checker, now_ms: u64, added: bool) -> HealthState {
+    match (check, added) {
+        (Checker::None, _) => HealthState::unchecked(now_ms),
+        (_, true) => HealthState::added(now_ms),
+        (_, false) => HealthState::at_start(now_ms),
+    }
 }
 
 impl ControlPlane {
-    /// Fresh tables for `config`.
-    pub fn new(config: Config) -> Self {
+    /// State for `config` at daemon start (time `now_ms`): fresh tables,
+    /// health unknown.
+    pub fn new(config: Config, now_ms: u64) -> Self {
         let mut cp = ControlPlane {
             config: Config {
                 cluster: config.cluster.clone(),
+                rebalance: config.rebalance,
                 services: Vec::new(),
             },
             services: BTreeMap::new(),
         };
-        cp.update(config);
+        cp.update(config, now_ms);
         cp
     }
 
@@ -100,12 +160,15 @@ impl ControlPlane {
         self.services.get(key)
     }
 
-    /// Switch to `config`: compute each service's new table from its
-    /// current one (fewest moves, second hops kept), allocate stats indexes
-    /// for new services, and return what changed. Services are identified by
-    /// (VIP, port, protocol); a changed table size re-maps the old table
-    /// (growing keeps every flow in place).
-    pub fn update(&mut self, config: Config) -> Plan {
+    /// All services' state.
+    pub fn services(&self) -> &BTreeMap<ServiceKey, ServiceState> {
+        &self.services
+    }
+
+    /// Switch to `config` (a reload). Health carries over as the module
+    /// documentation says; tables step towards the new targets (forced moves
+    /// now, voluntary ones within the rebalance limits).
+    pub fn update(&mut self, config: Config, now_ms: u64) -> Plan {
         let mut plan = Plan {
             settings_changed: config.cluster.hash_seed != self.config.cluster.hash_seed
                 || config.cluster.gue_port != self.config.cluster.gue_port
@@ -122,23 +185,51 @@ impl ControlPlane {
         for k in &plan.remove {
             self.services.remove(k);
         }
+        let old_checks: BTreeMap<ServiceKey, crate::config::HealthCheck> = self
+            .config
+            .services
+            .iter()
+            .map(|s| (s.key(), s.health_check.clone()))
+            .collect();
         let mut used: BTreeSet<u32> = self.services.values().map(|s| s.index).collect();
         for service in &config.services {
             let key = service.key();
-            let allowed = second_hops(service);
-            let second_ok = |d: Ipv4Addr| allowed.contains(&d);
-            let tgts = targets(service);
+            let check = &service.health_check.checker;
             match self.services.get_mut(&key) {
                 Some(state) => {
-                    let base = if state.table.size() == service.table_size {
-                        state.table.clone()
-                    } else {
-                        state.table.resized(service.table_size)
-                    };
-                    let (table, moves) = base.rebalance(&tgts, second_ok);
-                    if table.buckets() != state.table.buckets() {
-                        plan.install.insert(key, moves);
-                        state.table = table;
+                    let check_changed = old_checks.get(&key) != Some(&service.health_check);
+                    let listed: BTreeSet<Ipv4Addr> =
+                        service.backends.iter().map(|b| b.dip).collect();
+                    for b in &service.backends {
+                        match state.backends.get_mut(&b.dip) {
+                            Some(rt) if rt.removed_at_ms.is_none() => {
+                                if *check == Checker::None {
+                                    rt.health = HealthState::unchecked(now_ms);
+                                } else if check_changed {
+                                    rt.health.restart_streaks();
+                                }
+                                rt.config = b.clone();
+                            }
+                            _ => {
+                                state.backends.insert(
+                                    b.dip,
+                                    BackendRuntime {
+                                        config: b.clone(),
+                                        removed_at_ms: None,
+                                        empty_since_ms: None,
+                                        health: fresh_health(check, now_ms, true),
+                                    },
+                                );
+                            }
+                        }
+                    }
+                    for (dip, rt) in state.backends.iter_mut() {
+                        if !listed.contains(dip) && rt.removed_at_ms.is_none() {
+                            rt.removed_at_ms = Some(now_ms);
+                        }
+                    }
+                    if state.table.size() != service.table_size {
+                        state.table = state.table.resized(service.table_size);
                     }
                 }
                 None => {
@@ -146,15 +237,222 @@ impl ControlPlane {
                         .find(|i| !used.contains(i))
                         .expect("config validation bounds the number of services");
                     used.insert(index);
-                    let (table, moves) =
-                        Table::empty(service.table_size).rebalance(&tgts, second_ok);
-                    plan.install.insert(key, moves);
-                    self.services.insert(key, ServiceState { index, table });
+                    let backends = service
+                        .backends
+                        .iter()
+                        .map(|b| {
+                            (
+                                b.dip,
+                                BackendRuntime {
+                                    config: b.clone(),
+                                    removed_at_ms: None,
+                                    empty_since_ms: None,
+                                    health: fresh_health(check, now_ms, false),
+                                },
+                            )
+                        })
+                        .collect();
+                    self.services.insert(
+                        key,
+                        ServiceState {
+                            index,
+                            table: Table::empty(service.table_size),
+                            backends,
+                            last_step_ms: None,
+                            pending: 0,
+                            fail_open: false,
+                        },
+                    );
+                    // A new table is built in one go.
+                    plan.install.insert(key, Moves::default());
                 }
             }
         }
         self.config = config;
+        let keys: Vec<ServiceKey> = self.services.keys().copied().collect();
+        for key in keys {
+            let fresh = plan.install.contains_key(&key);
+            let p = self.step(&key, now_ms, fresh);
+            plan.merge(p);
+        }
         plan
+    }
+
+    /// Record a health-check result for (`service`, `dip`). Returns a plan
+    /// when the result changes the table or the fail-open state.
+    pub fn observe(
+        &mut self,
+        service: &ServiceKey,
+        dip: Ipv4Addr,
+        result: Result<(), String>,
+        now_ms: u64,
+    ) -> Option<Plan> {
+        let check = &self.config.service(service)?.health_check;
+        let (rise, fall) = (check.rise_count, check.fall_count);
+        let state = self.services.get_mut(service)?;
+        let rt = state.backends.get_mut(&dip)?;
+        if rt.removed_at_ms.is_some() {
+            return None;
+        }
+        if !rt.health.observe(result, rise, fall, now_ms) {
+            return None;
+        }
+        let plan = self.step(service, now_ms, false);
+        (!plan.is_empty() || !plan.fail_open_changed.is_empty()).then_some(plan)
+    }
+
+    /// Time passes: take due voluntary steps and finish removals.
+    pub fn tick(&mut self, now_ms: u64) -> Plan {
+        let mut plan = Plan::default();
+        let min_age = self.config.rebalance.min_bucket_age_ms;
+        let keys: Vec<ServiceKey> = self.services.keys().copied().collect();
+        for key in keys {
+            let state = self.services.get_mut(&key).expect("key");
+            let shares = state.table.shares();
+            let gone: Vec<Ipv4Addr> = state
+                .backends
+                .iter_mut()
+                .filter(|(_, rt)| rt.removed_at_ms.is_some())
+                .filter_map(|(dip, rt)| {
+                    if shares.contains_key(dip) {
+                        rt.empty_since_ms = None;
+                        return None;
+                    }
+                    let since = *rt.empty_since_ms.get_or_insert(now_ms);
+                    (now_ms.saturating_sub(since) >= min_age).then_some(*dip)
+                })
+                .collect();
+            for dip in &gone {
+                state.backends.remove(dip);
+                plan.removed_backends.push((key, *dip));
+            }
+            let due = state.pending > 0 && self.voluntary_allowed(&key, now_ms);
+            if due || !gone.is_empty() {
+                let p = self.step(&key, now_ms, false);
+                plan.merge(p);
+            }
+        }
+        plan
+    }
+
+    fn voluntary_allowed(&self, key: &ServiceKey, now_ms: u64) -> bool {
+        let min = self.config.rebalance.min_interval_ms;
+        self.services[key]
+            .last_step_ms
+            .is_none_or(|t| now_ms.saturating_sub(t) >= min)
+    }
+
+    /// One step of `key`'s table towards its targets. `fresh`: a new table,
+    /// built without limits.
+    fn step(&mut self, key: &ServiceKey, now_ms: u64, fresh: bool) -> Plan {
+        let rebalance: Rebalance = self.config.rebalance;
+        let allowed = fresh || self.voluntary_allowed(key, now_ms);
+        let state = self.services.get_mut(key).expect("service state");
+        let size = state.table.size();
+
+        let candidates: Vec<Target> = state
+            .backends
+            .values()
+            .filter(|b| b.is_first_hop_candidate())
+            .map(|b| Target {
+                dip: b.config.dip,
+                weight: b.config.weight,
+            })
+            .collect();
+        let fail_open = candidates.is_empty()
+            && state
+                .backends
+                .values()
+                .any(|b| b.removed_at_ms.is_none() && b.config.state != BackendState::Offline);
+        let targets: Vec<Target> = if fail_open {
+            state
+                .backends
+                .values()
+                .filter(|b| b.removed_at_ms.is_none() && b.config.state != BackendState::Offline)
+                .map(|b| Target {
+                    dip: b.config.dip,
+                    weight: b.config.weight,
+                })
+                .collect()
+        } else {
+            candidates
+        };
+        let target_set: BTreeSet<Ipv4Addr> = targets.iter().map(|t| t.dip).collect();
+        let backends = &state.backends;
+        let forced_out = |d: Ipv4Addr| match backends.get(&d) {
+            None => true,
+            Some(b) => {
+                !target_set.contains(&d)
+                    && (b.config.state == BackendState::Offline || b.health.health == Health::Down)
+            }
+        };
+        let second_ok = |d: Ipv4Addr| {
+            backends
+                .get(&d)
+                .is_some_and(|b| b.config.state != BackendState::Offline)
+        };
+        let limits = if fresh {
+            StepLimits::NONE
+        } else if allowed {
+            StepLimits {
+                max_moves: (size as usize * rebalance.max_step_percent as usize).div_ceil(100),
+                min_age_ms: rebalance.min_bucket_age_ms,
+            }
+        } else {
+            StepLimits {
+                max_moves: 0,
+                min_age_ms: rebalance.min_bucket_age_ms,
+            }
+        };
+        let (table, moves) = state
+            .table
+            .rebalance(&targets, second_ok, forced_out, now_ms, limits);
+
+        let mut plan = Plan::default();
+        if fail_open != state.fail_open {
+            plan.fail_open_changed.push((*key, fail_open));
+            state.fail_open = fail_open;
+        }
+        if !fresh && moves.moved > moves.forced {
+            state.last_step_ms = Some(now_ms);
+        }
+        state.pending = moves.pending;
+        if fresh || table.buckets() != state.table.buckets() {
+            plan.install.insert(*key, moves);
+        }
+        state.table = table;
+        plan
+    }
+
+    /// The checks to run: every backend in the file that is not offline, for
+    /// services with a checker.
+    pub fn check_targets(&self) -> Vec<CheckTarget> {
+        let mut out = Vec::new();
+        for s in &self.config.services {
+            if s.health_check.checker == Checker::None {
+                continue;
+            }
+            for b in &s.backends {
+                if b.state != BackendState::Offline {
+                    out.push(CheckTarget {
+                        service: s.key(),
+                        dip: b.dip,
+                        check: s.health_check.clone(),
+                    });
+                }
+            }
+        }
+        out
+    }
+
+    /// Addresses allowed to send GUE: the balancers and every backend still
+    /// known (including backends draining out after removal).
+    pub fn cluster_addresses(&self) -> BTreeSet<Ipv4Addr> {
+        let mut set = self.config.cluster_addresses();
+        for s in self.services.values() {
+            set.extend(s.backends.keys().copied());
+        }
+        set
     }
 
     /// Node settings for the data plane of the node at `node`.
@@ -173,14 +471,15 @@ impl ControlPlane {
     pub fn apply(&self, dp: &mut Dataplane<'_>, node: Ipv4Addr, plan: &Plan) -> Result<()> {
         dp.set_settings(&self.settings(node))?;
         let vips = self.config.vips();
-        let nodes = self.config.cluster_addresses();
+        let nodes = self.cluster_addresses();
         let vips_before = dp.vips().clone();
         let nodes_before = dp.cluster_nodes().clone();
         dp.set_vips(&vips.union(&vips_before).copied().collect())?;
         dp.set_cluster_nodes(&nodes.union(&nodes_before).copied().collect())?;
         for key in plan.install.keys() {
-            let state = &self.services[key];
-            dp.install_table(key, state.index, &state.table)?;
+            if let Some(state) = self.services.get(key) {
+                dp.install_table(key, state.index, &state.table)?;
+            }
         }
         for key in &plan.remove {
             dp.remove_service(key)?;
@@ -198,8 +497,8 @@ impl ControlPlane {
                 .keys()
                 .map(|k| (*k, Moves::default()))
                 .collect(),
-            remove: Vec::new(),
             settings_changed: true,
+            ..Plan::default()
         }
     }
 }

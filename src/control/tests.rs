@@ -1,13 +1,25 @@
 use super::*;
 
-fn cfg(weights: &[(u8, u32, &str)], table_size: u32) -> Config {
+const B11: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 11);
+const B12: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 12);
+const B13: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 13);
+
+/// One TCP service with the given backends (`last octet, weight, state`),
+/// a TCP check, and rebalance limits (interval ms, percent, min age ms).
+fn cfg_with(weights: &[(u8, u32, &str)], table_size: u32, rebalance: (u64, u32, u64)) -> Config {
     let mut y = format!(
-        "version: 1\ncluster: {{balancers: [10.0.0.11], hash_seed: 7}}\nservices:\n  - name: web\n    vip: 10.0.0.100\n    port: 80\n    protocol: tcp\n    table_size: {table_size}\n    backends:\n"
+        "version: 1\ncluster: {{balancers: [10.0.0.11], hash_seed: 7}}\ndefaults:\n  rebalance: {{min_interval_ms: {}, max_step_percent: {}, min_bucket_age_ms: {}}}\nservices:\n  - name: web\n    vip: 10.0.0.100\n    port: 80\n    protocol: tcp\n    table_size: {table_size}\n    health_check: {{tcp: {{}}, interval_ms: 1000, timeout_ms: 500, rise_count: 2, fall_count: 2}}\n    backends:\n",
+        rebalance.0, rebalance.1, rebalance.2
     );
     for (last, w, state) in weights {
         y += &format!("      - {{dip: 10.0.0.{last}, weight: {w}, state: {state}}}\n");
     }
     Config::parse(&y).unwrap()
+}
+
+/// No rate limits.
+fn cfg(weights: &[(u8, u32, &str)], table_size: u32) -> Config {
+    cfg_with(weights, table_size, (0, 100, 0))
 }
 
 fn key() -> ServiceKey {
@@ -18,21 +30,32 @@ fn key() -> ServiceKey {
     }
 }
 
+fn table(cp: &ControlPlane) -> &Table {
+    &cp.service(&key()).unwrap().table
+}
+
+fn fail(cp: &mut ControlPlane, dip: Ipv4Addr, now: u64) -> Option<Plan> {
+    cp.observe(&key(), dip, Err("refused".into()), now)
+}
+
+fn pass(cp: &mut ControlPlane, dip: Ipv4Addr, now: u64) -> Option<Plan> {
+    cp.observe(&key(), dip, Ok(()), now)
+}
+
 #[test]
 fn unchanged_config_changes_nothing() {
     let c = cfg(&[(11, 1, "active"), (12, 1, "active")], 64);
-    let mut cp = ControlPlane::new(c.clone());
-    assert!(cp.update(c).is_empty());
+    let mut cp = ControlPlane::new(c.clone(), 0);
+    assert!(cp.update(c, 1).is_empty());
 }
 
 #[test]
 fn weight_change_installs_with_second_hops() {
-    let mut cp = ControlPlane::new(cfg(&[(11, 1, "active"), (12, 1, "active")], 64));
-    let before = cp.service(&key()).unwrap().table.clone();
-    let plan = cp.update(cfg(&[(11, 3, "active"), (12, 1, "active")], 64));
+    let mut cp = ControlPlane::new(cfg(&[(11, 1, "active"), (12, 1, "active")], 64), 0);
+    let before = table(&cp).clone();
+    let plan = cp.update(cfg(&[(11, 3, "active"), (12, 1, "active")], 64), 1);
     assert_eq!(plan.install[&key()].moved, 16);
-    let after = &cp.service(&key()).unwrap().table;
-    for (o, n) in before.buckets().iter().zip(after.buckets()) {
+    for (o, n) in before.buckets().iter().zip(table(&cp).buckets()) {
         if o.first != n.first {
             assert_eq!(n.second, o.first);
         }
@@ -41,23 +64,166 @@ fn weight_change_installs_with_second_hops() {
 
 #[test]
 fn drain_and_offline() {
-    let ip12 = Ipv4Addr::new(10, 0, 0, 12);
-    let mut cp = ControlPlane::new(cfg(&[(11, 1, "active"), (12, 1, "active")], 64));
-    cp.update(cfg(&[(11, 1, "active"), (12, 1, "drained")], 64));
-    let t = &cp.service(&key()).unwrap().table;
-    assert_eq!(t.shares().get(&ip12), None, "drained: no first hop");
-    assert_eq!(t.second_shares()[&ip12], 32, "drained: still second hop");
-    cp.update(cfg(&[(11, 1, "active"), (12, 1, "offline")], 64));
-    let t = &cp.service(&key()).unwrap().table;
-    assert_eq!(t.second_shares().get(&ip12), None, "offline: no hop at all");
+    let mut cp = ControlPlane::new(cfg(&[(11, 1, "active"), (12, 1, "active")], 64), 0);
+    cp.update(cfg(&[(11, 1, "active"), (12, 1, "drained")], 64), 1);
+    assert_eq!(table(&cp).shares().get(&B12), None, "drained: no first hop");
+    assert_eq!(
+        table(&cp).second_shares()[&B12],
+        32,
+        "drained: still second hop"
+    );
+    cp.update(cfg(&[(11, 1, "active"), (12, 1, "offline")], 64), 2);
+    assert_eq!(
+        table(&cp).second_shares().get(&B12),
+        None,
+        "offline: no hop at all"
+    );
+    assert!(
+        !cp.check_targets().iter().any(|t| t.dip == B12),
+        "offline: not checked"
+    );
+}
+
+#[test]
+fn failure_is_immediate_and_keeps_second_hop_recovery_is_paced() {
+    // 2 % of 4096 = 82 buckets per step, at most every 10 s.
+    let c = cfg_with(
+        &[(11, 1, "active"), (12, 1, "active"), (13, 1, "active")],
+        4096,
+        (10_000, 2, 0),
+    );
+    let mut cp = ControlPlane::new(c, 0);
+    for d in [B11, B12, B13] {
+        assert!(
+            pass(&mut cp, d, 10).is_none(),
+            "unknown -> up changes no table"
+        );
+    }
+    let owned = table(&cp).shares()[&B13] as usize;
+    assert!(fail(&mut cp, B13, 1000).is_none(), "one failure of two");
+    let plan = fail(&mut cp, B13, 2000).expect("second failure takes it out");
+    let m = plan.install[&key()];
+    println!(
+        "failure of 1 of 3: {} buckets moved at once (owned {owned}), forced {}",
+        m.moved, m.forced
+    );
+    assert_eq!((m.moved, m.forced), (owned, owned));
+    assert_eq!(table(&cp).second_shares()[&B13] as usize, owned);
+
+    // Recovery: two successes, then steps of <= 82 buckets every >= 10 s.
+    assert!(pass(&mut cp, B13, 3000).is_none());
+    let plan = pass(&mut cp, B13, 4000).expect("back up");
+    let first = plan.install[&key()];
+    assert!(first.moved <= 82 && first.forced == 0, "{first:?}");
+    let mut now = 4000;
+    let mut steps = 1;
+    let mut swapped = first.swapped;
+    let mut moved = first.moved;
+    while cp.service(&key()).unwrap().pending > 0 {
+        now += 1000;
+        let p = cp.tick(now);
+        if let Some(m) = p.install.get(&key()) {
+            assert!(now - cp.service(&key()).unwrap().last_step_ms.unwrap() == 0);
+            assert!(m.moved <= 82);
+            steps += 1;
+            swapped += m.swapped;
+            moved += m.moved;
+        }
+        assert!(now < 10_000_000);
+    }
+    println!(
+        "recovery: {steps} steps over {} s, {moved} moves of which {swapped} swaps ({:.0}%)",
+        (now - 4000) / 1000,
+        100.0 * swapped as f64 / moved as f64
+    );
+    assert_eq!(table(&cp).shares()[&B13] as usize, owned);
+    assert!(swapped * 100 >= moved * 95, "recovery should be swaps");
+    assert!(steps >= owned / 82, "paced");
+}
+
+#[test]
+fn all_down_fails_open_and_recovers() {
+    let mut cp = ControlPlane::new(cfg(&[(11, 1, "active"), (12, 1, "drained")], 64), 0);
+    let plan = fail(&mut cp, B11, 1).expect("down");
+    assert_eq!(plan.fail_open_changed, vec![(key(), true)]);
+    assert!(cp.service(&key()).unwrap().fail_open);
+    let shares = table(&cp).shares();
+    assert_eq!(
+        shares.len(),
+        2,
+        "fail open uses every backend not offline: {shares:?}"
+    );
+    assert!(pass(&mut cp, B11, 2).is_none(), "rise_count is 2");
+    let plan = pass(&mut cp, B11, 3).expect("one backend back is enough");
+    assert_eq!(plan.fail_open_changed, vec![(key(), false)]);
+    fail(&mut cp, B12, 4);
+    let plan = pass(&mut cp, B12, 5);
+    assert!(
+        plan.is_none(),
+        "a drained backend's health does not change the table"
+    );
+}
+
+#[test]
+fn reload_carries_health_and_new_backends_need_rise() {
+    let mut cp = ControlPlane::new(cfg(&[(11, 1, "active"), (12, 1, "active")], 64), 0);
+    pass(&mut cp, B11, 1);
+    fail(&mut cp, B12, 1);
+    assert_eq!(
+        cp.service(&key()).unwrap().backends[&B12].health.health,
+        Health::Down
+    );
+    cp.update(
+        cfg(
+            &[(11, 1, "active"), (12, 2, "active"), (13, 1, "active")],
+            64,
+        ),
+        2,
+    );
+    let s = cp.service(&key()).unwrap();
+    assert_eq!(s.backends[&B11].health.health, Health::Up, "carried over");
+    assert_eq!(s.backends[&B12].health.health, Health::Down, "carried over");
+    assert_eq!(
+        s.backends[&B13].health.health,
+        Health::Down,
+        "new: needs rise_count"
+    );
+    assert_eq!(table(&cp).shares().len(), 1);
+    assert!(pass(&mut cp, B13, 3).is_none());
+    assert!(pass(&mut cp, B13, 4).is_some(), "rise_count = 2");
+}
+
+#[test]
+fn removed_backend_is_drained_then_removed() {
+    let c = cfg_with(&[(11, 1, "active"), (12, 1, "active")], 64, (0, 100, 5000));
+    let mut cp = ControlPlane::new(c, 0);
+    cp.update(cfg_with(&[(11, 1, "active")], 64, (0, 100, 5000)), 10_000);
+    let s = cp.service(&key()).unwrap();
+    assert_eq!(s.backends[&B12].admin_state(), "removing");
+    assert_eq!(
+        table(&cp).shares().get(&B12),
+        None,
+        "drained at once (no pacing here)"
+    );
+    assert_eq!(table(&cp).second_shares()[&B12], 32, "kept as second hop");
+    assert!(
+        cp.cluster_addresses().contains(&B12),
+        "still allowed to send GUE"
+    );
+    assert!(cp.tick(11_000).removed_backends.is_empty());
+    let plan = cp.tick(16_001);
+    assert_eq!(plan.removed_backends, vec![(key(), B12)]);
+    assert!(plan.install.contains_key(&key()), "second hops cleared");
+    assert_eq!(table(&cp).second_shares().get(&B12), None);
+    assert!(!cp.cluster_addresses().contains(&B12));
 }
 
 #[test]
 fn growing_the_table_keeps_flows() {
-    let mut cp = ControlPlane::new(cfg(&[(11, 1, "active"), (12, 3, "active")], 64));
-    let small = cp.service(&key()).unwrap().table.clone();
-    cp.update(cfg(&[(11, 1, "active"), (12, 3, "active")], 256));
-    let big = &cp.service(&key()).unwrap().table;
+    let mut cp = ControlPlane::new(cfg(&[(11, 1, "active"), (12, 3, "active")], 64), 0);
+    let small = table(&cp).clone();
+    cp.update(cfg(&[(11, 1, "active"), (12, 3, "active")], 256), 1);
+    let big = table(&cp);
     assert_eq!(big.size(), 256);
     for (i, b) in big.buckets().iter().enumerate() {
         assert_eq!(b.first, small.buckets()[i % 64].first, "bucket {i}");
@@ -70,17 +236,17 @@ fn indexes_are_stable_and_reused() {
         "version: 1\ncluster: {balancers: [10.0.0.11]}\nservices:\n  - {name: a, vip: 10.0.0.100, port: 80, protocol: tcp, table_size: 16}\n  - {name: b, vip: 10.0.0.100, port: 443, protocol: tcp, table_size: 16}\n",
     )
     .unwrap();
-    let mut cp = ControlPlane::new(two.clone());
+    let mut cp = ControlPlane::new(two.clone(), 0);
     let b_key = two.services[1].key();
     let b_index = cp.service(&b_key).unwrap().index;
     let only_b = Config {
         services: vec![two.services[1].clone()],
         ..two.clone()
     };
-    let plan = cp.update(only_b);
+    let plan = cp.update(only_b, 1);
     assert_eq!(plan.remove, vec![two.services[0].key()]);
     assert!(plan.install.is_empty());
     assert_eq!(cp.service(&b_key).unwrap().index, b_index);
-    cp.update(two.clone());
+    cp.update(two.clone(), 2);
     assert_eq!(cp.service(&two.services[0].key()).unwrap().index, 0);
 }

@@ -1,6 +1,6 @@
 //! Bucket tables, Beamer style (NSDI'18): each bucket has a first hop (owner,
 //! gets new connections) and a second hop (previous owner). Pure logic: no
-//! BPF, no sockets.
+//! BPF, no sockets, no clock (callers pass the time).
 //!
 //! Rules (DESIGN.md "Control plane", "Table"):
 //! - every eligible backend gets a share of buckets proportional to its
@@ -11,10 +11,13 @@
 //! - which buckets move: (1) buckets whose second hop is a backend that must
 //!   gain, by swapping first and second hop; (2) least recently moved buckets;
 //!   (3) buckets next to the gaining backend's existing ranges, so ranges stay
-//!   contiguous.
+//!   contiguous;
+//! - moves forced by failure (`forced_out` owners, or no owner) are immediate;
+//!   voluntary moves (weight changes, recoveries, drains) obey [`StepLimits`]:
+//!   a budget of buckets per step and a minimum bucket age.
 //!
-//! The result is a deterministic function of the previous table and the
-//! targets: the same sequence of configurations gives the same table on every
+//! The result is a deterministic function of the previous table, the targets
+//! and the time: the same sequence of inputs gives the same table on every
 //! node and every run.
 
 #[cfg(test)]
@@ -42,6 +45,24 @@ pub struct Target {
     pub weight: u32,
 }
 
+/// Limits on one step of voluntary moves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StepLimits {
+    /// Voluntary moves (swaps included) allowed in this step.
+    pub max_moves: usize,
+    /// A bucket that moved less than this long ago (ms) is not moved
+    /// voluntarily.
+    pub min_age_ms: u64,
+}
+
+impl StepLimits {
+    /// No limit: reach the targets in one step.
+    pub const NONE: StepLimits = StepLimits {
+        max_moves: usize::MAX,
+        min_age_ms: 0,
+    };
+}
+
 /// What a rebalance did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Moves {
@@ -49,16 +70,18 @@ pub struct Moves {
     pub moved: usize,
     /// Of those, buckets whose new first hop was their second hop (a swap).
     pub swapped: usize,
+    /// Of those, moves forced by failure (owner gone, down or offline).
+    pub forced: usize,
+    /// Buckets that still have to move voluntarily to reach the targets.
+    pub pending: usize,
 }
 
-/// A service's forwarding table: `size` buckets (a power of two), the
-/// generation of the last change and, per bucket, the generation in which it
-/// last moved (for least-recently-moved choices).
+/// A service's forwarding table: `size` buckets (a power of two) and, per
+/// bucket, when (ms, caller's clock) it last changed first hop.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Table {
     buckets: Vec<Bucket>,
-    moved_at: Vec<u64>,
-    generation: u64,
+    moved_at: Vec<Option<u64>>,
 }
 
 /// Apportion `size` buckets to `targets` by weight (largest remainder).
@@ -89,21 +112,47 @@ pub fn quotas(size: u32, targets: &[Target]) -> Vec<u32> {
     q
 }
 
+/// Split `budget` over owners in proportion to what each must give
+/// (largest remainder, ties to the lower address).
+fn share_budget(budget: usize, excess: &[(Ipv4Addr, usize)]) -> Vec<usize> {
+    let total: usize = excess.iter().map(|e| e.1).sum();
+    if budget >= total {
+        return excess.iter().map(|e| e.1).collect();
+    }
+    let mut r: Vec<usize> = excess
+        .iter()
+        .map(|e| (budget as u128 * e.1 as u128 / total as u128) as usize)
+        .collect();
+    let given: usize = r.iter().sum();
+    let mut order: Vec<usize> = (0..excess.len()).collect();
+    order.sort_by_key(|&i| {
+        (
+            Reverse((budget as u128 * excess[i].1 as u128 % total as u128) as usize),
+            excess[i].0,
+        )
+    });
+    for &i in order.iter().take(budget - given) {
+        r[i] += 1;
+    }
+    r
+}
+
 impl Table {
     /// A table of `size` buckets with no hops.
     pub fn empty(size: u32) -> Table {
         assert!(size.is_power_of_two(), "table size must be a power of two");
         Table {
             buckets: vec![Bucket::default(); size as usize],
-            moved_at: vec![0; size as usize],
-            generation: 0,
+            moved_at: vec![None; size as usize],
         }
     }
 
     /// A fresh table for `targets`: contiguous ranges, larger shares first,
     /// no second hops.
     pub fn build(size: u32, targets: &[Target]) -> Table {
-        Table::empty(size).rebalance(targets, |_| false).0
+        Table::empty(size)
+            .rebalance(targets, |_| false, |_| true, 0, StepLimits::NONE)
+            .0
     }
 
     /// The same flows' hops in a table of `size` buckets. Growing keeps every
@@ -114,11 +163,13 @@ impl Table {
     pub fn resized(&self, size: u32) -> Table {
         assert!(size.is_power_of_two(), "table size must be a power of two");
         let old_mask = self.buckets.len() - 1;
-        let pick = |i: usize| i & old_mask;
         Table {
-            buckets: (0..size as usize).map(|i| self.buckets[pick(i)]).collect(),
-            moved_at: (0..size as usize).map(|i| self.moved_at[pick(i)]).collect(),
-            generation: self.generation,
+            buckets: (0..size as usize)
+                .map(|i| self.buckets[i & old_mask])
+                .collect(),
+            moved_at: (0..size as usize)
+                .map(|i| self.moved_at[i & old_mask])
+                .collect(),
         }
     }
 
@@ -132,13 +183,8 @@ impl Table {
         self.buckets.len() as u32
     }
 
-    /// Changes applied since [`Table::empty`].
-    pub fn generation(&self) -> u64 {
-        self.generation
-    }
-
-    /// Generation in which bucket `i` last changed first hop (0: never).
-    pub fn moved_at(&self, i: usize) -> u64 {
+    /// When bucket `i` last changed first hop (None: never).
+    pub fn moved_at(&self, i: usize) -> Option<u64> {
         self.moved_at[i]
     }
 
@@ -178,16 +224,24 @@ impl Table {
         runs
     }
 
-    /// The table for new `targets`, moving as few buckets as possible.
+    /// One step towards `targets` at time `now_ms`.
     ///
-    /// `second_ok(dip)` says whether `dip` may stay or become a second hop
-    /// (false for backends that are offline or gone). Backends not in
-    /// `targets` (or with weight 0) lose all their buckets; drained backends
-    /// are passed here as not-a-target but `second_ok`.
+    /// - `second_ok(dip)`: `dip` may stay or become a second hop (false for
+    ///   backends that are offline or gone).
+    /// - `forced_out(dip)`: `dip` must lose its buckets now (failed health,
+    ///   offline). Owners that are neither targets nor forced out (drained,
+    ///   being removed) and owners above their quota give buckets away
+    ///   voluntarily, within `limits`.
+    ///
+    /// Returns the new table and what moved; `Moves::pending` says whether
+    /// more voluntary steps are needed.
     pub fn rebalance(
         &self,
         targets: &[Target],
         second_ok: impl Fn(Ipv4Addr) -> bool,
+        forced_out: impl Fn(Ipv4Addr) -> bool,
+        now_ms: u64,
+        limits: StepLimits,
     ) -> (Table, Moves) {
         let size = self.buckets.len();
         let targets: Vec<Target> = targets.iter().copied().filter(|t| t.weight > 0).collect();
@@ -197,11 +251,9 @@ impl Table {
             .enumerate()
             .map(|(i, t)| (t.dip, i))
             .collect();
+        let target_of = |a: Option<Ipv4Addr>| a.and_then(|a| index.get(&a).copied());
 
         let mut new = self.clone();
-        new.generation += 1;
-        let generation = new.generation;
-
         // Second hops that may no longer be used are cleared.
         for b in &mut new.buckets {
             if let Some(s) = b.second {
@@ -213,100 +265,214 @@ impl Table {
 
         // need[t] = quota - owned; negative: must give buckets away.
         let mut need: Vec<i64> = quota.iter().map(|&q| q as i64).collect();
-        // Buckets without an eligible owner, with their previous first hop.
-        let mut free: Vec<(usize, Option<Ipv4Addr>)> = Vec::new();
+        let mut forced_free: Vec<(usize, Option<Ipv4Addr>)> = Vec::new();
+        // Owners that are not targets but leave voluntarily (drained...).
+        let mut leaving: BTreeMap<Ipv4Addr, usize> = BTreeMap::new();
         for (i, b) in new.buckets.iter().enumerate() {
-            match b.first.and_then(|f| index.get(&f)) {
-                Some(&t) => need[t] -= 1,
-                None => free.push((i, b.first)),
+            match (target_of(b.first), b.first) {
+                (Some(t), _) => need[t] -= 1,
+                (None, Some(f)) if !forced_out(f) => *leaving.entry(f).or_insert(0) += 1,
+                (None, _) => forced_free.push((i, b.first)),
             }
         }
-        let owner = |b: &Bucket| b.first.and_then(|f| index.get(&f).copied());
-
-        // Least recently moved first; ties by index.
-        let mut lru: Vec<usize> = (0..size).collect();
-        lru.sort_by_key(|&i| (new.moved_at[i], i));
+        let old_enough = |t: &Table, i: usize| {
+            t.moved_at[i].is_none_or(|m| now_ms.saturating_sub(m) >= limits.min_age_ms)
+        };
+        let lru_key = |t: &Table, i: usize| t.moved_at[i].map_or(0, |m| m + 1);
 
         let mut moves = Moves::default();
-        let mut assign = |new: &mut Table, i: usize, g: usize, prev: Option<Ipv4Addr>| {
-            let b = &mut new.buckets[i];
-            let dip = targets[g].dip;
-            if b.second == Some(dip) {
-                moves.swapped += 1;
-            }
-            let keep = |a: Option<Ipv4Addr>| a.filter(|&a| a != dip && second_ok(a));
-            b.second = keep(prev).or(keep(b.second));
-            b.first = Some(dip);
-            new.moved_at[i] = generation;
-            moves.moved += 1;
-        };
+        let assign =
+            |new: &mut Table, moves: &mut Moves, i: usize, g: usize, prev: Option<Ipv4Addr>| {
+                let b = &mut new.buckets[i];
+                let dip = targets[g].dip;
+                if b.second == Some(dip) {
+                    moves.swapped += 1;
+                }
+                let keep = |a: Option<Ipv4Addr>| a.filter(|&a| a != dip && second_ok(a));
+                b.second = keep(prev).or(keep(b.second));
+                b.first = Some(dip);
+                new.moved_at[i] = Some(now_ms);
+                moves.moved += 1;
+            };
 
-        // (1) Swaps: an over-quota owner gives a bucket back to its second
-        // hop when that backend must gain.
+        // Forced: buckets without a usable owner move now, preferring their
+        // second hop, then adjacency / largest need (see `fill`).
+        let forced = new.fill(
+            &targets,
+            &mut need,
+            forced_free,
+            &mut moves,
+            &assign,
+            &second_ok,
+            now_ms,
+        );
+        moves.forced = forced;
+
+        // Voluntary budget.
+        let mut budget = limits.max_moves;
+
+        // (1) Swaps: a bucket of an owner that must give goes back to its
+        // second hop when that backend must gain.
+        let mut lru: Vec<usize> = (0..size).collect();
+        lru.sort_by_key(|&i| (lru_key(&new, i), i));
         for &i in &lru {
+            if budget == 0 {
+                break;
+            }
             let b = new.buckets[i];
-            let (Some(a), Some(g)) = (owner(&b), b.second.and_then(|s| index.get(&s).copied()))
-            else {
+            let Some(g) = target_of(b.second) else {
                 continue;
             };
-            if need[a] < 0 && need[g] > 0 {
-                need[a] += 1;
-                need[g] -= 1;
-                assign(&mut new, i, g, b.first);
+            if need[g] <= 0 || !old_enough(&new, i) {
+                continue;
+            }
+            let gives = match (target_of(b.first), b.first) {
+                (Some(a), _) => need[a] < 0,
+                (None, Some(f)) => leaving.contains_key(&f),
+                _ => false,
+            };
+            if !gives {
+                continue;
+            }
+            match target_of(b.first) {
+                Some(a) => need[a] += 1,
+                None => {
+                    let f = b.first.expect("leaving owner");
+                    let n = leaving.get_mut(&f).expect("leaving owner");
+                    *n -= 1;
+                    if *n == 0 {
+                        leaving.remove(&f);
+                    }
+                }
+            }
+            need[g] -= 1;
+            budget -= 1;
+            assign(&mut new, &mut moves, i, g, b.first);
+        }
+
+        // (2) Releases: owners that must give, least recently moved first,
+        // from the high end of their ranges (the rest stays contiguous); the
+        // budget is shared in proportion to what each must give.
+        let mut excess: Vec<(Ipv4Addr, usize)> = targets
+            .iter()
+            .enumerate()
+            .filter(|&(t, _)| need[t] < 0)
+            .map(|(t, x)| (x.dip, (-need[t]) as usize))
+            .collect();
+        excess.extend(leaving.iter().map(|(&d, &n)| (d, n)));
+        excess.sort();
+        let allowance = share_budget(budget, &excess);
+        let mut allow: HashMap<Ipv4Addr, usize> = excess
+            .iter()
+            .zip(&allowance)
+            .map(|(e, &a)| (e.0, a))
+            .collect();
+        let mut order: Vec<usize> = (0..size).collect();
+        order.sort_by_key(|&i| (lru_key(&new, i), Reverse(i)));
+        let mut released: Vec<(usize, Option<Ipv4Addr>)> = Vec::new();
+        for i in order {
+            let Some(owner) = new.buckets[i].first else {
+                continue;
+            };
+            let Some(left) = allow.get_mut(&owner) else {
+                continue;
+            };
+            if *left == 0 || !old_enough(&new, i) {
+                continue;
+            }
+            *left -= 1;
+            if let Some(t) = index.get(&owner) {
+                need[*t] += 1;
+            }
+            released.push((i, Some(owner)));
+        }
+        new.fill(
+            &targets, &mut need, released, &mut moves, &assign, &second_ok, now_ms,
+        );
+
+        // Voluntary work left: buckets still owned by leavers or above quota.
+        let mut pending = 0usize;
+        for b in &new.buckets {
+            if let (None, Some(f)) = (target_of(b.first), b.first) {
+                if !forced_out(f) {
+                    pending += 1;
+                }
             }
         }
-        // Free buckets go back to their second hop when it must gain.
-        let mut pending: Vec<(usize, Option<Ipv4Addr>)> = Vec::with_capacity(free.len());
-        for (i, prev) in free {
-            match new.buckets[i].second.and_then(|s| index.get(&s).copied()) {
+        pending += need
+            .iter()
+            .filter(|&&n| n < 0)
+            .map(|&n| (-n) as usize)
+            .sum::<usize>();
+        moves.pending = pending;
+        (new, moves)
+    }
+
+    /// Give each bucket in `free` (index, previous first hop) a new owner:
+    /// its second hop if that backend must gain, else the owner of an
+    /// adjacent bucket that must gain, else the backend with the largest
+    /// remaining need (ties: lower address). Buckets nobody can take keep no
+    /// first hop. Returns how many got an owner.
+    #[allow(clippy::too_many_arguments)]
+    fn fill(
+        &mut self,
+        targets: &[Target],
+        need: &mut [i64],
+        mut free: Vec<(usize, Option<Ipv4Addr>)>,
+        moves: &mut Moves,
+        assign: &impl Fn(&mut Table, &mut Moves, usize, usize, Option<Ipv4Addr>),
+        second_ok: &impl Fn(Ipv4Addr) -> bool,
+        now_ms: u64,
+    ) -> usize {
+        if free.is_empty() {
+            return 0;
+        }
+        let size = self.buckets.len();
+        let index: HashMap<Ipv4Addr, usize> = targets
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.dip, i))
+            .collect();
+        let target_of = |a: Option<Ipv4Addr>| a.and_then(|a| index.get(&a).copied());
+        let mut assigned = 0;
+
+        // Second hop first (a swap back).
+        let mut rest = Vec::with_capacity(free.len());
+        for (i, prev) in free.drain(..) {
+            match target_of(self.buckets[i].second) {
                 Some(g) if need[g] > 0 => {
                     need[g] -= 1;
-                    assign(&mut new, i, g, prev);
+                    assign(self, moves, i, g, prev);
+                    assigned += 1;
                 }
-                _ => pending.push((i, prev)),
-            }
-        }
-
-        // (2) Over-quota owners release their least recently moved buckets,
-        // from the high end of their ranges (the rest stays contiguous).
-        let mut release: Vec<usize> = (0..size).collect();
-        release.sort_by_key(|&i| (new.moved_at[i], Reverse(i)));
-        for i in release {
-            if let Some(a) = owner(&new.buckets[i]) {
-                if need[a] < 0 {
-                    need[a] += 1;
-                    pending.push((i, new.buckets[i].first));
-                    new.buckets[i].first = None;
+                _ => {
+                    // Mark as free so neighbours do not count it.
+                    self.buckets[i].first = None;
+                    rest.push((i, prev));
                 }
             }
         }
-
-        // (3) Gainers take the free buckets in index order, preferring
-        // buckets adjacent to their own ranges; otherwise the backend with
-        // the largest remaining need (ties: lower address) starts a range.
-        pending.sort_unstable_by_key(|&(i, _)| i);
+        rest.sort_unstable_by_key(|&(i, _)| i);
+        let mut pending = vec![false; size];
+        for &(i, _) in &rest {
+            pending[i] = true;
+        }
         let mut by_need: BTreeSet<(Reverse<i64>, Ipv4Addr, usize)> = need
             .iter()
             .enumerate()
             .filter(|(_, &n)| n > 0)
             .map(|(g, &n)| (Reverse(n), targets[g].dip, g))
             .collect();
-        let is_pending: Vec<bool> = {
-            let mut v = vec![false; size];
-            for &(i, _) in &pending {
-                v[i] = true;
-            }
-            v
-        };
-        for (i, prev) in pending {
+        for (i, prev) in rest {
             let neighbour = |j: Option<usize>| {
-                j.filter(|&j| j < size && !(is_pending[j] && j > i))
-                    .and_then(|j| owner(&new.buckets[j]))
+                j.filter(|&j| j < size && !pending[j])
+                    .and_then(|j| target_of(self.buckets[j].first))
                     .filter(|&g| need[g] > 0)
             };
             let g = neighbour(i.checked_sub(1))
                 .or_else(|| neighbour(Some(i + 1)))
                 .or_else(|| by_need.first().map(|&(_, _, g)| g));
+            pending[i] = false;
             match g {
                 Some(g) => {
                     by_need.remove(&(Reverse(need[g]), targets[g].dip, g));
@@ -314,22 +480,21 @@ impl Table {
                     if need[g] > 0 {
                         by_need.insert((Reverse(need[g]), targets[g].dip, g));
                     }
-                    assign(&mut new, i, g, prev);
+                    assign(self, moves, i, g, prev);
+                    assigned += 1;
                 }
                 None => {
                     // No eligible backend at all: the bucket drops packets,
                     // but its previous owner stays reachable as second hop.
-                    let b = &mut new.buckets[i];
-                    if b.first.is_some() || prev.is_some() {
-                        new.moved_at[i] = generation;
+                    if prev.is_some() {
+                        self.moved_at[i] = Some(now_ms);
                     }
-                    b.first = None;
                     if let Some(p) = prev.filter(|&p| second_ok(p)) {
-                        b.second = Some(p);
+                        self.buckets[i].second = Some(p);
                     }
                 }
             }
         }
-        (new, moves)
+        assigned
     }
 }

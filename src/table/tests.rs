@@ -28,6 +28,17 @@ fn assert_proportional(t: &Table, spec: &[(u8, u32)]) {
     assert_eq!(shares.values().sum::<u32>(), t.size());
 }
 
+/// Buckets that must change owner to go from `a` to `b` shares.
+fn optimal(a: &BTreeMap<Ipv4Addr, u32>, b: &BTreeMap<Ipv4Addr, u32>) -> u32 {
+    b.iter()
+        .map(|(d, &n)| n.saturating_sub(*a.get(d).unwrap_or(&0)))
+        .sum()
+}
+
+fn free(t: &Table, spec: &[(u8, u32)], now: u64) -> (Table, Moves) {
+    t.rebalance(&targets(spec), |_| true, |_| false, now, StepLimits::NONE)
+}
+
 #[test]
 fn quotas_are_within_one_and_sum_to_size() {
     let t = targets(&[(1, 1), (2, 1), (3, 1)]);
@@ -35,9 +46,16 @@ fn quotas_are_within_one_and_sum_to_size() {
     assert_eq!(q.iter().sum::<u32>(), 16);
     assert_eq!(q, vec![6, 5, 5], "ties go to the lower address");
     let t = targets(&[(1, 3), (2, 65535), (3, 7)]);
-    let q = quotas(4096, &t);
-    assert_eq!(q.iter().sum::<u32>(), 4096);
+    assert_eq!(quotas(4096, &t).iter().sum::<u32>(), 4096);
     assert_eq!(quotas(16, &targets(&[(1, 0)])), vec![0]);
+}
+
+#[test]
+fn budget_is_shared_in_proportion() {
+    let e = [(ip(1), 30), (ip(2), 10)];
+    assert_eq!(share_budget(8, &e), vec![6, 2]);
+    assert_eq!(share_budget(100, &e), vec![30, 10]);
+    assert_eq!(share_budget(1, &e), vec![1, 0]);
 }
 
 #[test]
@@ -49,7 +67,6 @@ fn build_is_proportional_contiguous_and_deterministic() {
         assert_eq!(t.ranges(ip(l)), 1, "backend {l} should own one range");
     }
     assert!(t.buckets().iter().all(|b| b.second.is_none()));
-    // Same input, same table; input order does not matter.
     let mut rev = targets(&spec);
     rev.reverse();
     assert_eq!(Table::build(1024, &rev).buckets(), t.buckets());
@@ -60,17 +77,10 @@ fn weight_change_moves_minimum_and_keeps_second_hop() {
     let before = [(11, 1), (12, 1), (13, 2)];
     let after = [(11, 3), (12, 1), (13, 1)];
     let old = Table::build(1024, &targets(&before));
-    let (new, moves) = old.rebalance(&targets(&after), |_| true);
+    let (new, moves) = free(&old, &after, 1);
     assert_proportional(&new, &after);
-
-    // Minimum moves: sum of positive share changes.
-    let (os, ns) = (old.shares(), new.shares());
-    let optimal: u32 = ns
-        .iter()
-        .map(|(d, &n)| n.saturating_sub(*os.get(d).unwrap_or(&0)))
-        .sum();
-    assert_eq!(moves.moved as u32, optimal);
-
+    assert_eq!(moves.moved as u32, optimal(&old.shares(), &new.shares()));
+    assert_eq!((moves.forced, moves.pending), (0, 0));
     for (o, n) in old.buckets().iter().zip(new.buckets()) {
         if o.first != n.first {
             assert_eq!(
@@ -81,7 +91,6 @@ fn weight_change_moves_minimum_and_keeps_second_hop() {
             assert_eq!(n.second, o.second);
         }
     }
-    // Contiguity survives one change: at most 2 ranges each.
     for &(l, _) in &after {
         assert!(
             new.ranges(ip(l)) <= 2,
@@ -92,65 +101,215 @@ fn weight_change_moves_minimum_and_keeps_second_hop() {
 }
 
 #[test]
-fn removing_a_backend_moves_exactly_its_buckets() {
-    let spec = [(1, 1), (2, 1), (3, 1), (4, 1)];
-    let old = Table::build(4096, &targets(&spec));
-    let owned = old.shares()[&ip(3)];
-    let rest = [(1, 1), (2, 1), (4, 1)];
-    let (new, moves) = old.rebalance(&targets(&rest), |d| d != ip(3));
-    assert_eq!(moves.moved as u32, owned, "moved / optimal = 1.00");
-    assert_proportional(&new, &rest);
-    assert!(
-        new.buckets().iter().all(|b| b.second != Some(ip(3))),
-        "offline: not a second hop"
-    );
+fn removing_one_of_n_moves_exactly_its_buckets() {
+    for n in [2u8, 3, 5, 10] {
+        let spec: Vec<(u8, u32)> = (1..=n).map(|l| (l, 1)).collect();
+        let old = Table::build(4096, &targets(&spec));
+        let owned = old.shares()[&ip(2)];
+        let rest: Vec<(u8, u32)> = spec.iter().copied().filter(|s| s.0 != 2).collect();
+        // Failure: forced out, still allowed as second hop.
+        let (new, moves) = old.rebalance(
+            &targets(&rest),
+            |_| true,
+            |d| d == ip(2),
+            5,
+            StepLimits {
+                max_moves: 0,
+                min_age_ms: 1_000_000,
+            },
+        );
+        println!(
+            "remove 1 of {n}: moved {} optimal {owned} ratio {:.2} (forced {})",
+            moves.moved,
+            moves.moved as f64 / owned as f64,
+            moves.forced
+        );
+        assert_eq!(moves.moved as u32, owned, "moved / optimal = 1.00");
+        assert_eq!(
+            moves.forced, moves.moved,
+            "failure moves are forced, not budgeted"
+        );
+        assert_proportional(&new, &rest);
+        assert!(new
+            .buckets()
+            .iter()
+            .zip(old.buckets())
+            .all(|(n, o)| o.first != Some(ip(2)) || n.second == Some(ip(2))));
+    }
 }
 
 #[test]
-fn drained_backend_stays_second_hop() {
+fn offline_clears_both_hops() {
     let old = Table::build(256, &targets(&[(1, 1), (2, 1)]));
-    let (new, _) = old.rebalance(&targets(&[(1, 1)]), |_| true);
-    let moved: Vec<_> = old
+    let (mid, _) = free(&old, &[(1, 1), (2, 3)], 1);
+    assert!(mid.second_shares()[&ip(1)] > 0);
+    let (new, moves) = mid.rebalance(
+        &targets(&[(2, 1)]),
+        |d| d != ip(1),
+        |d| d == ip(1),
+        2,
+        StepLimits::NONE,
+    );
+    assert_eq!(moves.forced, mid.shares()[&ip(1)] as usize);
+    assert!(new
         .buckets()
         .iter()
-        .zip(new.buckets())
-        .filter(|(o, _)| o.first == Some(ip(2)))
-        .collect();
-    assert_eq!(moved.len(), 128);
-    assert!(moved
-        .iter()
-        .all(|(_, n)| n.first == Some(ip(1)) && n.second == Some(ip(2))));
+        .all(|b| b.first != Some(ip(1)) && b.second != Some(ip(1))));
 }
 
 #[test]
-fn recovery_swaps_back() {
-    let all = targets(&[(1, 1), (2, 1), (3, 1)]);
-    let t0 = Table::build(1024, &all);
-    let (t1, _) = t0.rebalance(&targets(&[(1, 1), (2, 1)]), |_| true);
-    let (t2, moves) = t1.rebalance(&all, |_| true);
-    assert_eq!(t2.shares(), t0.shares());
-    assert_eq!(moves.swapped, moves.moved, "every bucket came back by swap");
-    // Every bucket is owned by its original owner again.
-    assert_eq!(
-        t0.buckets().iter().map(|b| b.first).collect::<Vec<_>>(),
-        t2.buckets().iter().map(|b| b.first).collect::<Vec<_>>()
+fn drained_backend_leaves_voluntarily_and_stays_second_hop() {
+    let old = Table::build(256, &targets(&[(1, 1), (2, 1)]));
+    let lim = StepLimits {
+        max_moves: 32,
+        min_age_ms: 0,
+    };
+    let mut t = old.clone();
+    let mut steps = 0;
+    loop {
+        let (n, m) = t.rebalance(&targets(&[(1, 1)]), |_| true, |_| false, steps, lim);
+        assert!(m.moved <= 32, "step exceeds its budget");
+        assert_eq!(m.forced, 0, "a drain is voluntary");
+        t = n;
+        steps += 1;
+        if m.pending == 0 {
+            break;
+        }
+    }
+    assert_eq!(steps, 4, "128 buckets at 32 per step");
+    for (o, n) in old.buckets().iter().zip(t.buckets()) {
+        if o.first == Some(ip(2)) {
+            assert_eq!((n.first, n.second), (Some(ip(1)), Some(ip(2))));
+        }
+    }
+}
+
+#[test]
+fn weight_change_in_limited_steps_reaches_exact_shares() {
+    let size = 4096u32;
+    let max_step_percent = 2;
+    let lim = StepLimits {
+        max_moves: (size * max_step_percent / 100) as usize,
+        min_age_ms: 0,
+    };
+    let before = [(1, 1), (2, 1), (3, 1), (4, 1)];
+    let after = [(1, 4), (2, 1), (3, 1), (4, 1)];
+    let mut t = Table::build(size, &targets(&before));
+    let start = t.shares();
+    let mut steps = 0;
+    let mut total = 0;
+    loop {
+        let (n, m) = t.rebalance(&targets(&after), |_| true, |_| false, steps as u64, lim);
+        assert!(m.moved <= lim.max_moves, "step {steps} moved {}", m.moved);
+        total += m.moved;
+        t = n;
+        steps += 1;
+        if m.pending == 0 {
+            break;
+        }
+        assert!(steps < 1000);
+    }
+    assert_proportional(&t, &after);
+    let opt = optimal(&start, &t.shares());
+    println!(
+        "weight 1:1:1:1 -> 4:1:1:1 on {size} buckets at {max_step_percent}% per step: {steps} steps, {total} moves (optimal {opt}), at most {} per step",
+        lim.max_moves
     );
+    assert_eq!(total as u32, opt);
+}
+
+#[test]
+fn fail_and_recover_swaps_most_buckets_back() {
+    let all = targets(&[(1, 1), (2, 1), (3, 1), (4, 1)]);
+    let t0 = Table::build(4096, &all);
+    let owned_before: Vec<usize> = (0..4096)
+        .filter(|&i| t0.buckets()[i].first == Some(ip(3)))
+        .collect();
+    let rest = targets(&[(1, 1), (2, 1), (4, 1)]);
+    let (t1, _) = t0.rebalance(&rest, |_| true, |d| d == ip(3), 10, StepLimits::NONE);
+    // Recovery is voluntary: limited steps, 2 % each, buckets at least 0 ms old.
+    let lim = StepLimits {
+        max_moves: 82,
+        min_age_ms: 0,
+    };
+    let mut t = t1;
+    let mut now = 20;
+    let (mut moved, mut swapped) = (0, 0);
+    loop {
+        let (n, m) = t.rebalance(&all, |_| true, |_| false, now, lim);
+        moved += m.moved;
+        swapped += m.swapped;
+        t = n;
+        now += 10;
+        if m.pending == 0 {
+            break;
+        }
+    }
+    let back = owned_before
+        .iter()
+        .filter(|&&i| t.buckets()[i].first == Some(ip(3)))
+        .count();
+    let share = back as f64 / owned_before.len() as f64;
+    println!(
+        "fail + recover: {back}/{} old buckets back ({:.1}%), {swapped}/{moved} moves were swaps",
+        owned_before.len(),
+        100.0 * share
+    );
+    assert!(share > 0.95, "most old buckets come back: {share}");
+    assert_eq!(swapped, moved);
+}
+
+#[test]
+fn no_bucket_moves_voluntarily_twice_within_min_age() {
+    let min_age = 300_000u64;
+    let lim = StepLimits {
+        max_moves: 200,
+        min_age_ms: min_age,
+    };
+    let mut t = Table::build(2048, &targets(&[(1, 1), (2, 1), (3, 1)]));
+    let mut last_move: Vec<Option<u64>> = vec![None; 2048];
+    let mut state = 0x2545_f491u32;
+    let mut now = 1_000u64;
+    let mut violations = 0;
+    for step in 0..400 {
+        if step % 20 == 0 {
+            state ^= state << 13;
+            state ^= state >> 17;
+            state ^= state << 5;
+        }
+        let w = |k: u32| 1 + (state >> (k * 5)) % 8;
+        let spec = [(1, w(0)), (2, w(1)), (3, w(2))];
+        let (n, _) = t.rebalance(&targets(&spec), |_| true, |_| false, now, lim);
+        for (i, last) in last_move.iter_mut().enumerate() {
+            if n.buckets()[i].first != t.buckets()[i].first {
+                if let Some(prev) = *last {
+                    if now - prev < min_age {
+                        violations += 1;
+                    }
+                }
+                *last = Some(now);
+            }
+        }
+        t = n;
+        now += 10_000;
+    }
+    assert_eq!(violations, 0);
 }
 
 #[test]
 fn no_targets_drops_but_keeps_previous_owner() {
     let t0 = Table::build(64, &targets(&[(1, 1)]));
-    let (t1, _) = t0.rebalance(&[], |_| true);
+    let (t1, _) = t0.rebalance(&[], |_| true, |_| true, 1, StepLimits::NONE);
     assert!(t1
         .buckets()
         .iter()
         .all(|b| b.first.is_none() && b.second == Some(ip(1))));
-    let (t2, _) = t1.rebalance(&targets(&[(1, 1)]), |_| true);
+    let (t2, _) = free(&t1, &[(1, 1)], 2);
     assert!(t2.buckets().iter().all(|b| b.first == Some(ip(1))));
 }
 
 #[test]
-fn random_changes_stay_proportional_and_bounded() {
+fn thousand_random_events_keep_ranges_bounded() {
     let mut state = 0x9e37_79b9u32;
     let mut rnd = move |n: u32| {
         state ^= state << 13;
@@ -158,26 +317,41 @@ fn random_changes_stay_proportional_and_bounded() {
         state ^= state << 5;
         state % n
     };
-    let mut weights: Vec<(u8, u32)> = (1..=8).map(|l| (l, 100)).collect();
-    let mut t = Table::build(4096, &targets(&weights));
-    for _ in 0..300 {
-        let i = rnd(8) as usize;
-        weights[i].1 = 1 + rnd(400);
-        let before = t.shares();
-        let (n, moves) = t.rebalance(&targets(&weights), |_| true);
-        assert_proportional(&n, &weights);
-        let after = n.shares();
-        let optimal: u32 = after
-            .iter()
-            .map(|(d, &c)| c.saturating_sub(*before.get(d).unwrap_or(&0)))
-            .sum();
-        assert_eq!(moves.moved as u32, optimal, "never more moves than needed");
-        t = n;
-    }
-    let max_ranges = (1..=8).map(|l| t.ranges(ip(l))).max().unwrap();
-    println!("after 300 random weight changes: at most {max_ranges} ranges per backend");
-    assert!(
-        max_ranges < 200,
-        "ranges per backend exploded: {max_ranges}"
+    let n = 8u8;
+    let mut weights: Vec<u32> = vec![100; n as usize];
+    let mut up: Vec<bool> = vec![true; n as usize];
+    let mut t = Table::build(
+        4096,
+        &targets(&(1..=n).map(|l| (l, 100)).collect::<Vec<_>>()),
     );
+    let mut worst = 0;
+    for event in 0..1000u64 {
+        let i = rnd(n as u32) as usize;
+        match rnd(3) {
+            0 => weights[i] = 1 + rnd(400),
+            1 => up[i] = false,
+            _ => up[i] = true,
+        }
+        if !up.iter().any(|&u| u) {
+            up[i] = true;
+        }
+        let spec: Vec<(u8, u32)> = (0..n as usize)
+            .filter(|&k| up[k])
+            .map(|k| (k as u8 + 1, weights[k]))
+            .collect();
+        let before = t.shares();
+        let down = |d: Ipv4Addr| !up[(d.octets()[3] - 1) as usize];
+        let (nt, moves) = t.rebalance(&targets(&spec), |_| true, down, event, StepLimits::NONE);
+        assert_proportional(&nt, &spec);
+        assert_eq!(
+            moves.moved as u32,
+            optimal(&before, &nt.shares()),
+            "event {event}"
+        );
+        t = nt;
+        worst = worst.max((1..=n).map(|l| t.ranges(ip(l))).max().unwrap());
+    }
+    let now_max = (1..=n).map(|l| t.ranges(ip(l))).max().unwrap();
+    println!("1000 random events on 8 backends x 4096 buckets: at most {worst} ranges per backend at any time, {now_max} at the end");
+    assert!(worst <= 64, "ranges per backend exploded: {worst}");
 }

@@ -257,7 +257,7 @@ pub struct Loaded {
 pub fn load(yaml: &str, node: Ipv4Addr) -> Loaded {
     let storage: &'static mut MaybeUninit<OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
     let mut dp = Dataplane::load(storage).expect("loading BPF (root needed)");
-    let cp = ControlPlane::new(Config::parse(yaml).expect("test config"));
+    let cp = ControlPlane::new(Config::parse(yaml).expect("test config"), 0);
     cp.apply(&mut dp, node, &cp.full_plan())
         .expect("filling maps");
     Loaded { dp, cp }
@@ -266,7 +266,7 @@ pub fn load(yaml: &str, node: Ipv4Addr) -> Loaded {
 impl Loaded {
     /// Apply a new config (like SIGHUP).
     pub fn reload(&mut self, yaml: &str, node: Ipv4Addr) {
-        let plan = self.cp.update(Config::parse(yaml).expect("test config"));
+        let plan = self.cp.update(Config::parse(yaml).expect("test config"), 1);
         self.cp.apply(&mut self.dp, node, &plan).expect("applying");
     }
 
@@ -286,10 +286,11 @@ impl Loaded {
 }
 
 /// Config with one TCP service 10.0.0.100:80 and the given backends
-/// (`dip weight state` triples), balancer 10.0.0.11.
+/// (`dip weight state` triples), balancer 10.0.0.11, and no pacing of table
+/// changes (a reload reaches its targets at once).
 pub fn config(backends: &[(Ipv4Addr, u32, &str)], unknown_flow: &str) -> String {
     let mut y = format!(
-        "version: 1\ncluster:\n  hash_seed: 0x5eed1234\n  balancers: [10.0.0.11]\n  unknown_flow: {unknown_flow}\nservices:\n  - name: web\n    vip: 10.0.0.100\n    port: 80\n    protocol: tcp\n    table_size: 256\n    backends:\n"
+        "version: 1\ncluster:\n  hash_seed: 0x5eed1234\n  balancers: [10.0.0.11]\n  unknown_flow: {unknown_flow}\ndefaults:\n  rebalance: {{min_interval_ms: 0, max_step_percent: 100, min_bucket_age_ms: 0}}\nservices:\n  - name: web\n    vip: 10.0.0.100\n    port: 80\n    protocol: tcp\n    table_size: 256\n    backends:\n"
     );
     if backends.is_empty() {
         y = y.replace("    backends:\n", "    backends: []\n");

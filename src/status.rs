@@ -1,0 +1,266 @@
+//! The daemon's state as operators and tools see it: per service, each
+//! backend's state, health, weight and bucket shares, fail-open, and the last
+//! reload. The daemon writes it atomically (temp file + rename) to a YAML
+//! state file; `nilb status` reads that file and prints it as a table.
+
+use std::io::Write;
+use std::net::Ipv4Addr;
+use std::path::Path;
+use std::time::SystemTime;
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::control::ControlPlane;
+
+/// Outcome of the last reload.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReloadStatus {
+    /// When it happened (RFC 3339, UTC).
+    pub at: String,
+    /// Whether it was applied.
+    pub ok: bool,
+    /// Why it was rejected or failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Reloads so far, applied and rejected.
+    pub succeeded: u64,
+    /// Rejected or failed reloads so far.
+    pub failed: u64,
+}
+
+/// One backend of one service.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BackendStatus {
+    /// Backend address.
+    pub dip: Ipv4Addr,
+    /// Name from the config.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+    /// active, drained, offline, or removing (gone from the file, draining out).
+    pub state: String,
+    /// unknown, up or down.
+    pub health: String,
+    /// Configured weight.
+    pub weight: u32,
+    /// Buckets where it is first hop.
+    pub buckets: u32,
+    /// Share of buckets as first hop, percent.
+    pub share_percent: f64,
+    /// Buckets where it is second hop.
+    pub second_hop_buckets: u32,
+    /// Share of buckets as second hop, percent.
+    pub second_hop_percent: f64,
+    /// Up/down transitions since the daemon started.
+    pub transitions: u64,
+    /// Why the last check failed, if it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+}
+
+/// One service.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ServiceStatus {
+    /// Service name.
+    pub name: String,
+    /// VIP:port/protocol.
+    pub key: String,
+    /// Buckets.
+    pub table_size: u32,
+    /// No backend is healthy; all backends not offline are used.
+    pub fail_open: bool,
+    /// Voluntary bucket moves still to be done (paced by `rebalance`).
+    pub pending_moves: usize,
+    /// Backends, including ones being removed.
+    pub backends: Vec<BackendStatus>,
+}
+
+/// The whole state file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Status {
+    /// This node's address.
+    pub node: Ipv4Addr,
+    /// Whether this node runs the XDP balancer.
+    pub balancer: bool,
+    /// Configuration file in use.
+    pub config_file: String,
+    /// When this state was written (RFC 3339, UTC).
+    pub written_at: String,
+    /// Daemon process id.
+    pub pid: u32,
+    /// Last reload, if any since start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_reload: Option<ReloadStatus>,
+    /// Services in key order.
+    pub services: Vec<ServiceStatus>,
+}
+
+/// RFC 3339 time of `t` (seconds precision, UTC).
+pub fn rfc3339(t: SystemTime) -> String {
+    humantime::format_rfc3339_seconds(t).to_string()
+}
+
+fn percent(n: u32, of: u32) -> f64 {
+    (1000.0 * n as f64 / of.max(1) as f64).round() / 10.0
+}
+
+impl Status {
+    /// Snapshot of `cp` for the node at `node`.
+    pub fn of(
+        cp: &ControlPlane,
+        node: Ipv4Addr,
+        balancer: bool,
+        config_file: &Path,
+        last_reload: Option<ReloadStatus>,
+    ) -> Status {
+        let mut services = Vec::new();
+        for (key, st) in cp.services() {
+            let name = cp
+                .config()
+                .service(key)
+                .map(|s| s.name.clone())
+                .unwrap_or_default();
+            let size = st.table.size();
+            let firsts = st.table.shares();
+            let seconds = st.table.second_shares();
+            let backends = st
+                .backends
+                .values()
+                .map(|b| {
+                    let n = firsts.get(&b.config.dip).copied().unwrap_or(0);
+                    let s = seconds.get(&b.config.dip).copied().unwrap_or(0);
+                    BackendStatus {
+                        dip: b.config.dip,
+                        hostname: b.config.hostname.clone(),
+                        state: b.admin_state().to_string(),
+                        health: b.health.health.to_string(),
+                        weight: b.config.weight,
+                        buckets: n,
+                        share_percent: percent(n, size),
+                        second_hop_buckets: s,
+                        second_hop_percent: percent(s, size),
+                        transitions: b.health.transitions,
+                        last_error: b.health.last_error.clone(),
+                    }
+                })
+                .collect();
+            services.push(ServiceStatus {
+                name,
+                key: key.to_string(),
+                table_size: size,
+                fail_open: st.fail_open,
+                pending_moves: st.pending,
+                backends,
+            });
+        }
+        Status {
+            node,
+            balancer,
+            config_file: config_file.display().to_string(),
+            written_at: rfc3339(SystemTime::now()),
+            pid: std::process::id(),
+            last_reload,
+            services,
+        }
+    }
+
+    /// Write atomically to `path` (temp file in the same directory, then
+    /// rename), creating the directory if needed.
+    pub fn write(&self, path: &Path) -> Result<()> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+        let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+        let text = serde_yaml::to_string(self).context("encoding the state")?;
+        std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
+        std::fs::rename(&tmp, path)
+            .with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))
+    }
+
+    /// Read a state file.
+    pub fn read(path: &Path) -> Result<Status> {
+        let text = std::fs::read_to_string(path).with_context(|| {
+            format!(
+                "reading {} (is `nilb run` running with --state-file {}?)",
+                path.display(),
+                path.display()
+            )
+        })?;
+        serde_yaml::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+    }
+
+    /// Human-readable table.
+    pub fn print(&self, out: &mut dyn Write) -> Result<()> {
+        writeln!(
+            out,
+            "node {} ({}), pid {}, config {}, state written {}",
+            self.node,
+            if self.balancer {
+                "balancer"
+            } else {
+                "backend only"
+            },
+            self.pid,
+            self.config_file,
+            self.written_at
+        )?;
+        match &self.last_reload {
+            None => writeln!(out, "last reload: none since start")?,
+            Some(r) if r.ok => writeln!(out, "last reload: {} ok ({} applied, {} rejected so far)", r.at, r.succeeded, r.failed)?,
+            Some(r) => writeln!(
+                out,
+                "last reload: {} FAILED, running configuration kept ({} applied, {} rejected so far): {}",
+                r.at,
+                r.succeeded,
+                r.failed,
+                r.error.as_deref().unwrap_or("?")
+            )?,
+        }
+        for s in &self.services {
+            writeln!(out)?;
+            writeln!(
+                out,
+                "service {} {}  table {}  fail-open {}  pending moves {}",
+                s.name,
+                s.key,
+                s.table_size,
+                if s.fail_open {
+                    "YES (no healthy backend)"
+                } else {
+                    "no"
+                },
+                s.pending_moves
+            )?;
+            writeln!(
+                out,
+                "  {:<15} {:<16} {:<9} {:<7} {:>6} {:>8} {:>7} {:>8} {:>7}  last error",
+                "backend",
+                "hostname",
+                "state",
+                "health",
+                "weight",
+                "buckets",
+                "share",
+                "2nd hop",
+                "share"
+            )?;
+            for b in &s.backends {
+                writeln!(
+                    out,
+                    "  {:<15} {:<16} {:<9} {:<7} {:>6} {:>8} {:>6.1}% {:>8} {:>6.1}%  {}",
+                    b.dip.to_string(),
+                    b.hostname.as_deref().unwrap_or("-"),
+                    b.state,
+                    b.health,
+                    b.weight,
+                    b.buckets,
+                    b.share_percent,
+                    b.second_hop_buckets,
+                    b.second_hop_percent,
+                    b.last_error.as_deref().unwrap_or("")
+                )?;
+            }
+        }
+        Ok(())
+    }
+}
