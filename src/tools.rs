@@ -9,7 +9,7 @@ use std::path::Path;
 use anyhow::{bail, Context, Result};
 use libbpf_rs::MapCore;
 
-use crate::config::{Config, Protocol, ServiceKey};
+use crate::config::{BackendState, Config, Protocol, ServiceKey};
 use crate::control::ControlPlane;
 use crate::dataplane::abi::{self, COUNTER_HELP, COUNTER_NAMES};
 use crate::dataplane::PinnedMaps;
@@ -53,13 +53,27 @@ pub fn check_summary(config: &Config, out: &mut dyn Write) -> Result<()> {
         let shares = table.shares();
         writeln!(
             out,
-            "service {} {} table {} buckets",
-            s.name, key, s.table_size
+            "service {} {} table {} buckets, health check {}",
+            s.name,
+            key,
+            s.table_size,
+            describe_check(&s.health_check)
         )?;
+        let active = s.backends.iter().any(|b| b.state == BackendState::Active);
         if s.backends.is_empty() {
             writeln!(
                 out,
-                "  (no backends: all packets to this service are dropped)"
+                "  warning: no backends: every packet to this service is dropped"
+            )?;
+        } else if !active && s.backends.iter().any(|b| b.state == BackendState::Drained) {
+            writeln!(
+                out,
+                "  warning: no active backend: the service fails open to its drained backends"
+            )?;
+        } else if !active {
+            writeln!(
+                out,
+                "  warning: every backend is offline: every packet to this service is dropped"
             )?;
         }
         for b in &s.backends {
