@@ -94,6 +94,13 @@ struct {
 	__type(value, struct nilb_service_stats);
 } service_stats SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, NILB_MAX_BACKEND_SLOTS);
+	__type(key, __u32);
+	__type(value, struct nilb_backend_stats);
+} backend_stats SEC(".maps");
+
 /* ---- helpers ------------------------------------------------------------- */
 
 static __always_inline void count(__u32 idx)
@@ -212,7 +219,7 @@ static __always_inline int xdp_encap(struct xdp_md *ctx, const struct nilb_confi
 	__u8 *gue;
 	struct nilb_table_header *hdr;
 	struct nilb_bucket *b;
-	struct nilb_service_stats *st;
+	struct nilb_backend_stats *bs;
 	struct bpf_fib_lookup fib = {};
 	__u8 macs[2 * ETH_ALEN];
 	__u32 zero = 0, idx, first, second, nhops, overhead, node;
@@ -224,13 +231,15 @@ static __always_inline int xdp_encap(struct xdp_md *ctx, const struct nilb_confi
 		count(C_XDP_DROP_NO_BACKEND);
 		return XDP_DROP;
 	}
-	idx = hdr->service_index;
-	st = bpf_map_lookup_elem(&service_stats, &idx);
 	idx = 1 + (flow->hash & hdr->table_mask);
 	b = bpf_map_lookup_elem(flow->table, &idx);
 	if (!b || !b->first_hop) {
+		struct nilb_service_stats *st;
+
+		idx = hdr->service_index;
+		st = bpf_map_lookup_elem(&service_stats, &idx);
 		if (st)
-			st->drops++;
+			st->xdp_drops++;
 		count(C_XDP_DROP_NO_BACKEND);
 		return XDP_DROP;
 	}
@@ -242,10 +251,12 @@ static __always_inline int xdp_encap(struct xdp_md *ctx, const struct nilb_confi
 	overhead = NILB_GUE_BASE_OVERHEAD + 4 * nhops;
 	node = cfg->node_addr;
 	gue_port = cfg->gue_port;
-	if (st) {
-		st->packets++;
-		st->bytes += inner_len;
-		st->syns += flow->syn;
+	idx = b->first_slot;
+	bs = bpf_map_lookup_elem(&backend_stats, &idx);
+	if (bs) {
+		bs->packets++;
+		bs->bytes += inner_len;
+		bs->syns += flow->syn;
 	}
 
 	data = (void *)(long)ctx->data;
@@ -566,14 +577,45 @@ static __always_inline int tc_local_match(struct __sk_buff *skb, struct iphdr *i
 	}
 }
 
+/* Per-service stats of the inner packet's service (TCP/UDP), or NULL. Read
+ * before the packet changes; map value pointers stay valid afterwards. */
+static __always_inline struct nilb_service_stats *tc_service_stats(struct iphdr *in,
+								    void *data_end)
+{
+	struct nilb_service_key key = {};
+	struct nilb_table_header *hdr;
+	__u16 *ports = (void *)in + in->ihl * 4;
+	__u32 zero = 0, idx;
+	void *table;
+
+	if (in->protocol != IPPROTO_TCP && in->protocol != IPPROTO_UDP)
+		return NULL;
+	if ((void *)(ports + 2) > data_end)
+		return NULL;
+	key.vip = in->daddr;
+	key.port = ports[1];
+	key.proto = in->protocol;
+	table = bpf_map_lookup_elem(&services, &key);
+	if (!table)
+		return NULL;
+	hdr = bpf_map_lookup_elem(table, &zero);
+	if (!hdr)
+		return NULL;
+	idx = hdr->service_index;
+	return bpf_map_lookup_elem(&service_stats, &idx);
+}
+
 /* Remove outer IPv4 + UDP + GUE (hdr_len bytes after Ethernet). */
-static __always_inline int tc_decap(struct __sk_buff *skb, __u32 hdr_len, __u32 counter)
+static __always_inline int tc_decap(struct __sk_buff *skb, __u32 hdr_len, __u32 counter,
+				    struct nilb_service_stats *st)
 {
 	if (bpf_skb_adjust_room(skb, -(__s32)hdr_len, BPF_ADJ_ROOM_MAC, 0)) {
 		count(C_TC_DROP_ADJUST_FAILED);
 		return TC_ACT_SHOT;
 	}
 	count(counter);
+	if (st)
+		st->tc_decap++;
 	return TC_ACT_OK;
 }
 
@@ -583,6 +625,7 @@ int nilb_tc_second_chance(struct __sk_buff *skb)
 	void *data = (void *)(long)skb->data;
 	void *data_end = (void *)(long)skb->data_end;
 	struct ethhdr *eth = data;
+	struct nilb_service_stats *st;
 	struct nilb_config *cfg;
 	struct iphdr *oip, *in;
 	struct udphdr *udp;
@@ -661,9 +704,10 @@ int nilb_tc_second_chance(struct __sk_buff *skb)
 		return TC_ACT_SHOT;
 	}
 
+	st = tc_service_stats(in, data_end);
 	verdict = tc_local_match(skb, in, data_end, &udp_listener);
 	if (verdict >= 0)
-		return tc_decap(skb, hdr_len, verdict);
+		return tc_decap(skb, hdr_len, verdict, st);
 	if (verdict == -2)
 		goto malformed;
 	if (verdict == -3) {
@@ -679,7 +723,7 @@ int nilb_tc_second_chance(struct __sk_buff *skb)
 			goto malformed;
 		hop = hops[next];
 		if (hop == node)
-			return tc_decap(skb, hdr_len, C_TC_DECAP_LOOP_GUARD);
+			return tc_decap(skb, hdr_len, C_TC_DECAP_LOOP_GUARD, st);
 		if (!hop)
 			goto malformed;
 		/* Second chance: outer source := this node, destination := the
@@ -690,13 +734,17 @@ int nilb_tc_second_chance(struct __sk_buff *skb)
 		oip->daddr = hop;
 		gue[6] = next + 1;
 		count(C_TC_FORWARD);
+		if (st)
+			st->tc_forward++;
 		return bpf_redirect_neigh(skb->ifindex, NULL, 0, 0);
 	}
 	if (udp_listener)
-		return tc_decap(skb, hdr_len, C_TC_DECAP_UDP);
+		return tc_decap(skb, hdr_len, C_TC_DECAP_UDP, st);
 	if (cfg->flags & NILB_F_UNKNOWN_FLOW_LOCAL)
-		return tc_decap(skb, hdr_len, C_TC_DECAP_UNKNOWN_LOCAL);
+		return tc_decap(skb, hdr_len, C_TC_DECAP_UNKNOWN_LOCAL, st);
 	count(C_TC_DROP_UNKNOWN_FLOW);
+	if (st)
+		st->tc_drops++;
 	return TC_ACT_SHOT;
 
 malformed:

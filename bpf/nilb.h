@@ -25,6 +25,8 @@ enum nilb_limits {
 	NILB_MAX_GUE_HOPS = 8,
 	/* Hops nilb's balancer lists: the second hop only. */
 	NILB_TX_HOPS = 1,
+	/* (service, backend) pairs with their own balancer counters. */
+	NILB_MAX_BACKEND_SLOTS = 16384,
 };
 
 enum nilb_wire {
@@ -94,7 +96,7 @@ struct nilb_service_key {
 };
 
 /*
- * Element of a service's inner bucket array. 8 bytes.
+ * Element of a service's inner bucket array. 16 bytes.
  * Index 0 of every inner array is the table header (struct nilb_table_header,
  * same size), buckets live at 1 + (hash & table_mask). Keeping the header in
  * the same inner map makes size, service index and buckets change in one
@@ -103,11 +105,14 @@ struct nilb_service_key {
 struct nilb_bucket {
 	__u32 first_hop;   /* IPv4 network order; 0 = none (drop) */
 	__u32 second_hop;  /* IPv4 network order; 0 = none */
+	__u32 first_slot;  /* index into `backend_stats` of (service, first hop) */
+	__u32 pad;
 };
 
 struct nilb_table_header {
 	__u32 table_mask;     /* table_size - 1; table_size a power of two */
 	__u32 service_index;  /* index into `service_stats` */
+	__u32 pad[2];
 };
 
 /* The only element of the `config` map (ARRAY, key 0). Network order for
@@ -120,12 +125,21 @@ struct nilb_config {
 	__u32 flags;       /* enum nilb_config_flags */
 };
 
-/* Value of the `service_stats` map (PERCPU_ARRAY, key service index). */
+/* Value of the `service_stats` map (PERCPU_ARRAY, key service index):
+ * what happened to a service's packets on this node beyond balancing. */
 struct nilb_service_stats {
-	__u64 packets;   /* packets balanced (encapsulated) */
+	__u64 xdp_drops;    /* balancer: dropped, bucket without first hop */
+	__u64 tc_decap;     /* TC: decapsulated here (SYN, local socket, loop guard...) */
+	__u64 tc_forward;   /* TC: passed on to the next hop (second chance) */
+	__u64 tc_drops;     /* TC: dropped, unknown flow and no hop left */
+};
+
+/* Value of the `backend_stats` map (PERCPU_ARRAY, key backend slot): what the
+ * balancer sent to one backend of one service as first hop. */
+struct nilb_backend_stats {
+	__u64 packets;   /* packets encapsulated to it */
 	__u64 bytes;     /* their L3 bytes before encapsulation */
 	__u64 syns;      /* TCP SYN without ACK among them (new connections) */
-	__u64 drops;     /* packets of this service dropped by the balancer */
 };
 
 /* Value of the `cluster_nodes` and `vips` maps (HASH, key IPv4 __u32). */

@@ -32,6 +32,8 @@ use crate::config::{Config, ServiceKey};
 use crate::control::{ControlPlane, Plan};
 use crate::dataplane::{limits, Dataplane, XdpMode};
 use crate::health::checker::{CheckResult, Checkers};
+use crate::health::load::{LoadResult, Scrapers};
+use crate::metrics::{self, HostCpu};
 use crate::status::{rfc3339, ReloadStatus, Status};
 
 /// Options of `nilb run`.
@@ -49,8 +51,10 @@ pub struct RunOptions {
     pub pin_dir: PathBuf,
     /// Where the state file is written.
     pub state_file: PathBuf,
-    /// Threads that run health checks.
+    /// Threads that run health checks, load scrapes and the metrics server.
     pub check_threads: usize,
+    /// Where to serve Prometheus metrics (None: not at all).
+    pub metrics_address: Option<std::net::SocketAddr>,
 }
 
 /// The first IPv4 address of `interface`.
@@ -143,8 +147,14 @@ struct Daemon<'a, 'obj> {
     dp: Dataplane<'obj>,
     cp: ControlPlane,
     checkers: Option<Checkers>,
+    scrapers: Option<Scrapers>,
     check_runtime: &'a tokio::runtime::Runtime,
     results: mpsc::Sender<CheckResult>,
+    loads: mpsc::Sender<LoadResult>,
+    metrics: metrics::Shared,
+    host_cpu: HostCpu,
+    last_snapshot: Instant,
+    last_qps_ms: u64,
     last_reload: Option<ReloadStatus>,
     reloads: (u64, u64),
     state_dirty: bool,
@@ -211,6 +221,11 @@ async fn serve(
         dp.attach_xdp(ifindex, opts.xdp_mode)?;
     }
     let (tx, mut rx) = mpsc::channel::<CheckResult>(4096);
+    let (load_tx, mut load_rx) = mpsc::channel::<LoadResult>(4096);
+    let shared = metrics::Shared::default();
+    if let Some(addr) = opts.metrics_address {
+        metrics::serve(checks, addr, shared.clone())?;
+    }
     let mut d = Daemon {
         opts,
         ifindex,
@@ -219,8 +234,14 @@ async fn serve(
         dp,
         cp,
         checkers: None,
+        scrapers: None,
         check_runtime: checks,
         results: tx,
+        loads: load_tx,
+        metrics: shared,
+        host_cpu: HostCpu::default(),
+        last_snapshot: Instant::now() - Duration::from_secs(10),
+        last_qps_ms: 0,
         last_reload: None,
         reloads: (0, 0),
         state_dirty: true,
@@ -254,12 +275,19 @@ async fn serve(
                     d.on_result(r);
                 }
             }
+            Some(first) = load_rx.recv() => {
+                d.on_load(first);
+                while let Ok(r) = load_rx.try_recv() {
+                    d.on_load(r);
+                }
+            }
             _ = tick.tick() => d.on_tick(),
         }
     }
 
     info!("stopping: detaching and removing pins");
     d.checkers = None;
+    d.scrapers = None;
     d.dp.detach()?;
     d.dp.unpin()?;
     let _ = std::fs::remove_file(&opts.state_file);
@@ -276,23 +304,93 @@ impl Daemon<'_, '_> {
         self.cp.config().cluster.balancers.contains(&self.node)
     }
 
-    /// Health checks run on balancers only (backends do not build tables).
+    /// Health checks and load scrapes run on balancers only (backends do
+    /// not build tables).
     fn sync_checkers(&mut self) -> Result<()> {
         if !self.is_balancer() {
             self.checkers = None;
+            self.scrapers = None;
             return Ok(());
         }
+        let handle = self.check_runtime.handle().clone();
         if self.checkers.is_none() {
-            self.checkers = Some(Checkers::new(
-                self.check_runtime.handle().clone(),
-                self.results.clone(),
-            )?);
+            self.checkers = Some(Checkers::new(handle.clone(), self.results.clone())?);
+        }
+        if self.scrapers.is_none() {
+            self.scrapers = Some(Scrapers::new(handle, self.loads.clone())?);
         }
         let targets = self.cp.check_targets();
         if let Some(c) = self.checkers.as_mut() {
             c.sync(&targets);
         }
+        let loads = self.cp.load_targets();
+        if let Some(s) = self.scrapers.as_mut() {
+            s.sync(&loads);
+        }
         Ok(())
+    }
+
+    fn on_load(&mut self, r: LoadResult) {
+        if !self.scrapers.as_ref().is_some_and(|s| s.is_current(&r)) {
+            return;
+        }
+        if let Err(e) = &r.sample {
+            tracing::debug!(dip = %r.dip, error = %e, "load reading failed");
+        }
+        let now = self.now_ms();
+        self.cp.record_load(&r.service, r.dip, r.sample, now);
+    }
+
+    /// `source: qps`: sample each backend's new-connection counter.
+    fn sample_connections(&mut self) {
+        let now = self.now_ms();
+        let mut samples = Vec::new();
+        for s in &self.cp.config().services {
+            let Some(dw) = &s.dynamic_weight else {
+                continue;
+            };
+            if dw.source != crate::config::LoadSource::Qps
+                || now.saturating_sub(self.last_qps_ms) < dw.interval_ms
+            {
+                continue;
+            }
+            let Some(st) = self.cp.service(&s.key()) else {
+                continue;
+            };
+            for b in st.backends.values() {
+                let sample = self
+                    .dp
+                    .backend_stats(b.slot)
+                    .map(|x| crate::control::LoadSample::Connections(x.syns))
+                    .map_err(|e| format!("{e:#}"));
+                samples.push((s.key(), b.config.dip, sample));
+            }
+        }
+        if samples.is_empty() {
+            return;
+        }
+        self.last_qps_ms = now;
+        for (key, dip, sample) in samples {
+            self.cp.record_load(&key, dip, sample, now);
+        }
+    }
+
+    /// Refresh the metrics snapshot (about once a second).
+    fn publish_metrics(&mut self) {
+        if self.last_snapshot.elapsed() < Duration::from_millis(900) {
+            return;
+        }
+        self.last_snapshot = Instant::now();
+        let cpu = self
+            .host_cpu
+            .sample()
+            .map(|t| (t, self.host_cpu.utilisation()));
+        let facts = metrics::DaemonFacts {
+            reloads: self.reloads,
+            balancer: self.is_balancer(),
+        };
+        self.metrics
+            .publish(metrics::build(&self.dp, &self.cp, facts, cpu));
     }
 
     /// Apply `plan`; on failure re-install the full running state.
@@ -376,8 +474,12 @@ impl Daemon<'_, '_> {
     }
 
     fn on_tick(&mut self) {
+        if self.is_balancer() {
+            self.sample_connections();
+        }
         let plan = self.cp.tick(self.now_ms());
         self.apply(&plan, "paced step");
+        self.publish_metrics();
         if self.state_dirty || self.state_written.elapsed() >= Duration::from_secs(5) {
             self.write_state();
         }

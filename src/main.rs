@@ -69,9 +69,13 @@ enum Command {
         /// State file (YAML, rewritten atomically) read by `nilb status`.
         #[arg(long, default_value = DEFAULT_STATE_FILE)]
         state_file: PathBuf,
-        /// Threads that run health checks.
+        /// Threads that run health checks, load scrapes and the metrics server.
         #[arg(long, default_value_t = 1)]
         check_threads: usize,
+        /// Prometheus endpoint (`/metrics`); loopback by default, `off` to
+        /// disable. Listening beyond loopback must be asked for explicitly.
+        #[arg(long, default_value = "127.0.0.1:9700", value_parser = parse_metrics_address)]
+        metrics_address: MetricsAddress,
     },
     /// Show each service's backends: state, health, weight, bucket shares,
     /// fail-open, and the last reload (from the daemon's state file).
@@ -137,6 +141,19 @@ enum Command {
     },
 }
 
+/// `--metrics-address`: a socket address, or `off`.
+#[derive(Clone, Debug)]
+struct MetricsAddress(Option<std::net::SocketAddr>);
+
+fn parse_metrics_address(s: &str) -> Result<MetricsAddress, String> {
+    if s == "off" {
+        return Ok(MetricsAddress(None));
+    }
+    s.parse()
+        .map(|a| MetricsAddress(Some(a)))
+        .map_err(|e| format!("`{s}` is not an address:port or `off`: {e}"))
+}
+
 fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
@@ -184,6 +201,7 @@ fn dispatch(command: Command) -> Result<ExitCode> {
             pin_dir,
             state_file,
             check_threads,
+            metrics_address,
         } => {
             daemon::run(&RunOptions {
                 config,
@@ -193,6 +211,7 @@ fn dispatch(command: Command) -> Result<ExitCode> {
                 pin_dir,
                 state_file,
                 check_threads,
+                metrics_address: metrics_address.0,
             })?;
             Ok(ExitCode::SUCCESS)
         }

@@ -43,6 +43,15 @@ pub struct BackendStatus {
     pub health: String,
     /// Configured weight.
     pub weight: u32,
+    /// Effective weight (differs from `weight` under dynamic weights).
+    pub effective_weight: f64,
+    /// Last load reading: CPU utilisation percent or new connections per
+    /// second (dynamic weights only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load: Option<f64>,
+    /// Load readings that failed so far.
+    #[serde(default)]
+    pub load_errors: u64,
     /// Buckets where it is first hop.
     pub buckets: u32,
     /// Share of buckets as first hop, percent.
@@ -71,6 +80,9 @@ pub struct ServiceStatus {
     pub fail_open: bool,
     /// Voluntary bucket moves still to be done (paced by `rebalance`).
     pub pending_moves: usize,
+    /// Dynamic weights source (cpu or qps), if enabled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dynamic_weight: Option<String>,
     /// Backends, including ones being removed.
     pub backends: Vec<BackendStatus>,
 }
@@ -115,11 +127,17 @@ impl Status {
     ) -> Status {
         let mut services = Vec::new();
         for (key, st) in cp.services() {
-            let name = cp
-                .config()
-                .service(key)
-                .map(|s| s.name.clone())
-                .unwrap_or_default();
+            let svc = cp.config().service(key);
+            let name = svc.map(|s| s.name.clone()).unwrap_or_default();
+            let cpu = svc
+                .and_then(|s| s.dynamic_weight.as_ref())
+                .is_some_and(|d| d.source == crate::config::LoadSource::Cpu);
+            let dynamic = svc
+                .and_then(|s| s.dynamic_weight.as_ref())
+                .map(|d| match d.source {
+                    crate::config::LoadSource::Cpu => "cpu".to_string(),
+                    crate::config::LoadSource::Qps => "qps".to_string(),
+                });
             let size = st.table.size();
             let firsts = st.table.shares();
             let seconds = st.table.second_shares();
@@ -135,6 +153,12 @@ impl Status {
                         state: b.admin_state().to_string(),
                         health: b.health.health.to_string(),
                         weight: b.config.weight,
+                        effective_weight: (b.effective_weight * 10.0).round() / 10.0,
+                        load: b.load.reading.map(|(v, _)| {
+                            let v = if cpu { v * 100.0 } else { v };
+                            (v * 10.0).round() / 10.0
+                        }),
+                        load_errors: b.load.errors,
                         buckets: n,
                         share_percent: percent(n, size),
                         second_hop_buckets: s,
@@ -150,6 +174,7 @@ impl Status {
                 table_size: size,
                 fail_open: st.fail_open,
                 pending_moves: st.pending,
+                dynamic_weight: dynamic,
                 backends,
             });
         }

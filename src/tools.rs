@@ -7,7 +7,6 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
-use libbpf_rs::MapCore;
 
 use crate::config::{BackendState, Config, Protocol, ServiceKey};
 use crate::control::ControlPlane;
@@ -238,22 +237,43 @@ pub fn stats(dir: &Path, all: bool, out: &mut dyn Write) -> Result<()> {
     }
     writeln!(out, "services:")?;
     for (key, table) in pins.tables()? {
-        let v = pins
-            .service_stats
-            .lookup_percpu(&table.service_index.to_ne_bytes(), libbpf_rs::MapFlags::ANY)?
-            .context("service stats entry")?;
-        let st = abi::sum_service_stats(&v)?;
+        let st = abi::read_percpu(
+            &pins.service_stats,
+            table.service_index,
+            abi::sum_service_stats,
+        )?;
         let with_second = table.buckets.iter().filter(|b| b.second.is_some()).count();
         writeln!(
             out,
-            "  {key:<24} packets {:>12} bytes {:>14} new_connections {:>10} drops {:>10} buckets {} ({} with second hop)",
-            st.packets,
-            st.bytes,
-            st.syns,
-            st.drops,
+            "  {key}: {} buckets ({} with second hop); balancer drops (no backend) {}; here: decapsulated {}, second-chance forwards {}, unknown-flow drops {}",
             table.buckets.len(),
-            with_second
+            with_second,
+            st.xdp_drops,
+            st.tc_decap,
+            st.tc_forward,
+            st.tc_drops
         )?;
+        let shares = {
+            let mut m = std::collections::BTreeMap::new();
+            for b in &table.buckets {
+                if let Some(f) = b.first {
+                    *m.entry(f).or_insert(0u32) += 1;
+                }
+            }
+            m
+        };
+        for (dip, slot) in &table.slots {
+            let b = abi::read_percpu(&pins.backend_stats, *slot, abi::sum_backend_stats)?;
+            writeln!(
+                out,
+                "    -> {:<15} buckets {:>6}  packets {:>12}  bytes {:>14}  new connections {:>10}",
+                dip.to_string(),
+                shares.get(dip).copied().unwrap_or(0),
+                b.packets,
+                b.bytes,
+                b.syns
+            )?;
+        }
     }
     Ok(())
 }

@@ -126,6 +126,43 @@ fn xdp_syn_to_vip_is_encapsulated_byte_for_byte() {
     // The same flow twice gives identical output.
     let (v2, out2) = l.dp.run_xdp(&input, net.ifindex).unwrap();
     assert_eq!((v2, &out2), (verdict, &out));
+
+    // Per-backend balancer counters: two SYNs to .12.
+    let key = l.cp.config().services[0].key();
+    let slot = l.cp.service(&key).unwrap().backends[&B12].slot;
+    let bs = l.dp.backend_stats(slot).unwrap();
+    assert_eq!(
+        (bs.packets, bs.bytes, bs.syns),
+        (2, 2 * inner.len() as u64, 2)
+    );
+}
+
+#[test]
+fn tc_counts_per_service() {
+    let net = TestNet::new();
+    let l = load(&backend_config("drop"), NODE);
+    let syn = l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40000, 80, SYN, b""));
+    let data = l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40001, 80, ACK, b"x"));
+    for (next, hops, inner) in [
+        (0u8, &[B13][..], &syn),
+        (0, &[B13][..], &data),
+        (1, &[B13][..], &data),
+    ] {
+        l.dp.run_tc(
+            &gue_frame(net.mac, MAC12, B12, NODE, next, hops, inner),
+            net.ifindex,
+        )
+        .unwrap();
+    }
+    let index =
+        l.cp.service(&l.cp.config().services[0].key())
+            .unwrap()
+            .index;
+    let st = l.dp.service_stats(index).unwrap();
+    assert_eq!(
+        (st.tc_decap, st.tc_forward, st.tc_drops, st.xdp_drops),
+        (1, 1, 1, 0)
+    );
 }
 
 #[test]
@@ -406,7 +443,7 @@ fn xdp_service_without_backend_drops() {
     assert_eq!(v, XDP_DROP);
     assert_eq!(deltas, vec![("xdp_drop_no_backend", 1)]);
     let stats = l.dp.service_stats(0).unwrap();
-    assert_eq!((stats.packets, stats.drops), (0, 1));
+    assert_eq!(stats.xdp_drops, 1);
 }
 
 #[test]

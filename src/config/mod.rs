@@ -10,9 +10,8 @@
 //! Implemented schema: `version`, `cluster` (hash_seed, balancers, gue_port,
 //! unknown_flow), `defaults` (table_size, health_check, rebalance), `services`
 //! with name, vip, port, protocol, table_size, health_check and backends (dip,
-//! hostname, weight, state). Dynamic weights are a later issue; their key is
-//! rejected as unknown until implemented, so a file never silently means less
-//! than it says.
+//! hostname, weight, state) and dynamic_weight (source cpu|qps, metrics_port,
+//! target_percent and tuning knobs).
 //!
 //! Health checks accept CONFIG.md's shape (`health_check: {http: {...},
 //! fall_count, ...}`) and the Ni/kglb nesting (`health_check: {checker: {http:
@@ -197,6 +196,44 @@ impl Default for Rebalance {
     }
 }
 
+/// Where a service's dynamic weights read backend load from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LoadSource {
+    /// Each backend's CPU utilisation, scraped from a Prometheus text
+    /// endpoint (`nilb_host_cpu_utilization_ratio`, or node_exporter's
+    /// `node_cpu_seconds_total`).
+    Cpu,
+    /// The balancer's own count of new connections per backend, per unit of
+    /// configured weight.
+    Qps,
+}
+
+/// `dynamic_weight`: load-aware adjustment of effective weights.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct DynamicWeight {
+    /// Where load comes from.
+    pub source: LoadSource,
+    /// Port of each backend's metrics endpoint (cpu).
+    pub metrics_port: u16,
+    /// Path of the metrics endpoint (cpu), default `/metrics`.
+    pub metrics_path: String,
+    /// CPU utilisation (percent) above which a backend sheds weight even
+    /// inside the deadband.
+    pub target_percent: u32,
+    /// How often loads are read and weights adjusted, ms.
+    pub interval_ms: u64,
+    /// Loads within this many percentage points of each other (cpu; percent
+    /// of the mean for qps) count as balanced: no change.
+    pub deadband_percent: u32,
+    /// Largest change of one backend's effective weight per round, percent.
+    pub max_change_percent: u32,
+    /// Lowest effective weight, percent of the configured weight.
+    pub min_weight_percent: u32,
+    /// Highest effective weight, percent of the configured weight.
+    pub max_weight_percent: u32,
+}
+
 /// A validated configuration.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
@@ -236,6 +273,8 @@ pub struct Service {
     pub table_size: u32,
     /// How its backends are checked.
     pub health_check: HealthCheck,
+    /// Load-aware weights, if configured.
+    pub dynamic_weight: Option<DynamicWeight>,
     /// Backends in file order.
     pub backends: Vec<Backend>,
 }
@@ -501,8 +540,23 @@ struct RawService {
     protocol: Protocol,
     table_size: Option<u32>,
     health_check: Option<RawHealthCheck>,
+    dynamic_weight: Option<RawDynamicWeight>,
     #[serde(default)]
     backends: Vec<RawBackend>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDynamicWeight {
+    source: LoadSource,
+    metrics_port: Option<u32>,
+    metrics_path: Option<String>,
+    target_percent: Option<u32>,
+    interval_ms: Option<u64>,
+    deadband_percent: Option<u32>,
+    max_change_percent: Option<u32>,
+    min_weight_percent: Option<u32>,
+    max_weight_percent: Option<u32>,
 }
 
 #[derive(Deserialize)]
@@ -774,6 +828,65 @@ impl Validator {
         }
     }
 
+    fn dynamic_weight(&mut self, path: &str, d: &RawDynamicWeight) -> DynamicWeight {
+        let metrics_port = match (d.source, d.metrics_port) {
+            (_, Some(p)) => self.port(&format!("{path}.metrics_port"), p),
+            (LoadSource::Cpu, None) => {
+                self.report(
+                    path,
+                    "source cpu needs metrics_port (each backend's metrics endpoint)",
+                );
+                0
+            }
+            (LoadSource::Qps, None) => 0,
+        };
+        let metrics_path = d.metrics_path.clone().unwrap_or_else(|| "/metrics".into());
+        if !metrics_path.starts_with('/')
+            || metrics_path
+                .chars()
+                .any(|c| c.is_whitespace() || c.is_control())
+        {
+            self.report(
+                format!("{path}.metrics_path"),
+                format!("`{metrics_path}` is not a request path"),
+            );
+        }
+        let mut percent = |field: &str, v: Option<u32>, default: u32, lo: u32, hi: u32| {
+            let v = v.unwrap_or(default);
+            if !(lo..=hi).contains(&v) {
+                self.report(
+                    format!("{path}.{field}"),
+                    format!("{v} is outside {lo}-{hi}"),
+                );
+            }
+            v
+        };
+        let target_percent = percent("target_percent", d.target_percent, 70, 1, 100);
+        let deadband_percent = percent("deadband_percent", d.deadband_percent, 5, 1, 50);
+        let max_change_percent = percent("max_change_percent", d.max_change_percent, 20, 1, 100);
+        let min_weight_percent = percent("min_weight_percent", d.min_weight_percent, 10, 1, 100);
+        let max_weight_percent =
+            percent("max_weight_percent", d.max_weight_percent, 400, 100, 10_000);
+        let interval_ms = d.interval_ms.unwrap_or(2000);
+        if !(500..=3_600_000).contains(&interval_ms) {
+            self.report(
+                format!("{path}.interval_ms"),
+                format!("{interval_ms} ms is outside 500-3600000"),
+            );
+        }
+        DynamicWeight {
+            source: d.source,
+            metrics_port,
+            metrics_path,
+            target_percent,
+            interval_ms,
+            deadband_percent,
+            max_change_percent,
+            min_weight_percent,
+            max_weight_percent,
+        }
+    }
+
     fn http_checker(&mut self, path: &str, h: &RawHttp, service_port: u16) -> Checker {
         let scheme = match h.scheme.as_deref().unwrap_or("http") {
             "http" => Scheme::Http,
@@ -961,6 +1074,10 @@ impl Validator {
                 port,
                 rs.protocol,
             );
+            let dynamic_weight = rs
+                .dynamic_weight
+                .as_ref()
+                .map(|d| self.dynamic_weight(&format!("{sp}.dynamic_weight"), d));
 
             let mut backends = Vec::new();
             let mut dips = HashMap::new();
@@ -1008,6 +1125,7 @@ impl Validator {
                 protocol: rs.protocol,
                 table_size,
                 health_check,
+                dynamic_weight,
                 backends,
             });
         }
@@ -1043,6 +1161,16 @@ impl Validator {
                     );
                 }
             }
+        }
+        let pairs: usize = cfg.services.iter().map(|s| s.backends.len()).sum();
+        if pairs >= limits::MAX_BACKEND_SLOTS as usize {
+            self.report(
+                "services",
+                format!(
+                    "{pairs} backends over all services exceed the data plane's limit of {}",
+                    limits::MAX_BACKEND_SLOTS - 1
+                ),
+            );
         }
         let nodes = cfg.cluster_addresses().len();
         if nodes > limits::MAX_CLUSTER_NODES as usize {

@@ -39,6 +39,7 @@ use crate::dataplane::{limits, Dataplane, NodeSettings};
 use crate::health::checker::CheckTarget;
 use crate::health::{Health, HealthState};
 use crate::table::{Moves, StepLimits, Table, Target};
+use crate::weights::{self, BackendLoad};
 
 /// Runtime state of one backend of one service.
 #[derive(Clone, Debug)]
@@ -51,6 +52,43 @@ pub struct BackendRuntime {
     pub empty_since_ms: Option<u64>,
     /// Health for this service's check.
     pub health: HealthState,
+    /// Slot of this (service, backend) in the `backend_stats` map.
+    pub slot: u32,
+    /// Effective weight (dynamic weights), starting at the configured one.
+    pub effective_weight: f64,
+    /// Load state for dynamic weights.
+    pub load: LoadState,
+}
+
+/// What dynamic weights know about a backend's load.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LoadState {
+    /// Last usable reading: utilisation 0..1 (cpu) or new connections per
+    /// second (qps), and when it was taken (caller's clock, ms).
+    pub reading: Option<(f64, u64)>,
+    /// Previous cumulative sample, to turn counters into rates: (value, ms)
+    /// for connection counts, ((busy, total) seconds) for CPU counters.
+    prev_counter: Option<(f64, f64, u64)>,
+    /// Readings that failed so far.
+    pub errors: u64,
+    /// Why the last reading failed, if it did.
+    pub last_error: Option<String>,
+}
+
+/// One load sample of a backend, as scraped or counted.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum LoadSample {
+    /// CPU utilisation 0..1, read directly (nilb's own gauge).
+    Utilisation(f64),
+    /// Cumulative CPU seconds (busy, total), e.g. from node_exporter.
+    CpuSeconds {
+        /// Non-idle seconds over all CPUs.
+        busy: f64,
+        /// All seconds over all CPUs.
+        total: f64,
+    },
+    /// Cumulative new connections sent to the backend by this balancer.
+    Connections(u64),
 }
 
 impl BackendRuntime {
@@ -87,6 +125,12 @@ pub struct ServiceState {
     pub pending: usize,
     /// No backend is healthy: every backend not offline is used.
     pub fail_open: bool,
+    /// When the table last changed (caller's clock, ms).
+    pub changed_at_ms: u64,
+    /// When dynamic weights last ran a round.
+    pub last_adjust_ms: Option<u64>,
+    /// Buckets moved so far: (forced, voluntary, of which swaps).
+    pub moves_total: (u64, u64, u64),
 }
 
 /// What an event changes in the data plane.
@@ -102,12 +146,21 @@ pub struct Plan {
     pub fail_open_changed: Vec<(ServiceKey, bool)>,
     /// Backends removed for good after draining out.
     pub removed_backends: Vec<(ServiceKey, Ipv4Addr)>,
+    /// Counter slots (backend, service index) newly given out: zero them
+    /// before the tables that use them are installed.
+    pub fresh_slots: Vec<u32>,
+    /// Service stats indexes newly given out.
+    pub fresh_service_indexes: Vec<u32>,
 }
 
 impl Plan {
-    /// True when nothing needs to be written to the data plane.
+    /// True when nothing needs to be written to the data plane (tables,
+    /// settings, or the cluster set after a removal).
     pub fn is_empty(&self) -> bool {
-        self.install.is_empty() && self.remove.is_empty() && !self.settings_changed
+        self.install.is_empty()
+            && self.remove.is_empty()
+            && !self.settings_changed
+            && self.removed_backends.is_empty()
     }
 
     fn merge(&mut self, other: Plan) {
@@ -116,6 +169,9 @@ impl Plan {
         self.settings_changed |= other.settings_changed;
         self.fail_open_changed.extend(other.fail_open_changed);
         self.removed_backends.extend(other.removed_backends);
+        self.fresh_slots.extend(other.fresh_slots);
+        self.fresh_service_indexes
+            .extend(other.fresh_service_indexes);
     }
 }
 
@@ -124,7 +180,12 @@ impl Plan {
 pub struct ControlPlane {
     config: Config,
     services: BTreeMap<ServiceKey, ServiceState>,
+    used_slots: BTreeSet<u32>,
 }
+
+/// The `backend_stats` slot shared by backends that found no free slot (the
+/// config limit keeps this from happening unless removals pile up).
+pub const OVERFLOW_SLOT: u32 = limits::MAX_BACKEND_SLOTS - 1;
 
 fn fresh_health(check: &Checker, now_ms: u64, added: bool) -> HealthState {
     match (check, added) {
@@ -145,9 +206,22 @@ impl ControlPlane {
                 services: Vec::new(),
             },
             services: BTreeMap::new(),
+            used_slots: BTreeSet::new(),
         };
         cp.update(config, now_ms);
         cp
+    }
+
+    /// The lowest free counter slot (or the shared overflow slot).
+    fn take_slot(used: &mut BTreeSet<u32>, plan: &mut Plan) -> u32 {
+        let slot = (0..OVERFLOW_SLOT)
+            .find(|s| !used.contains(s))
+            .unwrap_or(OVERFLOW_SLOT);
+        if slot != OVERFLOW_SLOT {
+            used.insert(slot);
+            plan.fresh_slots.push(slot);
+        }
+        slot
     }
 
     /// The running configuration.
@@ -183,7 +257,11 @@ impl ControlPlane {
             .copied()
             .collect();
         for k in &plan.remove {
-            self.services.remove(k);
+            if let Some(st) = self.services.remove(k) {
+                for b in st.backends.values() {
+                    self.used_slots.remove(&b.slot);
+                }
+            }
         }
         let old_checks: BTreeMap<ServiceKey, crate::config::HealthCheck> = self
             .config
@@ -208,9 +286,27 @@ impl ControlPlane {
                                 } else if check_changed {
                                     rt.health.restart_streaks();
                                 }
+                                // Dynamic weights keep their ratio to the
+                                // configured weight; without them it is 1.
+                                rt.effective_weight = match service.dynamic_weight {
+                                    Some(_) => {
+                                        rt.effective_weight * b.weight as f64
+                                            / rt.config.weight.max(1) as f64
+                                    }
+                                    None => b.weight as f64,
+                                };
                                 rt.config = b.clone();
                             }
-                            _ => {
+                            Some(rt) => {
+                                // Back in the file while draining out.
+                                rt.effective_weight = b.weight as f64;
+                                rt.config = b.clone();
+                                rt.removed_at_ms = None;
+                                rt.empty_since_ms = None;
+                                rt.health = fresh_health(check, now_ms, true);
+                            }
+                            None => {
+                                let slot = Self::take_slot(&mut self.used_slots, &mut plan);
                                 state.backends.insert(
                                     b.dip,
                                     BackendRuntime {
@@ -218,6 +314,9 @@ impl ControlPlane {
                                         removed_at_ms: None,
                                         empty_since_ms: None,
                                         health: fresh_health(check, now_ms, true),
+                                        slot,
+                                        effective_weight: b.weight as f64,
+                                        load: LoadState::default(),
                                     },
                                 );
                             }
@@ -237,21 +336,23 @@ impl ControlPlane {
                         .find(|i| !used.contains(i))
                         .expect("config validation bounds the number of services");
                     used.insert(index);
-                    let backends = service
-                        .backends
-                        .iter()
-                        .map(|b| {
-                            (
-                                b.dip,
-                                BackendRuntime {
-                                    config: b.clone(),
-                                    removed_at_ms: None,
-                                    empty_since_ms: None,
-                                    health: fresh_health(check, now_ms, false),
-                                },
-                            )
-                        })
-                        .collect();
+                    plan.fresh_service_indexes.push(index);
+                    let mut backends = BTreeMap::new();
+                    for b in &service.backends {
+                        let slot = Self::take_slot(&mut self.used_slots, &mut plan);
+                        backends.insert(
+                            b.dip,
+                            BackendRuntime {
+                                config: b.clone(),
+                                removed_at_ms: None,
+                                empty_since_ms: None,
+                                health: fresh_health(check, now_ms, false),
+                                slot,
+                                effective_weight: b.weight as f64,
+                                load: LoadState::default(),
+                            },
+                        );
+                    }
                     self.services.insert(
                         key,
                         ServiceState {
@@ -261,6 +362,9 @@ impl ControlPlane {
                             last_step_ms: None,
                             pending: 0,
                             fail_open: false,
+                            changed_at_ms: now_ms,
+                            last_adjust_ms: None,
+                            moves_total: (0, 0, 0),
                         },
                     );
                     // A new table is built in one go.
@@ -323,16 +427,127 @@ impl ControlPlane {
                 })
                 .collect();
             for dip in &gone {
-                state.backends.remove(dip);
+                if let Some(b) = state.backends.remove(dip) {
+                    self.used_slots.remove(&b.slot);
+                }
                 plan.removed_backends.push((key, *dip));
             }
+            let reweighted = self.adjust_weights(&key, now_ms);
+            let state = &self.services[&key];
             let due = state.pending > 0 && self.voluntary_allowed(&key, now_ms);
-            if due || !gone.is_empty() {
+            if due || reweighted || !gone.is_empty() {
                 let p = self.step(&key, now_ms, false);
                 plan.merge(p);
             }
         }
         plan
+    }
+
+    /// Record a load sample of (`service`, `dip`) taken at `now_ms`; an
+    /// error counts as an unreadable backend (its weight then stays).
+    pub fn record_load(
+        &mut self,
+        service: &ServiceKey,
+        dip: Ipv4Addr,
+        sample: Result<LoadSample, String>,
+        now_ms: u64,
+    ) {
+        let Some(rt) = self
+            .services
+            .get_mut(service)
+            .and_then(|s| s.backends.get_mut(&dip))
+        else {
+            return;
+        };
+        let l = &mut rt.load;
+        match sample {
+            Err(e) => {
+                l.errors += 1;
+                l.last_error = Some(e);
+            }
+            Ok(LoadSample::Utilisation(u)) => {
+                l.last_error = None;
+                l.reading = Some((u.clamp(0.0, 1.0), now_ms));
+            }
+            Ok(LoadSample::CpuSeconds { busy, total }) => {
+                l.last_error = None;
+                if let Some((pb, pt, _)) = l.prev_counter {
+                    if let Some(u) = weights::utilisation_between((pb, pt), (busy, total)) {
+                        l.reading = Some((u, now_ms));
+                    }
+                }
+                l.prev_counter = Some((busy, total, now_ms));
+            }
+            Ok(LoadSample::Connections(n)) => {
+                l.last_error = None;
+                if let Some((prev, _, at)) = l.prev_counter {
+                    let dt = now_ms.saturating_sub(at) as f64 / 1000.0;
+                    if dt > 0.0 && n as f64 >= prev {
+                        l.reading = Some(((n as f64 - prev) / dt, now_ms));
+                    }
+                }
+                l.prev_counter = Some((n as f64, 0.0, now_ms));
+            }
+        }
+    }
+
+    /// One dynamic-weights round for `key` when due: the table has caught up
+    /// with the last round and loads were read since. Returns whether any
+    /// effective weight changed.
+    fn adjust_weights(&mut self, key: &ServiceKey, now_ms: u64) -> bool {
+        let Some(dw) = self
+            .config
+            .service(key)
+            .and_then(|s| s.dynamic_weight.clone())
+        else {
+            return false;
+        };
+        let state = self.services.get_mut(key).expect("service state");
+        let interval = dw.interval_ms;
+        let due = state
+            .last_adjust_ms
+            .is_none_or(|t| now_ms.saturating_sub(t) >= interval)
+            && state.pending == 0
+            && now_ms.saturating_sub(state.changed_at_ms) >= interval;
+        if !due {
+            return false;
+        }
+        state.last_adjust_ms = Some(now_ms);
+        let settled_since = state.changed_at_ms;
+        let dips: Vec<Ipv4Addr> = state
+            .backends
+            .values()
+            .filter(|b| b.is_first_hop_candidate())
+            .map(|b| b.config.dip)
+            .collect();
+        let input: Vec<BackendLoad> = dips
+            .iter()
+            .map(|d| {
+                let b = &state.backends[d];
+                BackendLoad {
+                    configured: b.config.weight,
+                    effective: b.effective_weight,
+                    // Only readings taken after the table settled count.
+                    reading: b
+                        .load
+                        .reading
+                        .filter(|(_, at)| {
+                            *at > settled_since && now_ms.saturating_sub(*at) <= 3 * interval
+                        })
+                        .map(|(v, _)| v),
+                }
+            })
+            .collect();
+        let next = weights::adjust(&dw, &input);
+        let mut changed = false;
+        for (d, w) in dips.iter().zip(next) {
+            let b = state.backends.get_mut(d).expect("backend");
+            if (b.effective_weight - w).abs() > 1e-9 {
+                b.effective_weight = w;
+                changed = true;
+            }
+        }
+        changed
     }
 
     fn voluntary_allowed(&self, key: &ServiceKey, now_ms: u64) -> bool {
@@ -356,7 +571,7 @@ impl ControlPlane {
             .filter(|b| b.is_first_hop_candidate())
             .map(|b| Target {
                 dip: b.config.dip,
-                weight: b.config.weight,
+                weight: weights::table_weight(b.effective_weight),
             })
             .collect();
         let fail_open = candidates.is_empty()
@@ -371,7 +586,7 @@ impl ControlPlane {
                 .filter(|b| b.removed_at_ms.is_none() && b.config.state != BackendState::Offline)
                 .map(|b| Target {
                     dip: b.config.dip,
-                    weight: b.config.weight,
+                    weight: weights::table_weight(b.effective_weight),
                 })
                 .collect()
         } else {
@@ -416,12 +631,37 @@ impl ControlPlane {
         if !fresh && moves.moved > moves.forced {
             state.last_step_ms = Some(now_ms);
         }
+        if !fresh {
+            state.moves_total.0 += moves.forced as u64;
+            state.moves_total.1 += (moves.moved - moves.forced) as u64;
+            state.moves_total.2 += moves.swapped as u64;
+        }
         state.pending = moves.pending;
         if fresh || table.buckets() != state.table.buckets() {
             plan.install.insert(*key, moves);
+            state.changed_at_ms = now_ms;
         }
         state.table = table;
         plan
+    }
+
+    /// Backends whose load dynamic weights read: (service, backend, settings)
+    /// for every backend in the file that is not offline.
+    pub fn load_targets(&self) -> Vec<(ServiceKey, Ipv4Addr, crate::config::DynamicWeight)> {
+        let mut out = Vec::new();
+        for s in &self.config.services {
+            let Some(dw) = &s.dynamic_weight else {
+                continue;
+            };
+            for b in s
+                .backends
+                .iter()
+                .filter(|b| b.state != BackendState::Offline)
+            {
+                out.push((s.key(), b.dip, dw.clone()));
+            }
+        }
+        out
     }
 
     /// The checks to run: every backend in the file that is not offline, for
@@ -476,9 +716,17 @@ impl ControlPlane {
         let nodes_before = dp.cluster_nodes().clone();
         dp.set_vips(&vips.union(&vips_before).copied().collect())?;
         dp.set_cluster_nodes(&nodes.union(&nodes_before).copied().collect())?;
+        for &slot in &plan.fresh_slots {
+            dp.reset_stats(Some(slot), None)?;
+        }
+        for &index in &plan.fresh_service_indexes {
+            dp.reset_stats(None, Some(index))?;
+        }
         for key in plan.install.keys() {
             if let Some(state) = self.services.get(key) {
-                dp.install_table(key, state.index, &state.table)?;
+                let slot_of =
+                    |d: Ipv4Addr| state.backends.get(&d).map_or(OVERFLOW_SLOT, |b| b.slot);
+                dp.install_table(key, state.index, &state.table, &slot_of)?;
             }
         }
         for key in &plan.remove {

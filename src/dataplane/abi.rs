@@ -43,6 +43,7 @@ unsafe impl plain::Plain for sys::nilb_bucket {}
 unsafe impl plain::Plain for sys::nilb_table_header {}
 unsafe impl plain::Plain for sys::nilb_config {}
 unsafe impl plain::Plain for sys::nilb_service_stats {}
+unsafe impl plain::Plain for sys::nilb_backend_stats {}
 unsafe impl plain::Plain for sys::nilb_hash_probe {}
 unsafe impl plain::Plain for sys::nilb_addr_info {}
 
@@ -97,24 +98,35 @@ pub fn parse_service_key(bytes: &[u8]) -> Result<Option<ServiceKey>> {
     }))
 }
 
+/// Size of one inner-array element (bucket or header), bytes.
+pub const BUCKET_SIZE: u32 = std::mem::size_of::<sys::nilb_bucket>() as u32;
+
 /// Keys and values for filling an inner bucket array in one batch: element
-/// 0 is the header (table mask, service index), element 1 + i is bucket i.
-pub fn inner_table_elements(table: &Table, service_index: u32) -> (Vec<u8>, Vec<u8>) {
+/// 0 is the header (table mask, service index), element 1 + i is bucket i;
+/// `slot_of(dip)` gives the `backend_stats` slot of a first hop.
+pub fn inner_table_elements(
+    table: &Table,
+    service_index: u32,
+    slot_of: &dyn Fn(Ipv4Addr) -> u32,
+) -> (Vec<u8>, Vec<u8>) {
     let n = table.size() as usize + 1;
     let mut keys = Vec::with_capacity(n * 4);
-    let mut values = Vec::with_capacity(n * 8);
+    let mut values = Vec::with_capacity(n * BUCKET_SIZE as usize);
     for i in 0..n as u32 {
         keys.extend_from_slice(&i.to_ne_bytes());
     }
     let hdr = sys::nilb_table_header {
         table_mask: table.size() - 1,
         service_index,
+        pad: [0; 2],
     };
     values.extend_from_slice(bytes_of(&hdr));
     for b in table.buckets() {
         let v = sys::nilb_bucket {
             first_hop: b.first.map_or(0, addr_be),
             second_hop: b.second.map_or(0, addr_be),
+            first_slot: b.first.map_or(0, slot_of),
+            pad: 0,
         };
         values.extend_from_slice(bytes_of(&v));
     }
@@ -165,12 +177,36 @@ pub fn sum_service_stats(values: &[Vec<u8>]) -> Result<sys::nilb_service_stats> 
     let mut total = sys::nilb_service_stats::default();
     for v in values {
         let s: sys::nilb_service_stats = read_struct(v)?;
+        total.xdp_drops += s.xdp_drops;
+        total.tc_decap += s.tc_decap;
+        total.tc_forward += s.tc_forward;
+        total.tc_drops += s.tc_drops;
+    }
+    Ok(total)
+}
+
+/// Per-CPU backend stats summed over CPUs.
+pub fn sum_backend_stats(values: &[Vec<u8>]) -> Result<sys::nilb_backend_stats> {
+    let mut total = sys::nilb_backend_stats::default();
+    for v in values {
+        let s: sys::nilb_backend_stats = read_struct(v)?;
         total.packets += s.packets;
         total.bytes += s.bytes;
         total.syns += s.syns;
-        total.drops += s.drops;
     }
     Ok(total)
+}
+
+/// Read and sum one per-CPU element of a stats map.
+pub fn read_percpu<T>(
+    map: &dyn MapCore,
+    index: u32,
+    sum: fn(&[Vec<u8>]) -> Result<T>,
+) -> Result<T> {
+    let v = map
+        .lookup_percpu(&index.to_ne_bytes(), MapFlags::ANY)?
+        .with_context(|| format!("{} has no element {index}", map.name().to_string_lossy()))?;
+    sum(&v)
 }
 
 /// All counters of a `counters` map, in [`COUNTER_NAMES`] order.
@@ -310,8 +346,9 @@ mod tests {
     #[test]
     fn layouts_match_the_header() {
         assert_eq!(std::mem::size_of::<sys::nilb_service_key>(), 8);
-        assert_eq!(std::mem::size_of::<sys::nilb_bucket>(), 8);
-        assert_eq!(std::mem::size_of::<sys::nilb_table_header>(), 8);
+        assert_eq!(std::mem::size_of::<sys::nilb_bucket>(), 16);
+        assert_eq!(std::mem::size_of::<sys::nilb_table_header>(), 16);
+        assert_eq!(std::mem::size_of::<sys::nilb_backend_stats>(), 24);
         assert_eq!(std::mem::size_of::<sys::nilb_config>(), 16);
         assert_eq!(std::mem::size_of::<sys::nilb_service_stats>(), 32);
         assert_eq!(std::mem::size_of::<skel::types::xdp_md>(), 24);
@@ -355,13 +392,14 @@ mod tests {
                 weight: 1,
             }],
         );
-        let (k, v) = inner_table_elements(&t, 7);
+        let (k, v) = inner_table_elements(&t, 7, &|_| 9);
         assert_eq!(k.len(), 17 * 4);
-        assert_eq!(v.len(), 17 * 8);
+        assert_eq!(v.len(), 17 * 16);
         assert_eq!(
             &v[..8],
             &[15u32.to_ne_bytes(), 7u32.to_ne_bytes()].concat()[..]
         );
-        assert_eq!(&v[8..16], &[10, 0, 0, 12, 0, 0, 0, 0]);
+        assert_eq!(&v[16..24], &[10, 0, 0, 12, 0, 0, 0, 0]);
+        assert_eq!(&v[24..28], &9u32.to_ne_bytes());
     }
 }

@@ -39,6 +39,8 @@ pub mod limits {
     pub const MAX_VIPS: u32 = l::NILB_MAX_VIPS;
     /// Largest table (buckets) of one service.
     pub const MAX_TABLE_SIZE: u32 = l::NILB_MAX_TABLE_SIZE;
+    /// (service, backend) pairs with their own counters, over all services.
+    pub const MAX_BACKEND_SLOTS: u32 = l::NILB_MAX_BACKEND_SLOTS;
     /// Bytes added by GUE with one listed hop (outer IPv4 + UDP + GUE + hop).
     pub const GUE_OVERHEAD: u32 = super::abi::sys::nilb_wire::NILB_GUE_BASE_OVERHEAD + 4;
 }
@@ -75,13 +77,14 @@ pub struct NodeSettings {
 }
 
 /// Names of the maps pinned under the pin directory.
-pub const PINNED_MAPS: [&str; 6] = [
+pub const PINNED_MAPS: [&str; 7] = [
     "services",
     "cluster_nodes",
     "vips",
     "nilb_config",
     "counters",
     "service_stats",
+    "backend_stats",
 ];
 
 struct TcAttachment {
@@ -141,12 +144,19 @@ impl<'obj> Dataplane<'obj> {
             .context("writing nilb_config")
     }
 
-    /// Install `table` for `key` with stats index `index`: build a new
-    /// bucket array, fill it, swap it in atomically.
-    pub fn install_table(&mut self, key: &ServiceKey, index: u32, table: &Table) -> Result<()> {
-        let (keys, values) = abi::inner_table_elements(table, index);
+    /// Install `table` for `key` with stats index `index` (`slot_of(dip)`:
+    /// the `backend_stats` slot of each first hop): build a new bucket array,
+    /// fill it, swap it in atomically.
+    pub fn install_table(
+        &mut self,
+        key: &ServiceKey,
+        index: u32,
+        table: &Table,
+        slot_of: &dyn Fn(Ipv4Addr) -> u32,
+    ) -> Result<()> {
+        let (keys, values) = abi::inner_table_elements(table, index, slot_of);
         let name = format!("nilb_t{index}");
-        let inner = abi::create_array(&name, 8, table.size() + 1)?;
+        let inner = abi::create_array(&name, abi::BUCKET_SIZE, table.size() + 1)?;
         let count = table.size() + 1;
         inner
             .update_batch(&keys, &values, count, MapFlags::ANY, MapFlags::ANY)
@@ -310,6 +320,7 @@ impl<'obj> Dataplane<'obj> {
             ("nilb_config", &mut m.nilb_config),
             ("counters", &mut m.counters),
             ("service_stats", &mut m.service_stats),
+            ("backend_stats", &mut m.backend_stats),
         ] {
             let path = dir.join(name);
             map.pin(&path)
@@ -342,13 +353,39 @@ impl<'obj> Dataplane<'obj> {
 
     /// Stats of the service with stats index `index`, summed over CPUs.
     pub fn service_stats(&self, index: u32) -> Result<abi::sys::nilb_service_stats> {
-        let v = self
-            .skel
-            .maps
-            .service_stats
-            .lookup_percpu(&index.to_ne_bytes(), MapFlags::ANY)?
-            .context("service index out of range")?;
-        abi::sum_service_stats(&v)
+        abi::read_percpu(&self.skel.maps.service_stats, index, abi::sum_service_stats)
+    }
+
+    /// Balancer stats of backend slot `slot`, summed over CPUs.
+    pub fn backend_stats(&self, slot: u32) -> Result<abi::sys::nilb_backend_stats> {
+        abi::read_percpu(&self.skel.maps.backend_stats, slot, abi::sum_backend_stats)
+    }
+
+    /// Zero the counters of a (service, backend) slot before it is reused,
+    /// and of a service index likewise.
+    pub fn reset_stats(
+        &mut self,
+        backend_slot: Option<u32>,
+        service_index: Option<u32>,
+    ) -> Result<()> {
+        let cpus = libbpf_rs::num_possible_cpus()?;
+        if let Some(slot) = backend_slot {
+            let zero = vec![vec![0u8; std::mem::size_of::<abi::sys::nilb_backend_stats>()]; cpus];
+            self.skel
+                .maps
+                .backend_stats
+                .update_percpu(&slot.to_ne_bytes(), &zero, MapFlags::ANY)
+                .with_context(|| format!("resetting backend slot {slot}"))?;
+        }
+        if let Some(index) = service_index {
+            let zero = vec![vec![0u8; std::mem::size_of::<abi::sys::nilb_service_stats>()]; cpus];
+            self.skel
+                .maps
+                .service_stats
+                .update_percpu(&index.to_ne_bytes(), &zero, MapFlags::ANY)
+                .with_context(|| format!("resetting service index {index}"))?;
+        }
+        Ok(())
     }
 
     /// Run the XDP balancer on one frame (BPF_PROG_TEST_RUN).
@@ -411,6 +448,8 @@ pub struct PinnedMaps {
     pub counters: libbpf_rs::MapHandle,
     /// `service_stats`.
     pub service_stats: libbpf_rs::MapHandle,
+    /// `backend_stats`.
+    pub backend_stats: libbpf_rs::MapHandle,
     /// `nilb_config`.
     pub config: libbpf_rs::MapHandle,
 }
@@ -432,6 +471,7 @@ impl PinnedMaps {
             services: open("services")?,
             counters: open("counters")?,
             service_stats: open("service_stats")?,
+            backend_stats: open("backend_stats")?,
             config: open("nilb_config")?,
         })
     }
@@ -467,6 +507,12 @@ impl PinnedMaps {
             let inner = libbpf_rs::MapHandle::from_map_id(id)
                 .with_context(|| format!("opening the table of {service} (map id {id})"))?;
             let (hdr, buckets) = abi::read_inner_table(&inner)?;
+            let mut slots = std::collections::BTreeMap::new();
+            for b in &buckets {
+                if b.first_hop != 0 {
+                    slots.insert(abi::addr_from_be(b.first_hop), b.first_slot);
+                }
+            }
             out.push((
                 service,
                 LiveTable {
@@ -478,6 +524,7 @@ impl PinnedMaps {
                             second: (b.second_hop != 0).then(|| abi::addr_from_be(b.second_hop)),
                         })
                         .collect(),
+                    slots,
                 },
             ));
         }
@@ -493,4 +540,6 @@ pub struct LiveTable {
     pub service_index: u32,
     /// Buckets in index order.
     pub buckets: Vec<crate::table::Bucket>,
+    /// `backend_stats` slot of each first hop.
+    pub slots: std::collections::BTreeMap<Ipv4Addr, u32>,
 }

@@ -1,7 +1,7 @@
-//! The checkers: one task per (service, backend) on a tokio runtime, each
-//! running its check every `interval_ms` (first run after a random delay, so
-//! checks spread out) under a hard `timeout_ms`, and sending every result to
-//! the control loop. A hung backend only delays its own task.
+//! The checkers: one task per (service, backend) on a tokio runtime (see
+//! [`super::periodic`]), each running its check every `interval_ms` under a
+//! hard `timeout_ms` and sending every result to the control loop. A hung
+//! backend only delays its own task.
 //!
 //! HTTP(S) uses reqwest (rustls; certificates are not verified because
 //! backends are addressed by IP and often self-signed; no connection reuse,
@@ -13,11 +13,10 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use rand::Rng;
 use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use super::periodic::{run_periodically, Periodic, ProbeKey};
 use crate::config::{Checker, HealthCheck, Scheme, ServiceKey};
 
 /// One check to run periodically.
@@ -49,11 +48,9 @@ pub struct CheckResult {
 
 /// The running checker tasks.
 pub struct Checkers {
-    runtime: tokio::runtime::Handle,
+    tasks: Periodic<HealthCheck>,
     client: reqwest::Client,
     tx: mpsc::Sender<CheckResult>,
-    tasks: HashMap<(ServiceKey, Ipv4Addr), (HealthCheck, u64, JoinHandle<()>)>,
-    next_generation: u64,
 }
 
 /// The HTTP client all checks share.
@@ -129,11 +126,9 @@ impl Checkers {
     /// Checkers that spawn their tasks on `runtime` and send results to `tx`.
     pub fn new(runtime: tokio::runtime::Handle, tx: mpsc::Sender<CheckResult>) -> Result<Self> {
         Ok(Checkers {
-            runtime,
+            tasks: Periodic::new(runtime),
             client: http_client()?,
             tx,
-            tasks: HashMap::new(),
-            next_generation: 1,
         })
     }
 
@@ -141,39 +136,43 @@ impl Checkers {
     /// (and their health state), changed ones restart, gone ones stop.
     /// Targets with the `none` checker get no task.
     pub fn sync(&mut self, targets: &[CheckTarget]) {
-        let want: HashMap<(ServiceKey, Ipv4Addr), &CheckTarget> = targets
+        let want: HashMap<ProbeKey, HealthCheck> = targets
             .iter()
             .filter(|t| t.check.checker != Checker::None)
-            .map(|t| ((t.service, t.dip), t))
+            .map(|t| ((t.service, t.dip), t.check.clone()))
             .collect();
-        self.tasks.retain(|k, (check, _, handle)| {
-            let keep = want.get(k).is_some_and(|t| t.check == *check);
-            if !keep {
-                handle.abort();
-            }
-            keep
-        });
-        for (k, t) in want {
-            if self.tasks.contains_key(&k) {
-                continue;
-            }
-            let generation = self.next_generation;
-            self.next_generation += 1;
-            let handle = self.runtime.spawn(run_task(
-                self.client.clone(),
-                (*t).clone(),
-                generation,
-                self.tx.clone(),
-            ));
-            self.tasks.insert(k, (t.check.clone(), generation, handle));
-        }
+        let (client, tx) = (self.client.clone(), self.tx.clone());
+        self.tasks
+            .sync(&want, move |(service, dip), check, generation| {
+                let (client, tx) = (client.clone(), tx.clone());
+                let interval = Duration::from_millis(check.interval_ms);
+                // At most 1 s before the first check: a restarted daemon learns
+                // the truth quickly.
+                run_periodically(
+                    interval,
+                    Duration::from_secs(1),
+                    move || {
+                        let (client, check) = (client.clone(), check.clone());
+                        async move {
+                            let started = Instant::now();
+                            let result = check_once(&client, dip, &check).await;
+                            CheckResult {
+                                service,
+                                dip,
+                                generation,
+                                result,
+                                elapsed: started.elapsed(),
+                            }
+                        }
+                    },
+                    tx,
+                )
+            });
     }
 
     /// Whether `r` comes from the task currently checking its target.
     pub fn is_current(&self, r: &CheckResult) -> bool {
-        self.tasks
-            .get(&(r.service, r.dip))
-            .is_some_and(|(_, g, _)| *g == r.generation)
+        self.tasks.is_current(&(r.service, r.dip), r.generation)
     }
 
     /// Number of running check tasks.
@@ -184,43 +183,5 @@ impl Checkers {
     /// True when no check runs.
     pub fn is_empty(&self) -> bool {
         self.tasks.is_empty()
-    }
-}
-
-impl Drop for Checkers {
-    fn drop(&mut self) {
-        for (_, _, h) in self.tasks.values() {
-            h.abort();
-        }
-    }
-}
-
-async fn run_task(
-    client: reqwest::Client,
-    t: CheckTarget,
-    generation: u64,
-    tx: mpsc::Sender<CheckResult>,
-) {
-    let interval = Duration::from_millis(t.check.interval_ms);
-    // Spread the first checks over up to one interval (at most 1 s, so a
-    // restarted daemon learns the truth quickly).
-    let first = rand::thread_rng().gen_range(0..=t.check.interval_ms.min(1000));
-    tokio::time::sleep(Duration::from_millis(first)).await;
-    loop {
-        let started = Instant::now();
-        let result = check_once(&client, t.dip, &t.check).await;
-        let msg = CheckResult {
-            service: t.service,
-            dip: t.dip,
-            generation,
-            result,
-            elapsed: started.elapsed(),
-        };
-        if tx.send(msg).await.is_err() {
-            return;
-        }
-        // +-5 % jitter keeps checks of many backends from lining up.
-        let jitter = rand::thread_rng().gen_range(0.95..1.05);
-        tokio::time::sleep_until(started + interval.mul_f64(jitter)).await;
     }
 }

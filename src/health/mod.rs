@@ -9,6 +9,8 @@
 //! and needs `rise_count` successes.
 
 pub mod checker;
+pub mod load;
+pub mod periodic;
 
 #[cfg(test)]
 mod tests;

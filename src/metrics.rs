@@ -1,0 +1,564 @@
+//! Prometheus metrics: the control loop turns the data plane's counters and
+//! the control plane's state into a [`Snapshot`] about once a second; an HTTP
+//! server (hyper) on its own runtime serves `/metrics` from the latest
+//! snapshot, encoded by the prometheus-client crate (text format).
+//!
+//! Names follow Prometheus conventions: `nilb_` prefix, base units, `_total`
+//! for counters. The host's CPU comes from /proc/stat, both as node_exporter
+//! style counters (`nilb_host_cpu_seconds_total{mode}`) and as a gauge of the
+//! recent utilisation (`nilb_host_cpu_utilization_ratio`, 0..1) that other
+//! nodes' dynamic weights scrape.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::registry::Registry;
+use tracing::{info, warn};
+
+/// Labels of one sample.
+pub type Labels = Vec<(String, String)>;
+
+/// Counter or gauge.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Monotonic count (name ends in `_total`).
+    Counter,
+    /// A value that goes up and down.
+    Gauge,
+}
+
+/// One metric family: name, help, type and samples.
+#[derive(Clone, Debug)]
+pub struct Family {
+    /// Full name, e.g. `nilb_backend_packets_total`.
+    pub name: String,
+    /// One-line meaning.
+    pub help: String,
+    /// Counter or gauge.
+    pub kind: Kind,
+    /// Label sets and values.
+    pub samples: Vec<(Labels, f64)>,
+}
+
+/// Everything exported at one moment.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    families: Vec<Family>,
+}
+
+impl Snapshot {
+    /// Add a family (or samples to an existing one of the same name).
+    pub fn add(&mut self, name: &str, help: &str, kind: Kind, labels: Labels, value: f64) {
+        match self.families.iter_mut().find(|f| f.name == name) {
+            Some(f) => f.samples.push((labels, value)),
+            None => self.families.push(Family {
+                name: name.to_string(),
+                help: help.to_string(),
+                kind,
+                samples: vec![(labels, value)],
+            }),
+        }
+    }
+
+    /// The families, in insertion order.
+    pub fn families(&self) -> &[Family] {
+        &self.families
+    }
+
+    /// Text exposition of this snapshot.
+    pub fn encode(&self) -> Result<String> {
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(SnapshotCollector(Arc::new(Mutex::new(
+            self.clone(),
+        )))));
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &registry)
+            .context("encoding metrics")?;
+        Ok(out)
+    }
+}
+
+/// Label helper: `labels(&[("service", "web")])`.
+pub fn labels(pairs: &[(&str, &str)]) -> Labels {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[derive(Debug)]
+struct SnapshotCollector(Arc<Mutex<Snapshot>>);
+
+impl Collector for SnapshotCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let snap = self.0.lock().map_err(|_| std::fmt::Error)?;
+        for f in &snap.families {
+            // prometheus-client appends `_total` to counter names itself.
+            let (name, metric_type) = match f.kind {
+                Kind::Counter => (
+                    f.name.strip_suffix("_total").unwrap_or(&f.name),
+                    prometheus_client::metrics::MetricType::Counter,
+                ),
+                Kind::Gauge => (
+                    f.name.as_str(),
+                    prometheus_client::metrics::MetricType::Gauge,
+                ),
+            };
+            let mut family = encoder.encode_descriptor(name, &f.help, None, metric_type)?;
+            for (labels, value) in &f.samples {
+                let e = family.encode_family(labels)?;
+                match f.kind {
+                    Kind::Counter => ConstCounter::new(*value).encode(e)?,
+                    Kind::Gauge => ConstGauge::new(*value).encode(e)?,
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The latest snapshot, shared between the control loop and the server.
+#[derive(Clone, Debug, Default)]
+pub struct Shared(Arc<Mutex<Snapshot>>);
+
+impl Shared {
+    /// Replace the snapshot.
+    pub fn publish(&self, snap: Snapshot) {
+        if let Ok(mut s) = self.0.lock() {
+            *s = snap;
+        }
+    }
+
+    fn render(&self) -> String {
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(SnapshotCollector(self.0.clone())));
+        let mut out = String::new();
+        match prometheus_client::encoding::text::encode(&mut out, &registry) {
+            Ok(()) => out,
+            Err(_) => "# encoding failed\n".into(),
+        }
+    }
+}
+
+/// Serve `GET /metrics` (and `/` with a pointer) on `addr` on `runtime`.
+pub fn serve(runtime: &tokio::runtime::Runtime, addr: SocketAddr, shared: Shared) -> Result<()> {
+    // Bind now (so a taken port fails the start), serve on `runtime`.
+    let std_listener = std::net::TcpListener::bind(addr)
+        .with_context(|| format!("binding the metrics endpoint {addr}"))?;
+    std_listener
+        .set_nonblocking(true)
+        .context("metrics listener")?;
+    if !addr.ip().is_loopback() {
+        warn!(%addr, "metrics endpoint listens beyond loopback, as asked");
+    }
+    info!(%addr, "metrics at http://{addr}/metrics");
+    runtime.spawn(async move {
+        let listener = match tokio::net::TcpListener::from_std(std_listener) {
+            Ok(l) => l,
+            Err(e) => {
+                warn!("metrics endpoint: {e}");
+                return;
+            }
+        };
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let shared = shared.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(
+                    move |req: hyper::Request<hyper::body::Incoming>| {
+                        let shared = shared.clone();
+                        async move {
+                            let (status, ctype, body) = match (req.method(), req.uri().path()) {
+                                (&hyper::Method::GET, "/metrics") => (
+                                    200,
+                                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                                    shared.render(),
+                                ),
+                                (&hyper::Method::GET, "/") => {
+                                    (200, "text/plain", "nilb: see /metrics\n".to_string())
+                                }
+                                _ => (404, "text/plain", "not found\n".to_string()),
+                            };
+                            hyper::Response::builder()
+                                .status(status)
+                                .header("content-type", ctype)
+                                .body(http_body_util::Full::new(hyper::body::Bytes::from(body)))
+                        }
+                    },
+                );
+                let io = hyper_util::rt::TokioIo::new(stream);
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(io, service)
+                    .await;
+            });
+        }
+    });
+    Ok(())
+}
+
+/// CPU time of the host from /proc/stat (first line, all CPUs), seconds by
+/// mode.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CpuTimes {
+    /// user, nice, system, idle, iowait, irq, softirq, steal (seconds).
+    pub modes: [f64; 8],
+}
+
+/// Mode names in /proc/stat order.
+pub const CPU_MODES: [&str; 8] = [
+    "user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal",
+];
+
+impl CpuTimes {
+    /// Parse the aggregate `cpu` line of /proc/stat (ticks of `hz`).
+    pub fn parse(stat: &str, hz: f64) -> Option<CpuTimes> {
+        let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+        let mut modes = [0.0; 8];
+        for (i, v) in line.split_whitespace().skip(1).take(8).enumerate() {
+            modes[i] = v.parse::<f64>().ok()? / hz;
+        }
+        Some(CpuTimes { modes })
+    }
+
+    /// Read /proc/stat now.
+    pub fn read() -> Option<CpuTimes> {
+        let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+            .ok()
+            .flatten()
+            .unwrap_or(100) as f64;
+        CpuTimes::parse(&std::fs::read_to_string("/proc/stat").ok()?, hz)
+    }
+
+    /// (busy, total) seconds: busy is everything but idle and iowait.
+    pub fn busy_total(&self) -> (f64, f64) {
+        let total: f64 = self.modes.iter().sum();
+        (total - self.modes[3] - self.modes[4], total)
+    }
+}
+
+/// Host CPU utilisation over a sliding window of samples (about 5 s).
+#[derive(Debug, Default)]
+pub struct HostCpu {
+    samples: VecDeque<(Instant, CpuTimes)>,
+}
+
+impl HostCpu {
+    /// Take a sample; returns the latest times.
+    pub fn sample(&mut self) -> Option<CpuTimes> {
+        let t = CpuTimes::read()?;
+        let now = Instant::now();
+        self.samples.push_back((now, t));
+        while self.samples.len() > 2 && now.duration_since(self.samples[0].0).as_secs_f64() > 5.0 {
+            self.samples.pop_front();
+        }
+        Some(t)
+    }
+
+    /// Utilisation 0..1 across the window, if two samples exist.
+    pub fn utilisation(&self) -> Option<f64> {
+        let (a, b) = (self.samples.front()?.1, self.samples.back()?.1);
+        crate::weights::utilisation_between(a.busy_total(), b.busy_total())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exposition_follows_conventions() {
+        let mut s = Snapshot::default();
+        s.add(
+            "nilb_backend_packets_total",
+            "Packets sent to a backend.",
+            Kind::Counter,
+            labels(&[("service", "web"), ("backend", "10.0.0.12")]),
+            42.0,
+        );
+        s.add(
+            "nilb_service_fail_open",
+            "1 when failing open.",
+            Kind::Gauge,
+            labels(&[("service", "web")]),
+            0.0,
+        );
+        let text = s.encode().unwrap();
+        assert!(
+            text.contains("# TYPE nilb_backend_packets counter"),
+            "{text}"
+        );
+        assert!(
+            text.contains("nilb_backend_packets_total{service=\"web\",backend=\"10.0.0.12\"} 42"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE nilb_service_fail_open gauge"),
+            "{text}"
+        );
+        assert!(
+            text.contains("nilb_service_fail_open{service=\"web\"} 0"),
+            "{text}"
+        );
+        // And nilb's own scraper can read what it exports.
+        s.add(
+            "nilb_host_cpu_utilization_ratio",
+            "CPU.",
+            Kind::Gauge,
+            vec![],
+            0.25,
+        );
+        let text = s.encode().unwrap();
+        assert_eq!(
+            crate::health::load::parse_cpu(&text),
+            Ok(crate::control::LoadSample::Utilisation(0.25))
+        );
+    }
+
+    #[test]
+    fn proc_stat() {
+        let t = CpuTimes::parse("cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 1 2 3\n", 100.0).unwrap();
+        assert_eq!(t.busy_total(), (1.5, 10.0));
+    }
+}
+
+/// Inputs of a snapshot that only the daemon knows.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DaemonFacts {
+    /// Applied and rejected reloads since start.
+    pub reloads: (u64, u64),
+    /// Whether this node runs the XDP balancer.
+    pub balancer: bool,
+}
+
+/// Build the snapshot of everything exported: data-plane counters (global,
+/// per service, per backend), health and table state, reloads, host CPU.
+pub fn build(
+    dp: &crate::dataplane::Dataplane<'_>,
+    cp: &crate::control::ControlPlane,
+    facts: DaemonFacts,
+    cpu: Option<(CpuTimes, Option<f64>)>,
+) -> Snapshot {
+    use crate::dataplane::abi::COUNTER_NAMES;
+    let mut s = Snapshot::default();
+    s.add(
+        "nilb_build_info",
+        "nilb version (value 1).",
+        Kind::Gauge,
+        labels(&[("version", env!("CARGO_PKG_VERSION"))]),
+        1.0,
+    );
+    s.add(
+        "nilb_balancer",
+        "1 when this node runs the XDP balancer.",
+        Kind::Gauge,
+        vec![],
+        if facts.balancer { 1.0 } else { 0.0 },
+    );
+    if let Ok(values) = dp.counters() {
+        for (name, v) in COUNTER_NAMES.iter().zip(values) {
+            let (family, help, result) = match name.split_once('_') {
+                Some(("xdp", rest)) => (
+                    "nilb_xdp_packets_total",
+                    "Packets seen by the XDP balancer, by outcome (`nilb stats` explains each).",
+                    rest,
+                ),
+                Some(("tc", rest)) => (
+                    "nilb_tc_packets_total",
+                    "Packets seen by the TC second-chance program, by outcome (`nilb stats` explains each).",
+                    rest,
+                ),
+                _ => continue,
+            };
+            s.add(
+                family,
+                help,
+                Kind::Counter,
+                labels(&[("result", result)]),
+                v as f64,
+            );
+        }
+    }
+    for (key, st) in cp.services() {
+        let name = cp
+            .config()
+            .service(key)
+            .map(|x| x.name.clone())
+            .unwrap_or_default();
+        let key_s = key.to_string();
+        let svc = [("service", name.as_str()), ("key", key_s.as_str())];
+        if let Ok(ss) = dp.service_stats(st.index) {
+            let rows = [
+                (
+                    "nilb_service_balancer_dropped_packets_total",
+                    "Packets the balancer dropped because their bucket had no first hop.",
+                    ss.xdp_drops,
+                ),
+                (
+                    "nilb_service_decapsulated_packets_total",
+                    "Packets of the service this node accepted (decapsulated).",
+                    ss.tc_decap,
+                ),
+                (
+                    "nilb_service_second_chance_forwards_total",
+                    "Packets of the service this node passed on to the next hop.",
+                    ss.tc_forward,
+                ),
+                (
+                    "nilb_service_unknown_flow_dropped_packets_total",
+                    "Packets of the service this node dropped as unknown flows with no hop left.",
+                    ss.tc_drops,
+                ),
+            ];
+            for (n, h, v) in rows {
+                s.add(n, h, Kind::Counter, labels(&svc), v as f64);
+            }
+        }
+        s.add(
+            "nilb_service_fail_open",
+            "1 when no backend is healthy and every backend not offline is used.",
+            Kind::Gauge,
+            labels(&svc),
+            if st.fail_open { 1.0 } else { 0.0 },
+        );
+        s.add(
+            "nilb_service_pending_bucket_moves",
+            "Voluntary bucket moves still to be made (paced).",
+            Kind::Gauge,
+            labels(&svc),
+            st.pending as f64,
+        );
+        s.add(
+            "nilb_service_table_buckets",
+            "Buckets in the service's table.",
+            Kind::Gauge,
+            labels(&svc),
+            st.table.size() as f64,
+        );
+        for (kind, v) in [
+            ("forced", st.moves_total.0),
+            ("voluntary", st.moves_total.1),
+            ("swap", st.moves_total.2),
+        ] {
+            let mut l = labels(&svc);
+            l.push(("kind".into(), kind.into()));
+            s.add("nilb_bucket_moves_total", "Buckets whose first hop changed (swap: back to its second hop; a subset of forced and voluntary).", Kind::Counter, l, v as f64);
+        }
+        let firsts = st.table.shares();
+        let seconds = st.table.second_shares();
+        for b in st.backends.values() {
+            let dip = b.config.dip.to_string();
+            let host = b.config.hostname.clone().unwrap_or_else(|| dip.clone());
+            let bl = labels(&[
+                ("service", name.as_str()),
+                ("backend", dip.as_str()),
+                ("hostname", host.as_str()),
+            ]);
+            if let Ok(bs) = dp.backend_stats(b.slot) {
+                s.add(
+                    "nilb_backend_packets_total",
+                    "Packets the balancer sent to the backend as first hop.",
+                    Kind::Counter,
+                    bl.clone(),
+                    bs.packets as f64,
+                );
+                s.add(
+                    "nilb_backend_bytes_total",
+                    "L3 bytes (before encapsulation) sent to the backend as first hop.",
+                    Kind::Counter,
+                    bl.clone(),
+                    bs.bytes as f64,
+                );
+                s.add(
+                    "nilb_backend_new_connections_total",
+                    "TCP SYNs the balancer sent to the backend.",
+                    Kind::Counter,
+                    bl.clone(),
+                    bs.syns as f64,
+                );
+            }
+            let healthy = b.health.eligible();
+            s.add(
+                "nilb_backend_healthy",
+                "1 when the backend passes its health check (or is not checked yet).",
+                Kind::Gauge,
+                bl.clone(),
+                if healthy { 1.0 } else { 0.0 },
+            );
+            s.add(
+                "nilb_backend_health_transitions_total",
+                "Up/down transitions of the backend's health.",
+                Kind::Counter,
+                bl.clone(),
+                b.health.transitions as f64,
+            );
+            for (hop, map) in [("first", &firsts), ("second", &seconds)] {
+                let mut l = bl.clone();
+                l.push(("hop".into(), hop.into()));
+                s.add(
+                    "nilb_backend_buckets",
+                    "Buckets in which the backend is first or second hop.",
+                    Kind::Gauge,
+                    l,
+                    map.get(&b.config.dip).copied().unwrap_or(0) as f64,
+                );
+            }
+            for (kind, v) in [
+                ("configured", b.config.weight as f64),
+                ("effective", b.effective_weight),
+            ] {
+                let mut l = bl.clone();
+                l.push(("kind".into(), kind.into()));
+                s.add(
+                    "nilb_backend_weight",
+                    "Configured and effective (dynamic) weight.",
+                    Kind::Gauge,
+                    l,
+                    v,
+                );
+            }
+            if let Some((v, _)) = b.load.reading {
+                s.add("nilb_backend_load", "Last load reading of dynamic weights: CPU utilisation ratio, or new connections per second.", Kind::Gauge, bl.clone(), v);
+            }
+            s.add(
+                "nilb_backend_load_errors_total",
+                "Load readings of dynamic weights that failed.",
+                Kind::Counter,
+                bl.clone(),
+                b.load.errors as f64,
+            );
+        }
+    }
+    for (result, v) in [("success", facts.reloads.0), ("failure", facts.reloads.1)] {
+        s.add(
+            "nilb_reloads_total",
+            "Configuration reloads (SIGHUP) applied or rejected.",
+            Kind::Counter,
+            labels(&[("result", result)]),
+            v as f64,
+        );
+    }
+    if let Some((times, util)) = cpu {
+        for (mode, v) in CPU_MODES.iter().zip(times.modes) {
+            s.add(
+                "nilb_host_cpu_seconds_total",
+                "CPU time of the host by mode, all CPUs (/proc/stat).",
+                Kind::Counter,
+                labels(&[("mode", mode)]),
+                v,
+            );
+        }
+        if let Some(u) = util {
+            s.add(crate::health::load::CPU_GAUGE, "Host CPU utilisation over the last seconds, 0..1 (busy = all but idle and iowait).", Kind::Gauge, vec![], u);
+        }
+    }
+    s
+}
