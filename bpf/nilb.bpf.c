@@ -159,6 +159,28 @@ static __always_inline __u16 csum_replace4(__u16 check, __u32 from, __u32 to)
 
 /* ---- XDP balancer -------------------------------------------------------- */
 
+/* Hand a GUE packet built here to our own TC program (XDP_PASS), marked with
+ * NILB_XDP_MARK in the XDP metadata so that TC can tell it from a forged
+ * packet claiming this node's address. */
+static __always_inline int xdp_to_tc(struct xdp_md *ctx, __u32 counter)
+{
+	void *data, *meta;
+
+	if (bpf_xdp_adjust_meta(ctx, -(int)sizeof(__u32))) {
+		count(C_XDP_DROP_NO_META);
+		return XDP_DROP;
+	}
+	data = (void *)(long)ctx->data;
+	meta = (void *)(long)ctx->data_meta;
+	if (meta + sizeof(__u32) > data) {
+		count(C_XDP_DROP_NO_META);
+		return XDP_DROP;
+	}
+	*(__u32 *)meta = NILB_XDP_MARK;
+	count(counter);
+	return XDP_PASS;
+}
+
 /* A flow chosen for balancing: the service's table and the hash. */
 struct xdp_flow {
 	void *table;
@@ -173,7 +195,7 @@ struct xdp_flow {
  * the client's original flow. Returns 0 and fills *flow if it is about a
  * service, 1 if not, -1 if malformed.
  */
-static __always_inline int xdp_icmp_flow(void *l4, void *data_end, __u32 seed,
+static __always_inline int xdp_icmp_flow(void *l4, __u32 l4_len, void *data_end, __u32 seed,
 					 struct xdp_flow *flow)
 {
 	struct icmphdr *icmp = l4;
@@ -181,7 +203,7 @@ static __always_inline int xdp_icmp_flow(void *l4, void *data_end, __u32 seed,
 	__u16 *ports;
 	struct nilb_service_key key = {};
 
-	if ((void *)(icmp + 1) > data_end)
+	if ((void *)(icmp + 1) > data_end || l4_len < sizeof(*icmp))
 		return -1;
 	if (icmp->type != ICMP_DEST_UNREACH || icmp->code != ICMP_FRAG_NEEDED)
 		return 1;
@@ -192,8 +214,12 @@ static __always_inline int xdp_icmp_flow(void *l4, void *data_end, __u32 seed,
 		return -1;
 	if (emb->protocol != IPPROTO_TCP && emb->protocol != IPPROTO_UDP)
 		return 1;
+	/* A later fragment carries no ports: nothing to steer by. */
+	if (emb->frag_off & bpf_htons(IP_OFFSET))
+		return 1;
 	ports = (void *)emb + emb->ihl * 4;
-	if ((void *)(ports + 2) > data_end)
+	if ((void *)(ports + 2) > data_end ||
+	    sizeof(*icmp) + emb->ihl * 4 + 2 * sizeof(__u16) > l4_len)
 		return -1;
 	key.vip = emb->saddr;
 	key.port = ports[0];
@@ -321,8 +347,7 @@ static __always_inline int xdp_encap(struct xdp_md *ctx, const struct nilb_confi
 		/* This node is the first hop: hand the GUE packet to our own TC
 		 * program, which applies second chance like on any backend. */
 		__builtin_memcpy(eth, macs, sizeof(macs));
-		count(C_XDP_ENCAP_LOCAL);
-		return XDP_PASS;
+		return xdp_to_tc(ctx, C_XDP_ENCAP_LOCAL);
 	}
 
 	fib.family = AF_INET;
@@ -351,8 +376,7 @@ static __always_inline int xdp_encap(struct xdp_md *ctx, const struct nilb_confi
 		 * same slow path serves interfaces without forwarding enabled,
 		 * where bpf_fib_lookup refuses to answer. */
 		__builtin_memcpy(eth, macs, sizeof(macs));
-		count(C_XDP_ENCAP_SLOW_PATH);
-		return XDP_PASS;
+		return xdp_to_tc(ctx, C_XDP_ENCAP_SLOW_PATH);
 	case BPF_FIB_LKUP_RET_FRAG_NEEDED:
 		count(C_XDP_DROP_TOO_BIG);
 		return XDP_DROP;
@@ -409,10 +433,10 @@ int nilb_xdp_balancer(struct xdp_md *ctx)
 	case IPPROTO_TCP: {
 		struct tcphdr *th = l4;
 
-		if ((void *)(th + 1) > data_end) {
-			/* Too short for a TCP header: only a VIP's business. */
+		/* The header must lie within the frame and within tot_len (not
+		 * in Ethernet padding); a short one is only a VIP's business. */
+		if ((void *)(th + 1) > data_end || ihl_len + sizeof(*th) > tot_len)
 			goto malformed;
-		}
 		key.vip = iph->daddr;
 		key.port = th->dest;
 		key.proto = IPPROTO_TCP;
@@ -427,7 +451,7 @@ int nilb_xdp_balancer(struct xdp_md *ctx)
 	case IPPROTO_UDP: {
 		struct udphdr *uh = l4;
 
-		if ((void *)(uh + 1) > data_end)
+		if ((void *)(uh + 1) > data_end || ihl_len + sizeof(*uh) > tot_len)
 			goto malformed;
 		key.vip = iph->daddr;
 		key.port = uh->dest;
@@ -442,7 +466,7 @@ int nilb_xdp_balancer(struct xdp_md *ctx)
 	case IPPROTO_ICMP:
 		if (!is_vip(iph->daddr))
 			goto not_service;
-		rc = xdp_icmp_flow(l4, data_end, cfg->hash_seed, &flow);
+		rc = xdp_icmp_flow(l4, tot_len - ihl_len, data_end, cfg->hash_seed, &flow);
 		if (rc > 0)
 			goto not_service;
 		if (rc < 0) {
@@ -478,6 +502,9 @@ static __always_inline int tc_local_match(struct __sk_buff *skb, struct iphdr *i
 					  void *data_end, int *udp_listener)
 {
 	void *l4 = (void *)in + in->ihl * 4;
+	/* L4 bytes within the inner packet (its tot_len was checked against
+	 * the GUE length, so headers must fit in them, not in what follows). */
+	__u32 l4_len = bpf_ntohs(in->tot_len) - in->ihl * 4;
 	struct bpf_sock_tuple t = {};
 	struct bpf_sock *sk;
 
@@ -486,7 +513,7 @@ static __always_inline int tc_local_match(struct __sk_buff *skb, struct iphdr *i
 		struct tcphdr *th = l4;
 		int state;
 
-		if ((void *)(th + 1) > data_end)
+		if ((void *)(th + 1) > data_end || l4_len < sizeof(*th) || th->doff < 5)
 			return -2;
 		if (th->syn && !th->ack)
 			return C_TC_DECAP_SYN;
@@ -514,7 +541,7 @@ static __always_inline int tc_local_match(struct __sk_buff *skb, struct iphdr *i
 		struct udphdr *uh = l4;
 		int connected;
 
-		if ((void *)(uh + 1) > data_end)
+		if ((void *)(uh + 1) > data_end || l4_len < sizeof(*uh))
 			return -2;
 		t.ipv4.saddr = in->saddr;
 		t.ipv4.daddr = in->daddr;
@@ -536,15 +563,18 @@ static __always_inline int tc_local_match(struct __sk_buff *skb, struct iphdr *i
 		__u16 *ports;
 		int state;
 
-		if ((void *)(icmp + 1) > data_end)
+		if ((void *)(icmp + 1) > data_end || l4_len < sizeof(*icmp))
 			return -2;
 		if (icmp->type != ICMP_DEST_UNREACH || icmp->code != ICMP_FRAG_NEEDED)
 			return -3;
 		emb = (void *)(icmp + 1);
-		if ((void *)(emb + 1) > data_end || emb->ihl < 5)
+		if ((void *)(emb + 1) > data_end || emb->version != 4 || emb->ihl < 5)
 			return -2;
+		if (emb->frag_off & bpf_htons(IP_OFFSET))
+			return -3;
 		ports = (void *)emb + emb->ihl * 4;
-		if ((void *)(ports + 2) > data_end)
+		if ((void *)(ports + 2) > data_end ||
+		    sizeof(*icmp) + emb->ihl * 4 + 2 * sizeof(__u16) > l4_len)
 			return -2;
 		/* The embedded packet is ours (VIP -> client): look up the
 		 * connection from the client's side. */
@@ -624,6 +654,7 @@ int nilb_tc_second_chance(struct __sk_buff *skb)
 {
 	void *data = (void *)(long)skb->data;
 	void *data_end = (void *)(long)skb->data_end;
+	void *meta = (void *)(long)skb->data_meta;
 	struct ethhdr *eth = data;
 	struct nilb_service_stats *st;
 	struct nilb_config *cfg;
@@ -632,7 +663,7 @@ int nilb_tc_second_chance(struct __sk_buff *skb)
 	__u8 *gue;
 	__u32 node, saddr, ihl_len, tot_len, udp_len, gue_len, hop, hdr_len;
 	__u8 hlen, nhops, next;
-	int verdict, udp_listener = 0;
+	int verdict, udp_listener = 0, marked;
 
 	if ((void *)(eth + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_IP))
 		goto pass;
@@ -640,9 +671,9 @@ int nilb_tc_second_chance(struct __sk_buff *skb)
 	if ((void *)(oip + 1) > data_end || oip->protocol != IPPROTO_UDP)
 		goto pass;
 	ihl_len = oip->ihl * 4;
-	if (ihl_len != sizeof(*oip))
-		goto pass; /* nilb and glb-director never send outer options */
-	udp = (void *)(oip + 1);
+	if (ihl_len < sizeof(*oip))
+		goto pass; /* not a valid IPv4 header: the stack drops it */
+	udp = (void *)oip + ihl_len;
 	if ((void *)(udp + 1) > data_end)
 		goto pass;
 	cfg = get_config();
@@ -654,10 +685,13 @@ int nilb_tc_second_chance(struct __sk_buff *skb)
 		goto pass;
 	node = cfg->node_addr;
 	saddr = oip->saddr;
+	/* Packets claiming this node's address must come from our own XDP
+	 * program, which marks them in the XDP metadata. */
+	marked = meta + sizeof(__u32) <= data && *(__u32 *)meta == NILB_XDP_MARK;
 	if (oip->daddr != node) {
 		/* Our own XDP balancer's slow path: GUE from this node to a hop
 		 * whose neighbour entry the FIB lookup could not give. */
-		if (saddr == node && skb->pkt_type == PACKET_HOST) {
+		if (saddr == node && marked && ihl_len == sizeof(*oip)) {
 			count(C_TC_SLOW_PATH_SENT);
 			return bpf_redirect_neigh(skb->ifindex, NULL, 0, 0);
 		}
@@ -669,6 +703,16 @@ int nilb_tc_second_chance(struct __sk_buff *skb)
 		count(C_TC_DROP_NOT_CLUSTER);
 		return TC_ACT_SHOT;
 	}
+	if (saddr == node && !marked) {
+		count(C_TC_DROP_SELF_UNMARKED);
+		return TC_ACT_SHOT;
+	}
+	/* nilb and glb-director never send outer IP options. */
+	if (ihl_len != sizeof(*oip))
+		goto malformed;
+	udp = (void *)(oip + 1);
+	if ((void *)(udp + 1) > data_end)
+		goto malformed;
 	tot_len = bpf_ntohs(oip->tot_len);
 	udp_len = bpf_ntohs(udp->len);
 	if (oip->version != 4 || is_fragment(oip) || udp_len != tot_len - sizeof(*oip) ||

@@ -36,6 +36,9 @@ enum nilb_wire {
 	NILB_GUE_BASE_OVERHEAD = 36,
 	/* Outer TTL of encapsulated packets. */
 	NILB_OUTER_TTL = 64,
+	/* XDP metadata (4 bytes before the frame) that marks a GUE packet our
+	 * own XDP program handed to our TC program ("nilb"). */
+	NILB_XDP_MARK = 0x6e696c62,
 };
 
 /* Flags in struct nilb_config.flags. */
@@ -65,6 +68,7 @@ enum nilb_counter {
 	C_XDP_DROP_NO_ROUTE,        /* FIB has no route to the hop */
 	C_XDP_DROP_TOO_BIG,         /* packet + GUE exceeds the egress MTU */
 	C_XDP_DROP_ADJUST_FAILED,   /* bpf_xdp_adjust_head/tail failed */
+	C_XDP_DROP_NO_META,         /* driver lacks XDP metadata: local/slow path impossible */
 	C_XDP_PASS_NO_CONFIG,       /* config map empty (daemon not ready): passed */
 	/* TC second chance */
 	C_TC_PASS_OTHER,            /* not GUE addressed to this node: passed untouched */
@@ -79,6 +83,7 @@ enum nilb_counter {
 	C_TC_SLOW_PATH_SENT,        /* XDP slow-path packet sent with redirect_neigh */
 	C_TC_DROP_UNKNOWN_FLOW,     /* no hop left, unknown_flow=drop */
 	C_TC_DROP_NOT_CLUSTER,      /* GUE from an address outside the cluster */
+	C_TC_DROP_SELF_UNMARKED,    /* GUE from this node's address not handed over by our XDP */
 	C_TC_DROP_MALFORMED,        /* GUE header or inner packet invalid */
 	C_TC_DROP_INNER_NOT_VIP,    /* inner destination is not a configured VIP */
 	C_TC_DROP_UNSUPPORTED,      /* inner IPv6, or inner protocol not handled */

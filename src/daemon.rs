@@ -71,6 +71,57 @@ pub fn interface_address(interface: &str) -> Result<Ipv4Addr> {
     bail!("interface {interface} has no IPv4 address; pass --node-address")
 }
 
+/// Whether `addr` is assigned to any interface of this network namespace.
+fn is_local_address(addr: Ipv4Addr) -> bool {
+    nix::ifaddrs::getifaddrs().is_ok_and(|mut it| {
+        it.any(|a| {
+            a.address
+                .as_ref()
+                .and_then(|s| s.as_sockaddr_in())
+                .is_some_and(|sin| sin.ip() == addr)
+        })
+    })
+}
+
+/// One `nilb run` per interface and network namespace: an exclusive lock on
+/// `/run/nilb/<netns inode>-<interface>.lock`, held for the daemon's life
+/// (released by the kernel if it dies). A second daemon would replace the
+/// first one's programs and remove them again when it stops.
+fn lock_interface(interface: &str) -> Result<nix::fcntl::Flock<std::fs::File>> {
+    use std::io::{Read, Seek, Write};
+    use std::os::unix::fs::MetadataExt;
+    let netns = std::fs::metadata("/proc/self/ns/net")
+        .map(|m| m.ino())
+        .unwrap_or(0);
+    let dir = Path::new("/run/nilb");
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let path = dir.join(format!("{netns}-{interface}.lock"));
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+        Ok(mut lock) => {
+            let _ = lock.set_len(0);
+            let _ = lock.rewind();
+            let _ = write!(lock, "{}", std::process::id());
+            Ok(lock)
+        }
+        Err((mut file, _)) => {
+            let mut pid = String::new();
+            let _ = file.read_to_string(&mut pid);
+            bail!(
+                "another nilb (pid {}) already runs on {interface} in this network namespace (lock {}); stop it first",
+                pid.trim(),
+                path.display()
+            )
+        }
+    }
+}
+
 /// Mount bpffs at /sys/fs/bpf when `pin_dir` lives there and nothing is
 /// mounted (fresh machines, and `ip netns exec`, which remounts /sys).
 fn ensure_bpffs(pin_dir: &Path) -> Result<()> {
@@ -171,6 +222,10 @@ pub fn run(opts: &RunOptions) -> Result<()> {
         Some(a) => a,
         None => interface_address(&opts.interface)?,
     };
+    if !is_local_address(node) {
+        bail!("--node-address {node} is not an address of this host; GUE sent to it would never arrive here");
+    }
+    let _lock = lock_interface(&opts.interface)?;
     let balancer = config.cluster.balancers.contains(&node);
     if !config.cluster_addresses().contains(&node) {
         warn!(%node, "this node is neither a balancer nor a backend in the config; GUE from it will be rejected by others");
@@ -219,6 +274,11 @@ async fn serve(
             warn!("XDP in generic (skb) mode: correct but far slower than native mode");
         }
         dp.attach_xdp(ifindex, opts.xdp_mode)?;
+    } else if let Some(id) = dp.remove_stale_xdp(ifindex)? {
+        warn!(
+            id,
+            "removed a nilb XDP program left by an earlier daemon: this node is not a balancer"
+        );
     }
     let (tx, mut rx) = mpsc::channel::<CheckResult>(4096);
     let (load_tx, mut load_rx) = mpsc::channel::<LoadResult>(4096);

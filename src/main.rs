@@ -169,12 +169,18 @@ fn init_logging(format: LogFormat) {
 }
 
 fn main() -> ExitCode {
+    // A SIGHUP before the daemon's handlers exist must not kill it (the
+    // config it is about to read is the newest anyway).
+    let _ = signal_hook::flag::register(
+        signal_hook::consts::SIGHUP,
+        std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false)),
+    );
     let cli = Cli::parse();
     init_logging(cli.log_format);
     match dispatch(cli.command) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("nilb: error: {e:#}");
+            let _ = writeln!(std::io::stderr(), "nilb: error: {e:#}");
             ExitCode::from(1)
         }
     }
@@ -189,7 +195,7 @@ fn dispatch(command: Command) -> Result<ExitCode> {
                 Ok(ExitCode::SUCCESS)
             }
             Err(e) => {
-                eprintln!("{}: {e}", config.display());
+                let _ = writeln!(std::io::stderr(), "{}: {e}", config.display());
                 Ok(ExitCode::from(2))
             }
         },

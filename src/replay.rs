@@ -118,9 +118,22 @@ pub fn replay(
             pkt.with_context(|| format!("reading packet {} of {}", n + 1, input.display()))?;
         n += 1;
         let before = dp.counters()?;
-        let (verdict, out) = match program {
-            ReplayProgram::Xdp => dp.run_xdp(&pkt.data, ifindex)?,
-            ReplayProgram::Tc => dp.run_tc(&pkt.data, ifindex)?,
+        let run = match program {
+            ReplayProgram::Xdp => dp.run_xdp(&pkt.data, ifindex),
+            ReplayProgram::Tc => dp.run_tc(&pkt.data, ifindex),
+        };
+        let (verdict, out) = match run {
+            Ok(r) => r,
+            Err(e) => {
+                // The kernel refuses some frames outright (too short for
+                // Ethernet/IPv4, larger than a page): report and go on.
+                writeln!(
+                    report,
+                    "#{n} in  {} bytes: the kernel refused to run it: {e:#}",
+                    pkt.data.len()
+                )?;
+                continue;
+            }
         };
         let after = dp.counters()?;
         let counters: Vec<(&'static str, u64)> = COUNTER_NAMES

@@ -57,6 +57,12 @@ pub const MIN_INTERVAL_MS: u64 = 100;
 pub const DEFAULT_MIN_STEP_INTERVAL_MS: u64 = 10_000;
 /// Default `rebalance.max_step_percent`.
 pub const DEFAULT_MAX_STEP_PERCENT: u32 = 2;
+/// Largest configuration file read, bytes.
+pub const MAX_FILE_BYTES: usize = 4 << 20;
+/// Most buckets over all services (16 bytes each in the data plane).
+pub const MAX_TOTAL_BUCKETS: u64 = 4 << 20;
+/// Problems printed in full; the rest are counted.
+pub const MAX_PROBLEMS_SHOWN: usize = 100;
 /// Default `rebalance.min_bucket_age_ms`.
 pub const DEFAULT_MIN_BUCKET_AGE_MS: u64 = 300_000;
 
@@ -344,16 +350,32 @@ impl Config {
 
     /// Validate YAML text.
     pub fn parse(src: &str) -> Result<Config, ConfigError> {
-        let raw: RawConfig = yaml::from_str(src).map_err(|e| ConfigError {
+        let shape = |e: yaml::ShapeError| ConfigError {
             problems: vec![Problem {
                 path: e.path,
                 message: e.message,
                 position: e.position,
             }],
-        })?;
+        };
+        if src.len() > MAX_FILE_BYTES {
+            return Err(ConfigError {
+                problems: vec![Problem {
+                    path: String::new(),
+                    message: format!(
+                        "the file has {} bytes; nilb reads at most {MAX_FILE_BYTES}",
+                        src.len()
+                    ),
+                    position: None,
+                }],
+            });
+        }
+        // A byte-order mark is not part of the YAML.
+        let src = src.strip_prefix('\u{feff}').unwrap_or(src);
+        let positions = yaml::positions(src).map_err(shape)?;
+        let raw: RawConfig = yaml::from_str(src).map_err(shape)?;
         let mut v = Validator {
             problems: Vec::new(),
-            positions: yaml::positions(src),
+            positions,
         };
         let cfg = v.config(raw);
         if v.problems.is_empty() {
@@ -426,8 +448,11 @@ impl fmt::Display for ConfigError {
             "invalid configuration ({n} problem{})",
             if n == 1 { "" } else { "s" }
         )?;
-        for p in &self.problems {
+        for p in self.problems.iter().take(MAX_PROBLEMS_SHOWN) {
             write!(f, "\n  {p}")?;
+        }
+        if n > MAX_PROBLEMS_SHOWN {
+            write!(f, "\n  ... and {} more", n - MAX_PROBLEMS_SHOWN)?;
         }
         Ok(())
     }
@@ -590,6 +615,8 @@ fn unusable_address(a: Ipv4Addr) -> Option<&'static str> {
         Some("in 0.0.0.0/8 (\"this network\")")
     } else if a.octets()[0] >= 240 {
         Some("in the reserved 240.0.0.0/4")
+    } else if a.is_link_local() {
+        Some("link-local (169.254.0.0/16)")
     } else {
         None
     }
@@ -1104,7 +1131,10 @@ impl Validator {
                     );
                 }
                 if let Some(h) = &rb.hostname {
-                    if h.is_empty() || h.len() > 253 || h.chars().any(|c| c.is_whitespace()) {
+                    if h.is_empty()
+                        || h.len() > 253
+                        || h.chars().any(|c| c.is_whitespace() || c.is_control())
+                    {
                         self.report(
                             format!("{bp}.hostname"),
                             format!("`{h}` is not a usable hostname"),
@@ -1161,6 +1191,13 @@ impl Validator {
                     );
                 }
             }
+        }
+        let buckets: u64 = cfg.services.iter().map(|s| s.table_size as u64).sum();
+        if buckets > MAX_TOTAL_BUCKETS {
+            self.report(
+                "services",
+                format!("{buckets} buckets over all services exceed the limit of {MAX_TOTAL_BUCKETS} (16 MiB of bucket tables per {} buckets)", 1 << 20),
+            );
         }
         let pairs: usize = cfg.services.iter().map(|s| s.backends.len()).sum();
         if pairs >= limits::MAX_BACKEND_SLOTS as usize {

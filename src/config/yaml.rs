@@ -63,16 +63,28 @@ pub fn from_str<T: DeserializeOwned>(src: &str) -> Result<T, ShapeError> {
     })
 }
 
+/// Largest nesting depth accepted (real configs need about 6).
+pub const MAX_DEPTH: usize = 64;
+/// Largest number of YAML nodes after expanding aliases (a config with 1024
+/// services of 16 backends has about 100,000).
+pub const MAX_NODES: u64 = 1_000_000;
+
 /// Positions of every key and value in `src`, by field path in the same
-/// notation as [`ShapeError::path`]. For a key with a value, the value's
-/// position wins. Unparseable input gives an empty map.
-pub fn positions(src: &str) -> HashMap<String, Position> {
+/// notation as [`ShapeError::path`]; for a key with a value, the value's
+/// position wins. Also enforces [`MAX_DEPTH`] and [`MAX_NODES`] (alias
+/// bombs) before anything expands the document. Unparseable input gives an
+/// empty map (the deserializer reports the syntax error).
+pub fn positions(src: &str) -> Result<HashMap<String, Position>, ShapeError> {
     let mut rx = Locator::default();
     let mut parser = Parser::new_from_str(src);
-    if parser.load(&mut rx, false).is_err() {
-        return HashMap::new();
+    let parsed = parser.load(&mut rx, false);
+    if let Some(e) = rx.limit_error {
+        return Err(e);
     }
-    rx.out
+    if parsed.is_err() {
+        return Ok(HashMap::new());
+    }
+    Ok(rx.out)
 }
 
 enum Frame {
@@ -87,6 +99,13 @@ enum Frame {
 struct Locator {
     stack: Vec<Frame>,
     out: HashMap<String, Position>,
+    /// Nodes so far, counting an alias as the size of its anchor.
+    nodes: u64,
+    /// Size in nodes of each anchored node.
+    anchor_sizes: HashMap<usize, u64>,
+    /// (anchor id, nodes at start) of open collections.
+    open: Vec<(usize, u64)>,
+    limit_error: Option<ShapeError>,
 }
 
 fn join(parent: &str, key: &str) -> String {
@@ -113,12 +132,64 @@ impl Locator {
     }
 }
 
+impl Locator {
+    fn limit(&mut self, pos: Position, message: String) {
+        if self.limit_error.is_none() {
+            self.limit_error = Some(ShapeError {
+                path: String::new(),
+                message,
+                position: Some(pos),
+            });
+        }
+    }
+
+    /// Count nodes and anchors; report the first limit exceeded.
+    fn account(&mut self, ev: &Event, pos: Position) {
+        match ev {
+            Event::Scalar(_, _, anchor, _) => {
+                self.nodes += 1;
+                if *anchor > 0 {
+                    self.anchor_sizes.insert(*anchor, 1);
+                }
+            }
+            Event::MappingStart(anchor, _) | Event::SequenceStart(anchor, _) => {
+                self.nodes += 1;
+                self.open.push((*anchor, self.nodes - 1));
+                if self.open.len() > MAX_DEPTH {
+                    self.limit(pos, format!("nested deeper than {MAX_DEPTH} levels"));
+                }
+            }
+            Event::MappingEnd | Event::SequenceEnd => {
+                if let Some((anchor, start)) = self.open.pop() {
+                    if anchor > 0 {
+                        self.anchor_sizes.insert(anchor, self.nodes - start);
+                    }
+                }
+            }
+            Event::Alias(id) => {
+                self.nodes += self.anchor_sizes.get(id).copied().unwrap_or(1);
+            }
+            _ => {}
+        }
+        if self.nodes > MAX_NODES {
+            self.limit(
+                pos,
+                format!("expands to more than {MAX_NODES} YAML nodes (aliases included); nilb configs are far smaller"),
+            );
+        }
+    }
+}
+
 impl MarkedEventReceiver for Locator {
     fn on_event(&mut self, ev: Event, mark: Marker) {
         let pos = Position {
             line: mark.line(),
             column: mark.col() + 1,
         };
+        if self.limit_error.is_some() {
+            return;
+        }
+        self.account(&ev, pos);
         match ev {
             Event::Scalar(text, ..) => match self.value_path() {
                 Some(p) => {
@@ -158,10 +229,34 @@ mod tests {
     #[test]
     fn positions_follow_paths() {
         let src = "a: 1\nlist:\n  - x: 2\n    y: [3, 4]\n  - {x: 5}\n";
-        let p = positions(src);
+        let p = positions(src).unwrap();
         assert_eq!(p["a"], Position { line: 1, column: 4 });
         assert_eq!(p["list[0].x"].line, 3);
         assert_eq!(p["list[0].y[1]"].line, 4);
         assert_eq!(p["list[1].x"].line, 5);
+    }
+}
+
+#[cfg(test)]
+mod limit_tests {
+    use super::*;
+
+    #[test]
+    fn deep_nesting_is_refused() {
+        let deep = format!("a: {}{}\n", "[".repeat(100), "]".repeat(100));
+        let e = positions(&deep).unwrap_err();
+        assert!(e.message.contains("nested deeper"), "{}", e.message);
+    }
+
+    #[test]
+    fn alias_bombs_are_refused() {
+        let mut y = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+        for i in 1..8 {
+            let prev = format!("*a{}", i - 1);
+            let list = vec![prev; 10].join(", ");
+            y += &format!("a{i}: &a{i} [{list}]\n");
+        }
+        let e = positions(&y).unwrap_err();
+        assert!(e.message.contains("expands to more than"), "{}", e.message);
     }
 }

@@ -263,15 +263,57 @@ impl<'obj> Dataplane<'obj> {
         Ok(())
     }
 
-    /// Detach the XDP balancer, if attached.
+    /// Kernel id of one of our programs.
+    fn prog_id(prog: &libbpf_rs::ProgramMut<'_>) -> Result<u32> {
+        Ok(libbpf_rs::ProgramHandle::try_from(prog)
+            .context("querying our program's id")?
+            .id())
+    }
+
+    /// Detach the XDP balancer, if attached, and only if the program on the
+    /// interface is still ours (another nilb may have replaced it).
     pub fn detach_xdp(&mut self) -> Result<()> {
-        if let Some((ifindex, mode)) = self.xdp.take() {
-            let prog = &self.skel.progs.nilb_xdp_balancer;
-            Xdp::new(prog.as_fd())
+        let Some((ifindex, mode)) = self.xdp.take() else {
+            return Ok(());
+        };
+        let prog = &self.skel.progs.nilb_xdp_balancer;
+        let ours = Self::prog_id(prog)?;
+        let xdp = Xdp::new(prog.as_fd());
+        match xdp.query_id(ifindex, mode.flags()) {
+            Ok(id) if id == ours => xdp
                 .detach(ifindex, mode.flags())
-                .with_context(|| format!("detaching XDP from ifindex {ifindex}"))?;
+                .with_context(|| format!("detaching XDP from ifindex {ifindex}")),
+            Ok(0) => Ok(()),
+            Ok(id) => {
+                warn!(
+                    id,
+                    ours, "the XDP program on the interface is no longer ours; leaving it"
+                );
+                Ok(())
+            }
+            Err(e) => {
+                Err(anyhow::Error::new(e).context(format!("querying XDP on ifindex {ifindex}")))
+            }
         }
-        Ok(())
+    }
+
+    /// Detach a nilb XDP program left on `ifindex` by an earlier daemon that
+    /// died (a node that is no longer a balancer must not keep balancing with
+    /// frozen tables). Returns its id if one was removed.
+    pub fn remove_stale_xdp(&self, ifindex: i32) -> Result<Option<u32>> {
+        let prog = &self.skel.progs.nilb_xdp_balancer;
+        let xdp = Xdp::new(prog.as_fd());
+        for m in [XdpMode::Native, XdpMode::Generic] {
+            let Ok(id) = xdp.query_id(ifindex, m.flags()) else {
+                continue;
+            };
+            if id != 0 && program_name(id).is_some_and(|n| n.starts_with("nilb_xdp")) {
+                xdp.detach(ifindex, m.flags())
+                    .with_context(|| format!("detaching a stale nilb XDP program (id {id})"))?;
+                return Ok(Some(id));
+            }
+        }
+        Ok(None)
     }
 
     /// Detach everything this data plane attached. Errors are collected, not
@@ -282,8 +324,19 @@ impl<'obj> Dataplane<'obj> {
             errors.push(format!("{e:#}"));
         }
         if let Some(mut tc) = self.tc.take() {
-            if let Err(e) = tc.hook.detach() {
-                errors.push(format!("detaching TC from ifindex {}: {e}", tc.ifindex));
+            // Only our own filter: another nilb may have replaced it.
+            let ours = Self::prog_id(&self.skel.progs.nilb_tc_second_chance).ok();
+            match tc.hook.query() {
+                Ok(id) if Some(id) == ours => {
+                    if let Err(e) = tc.hook.detach() {
+                        errors.push(format!("detaching TC from ifindex {}: {e}", tc.ifindex));
+                    }
+                }
+                Ok(id) => warn!(
+                    id,
+                    "the TC filter on the interface is no longer ours; leaving it"
+                ),
+                Err(_) => {} // already gone
             }
             if tc.created_qdisc {
                 let mut all = tc.hook;
