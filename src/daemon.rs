@@ -55,6 +55,9 @@ pub struct RunOptions {
     pub check_threads: usize,
     /// Where to serve Prometheus metrics (None: not at all).
     pub metrics_address: Option<std::net::SocketAddr>,
+    /// On SIGTERM/SIGINT leave programs attached and maps pinned (upgrade:
+    /// the next `nilb run` adopts them with no gap).
+    pub keep_dataplane: bool,
 }
 
 /// The first IPv4 address of `interface`.
@@ -263,11 +266,22 @@ async fn serve(
     let balancer = config.cluster.balancers.contains(&node);
     let started = Instant::now();
     let mut storage = MaybeUninit::uninit();
-    let mut dp = Dataplane::load(&mut storage)?;
-    let cp = ControlPlane::new(config, 0);
+    let mut dp = Dataplane::load_pinned(&mut storage, Some(&opts.pin_dir))?;
+    let cp = if dp.adopted() {
+        let live = dp.live_tables().context("reading the adopted tables")?;
+        let cp = ControlPlane::adopt(config, live, 0);
+        info!(
+            services = cp.services().len(),
+            "adopted the pinned maps of an earlier daemon: tables, counters and cluster set carry over"
+        );
+        cp
+    } else {
+        ControlPlane::new(config, 0)
+    };
+    // Re-installing adopted tables writes the same buckets: no flow moves.
     cp.apply(&mut dp, node, &cp.full_plan())
         .context("filling the data plane maps")?;
-    dp.pin(&opts.pin_dir)?;
+    // New programs replace the old ones atomically; the maps stay.
     dp.attach_tc(ifindex)?;
     if balancer {
         if opts.xdp_mode == XdpMode::Generic {
@@ -345,11 +359,19 @@ async fn serve(
         }
     }
 
-    info!("stopping: detaching and removing pins");
     d.checkers = None;
     d.scrapers = None;
-    d.dp.detach()?;
-    d.dp.unpin()?;
+    if opts.keep_dataplane {
+        info!(
+            pin_dir = %opts.pin_dir.display(),
+            "stopping, data plane kept: programs stay attached and maps pinned for the next nilb to adopt"
+        );
+        d.dp.keep_on_exit();
+    } else {
+        info!("stopping: detaching and removing pins");
+        d.dp.detach()?;
+        d.dp.unpin()?;
+    }
     let _ = std::fs::remove_file(&opts.state_file);
     info!("stopped");
     Ok(())

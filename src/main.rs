@@ -76,6 +76,11 @@ enum Command {
         /// disable. Listening beyond loopback must be asked for explicitly.
         #[arg(long, default_value = "127.0.0.1:9700", value_parser = parse_metrics_address)]
         metrics_address: MetricsAddress,
+        /// On SIGTERM/SIGINT leave the programs attached and the maps pinned,
+        /// so that the next `nilb run` (an upgraded binary) adopts them without
+        /// a gap or a moved bucket. Without it, stopping removes everything.
+        #[arg(long)]
+        keep_dataplane: bool,
     },
     /// Show each service's backends: state, health, weight, bucket shares,
     /// fail-open, and the last reload (from the daemon's state file).
@@ -208,6 +213,7 @@ fn dispatch(command: Command) -> Result<ExitCode> {
             state_file,
             check_threads,
             metrics_address,
+            keep_dataplane,
         } => {
             daemon::run(&RunOptions {
                 config,
@@ -218,6 +224,7 @@ fn dispatch(command: Command) -> Result<ExitCode> {
                 state_file,
                 check_threads,
                 metrics_address: metrics_address.0,
+                keep_dataplane,
             })?;
             Ok(ExitCode::SUCCESS)
         }

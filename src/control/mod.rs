@@ -224,6 +224,95 @@ impl ControlPlane {
         slot
     }
 
+    /// State for `config` built on the tables a running data plane already
+    /// has (a restarted daemon adopting pinned maps): each service whose
+    /// table size still matches keeps its buckets, stats index and counter
+    /// slots, so nothing moves; buckets count as just moved, so voluntary
+    /// changes wait for the minimum bucket age. Forced changes (a backend
+    /// now offline or gone) still apply.
+    pub fn adopt(
+        config: Config,
+        live: Vec<(ServiceKey, crate::dataplane::LiveTable)>,
+        now_ms: u64,
+    ) -> Self {
+        let mut cp = ControlPlane {
+            config: Config {
+                cluster: config.cluster.clone(),
+                rebalance: config.rebalance,
+                services: Vec::new(),
+            },
+            services: BTreeMap::new(),
+            used_slots: BTreeSet::new(),
+        };
+        for (key, lt) in live {
+            let Some(service) = config.service(&key) else {
+                continue;
+            };
+            if lt.buckets.len() != service.table_size as usize
+                || lt.service_index >= limits::MAX_SERVICES
+                || cp.services.values().any(|s| s.index == lt.service_index)
+            {
+                continue;
+            }
+            let check = &service.health_check.checker;
+            let mut backends = BTreeMap::new();
+            for b in &service.backends {
+                let slot = match lt.slots.get(&b.dip) {
+                    Some(&slot) if slot < OVERFLOW_SLOT && cp.used_slots.insert(slot) => slot,
+                    _ => continue, // given a fresh slot by `update` below
+                };
+                backends.insert(
+                    b.dip,
+                    BackendRuntime {
+                        config: b.clone(),
+                        removed_at_ms: None,
+                        empty_since_ms: None,
+                        health: fresh_health(check, now_ms, false),
+                        slot,
+                        effective_weight: b.weight as f64,
+                        load: LoadState::default(),
+                    },
+                );
+            }
+            cp.services.insert(
+                key,
+                ServiceState {
+                    index: lt.service_index,
+                    table: Table::adopt(lt.buckets, now_ms),
+                    backends,
+                    last_step_ms: None,
+                    pending: 0,
+                    fail_open: false,
+                    changed_at_ms: now_ms,
+                    last_adjust_ms: None,
+                    moves_total: (0, 0, 0),
+                },
+            );
+            cp.config.services.push(service.clone());
+        }
+        // Backends of adopted services without a slot, and services without
+        // an adoptable table, come in as usual; the config is the same, so
+        // health checks start from "unknown" like at any start.
+        let mut adopted_services = cp.config.services.clone();
+        for s in &mut adopted_services {
+            let known = &cp.services[&s.key()].backends;
+            s.backends.retain(|b| known.contains_key(&b.dip));
+        }
+        cp.config.services = adopted_services;
+        cp.update(config, now_ms);
+        // Backends that `update` added to adopted services are not new to
+        // the cluster: treat them like the rest (unknown, first result
+        // decides) rather than as reload additions that need rise_count.
+        for st in cp.services.values_mut() {
+            for b in st.backends.values_mut() {
+                if b.health.health == Health::Down && b.health.transitions == 0 {
+                    b.health = HealthState::at_start(now_ms);
+                }
+            }
+        }
+        cp
+    }
+
     /// The running configuration.
     pub fn config(&self) -> &Config {
         &self.config

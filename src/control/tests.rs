@@ -250,3 +250,64 @@ fn indexes_are_stable_and_reused() {
     cp.update(two.clone(), 2);
     assert_eq!(cp.service(&two.services[0].key()).unwrap().index, 0);
 }
+
+#[test]
+fn adopting_live_tables_moves_nothing() {
+    let c = cfg_with(
+        &[(11, 1, "active"), (12, 1, "active"), (13, 2, "active")],
+        256,
+        (0, 100, 60_000),
+    );
+    let mut cp = ControlPlane::new(c.clone(), 0);
+    // Give the table some history: a weight change with second hops.
+    cp.update(
+        cfg_with(
+            &[(11, 3, "active"), (12, 1, "active"), (13, 2, "active")],
+            256,
+            (0, 100, 60_000),
+        ),
+        10,
+    );
+    let running = cp.service(&key()).unwrap().clone();
+    let live = vec![(
+        key(),
+        crate::dataplane::LiveTable {
+            service_index: running.index,
+            buckets: running.table.buckets().to_vec(),
+            slots: running
+                .backends
+                .values()
+                .map(|b| (b.config.dip, b.slot))
+                .collect(),
+        },
+    )];
+    // The restarted daemon reads the same (new) config.
+    let config = cp.config().clone();
+    let adopted = ControlPlane::adopt(config, live, 0);
+    let s = adopted.service(&key()).unwrap();
+    assert_eq!(
+        s.table.buckets(),
+        running.table.buckets(),
+        "no bucket moved"
+    );
+    assert_eq!(s.index, running.index);
+    for (dip, b) in &s.backends {
+        assert_eq!(b.slot, running.backends[dip].slot, "counter slot of {dip}");
+        assert_eq!(b.health.health, Health::Unknown);
+    }
+    // And a later weight change waits for the minimum bucket age.
+    let mut adopted = adopted;
+    let plan = adopted.update(
+        cfg_with(
+            &[(11, 1, "active"), (12, 1, "active"), (13, 1, "active")],
+            256,
+            (0, 100, 60_000),
+        ),
+        1000,
+    );
+    assert!(
+        plan.install.is_empty(),
+        "adopted buckets count as just moved"
+    );
+    assert!(adopted.service(&key()).unwrap().pending > 0);
+}

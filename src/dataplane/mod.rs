@@ -103,6 +103,7 @@ pub struct Dataplane<'obj> {
     pin_dir: Option<PathBuf>,
     vips: BTreeSet<Ipv4Addr>,
     nodes: BTreeSet<Ipv4Addr>,
+    adopted: bool,
 }
 
 /// TC filter handle and priority nilb uses on clsact ingress ("ni").
@@ -110,23 +111,93 @@ const TC_HANDLE: u32 = 0x6e69;
 const TC_PRIORITY: u32 = 1;
 
 impl<'obj> Dataplane<'obj> {
-    /// Open and load the BPF object (the verifier runs here). `storage`
-    /// must outlive the data plane (libbpf-rs skeleton rule).
+    /// Open and load the BPF object (the verifier runs here), with no pins
+    /// (replay, tests). `storage` must outlive the data plane (libbpf-rs
+    /// skeleton rule).
     pub fn load(storage: &'obj mut MaybeUninit<OpenObject>) -> Result<Self> {
-        let open = NilbSkelBuilder::default()
+        Self::load_pinned(storage, None)
+    }
+
+    /// Load with the shared maps pinned under `pin_dir`. Maps already
+    /// pinned there by an earlier daemon (killed, or stopped with
+    /// `--keep-dataplane`) are adopted: the new programs use the very same
+    /// maps, so tables, counters and the cluster set carry over and no
+    /// bucket moves. Pins whose layout does not match this binary's maps (an
+    /// upgrade that changed them) are replaced, with a warning.
+    /// [`Dataplane::adopted`] tells which happened.
+    pub fn load_pinned(
+        storage: &'obj mut MaybeUninit<OpenObject>,
+        pin_dir: Option<&Path>,
+    ) -> Result<Self> {
+        let mut open = NilbSkelBuilder::default()
             .open(storage)
             .context("opening the BPF object")?;
+        let mut adopted = false;
+        if let Some(dir) = pin_dir {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            let m = &mut open.maps;
+            let maps: [(&str, &mut libbpf_rs::OpenMapMut<'_>); 7] = [
+                ("services", &mut m.services),
+                ("cluster_nodes", &mut m.cluster_nodes),
+                ("vips", &mut m.vips),
+                ("nilb_config", &mut m.nilb_config),
+                ("counters", &mut m.counters),
+                ("service_stats", &mut m.service_stats),
+                ("backend_stats", &mut m.backend_stats),
+            ];
+            let present = maps.iter().filter(|(n, _)| dir.join(n).exists()).count();
+            let compatible = maps.iter().all(|(name, map)| {
+                libbpf_rs::MapHandle::from_pinned_path(dir.join(name)).is_ok_and(|h| {
+                    h.map_type() == map.map_type()
+                        && h.key_size() == map.key_size()
+                        && h.value_size() == map.value_size()
+                        && h.max_entries() == map.max_entries()
+                })
+            });
+            if present > 0 && !(present == maps.len() && compatible) {
+                warn!(
+                    pin_dir = %dir.display(),
+                    "pinned maps from an earlier run do not match this binary; replacing them (tables are rebuilt, buckets may move)"
+                );
+                for (name, _) in &maps {
+                    let _ = std::fs::remove_file(dir.join(name));
+                }
+            }
+            adopted = present == maps.len() && compatible;
+            for (name, map) in maps {
+                map.set_pin_path(dir.join(name))
+                    .with_context(|| format!("pin path of {name}"))?;
+            }
+        }
         let skel = open
             .load()
             .context("loading the BPF programs (verifier log above, if any)")?;
-        Ok(Dataplane {
+        let mut dp = Dataplane {
             skel,
             xdp: None,
             tc: None,
-            pin_dir: None,
+            pin_dir: pin_dir.map(Path::to_path_buf),
             vips: BTreeSet::new(),
             nodes: BTreeSet::new(),
-        })
+            adopted,
+        };
+        if adopted {
+            // Start the set diffs from what the maps hold.
+            dp.vips = address_keys(&dp.skel.maps.vips);
+            dp.nodes = address_keys(&dp.skel.maps.cluster_nodes);
+        }
+        Ok(dp)
+    }
+
+    /// Whether [`Dataplane::load_pinned`] adopted an earlier daemon's maps.
+    pub fn adopted(&self) -> bool {
+        self.adopted
+    }
+
+    /// The installed tables (as `nilb lookup --live` reads them), from this
+    /// data plane's own maps.
+    pub fn live_tables(&self) -> Result<Vec<(ServiceKey, LiveTable)>> {
+        read_tables(&self.skel.maps.services)
     }
 
     /// Write the `nilb_config` map.
@@ -270,6 +341,14 @@ impl<'obj> Dataplane<'obj> {
             .id())
     }
 
+    /// Forget what was attached and pinned, so that dropping this data plane
+    /// leaves programs attached and maps pinned (for the next daemon).
+    pub fn keep_on_exit(&mut self) {
+        self.xdp = None;
+        self.tc = None;
+        self.pin_dir = None;
+    }
+
     /// Detach the XDP balancer, if attached, and only if the program on the
     /// interface is still ours (another nilb may have replaced it).
     pub fn detach_xdp(&mut self) -> Result<()> {
@@ -353,37 +432,7 @@ impl<'obj> Dataplane<'obj> {
         }
     }
 
-    /// Pin the shared maps under `dir` (created if missing; stale pins from
-    /// an earlier run are replaced) so `nilb stats` can read them.
-    pub fn pin(&mut self, dir: &Path) -> Result<()> {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        for name in PINNED_MAPS {
-            let path = dir.join(name);
-            if path.exists() {
-                warn!(path = %path.display(), "replacing a stale pin from an earlier run");
-                std::fs::remove_file(&path)
-                    .with_context(|| format!("removing stale pin {}", path.display()))?;
-            }
-        }
-        let m = &mut self.skel.maps;
-        for (name, map) in [
-            ("services", &mut m.services),
-            ("cluster_nodes", &mut m.cluster_nodes),
-            ("vips", &mut m.vips),
-            ("nilb_config", &mut m.nilb_config),
-            ("counters", &mut m.counters),
-            ("service_stats", &mut m.service_stats),
-            ("backend_stats", &mut m.backend_stats),
-        ] {
-            let path = dir.join(name);
-            map.pin(&path)
-                .with_context(|| format!("pinning {name} at {}", path.display()))?;
-        }
-        self.pin_dir = Some(dir.to_path_buf());
-        Ok(())
-    }
-
-    /// Remove the pins created by [`Dataplane::pin`].
+    /// Remove the pins (unless the data plane is to outlive this process).
     pub fn unpin(&mut self) -> Result<()> {
         let Some(dir) = self.pin_dir.take() else {
             return Ok(());
@@ -453,7 +502,14 @@ impl<'obj> Dataplane<'obj> {
 }
 
 impl Drop for Dataplane<'_> {
+    /// Clean up after an error before or during start-up. An adopted data
+    /// plane was forwarding before this process and keeps doing so. (A
+    /// panic aborts the process, see Cargo.toml, so a crash never gets here
+    /// and leaves forwarding running.)
     fn drop(&mut self) {
+        if self.adopted {
+            return;
+        }
         if let Err(e) = self.detach() {
             warn!("{e:#}");
         }
@@ -548,42 +604,54 @@ impl PinnedMaps {
     /// Installed services with their header and buckets, read from the
     /// live inner arrays.
     pub fn tables(&self) -> Result<Vec<(ServiceKey, LiveTable)>> {
-        let mut out = Vec::new();
-        for key in self.services.keys() {
-            let Some(service) = abi::parse_service_key(&key)? else {
-                continue;
-            };
-            let Some(id) = self.services.lookup(&key, MapFlags::ANY)? else {
-                continue;
-            };
-            let id = u32::from_ne_bytes(id[..4].try_into().expect("4-byte map id"));
-            let inner = libbpf_rs::MapHandle::from_map_id(id)
-                .with_context(|| format!("opening the table of {service} (map id {id})"))?;
-            let (hdr, buckets) = abi::read_inner_table(&inner)?;
-            let mut slots = std::collections::BTreeMap::new();
-            for b in &buckets {
-                if b.first_hop != 0 {
-                    slots.insert(abi::addr_from_be(b.first_hop), b.first_slot);
-                }
-            }
-            out.push((
-                service,
-                LiveTable {
-                    service_index: hdr.service_index,
-                    buckets: buckets
-                        .iter()
-                        .map(|b| crate::table::Bucket {
-                            first: (b.first_hop != 0).then(|| abi::addr_from_be(b.first_hop)),
-                            second: (b.second_hop != 0).then(|| abi::addr_from_be(b.second_hop)),
-                        })
-                        .collect(),
-                    slots,
-                },
-            ));
-        }
-        out.sort_by_key(|(k, _)| *k);
-        Ok(out)
+        read_tables(&self.services)
     }
+}
+
+/// Keys of an address-set map (`vips`, `cluster_nodes`).
+fn address_keys(map: &dyn MapCore) -> BTreeSet<Ipv4Addr> {
+    map.keys()
+        .filter_map(|k| k.get(..4).map(|b| Ipv4Addr::new(b[0], b[1], b[2], b[3])))
+        .collect()
+}
+
+/// Every service in a `services` map with its inner table.
+fn read_tables(services: &dyn MapCore) -> Result<Vec<(ServiceKey, LiveTable)>> {
+    let mut out = Vec::new();
+    for key in services.keys() {
+        let Some(service) = abi::parse_service_key(&key)? else {
+            continue;
+        };
+        let Some(id) = services.lookup(&key, MapFlags::ANY)? else {
+            continue;
+        };
+        let id = u32::from_ne_bytes(id[..4].try_into().expect("4-byte map id"));
+        let inner = libbpf_rs::MapHandle::from_map_id(id)
+            .with_context(|| format!("opening the table of {service} (map id {id})"))?;
+        let (hdr, buckets) = abi::read_inner_table(&inner)?;
+        let mut slots = std::collections::BTreeMap::new();
+        for b in &buckets {
+            if b.first_hop != 0 {
+                slots.insert(abi::addr_from_be(b.first_hop), b.first_slot);
+            }
+        }
+        out.push((
+            service,
+            LiveTable {
+                service_index: hdr.service_index,
+                buckets: buckets
+                    .iter()
+                    .map(|b| crate::table::Bucket {
+                        first: (b.first_hop != 0).then(|| abi::addr_from_be(b.first_hop)),
+                        second: (b.second_hop != 0).then(|| abi::addr_from_be(b.second_hop)),
+                    })
+                    .collect(),
+                slots,
+            },
+        ));
+    }
+    out.sort_by_key(|(k, _)| *k);
+    Ok(out)
 }
 
 /// A service table as installed in the data plane.

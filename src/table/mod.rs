@@ -147,6 +147,21 @@ impl Table {
         }
     }
 
+    /// A table with these buckets (adopted from a running data plane), all
+    /// counted as moved at `now_ms`: their real history is unknown, so none
+    /// moves voluntarily again before the minimum bucket age.
+    pub fn adopt(buckets: Vec<Bucket>, now_ms: u64) -> Table {
+        assert!(
+            buckets.len().is_power_of_two(),
+            "table size must be a power of two"
+        );
+        let n = buckets.len();
+        Table {
+            buckets,
+            moved_at: vec![Some(now_ms); n],
+        }
+    }
+
     /// A fresh table for `targets`: contiguous ranges, larger shares first,
     /// no second hops.
     pub fn build(size: u32, targets: &[Target]) -> Table {
