@@ -111,7 +111,9 @@ struct nilb_bucket {
 	__u32 first_hop;   /* IPv4 network order; 0 = none (drop) */
 	__u32 second_hop;  /* IPv4 network order; 0 = none */
 	__u32 first_slot;  /* index into `backend_stats` of (service, first hop) */
-	__u32 pad;
+	__u32 moved_at_s;  /* control plane only: last first-hop change, Unix
+			    * seconds (0 = never), so a restarted daemon keeps
+			    * the history that paces voluntary moves */
 };
 
 struct nilb_table_header {

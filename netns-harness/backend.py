@@ -18,6 +18,12 @@ path work; /healthz answers "ok" for future health checks.  Request logging is
 off; one line per listener is printed at start ("listening on ...") so a
 harness can wait for it.  SIGTERM (and SIGINT unless it was ignored at start)
 stops the server and exits 0.
+
+Both the "listening on" lines and the closing "stopped" line end with
+"at=<epoch seconds>" (time.time(), microseconds): when the listening socket
+began to accept, and when the listening sockets were closed (from then on the
+kernel refuses new connections).  The harness measures health-check reaction
+times from these.
 """
 
 import argparse
@@ -25,6 +31,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
@@ -89,7 +96,7 @@ def main():
         srv = Server((args.bind, port), handler)
         servers.append(srv)
         threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True).start()
-        print(f"backend {args.name} listening on {args.bind}:{port}", flush=True)
+        print(f"backend {args.name} listening on {args.bind}:{port} at={time.time():.6f}", flush=True)
 
     stop = threading.Event()
 
@@ -104,10 +111,20 @@ def main():
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     while not stop.wait(1.0):
         pass
+    # Stop listening at once: shutdown(2) on a listening TCP socket makes Linux
+    # close the listener (queued and new connections are refused) while the fd
+    # stays valid for the accept loops, which then end within their poll interval.
+    for srv in servers:
+        try:
+            srv.socket.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+    closed = time.time()
     for srv in servers:
         srv.shutdown()
         srv.server_close()
-    print(f"backend {args.name} stopped", flush=True)
+    time.sleep(0.2)  # requests already accepted finish (handler threads are daemons)
+    print(f"backend {args.name} stopped at={closed:.6f}", flush=True)
     return 0
 
 

@@ -20,6 +20,19 @@ hold    Open --count keep-alive HTTP/1.1 connections (distinct source ports), se
         (timeouts, other errors) and whether each connection stayed on its backend.
         Exit status 0 only if every connection answered every round from the same
         backend with no reset and no failure.
+        --want-backend NAME --want-count N: open up to --count connections but keep
+        only the first N that landed on NAME (the others are closed after their
+        first request); the rest of the run uses those N.
+        --until FILE: after go, keep doing rounds (--interval apart) until FILE
+        exists, then do one final round (bounded by --rounds and --max-seconds).
+
+stream  New connections at a steady --rate for --duration seconds (one request
+        each, distinct source ports like burst), each stamped with its wall-clock
+        start time (time.time()), so a harness can line them up with events such as
+        a backend stopping.  Writes --started FILE just before the first request;
+        --stop-file ends the stream early.  JSON like burst; --out adds
+        "requests": [[t_start, sport, backend-or-null, error-or-null, ms], ...].
+        Exit status 0 when every request succeeded.
 
 Every socket operation has an explicit timeout; every loop is bounded by count
 and by time.
@@ -202,8 +215,11 @@ def cmd_burst(a):
 def cmd_hold(a):
     t0 = time.monotonic()
     conns = []  # list of dicts with live socket under "_conn"
+    discarded = {}  # --want-backend: first backend of connections closed again
     setup_end = t0 + a.max_seconds
     for i in range(a.count):
+        if a.want_backend and len(conns) >= a.want_count:
+            break
         sport = a.sport_base + i if a.sport_base else 0
         rec = {"sport": sport, "first": None, "later": [], "status": "ok", "error": None}
         if time.monotonic() > setup_end:
@@ -223,7 +239,18 @@ def cmd_hold(a):
         except Exception as exc:  # noqa: BLE001
             rec["status"] = "setup_failed"
             rec["error"] = classify(exc)
+        if a.want_backend and rec["first"] != a.want_backend:
+            key = rec["first"] or "error:%s" % rec["error"]
+            discarded[key] = discarded.get(key, 0) + 1
+            c = rec.pop("_conn", None)
+            if c:
+                c.close()
+            continue
         conns.append(rec)
+    wanted = a.want_count if a.want_backend else a.count
+    while len(conns) < wanted:  # --want-backend and too few landed there
+        conns.append({"sport": 0, "first": None, "later": [], "status": "setup_failed",
+                      "error": "not_opened (%d tried, too few on %s)" % (a.count, a.want_backend)})
 
     def public(rec):
         return {k: v for k, v in rec.items() if not k.startswith("_")}
@@ -235,9 +262,10 @@ def cmd_hold(a):
     write_json(a.state, {
         "phase": "holding",
         "target": "%s:%d" % (a.host, a.port),
-        "count": a.count,
+        "count": wanted,
         "established": sum(1 for r in conns if r["status"] == "ok"),
         "by_backend": dict(sorted(first_dist.items())),
+        "discarded": dict(sorted(discarded.items())),
         "connections": [public(r) for r in conns],
     })
 
@@ -249,11 +277,16 @@ def cmd_hold(a):
             break
         time.sleep(0.05)
 
+    rounds_done = 0
+    until_seen = None
     if got_go:
         phase2_end = time.monotonic() + a.max_seconds
         for rnd in range(a.rounds):
             if rnd:
                 time.sleep(a.interval)
+            if a.until and until_seen is None and os.path.exists(a.until):
+                until_seen = rnd  # this round is the final one
+            rounds_done += 1
             for rec in conns:
                 if rec["status"] != "ok":
                     continue
@@ -273,6 +306,8 @@ def cmd_hold(a):
                     rec["status"] = "reset" if kind in RESET_KINDS else "failed"
                     rec["error"] = "%s in round %d" % (kind, rnd + 1)
                     c.close()
+            if until_seen is not None:
+                break
     for rec in conns:
         c = rec.pop("_conn", None)
         if c:
@@ -289,7 +324,7 @@ def cmd_hold(a):
     if not got_go:
         ok = 0
     result = {
-        "connections": a.count,
+        "connections": wanted,
         "ok": ok,
         "resets": resets,
         "failures": failures,
@@ -297,15 +332,88 @@ def cmd_hold(a):
         "changed_backend": changed,
         "go": got_go,
         "rounds": a.rounds,
+        "rounds_done": rounds_done,
         "by_backend_first": dict(sorted(first_dist.items())),
         "elapsed_s": round(time.monotonic() - t0, 3),
     }
+    if a.want_backend:
+        result["want_backend"] = a.want_backend
+        result["discarded"] = dict(sorted(discarded.items()))
+    if a.until:
+        result["until_seen"] = until_seen is not None
     if not got_go:
         result["error"] = "go file %s did not appear within %.0f s" % (a.go, a.go_timeout)
     print(json.dumps(result, sort_keys=True), flush=True)
     if a.out:
         write_json(a.out, dict(result, per_connection=conns))
-    return 0 if (got_go and ok == a.count) else 1
+    return 0 if (got_go and ok == wanted) else 1
+
+
+def cmd_stream(a):
+    count = a.count or int(round(a.rate * a.duration))
+    if a.sport_base and a.sport_base + count - 1 > 65535:
+        raise SystemExit("stream: sport-base + count exceeds 65535")
+    period = 1.0 / a.rate
+    errors = {}
+    by_backend = {}
+    requests = []
+    ok = 0
+    stopped = None
+    if a.started:
+        write_json(a.started, {"t": round(time.time(), 6)})
+    wall0 = time.time()
+    t0 = time.monotonic()
+    end = t0 + a.duration + a.timeout + 1.0  # hard bound even if requests hang
+    for i in range(count):
+        due = t0 + i * period
+        now = time.monotonic()
+        if due > now:
+            time.sleep(due - now)
+        if time.monotonic() > end:
+            stopped = "time budget exceeded"
+            break
+        if a.stop_file and os.path.exists(a.stop_file):
+            stopped = "stop file"
+            break
+        sport = a.sport_base + i if a.sport_base else 0
+        start = time.time()
+        m0 = time.monotonic()
+        conn = None
+        name = kind = None
+        try:
+            conn = Conn(a.host, a.port, sport, a.timeout)
+            status, headers, body = conn.request(a.path, keepalive=False)
+            if status != 200:
+                raise HttpError("status %d" % status)
+            name = backend_of(headers, body)
+            by_backend[name] = by_backend.get(name, 0) + 1
+            ok += 1
+        except Exception as exc:  # noqa: BLE001 - every failure is counted, never fatal
+            kind = classify(exc)
+            errors[kind] = errors.get(kind, 0) + 1
+        finally:
+            if conn:
+                conn.close()
+        requests.append([round(start, 6), sport, name, kind, round((time.monotonic() - m0) * 1000, 2)])
+    result = {
+        "ok": ok,
+        "failed": len(requests) - ok,
+        "sent": len(requests),
+        "planned": count,
+        "errors": errors,
+        "by_backend": dict(sorted(by_backend.items())),
+        "rate": a.rate,
+        "target": "%s:%d" % (a.host, a.port),
+        "sport_base": a.sport_base,
+        "t_first": round(wall0, 6),
+        "elapsed_s": round(time.monotonic() - t0, 3),
+    }
+    if stopped:
+        result["stopped"] = stopped
+    print(json.dumps(result, sort_keys=True), flush=True)
+    if a.out:
+        write_json(a.out, dict(result, requests=requests))
+    return 0 if ok == len(requests) else 1
 
 
 def main():
@@ -337,10 +445,33 @@ def main():
     h.add_argument("--interval", type=float, default=0.5)
     h.add_argument("--max-seconds", type=float, default=30.0,
                    help="time budget for opening the connections, and again for the rounds after go")
+    h.add_argument("--want-backend", help="keep only connections that landed on this backend")
+    h.add_argument("--want-count", type=int, default=0, help="how many to keep (with --want-backend)")
+    h.add_argument("--until", help="after go: rounds until this file exists, then one final round")
+
+    st = sub.add_parser("stream", help="new connections at a steady rate, time-stamped")
+    st.add_argument("--host", required=True)
+    st.add_argument("--port", type=int, default=80)
+    st.add_argument("--rate", type=float, required=True, help="new connections per second")
+    st.add_argument("--duration", type=float, required=True, help="seconds")
+    st.add_argument("--count", type=int, default=0, help="requests (default rate x duration)")
+    st.add_argument("--sport-base", type=int, default=20000,
+                    help="first source port (sport-base + i per request); 0 = kernel's choice")
+    st.add_argument("--timeout", type=float, default=1.0, help="per request/connect timeout, seconds")
+    st.add_argument("--path", default="/")
+    st.add_argument("--started", help="JSON file written just before the first request")
+    st.add_argument("--stop-file", help="stop early once this file exists")
+    st.add_argument("--out", help="also write the JSON result with per-request details here")
 
     a = ap.parse_args()
+    if a.cmd == "stream":
+        if a.rate <= 0 or a.duration <= 0:
+            ap.error("--rate and --duration must be positive")
+        return cmd_stream(a)
     if a.sport_base and a.sport_base + a.count - 1 > 65535:
         ap.error("sport-base + count exceeds 65535")
+    if a.cmd == "hold" and a.want_backend and a.want_count <= 0:
+        ap.error("--want-backend needs --want-count N > 0")
     if a.cmd == "burst":
         return cmd_burst(a)
     return cmd_hold(a)

@@ -242,6 +242,26 @@ nh_fg() {
   return "$rc"
 }
 
+# nh_local CMD...: like nh_fg, but in the harness's own namespace (helpers that
+# only read files, e.g. state.py wait): a trapped INT/TERM interrupts the wait.
+nh_local() {
+  local pid rc
+  "$@" </dev/null 7>&- 8>&- &
+  pid=$!
+  NH_PID_DESC[$pid]="$1"
+  NH_STARTED=$((NH_STARTED + 1))
+  wait "$pid"
+  rc=$?
+  unset "NH_PID_DESC[$pid]"
+  return "$rc"
+}
+
+# nh_now: wall-clock time in seconds with microseconds (same clock as Python's time.time())
+nh_now() { local t=$EPOCHREALTIME; printf '%s' "${t/,/.}"; }
+
+# nh_calc EXPR: floating-point arithmetic (awk), 3 decimals
+nh_calc() { awk "BEGIN { printf \"%.3f\", $* }"; }
+
 nh_not_alive() { ! nh_alive "$1"; }
 
 # nh_stop PID SIGNAL TIMEOUT: signal a process we started, wait (bounded) for it

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # run.sh - end-to-end test of nilb in network namespaces (real TCP/HTTP traffic).
 #
-#   netns-harness/run.sh [--demo] [--nilb PATH] [--keep-logs] [--only a,b,c,d,e]
+#   netns-harness/run.sh [--demo] [--nilb PATH] [--keep-logs] [--only LIST]
 #                        [--xdp-mode native|generic] [--out DIR] [--selftest]
 #
 # Must run as root. Builds a private topology (see lib.sh), starts an HTTP backend
@@ -11,7 +11,18 @@
 #   c  with XDP attached on node1: node1's own address (port 8080 and 80) and ping work
 #   d  second chance: 30 long-lived connections survive a weight change + SIGHUP;
 #      fresh connections then follow the new weights
+#   h1 health down: HTTP server on node3 stopped; within fall_count x interval + timeout
+#      (+ margin) no new connection reaches node3, after that none fails; node3 down
+#   h2 health up: server on node3 started again; node3 answers again after rise_count
+#      checks and its bucket share returns to its weight
+#   h3 drain: 20 keep-alive connections on node2 exchange data for 30 s across
+#      `state: drained` + SIGHUP; no new connection lands on node2; drain undone
+#   h4 broken YAML + SIGHUP: rejected (log, `nilb status`), tables and traffic unchanged
+#   h5 weight change (paced steps) under 50 long-lived connections: zero resets
+#   h6 ten SIGHUPs within one second, each a different weight set: last one applied
 #   e  SIGTERM: every nilb exits 0 and leaves no XDP program / tc ingress filter
+# Order: a b c d h1 h2 h3 h4 h5 h6 e (e stops nilb, so it is always last).
+# --only takes a comma list of these; "health" means h1,h2,h3,h4,h5,h6, "all" everything.
 # Prints "PASS <scenario>: ..." or "FAIL <scenario>: ..." per scenario and a closing
 # "harness: N passed, N failed"; exits 1 if anything failed.
 #
@@ -26,13 +37,19 @@
 #   NILB_XDP_MODE               default for --xdp-mode (otherwise nilb's own default)
 #   NILB_READY_TIMEOUT          seconds to wait for "ready" in each nilb log (default 30)
 #   NILB_HARNESS_DEFAULTS_EXTRA YAML lines inserted under `defaults:` of the generated
-#                               config (2-space indented), e.g. rebalance limits
+#                               config (2-space indented); not table_size, health_check
+#                               or rebalance, which the harness sets itself
 #   NILB_HARNESS_PREFIX         namespace name prefix (default nh<pid>)
 #   NILB_HARNESS_OUT            same as --out
 #   NH_PY                       python3 to use (default /usr/bin/python3)
 #   NH_PEER_XDP=0               no XDP_PASS on the bridge-side veth ends (reproduces the
 #                               XDP_TX trap: connections through the balancer time out)
 #   NH_BALANCER_FORWARDING=0    leave forwarding off on node1's eth0 (nilb's slow TC path)
+#   NH_HEALTH_CHECK             the service's checker: http (default: GET /healthz on port 80),
+#                               kglb (the same in kglb's `checker:` nesting), tcp, or default
+#                               (no health_check key: nilb's default TCP connect)
+#   NH_HEALTH_MARGIN            seconds of scheduling margin on top of the health bounds in
+#                               h1/h2 (default 0.5)
 # shellcheck disable=SC2001 # sed over multi-line text is clearer here
 set -u -o pipefail
 
@@ -45,7 +62,7 @@ usage() { sed -n '2,/^# shellcheck disable/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 
 DEMO=0 SELFTEST=0 KEEP=0
 NILB=""
-ONLY="a,b,c,d,e"
+ONLY="all"
 XDP_MODE=${NILB_XDP_MODE:-}
 OUTBASE=${NILB_HARNESS_OUT:-}
 READY_TIMEOUT=${NILB_READY_TIMEOUT:-30}
@@ -66,6 +83,20 @@ while (($#)); do
     *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
   esac
 done
+
+ALL_SCENARIOS="a,b,c,d,h1,h2,h3,h4,h5,h6,e"
+ONLY=${ONLY//all/$ALL_SCENARIOS}
+ONLY=${ONLY//health/h1,h2,h3,h4,h5,h6}
+for s in ${ONLY//,/ }; do
+  if [[ ",$ALL_SCENARIOS," != *",$s,"* ]]; then
+    echo "unknown scenario in --only: $s (known: $ALL_SCENARIOS, health, all)" >&2
+    exit 2
+  fi
+done
+case ${NH_HEALTH_CHECK:=http} in
+  http | kglb | tcp | default) ;;
+  *) echo "NH_HEALTH_CHECK must be http, kglb, tcp or default, not $NH_HEALTH_CHECK" >&2; exit 2 ;;
+esac
 
 if [[ $(id -u) != 0 ]]; then
   echo "run.sh must be run as root (it creates network namespaces)" >&2
@@ -112,9 +143,28 @@ trap 'nh_cleanup >&7 2>&8' EXIT
 
 nh_init "$OUTBASE" || { echo "cannot create the output directory"; exit 1; }
 ((KEEP)) && NH_KEEP_OUT=1
+# The run uses its own copy of the binary: a rebuild of target/release/nilb while
+# the harness runs must not mix versions (e.g. `nilb status` of a newer build
+# reading the state file of an older running daemon).
+# (ELF binaries only: a script such as selftest/fake-nilb finds its files next to itself)
+NILB_SRC=$NILB
+if ((SELFTEST == 0)) && [[ $(head -c 4 "$NILB_SRC" | tail -c 3) == ELF ]]; then
+  NILB=$NH_OUT/nilb
+  if ! cp "$NILB_SRC" "$NILB"; then
+    echo "FAIL setup: cannot copy $NILB_SRC to $NILB"
+    echo "harness: 0 passed, 1 failed"
+    exit 1
+  fi
+fi
 CFG=$NH_OUT/nilb.yaml
 declare -A NILB_PID=()
 declare -A WEIGHT=()
+declare -A BSTATE=()      # node -> drained|offline in the generated config (unset: active)
+declare -A BACKEND_PID=() # node -> pid of its backend.py
+# health checking and pacing of the generated config (the bounds in h1/h2 derive from them)
+HC_INTERVAL_MS=500 HC_TIMEOUT_MS=300 HC_RISE=2 HC_FALL=2
+RB_MIN_INTERVAL_MS=200 RB_MAX_STEP_PERCENT=50 RB_MIN_BUCKET_AGE_MS=2000
+HEALTH_MARGIN=${NH_HEALTH_MARGIN:-0.5}
 
 # json FILE EXPR: evaluate a Python expression over the JSON document d
 json() { "$NH_PY" -c 'import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$1" "$2" 2>/dev/null; }
@@ -134,7 +184,8 @@ cl() {
 weights_str() { local n s=""; for n in "${NH_NODES[@]}"; do s+="${s:+,}$n=${WEIGHT[$n]}"; done; echo "$s"; }
 weights_ratio() { local n s=""; for n in "${NH_NODES[@]}"; do s+="${s:+:}${WEIGHT[$n]}"; done; echo "$s"; }
 
-# write_config W1 W2 W3: (re)write $CFG atomically with these weights
+# write_config W1 W2 W3: (re)write $CFG atomically with these weights (and the
+# backend states in BSTATE)
 write_config() {
   local i=0 n tmp=$CFG.tmp
   for n in "${NH_NODES[@]}"; do
@@ -150,17 +201,22 @@ write_config() {
     echo "  unknown_flow: drop"
     echo "defaults:"
     echo "  table_size: 1024"
-    echo "  health_check: {interval_ms: 500, timeout_ms: 300, rise_count: 2, fall_count: 2}"
-    echo "  rebalance: {min_interval_ms: 200, max_step_percent: 50, min_bucket_age_ms: 2000}"
+    echo "  health_check: {interval_ms: $HC_INTERVAL_MS, timeout_ms: $HC_TIMEOUT_MS, rise_count: $HC_RISE, fall_count: $HC_FALL}"
+    echo "  rebalance: {min_interval_ms: $RB_MIN_INTERVAL_MS, max_step_percent: $RB_MAX_STEP_PERCENT, min_bucket_age_ms: $RB_MIN_BUCKET_AGE_MS}"
     [[ -n ${NILB_HARNESS_DEFAULTS_EXTRA:-} ]] && printf '%s\n' "$NILB_HARNESS_DEFAULTS_EXTRA"
     echo "services:"
     echo "  - name: web"
     echo "    vip: $NH_VIP"
     echo "    port: 80"
     echo "    protocol: tcp"
+    case $NH_HEALTH_CHECK in
+      http) echo "    health_check: {http: {uri: /healthz, codes: [200]}}" ;;
+      kglb) echo "    health_check: {checker: {http: {uri: /healthz, check_port: 80}}, fall_count: $HC_FALL, interval_ms: $HC_INTERVAL_MS, rise_count: $HC_RISE}" ;;
+      tcp) echo "    health_check: {tcp: {check_port: 80}}" ;;
+    esac
     echo "    backends:"
     for n in "${NH_NODES[@]}"; do
-      echo "      - {dip: ${NH_NODE_IP[$n]}, hostname: $n, weight: ${WEIGHT[$n]}}"
+      echo "      - {dip: ${NH_NODE_IP[$n]}, hostname: $n, weight: ${WEIGHT[$n]}${BSTATE[$n]:+, state: ${BSTATE[$n]}}}"
     done
   } >"$tmp" && mv -f "$tmp" "$CFG"
 }
@@ -186,6 +242,7 @@ start_backends() {
     extra=()
     [[ $n == node1 ]] && extra=(--port 8080)
     nh_bg "backend $n" "$NH_OUT/backend-$n.log" "$n" "$NH_PY" "$HERE/backend.py" --name "$n" --port 80 "${extra[@]}"
+    BACKEND_PID[$n]=$NH_BG_PID
   done
   for n in "${NH_NODES[@]}"; do
     local want=1
@@ -460,6 +517,19 @@ scenario_d() {
     echo "  (no log line mentioning 'reload' on node1 within 5 s; continuing)"
   fi
   sleep 1
+  # with rebalance pacing the new table may come in steps, and not before
+  # min_bucket_age_ms after the daemon started: use the held connections once
+  # node1's state file shows the new weights in place (bounded)
+  # (a nilb that writes no state file, e.g. selftest/fake-nilb: not waiting)
+  if [[ ! -e $(state_of node1) ]]; then
+    echo "  (node1's nilb wrote no state file $(state_of node1); not waiting for the table)"
+  elif st_wait node1 10 "$(settled_expr)"; then
+    echo "  node1 state: $WAIT_SUMMARY"
+  else
+    echo "  node1's table did not reach the new weights within 10 s: $WAIT_SUMMARY"
+    nums+="table not at the new weights within 10 s; "
+    part1=0
+  fi
   for n in "${NH_NODES[@]}"; do
     if [[ -n ${NILB_PID[$n]:-} ]] && ! nh_alive "${NILB_PID[$n]}"; then
       echo "  nilb on $n is not running after SIGHUP:"
@@ -561,6 +631,591 @@ scenario_e() {
   if ((ok)); then pass e "$nums"; else fail e "$nums"; fi
 }
 
+# --------------------------------------------------------------------------- health, drain, reload (h1-h6)
+
+# st ARGS...: state.py (reads nilb's state files; JSON/one-line output)
+st() { "$NH_PY" "$HERE/state.py" "$@"; }
+state_of() { echo "$NH_OUT/state-$1.yaml"; }
+
+# st_wait NODE TIMEOUT EXPR: poll NODE's state file until EXPR holds (see state.py).
+# Sets WAIT_OUT (its JSON line), WAIT_AT (epoch when it held) and WAIT_SUMMARY.
+st_wait() {
+  local rc
+  nh_local "$NH_PY" "$HERE/state.py" wait "$(state_of "$1")" "$3" --timeout "$2" >"$NH_OUT/wait.out" 2>&1
+  rc=$?
+  WAIT_OUT=$(<"$NH_OUT/wait.out")
+  WAIT_AT=$(json <(echo "$WAIT_OUT") 'd["at"]')
+  WAIT_SUMMARY=$(json <(echo "$WAIT_OUT") 'd["summary"]')
+  return "$rc"
+}
+
+# the state file of node1 (the balancer: health checks, tables) matches the config
+# as written: weights, every backend up (BSTATE respected), no pending moves,
+# bucket shares within one bucket of the weights
+settled_expr() {
+  local n e
+  e="weights() == '$(weights_ratio)' and settled(1)"
+  for n in "${NH_NODES[@]}"; do
+    e+=" and b['$n']['state'] == '${BSTATE[$n]:-active}' and b['$n']['health'] == 'up'"
+  done
+  echo "$e"
+}
+# wait_settled LABEL [TIMEOUT]: precondition of a scenario; prints what it waited for
+wait_settled() {
+  if st_wait node1 "${2:-15}" "$(settled_expr)"; then
+    echo "  node1 state: $WAIT_SUMMARY"
+    return 0
+  fi
+  echo "  node1's state did not settle on weights $(weights_ratio), all up, no pending moves within ${2:-15}s: $WAIT_SUMMARY"
+  return 1
+}
+
+# status_table NODE: `nilb status` of NODE's daemon, indented
+status_table() {
+  timeout 10 "$NILB" status --state-file "$(state_of "$1")" 2>&1 | sed 's/^/    | /'
+}
+
+# hup_all: SIGHUP every running nilb, node1 (the balancer) first; sets HUP_LINES
+# (line counts of every log before the signal, for log_since)
+declare -A HUP_LINES=()
+hup_all() {
+  local n
+  for n in "${NH_NODES[@]}"; do
+    HUP_LINES[$n]=$(wc -l <"$NH_OUT/nilb-$n.log")
+  done
+  for n in "${NH_NODES[@]}"; do
+    if [[ -n ${NILB_PID[$n]:-} ]] && nh_alive "${NILB_PID[$n]}"; then
+      kill -HUP "${NILB_PID[$n]}"
+    else
+      echo "  nilb on $n is not running; cannot send SIGHUP"
+    fi
+  done
+}
+# log_since NODE LINES: log lines after the first LINES, colour codes stripped
+log_since() { tail -n +"$(($2 + 1))" "$NH_OUT/nilb-$1.log" | sed 's/\x1b\[[0-9;]*m//g'; }
+# wait_log NODE LINES REGEX TIMEOUT: a line matching REGEX appears after LINES
+log_has() { log_since "$1" "$2" | grep -Eq "$3"; }
+wait_log() { nh_wait_until "$4" log_has "$1" "$2" "$3"; }
+
+daemons_alive() {
+  local n dead=""
+  for n in "${NH_NODES[@]}"; do
+    [[ -n ${NILB_PID[$n]:-} ]] && nh_alive "${NILB_PID[$n]}" || dead+=" $n"
+  done
+  [[ -z $dead ]] || { echo "  nilb not running on:$dead"; return 1; }
+}
+
+# start_backend NODE [LOGSUFFIX]: (re)start backend.py on NODE's port 80; sets
+# BACKEND_T (epoch when it listened, from its log)
+start_backend() {
+  local n=$1 log=$NH_OUT/backend-$1${2:+-$2}.log
+  nh_bg "backend $n" "$log" "$n" "$NH_PY" "$HERE/backend.py" --name "$n" --port 80
+  BACKEND_PID[$n]=$NH_BG_PID
+  if ! nh_wait_until 10 test_listening "$log" 1; then
+    echo "  backend on $n did not start:"
+    log_tail "$log"
+    return 1
+  fi
+  BACKEND_T=$(sed -n 's/.*listening on .* at=\([0-9.]*\).*/\1/p' "$log" | head -n 1)
+}
+# stop_backend NODE: SIGTERM its backend.py; sets BACKEND_T (epoch when its
+# listening socket was closed, from its log)
+stop_backend() {
+  local n=$1 pid=${BACKEND_PID[$1]:-}
+  BACKEND_T=""
+  [[ -n $pid ]] || return 1
+  nh_stop "$pid" TERM 5
+  unset "BACKEND_PID[$n]"
+  BACKEND_T=$(grep -h 'stopped at=' "$NH_OUT"/backend-"$n"*.log 2>/dev/null | sed -n 's/.*stopped at=\([0-9.]*\).*/\1/p' | tail -n 1)
+  [[ -n $BACKEND_T ]]
+}
+backend_running() { [[ -n ${BACKEND_PID[$1]:-} ]] && nh_alive "${BACKEND_PID[$1]}"; }
+
+# stream_bg LABEL SPORT_BASE RATE DURATION: client.py stream in the background;
+# waits (bounded) until its first request is due. Sets STREAM_PID, STREAM_RES.
+stream_bg() {
+  local label=$1 started=$NH_OUT/stream-$1.started
+  STREAM_RES=$NH_OUT/stream-$label.json
+  rm -f "$started"
+  nh_bg "stream client ($label)" "$NH_OUT/stream-$label.log" client timeout $(( ${4%.*} + 30 )) \
+    "$NH_PY" "$HERE/client.py" stream --host "$NH_VIP" --port 80 --rate "$3" --duration "$4" \
+    --sport-base "$2" --timeout 1 --started "$started" --out "$STREAM_RES"
+  STREAM_PID=$NH_BG_PID
+  nh_wait_until 10 test -e "$started"
+}
+# stream_wait: wait (bounded) for the stream started last; prints its summary
+stream_wait() {
+  local secs=${1:-40}
+  nh_wait_until "$secs" nh_not_alive "$STREAM_PID" || echo "  stream client still running after ${secs}s; stopping it"
+  nh_stop "$STREAM_PID" TERM 3
+  echo "  stream client: $(sed -n 1p "${STREAM_RES%.json}.log")"
+}
+
+# hold_bg LABEL ARGS...: client.py hold in the background (state/go/until/out files
+# named after LABEL); waits (bounded) until its connections are open.
+# Sets HOLD_PID, HOLD_STATE, HOLD_GO, HOLD_UNTIL, HOLD_RES.
+hold_bg() {
+  local label=$1
+  shift
+  HOLD_STATE=$NH_OUT/hold-$label-state.json HOLD_GO=$NH_OUT/hold-$label.go
+  HOLD_UNTIL=$NH_OUT/hold-$label.until HOLD_RES=$NH_OUT/hold-$label-result.json
+  rm -f "$HOLD_STATE" "$HOLD_GO" "$HOLD_UNTIL" "$HOLD_RES"
+  nh_bg "hold client ($label)" "$NH_OUT/hold-$label.log" client timeout 150 "$NH_PY" "$HERE/client.py" hold \
+    --host "$NH_VIP" --port 80 --state "$HOLD_STATE" --go "$HOLD_GO" --go-timeout 90 --out "$HOLD_RES" "$@"
+  HOLD_PID=$NH_BG_PID
+  nh_wait_until 40 test -e "$HOLD_STATE"
+}
+# hold_finish SECS: wait (bounded) for the hold client; sets HOLD_RC
+hold_finish() {
+  nh_wait_until "$1" nh_not_alive "$HOLD_PID" || echo "  hold client still running after $1 s; stopping it"
+  nh_stop "$HOLD_PID" TERM 3
+  HOLD_RC=$NH_LAST_RC
+  echo "  hold client: $(head -n 1 "${HOLD_RES%-result.json}.log")"
+}
+# hold_bad: the connections that failed, reset or changed backend (at most 10)
+hold_bad() {
+  "$NH_PY" -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+bad = [c for c in d["per_connection"] if c["status"] != "ok" or not c.get("same_backend")]
+for c in bad[:10]:
+    print("    sport %d: first %s, later %s, status %s (%s)" % (c["sport"], c["first"], c["later"][-3:], c["status"], c["error"]))
+if len(bad) > 10:
+    print("    ... %d more" % (len(bad) - 10))
+' "$HOLD_RES" 2>/dev/null
+}
+
+# live_hops_of_bad: for each held connection that did not survive, the hops of
+# its bucket in node1's live table (`nilb lookup --live` in the daemon's namespaces)
+live_hops_of_bad() {
+  local sp pid=${NILB_PID[node1]:-}
+  [[ -n $pid ]] && nh_alive "$pid" || return 0
+  for sp in $("$NH_PY" -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+print(" ".join(str(c["sport"]) for c in d["per_connection"] if c["status"] != "ok" or not c.get("same_backend")))
+' "$HOLD_RES" 2>/dev/null); do
+    echo "    sport $sp, node1 live table: $(timeout 10 nsenter --target "$pid" --mount --net "$NILB" lookup --config "$CFG" --live \
+      "$NH_CLIENT_IP:$sp" "$NH_VIP:80" tcp 2>&1 | grep -E '^(bucket|first hop|second hop)' | tr -s ' ' | paste -sd ',' -)"
+  done
+}
+
+# second_chance_counters: node1's and the backends' tc_forward counters (info)
+second_chance_counters() {
+  local n s
+  for n in "${NH_NODES[@]}"; do
+    s=$(nilb_stats "$n" | awk '$1 ~ /forward|second_chance|unknown_flow/ {printf "%s=%s ", $1, $2}')
+    echo "    $n: ${s:-(none)}"
+  done
+}
+
+# log_rel TIMELINE_OUTPUT REGEX: "+0.632s" from timeline.py's "log: +0.632s after t0: ..." line
+log_rel() {
+  local v
+  v=$(grep -E "^  log: [+-][0-9.]+s after t0: .*$2" <<<"$1" | head -n 1 | sed 's/^  log: \([+-][0-9.]*s\).*/\1/')
+  echo "${v:-?}"
+}
+
+# ensure_all_up: precondition of h1 and h3-h6 (every backend's server running,
+# node1 sees every backend up, its table settled on the configured weights)
+ensure_all_up() {
+  local n
+  for n in "${NH_NODES[@]}"; do
+    if ! backend_running "$n"; then
+      echo "  (setup) starting the backend on $n again"
+      start_backend "$n" "setup$SECONDS" || return 1
+    fi
+  done
+  wait_settled 15
+}
+
+scenario_h1() {
+  local win base nums ok=1 t_sig t_close out rc
+  base=$(nh_calc "($HC_FALL * $HC_INTERVAL_MS + $HC_TIMEOUT_MS) / 1000")
+  win=$(nh_calc "$base + $HEALTH_MARGIN")
+  header "(h1) health: stop the HTTP server on node3; gone from new connections within ${base}s (+${HEALTH_MARGIN}s margin)"
+  echo "  checker: $NH_HEALTH_CHECK; fall_count $HC_FALL x interval ${HC_INTERVAL_MS}ms + timeout ${HC_TIMEOUT_MS}ms = ${base}s"
+  if ! ensure_all_up; then
+    fail h1 "precondition: not every backend up and settled: $WAIT_SUMMARY"
+    return
+  fi
+  if ! stream_bg h1 40000 50 6; then
+    nh_stop "$STREAM_PID" TERM 3
+    fail h1 "stream client did not start: $(tr '\n' ' ' <"$NH_OUT/stream-h1.log")"
+    return
+  fi
+  sleep 1
+  t_sig=$(nh_now)
+  if ! stop_backend node3; then
+    fail h1 "could not stop node3's backend (no 'stopped at=' in its log)"
+    stream_wait 20
+    return
+  fi
+  t_close=$BACKEND_T
+  H1_DOWN_AT=$t_close
+  echo "  SIGTERM to node3's backend at t_sig; listening socket closed $(nh_calc "$t_close - $t_sig")s later (t0)"
+  stream_wait 20
+  out=$("$NH_PY" "$HERE/timeline.py" down --result "$STREAM_RES" --node node3 --t0 "$t_close" --window "$win" --t-signal "$t_sig" \
+    --log "$NH_OUT/nilb-node1.log" --log-match "backend health changed.*dip=${NH_NODE_IP[node3]} .*health=down" \
+    --log "$NH_OUT/nilb-node1.log" --log-match 'table installed.*reason="?health')
+  rc=$?
+  sed '$d' <<<"$out"
+  nums=${out##*SUMMARY }
+  nums="${nums#* } (t0 = listener closed, $(nh_calc "$t_close - $t_sig")s after SIGTERM)"
+  ((rc == 0)) || ok=0
+  nums+="; node1 logged health=down at $(log_rel "$out" 'health=down'), its table install at $(log_rel "$out" 'table installed')"
+  if st_wait node1 5 "b['node3']['health'] == 'down' and b['node3']['buckets'] == 0 and settled(1) and not svc['fail_open']"; then
+    echo "  node1 state: $WAIT_SUMMARY"
+    nums+="; node1 state: node3 health=down buckets=0 2nd_hop=$(st get "$(state_of node1)" "b['node3']['second_hop_buckets']")"
+  else
+    echo "  node1 state does not show node3 down with 0 buckets: $WAIT_SUMMARY"
+    nums+="; node1 state: node3 not down/empty ($WAIT_SUMMARY)"
+    ok=0
+  fi
+  echo "  nilb status on node1:"
+  status_table node1
+  if ((ok)); then pass h1 "$nums"; else fail h1 "$nums"; fi
+}
+
+scenario_h2() {
+  local bound settle_bound nums ok=1 t_listen out rc q3 b3 wait_age
+  bound=$(nh_calc "($HC_RISE * $HC_INTERVAL_MS + $HC_TIMEOUT_MS + $RB_MIN_INTERVAL_MS) / 1000 + $HEALTH_MARGIN")
+  settle_bound=$(nh_calc "$bound + $RB_MIN_BUCKET_AGE_MS / 1000")
+  header "(h2) health: start node3's server again; back after rise_count checks, share back to its weight"
+  echo "  rise_count $HC_RISE x interval ${HC_INTERVAL_MS}ms + timeout ${HC_TIMEOUT_MS}ms + rebalance.min_interval ${RB_MIN_INTERVAL_MS}ms + ${HEALTH_MARGIN}s margin = ${bound}s"
+  if backend_running node3 || [[ -z ${H1_DOWN_AT:-} ]]; then
+    echo "  (setup) h1 did not leave node3 down: stopping its server and waiting for health: down"
+    ensure_all_up >/dev/null
+    stop_backend node3
+    H1_DOWN_AT=$BACKEND_T
+  fi
+  if ! st_wait node1 5 "b['node3']['health'] == 'down' and b['node3']['buckets'] == 0"; then
+    fail h2 "precondition: node1 does not show node3 down: $WAIT_SUMMARY"
+    return
+  fi
+  # buckets that moved when node3 failed may move back only min_bucket_age_ms later
+  wait_age=$(nh_calc "${H1_DOWN_AT:-0} + $RB_MIN_BUCKET_AGE_MS / 1000 + 0.5 - $(nh_now)")
+  if [[ $wait_age != -* ]]; then sleep "$wait_age"; fi
+  echo "  node1 state before: $WAIT_SUMMARY"
+  if ! stream_bg h2 41000 50 6; then
+    nh_stop "$STREAM_PID" TERM 3
+    fail h2 "stream client did not start: $(tr '\n' ' ' <"$NH_OUT/stream-h2.log")"
+    return
+  fi
+  sleep 0.5
+  if ! start_backend node3 restart; then
+    stream_wait 20
+    fail h2 "node3's backend did not start again"
+    return
+  fi
+  t_listen=$BACKEND_T
+  stream_wait 20
+  out=$("$NH_PY" "$HERE/timeline.py" up --result "$STREAM_RES" --node node3 --t0 "$t_listen" --window "$bound" \
+    --log "$NH_OUT/nilb-node1.log" --log-match "backend health changed.*dip=${NH_NODE_IP[node3]} .*health=up" \
+    --log "$NH_OUT/nilb-node1.log" --log-match 'table installed.*pending=0')
+  rc=$?
+  sed '$d' <<<"$out"
+  nums=${out##*SUMMARY }
+  nums=${nums#* }
+  ((rc == 0)) || ok=0
+  # when did node1's table reach node3's quota (pending=0)? from its log, relative to t0
+  local settled_rel
+  settled_rel=$(log_rel "$out" 'table installed.*pending=0')
+  settled_rel=${settled_rel%s}
+  nums+="; node1 logged health=up at $(log_rel "$out" 'health=up')"
+  if st_wait node1 5 "b['node3']['health'] == 'up' and settled(1)"; then
+    q3=$(st get "$(state_of node1)" "quotas()['node3']")
+    b3=$(st get "$(state_of node1)" "b['node3']['buckets']")
+    echo "  node1 state: $WAIT_SUMMARY"
+    nums+="; node3 buckets $b3/$q3 (quota for weight ${WEIGHT[node3]}), pending 0 at ${settled_rel:-?}s (bound ${settle_bound}s)"
+    if [[ $settled_rel == "?" ]] || awk -v s="$settled_rel" -v b="$settle_bound" 'BEGIN { exit !(s > b) }'; then
+      ok=0
+      nums+=" [share not back within the bound]"
+    fi
+  else
+    echo "  node1 state did not settle with node3 up: $WAIT_SUMMARY"
+    nums+="; node1 state not settled: $WAIT_SUMMARY"
+    ok=0
+  fi
+  echo "  fresh burst (node3 back at its weight):"
+  if burst_dist h2 47000; then :; else ok=0; fi
+  nums+="; split: $DIST_NUMBERS"
+  if ((ok)); then pass h2 "$nums"; else fail h2 "$nums"; fi
+}
+
+scenario_h3() {
+  local nums="" ok=1 est t_hup drain_s out rc okc resets fails rounds same
+  header "(h3) drain: node2 drained by config + SIGHUP; 20 held connections keep talking for 30 s, no new ones land on node2"
+  if ! ensure_all_up; then
+    fail h3 "precondition: not every backend up and settled: $WAIT_SUMMARY"
+    return
+  fi
+  hold_bg h3 --count 300 --want-backend node2 --want-count 20 --sport-base 42000 --rounds 31 --interval 1.0 --max-seconds 45
+  if [[ ! -e $HOLD_STATE ]]; then
+    nh_stop "$HOLD_PID" TERM 3
+    fail h3 "hold client did not open its connections: $(tr '\n' ' ' <"$NH_OUT/hold-h3.log")"
+    return
+  fi
+  est=$(json "$HOLD_STATE" 'd["established"]')
+  echo "  keep-alive connections on node2 opened before the drain: $est/20 (others tried and closed again: $(json "$HOLD_STATE" 'json.dumps(d["discarded"])'))"
+  [[ $est == 20 ]] || ok=0
+  touch "$HOLD_GO" # one request per connection per second from now on, 31 rounds
+  sleep 1
+  cp "$CFG" "$NH_OUT/nilb-before-h3.yaml"
+  BSTATE[node2]=drained
+  write_config "${WEIGHT[node1]}" "${WEIGHT[node2]}" "${WEIGHT[node3]}"
+  nilb_check || ok=0
+  t_hup=$(nh_now)
+  hup_all
+  if wait_log node1 "${HUP_LINES[node1]}" 'reload applied|reload rejected' 5; then
+    echo "  node1 log: $(log_since node1 "${HUP_LINES[node1]}" | grep -E 'table installed|reload' | cut -c1-170 | paste -sd '|' | sed 's/|/\n  node1 log: /g')"
+  else
+    echo "  node1 logged no reload within 5 s"
+  fi
+  if st_wait node1 10 "b['node2']['state'] == 'drained' and b['node2']['buckets'] == 0 and svc['pending_moves'] == 0 and settled(1)"; then
+    drain_s=$(nh_calc "$WAIT_AT - $t_hup")
+    echo "  drain complete in node1's state file ${drain_s}s after SIGHUP: $WAIT_SUMMARY"
+    nums+="drained (node2 0 buckets, $(st get "$(state_of node1)" "b['node2']['second_hop_buckets']") as 2nd hop) ${drain_s}s after SIGHUP; "
+  else
+    echo "  node1 state does not show node2 drained and empty: $WAIT_SUMMARY"
+    nums+="drain not complete: $WAIT_SUMMARY; "
+    ok=0
+  fi
+  # new connections while the held ones keep talking (until about 1.5 s before they stop)
+  stream_bg h3 43000 10 27 || ok=0
+  hold_finish 60
+  stream_wait 20
+  out=$("$NH_PY" "$HERE/timeline.py" avoid --result "$STREAM_RES" --node node2)
+  rc=$?
+  sed '$d' <<<"$out"
+  ((rc == 0)) || ok=0
+  if [[ -s $HOLD_RES ]]; then
+    okc=$(json "$HOLD_RES" 'd["ok"]')
+    resets=$(json "$HOLD_RES" 'd["resets"]')
+    fails=$(json "$HOLD_RES" 'd["failures"]')
+    rounds=$(json "$HOLD_RES" 'd["rounds_done"]')
+    same=$(json "$HOLD_RES" 'sum(1 for c in d["per_connection"] if c["status"] == "ok" and c["same_backend"] and c["first"] == "node2")')
+    hold_bad
+    nums+="held on node2: ${okc}/20 OK over ${rounds} rounds 1 s apart (all answered by node2: $same), resets ${resets}, failures ${fails}, exit ${HOLD_RC}; "
+    [[ $okc == 20 && $same == 20 && $resets == 0 && $fails == 0 && $HOLD_RC == 0 && $rounds -ge 30 ]] || ok=0
+  else
+    nums+="hold client produced no result (exit $HOLD_RC); "
+    ok=0
+  fi
+  nums+="new connections during the 30 s: ${out##*SUMMARY [A-Z]* }"
+  echo "  second-chance counters (nilb stats):"
+  second_chance_counters
+  # undo the drain
+  unset "BSTATE[node2]"
+  write_config "${WEIGHT[node1]}" "${WEIGHT[node2]}" "${WEIGHT[node3]}"
+  t_hup=$(nh_now)
+  hup_all
+  if wait_settled h3 10; then
+    nums+="; undone: node2 back to $(st get "$(state_of node1)" "b['node2']['buckets']") buckets $(nh_calc "$WAIT_AT - $t_hup")s after SIGHUP"
+  else
+    nums+="; undoing the drain did not settle: $WAIT_SUMMARY"
+    ok=0
+  fi
+  if ((ok)); then pass h3 "$nums"; else fail h3 "$nums"; fi
+}
+
+scenario_h4() {
+  local nums="" ok=1 before after n good=$NH_OUT/nilb-good-h4.yaml broken=$NH_OUT/nilb-broken-h4.yaml chk status rerr
+  header "(h4) SIGHUP with a broken YAML file: rejected, running tables and traffic unchanged"
+  if ! ensure_all_up; then
+    fail h4 "precondition: not every backend up and settled: $WAIT_SUMMARY"
+    return
+  fi
+  local shape="json.dumps({n: [x['weight'], x['buckets'], x['second_hop_buckets']] for n, x in b.items()}, sort_keys=True)"
+  before=$(st get "$(state_of node1)" "$shape")
+  echo "  node1 [weight, buckets, 2nd-hop buckets] before: $before"
+  cp "$CFG" "$good"
+  # the last backend's flow mapping loses its closing brace: a YAML syntax error
+  sed '$ s/}$//' "$good" >"$broken"
+  if cmp -s "$good" "$broken"; then
+    fail h4 "could not produce a broken file"
+    return
+  fi
+  chk=$("$NILB" check --config "$broken" 2>&1)
+  echo "  nilb check on the broken file (exit $?): $(head -n 3 <<<"$chk" | sed 's/\x1b\[[0-9;]*m//g' | tr '\n' ' ' | cut -c1-200)"
+  cp "$broken" "$CFG.tmp" && mv -f "$CFG.tmp" "$CFG"
+  hup_all
+  for n in "${NH_NODES[@]}"; do
+    if wait_log "$n" "${HUP_LINES[$n]}" 'reload rejected' 5; then
+      echo "  $n log: $(log_since "$n" "${HUP_LINES[$n]}" | grep 'reload rejected' | head -n 1 | cut -c1-200)"
+    else
+      echo "  $n logged no 'reload rejected' within 5 s; its log since SIGHUP:"
+      log_since "$n" "${HUP_LINES[$n]}" | head -n 5 | sed 's/^/    | /'
+      nums+="$n: no 'reload rejected' in the log; "
+      ok=0
+    fi
+  done
+  if st_wait node1 5 "reload.get('ok') is False and bool(reload.get('error'))"; then
+    # the problem itself (field path, line, column) is the error's last line
+    rerr=$(st get "$(state_of node1)" "reload['error']" | sed 's/^ *//' | tail -n 1 | cut -c1-150)
+    echo "  node1 state: last_reload ok=false, failed=$(st get "$(state_of node1)" "reload['failed']"), error (last line): $rerr"
+  else
+    echo "  node1 state file shows no failed reload: $WAIT_SUMMARY"
+    nums+="state file: no failed reload; "
+    ok=0
+  fi
+  status=$(timeout 10 "$NILB" status --state-file "$(state_of node1)" 2>&1)
+  echo "  nilb status on node1:"
+  sed 's/^/    | /' <<<"$status"
+  if grep -q 'FAILED' <<<"$status" && [[ -n $rerr ]] && grep -qF "${rerr:0:40}" <<<"$status"; then
+    nums+="nilb status: reload FAILED with the error ($rerr); "
+  else
+    nums+="nilb status does not show the failed reload with its error; "
+    ok=0
+  fi
+  after=$(st get "$(state_of node1)" "$shape")
+  if [[ $after == "$before" ]]; then
+    nums+="tables unchanged ($after); "
+  else
+    echo "  node1 [weight, buckets, 2nd-hop buckets] after: $after"
+    nums+="TABLES CHANGED: before $before after $after; "
+    ok=0
+  fi
+  daemons_alive || { ok=0; nums+="a daemon died; "; }
+  echo "  burst with the broken file in place (old weights $(weights_ratio) must still hold):"
+  burst_dist h4 44000 || ok=0
+  nums+="split: $DIST_NUMBERS"
+  after=$(st get "$(state_of node1)" "$shape")
+  [[ $after == "$before" ]] || { ok=0; nums+="; tables changed after the burst: $after"; }
+  # restore the good file
+  cp "$good" "$CFG.tmp" && mv -f "$CFG.tmp" "$CFG"
+  hup_all
+  if st_wait node1 5 "reload.get('ok') is True and $(settled_expr)"; then
+    after=$(st get "$(state_of node1)" "$shape")
+    echo "  good file restored + SIGHUP: $WAIT_SUMMARY"
+    nums+="; restored: reload ok, tables $([[ $after == "$before" ]] && echo unchanged || echo "CHANGED ($after)")"
+    [[ $after == "$before" ]] || ok=0
+  else
+    nums+="; restoring the good file: no successful reload ($WAIT_SUMMARY)"
+    ok=0
+  fi
+  daemons_alive || { ok=0; nums+="; a daemon died"; }
+  if ((ok)); then pass h4 "$nums"; else fail h4 "$nums"; fi
+}
+
+scenario_h5() {
+  local nums="" ok=1 est old_w t_hup settle_s steps okc resets fails rounds new=(1 8 1)
+  header "(h5) weight change in paced steps under 50 long-lived connections"
+  if ! ensure_all_up; then
+    fail h5 "precondition: not every backend up and settled: $WAIT_SUMMARY"
+    return
+  fi
+  [[ $(weights_ratio) == 1:8:1 ]] && new=(8 1 1)
+  hold_bg h5 --count 50 --sport-base 45000 --rounds 400 --interval 0.25 --max-seconds 40 --until "$NH_OUT/hold-h5.until"
+  if [[ ! -e $HOLD_STATE ]]; then
+    nh_stop "$HOLD_PID" TERM 3
+    fail h5 "hold client did not open its connections: $(tr '\n' ' ' <"$NH_OUT/hold-h5.log")"
+    return
+  fi
+  est=$(json "$HOLD_STATE" 'd["established"]')
+  echo "  held connections established: $est/50, by backend: $(json "$HOLD_STATE" 'json.dumps(d["by_backend"])')"
+  [[ $est == 50 ]] || ok=0
+  old_w=$(weights_ratio)
+  cp "$CFG" "$NH_OUT/nilb-before-h5.yaml"
+  write_config "${new[@]}"
+  echo "  new config: weights $old_w -> $(weights_ratio) (rebalance: at most ${RB_MAX_STEP_PERCENT}% of the buckets per step, steps ${RB_MIN_INTERVAL_MS}ms apart, buckets younger than ${RB_MIN_BUCKET_AGE_MS}ms stay)"
+  nilb_check || ok=0
+  "$NH_PY" "$HERE/lookup.py" --nilb "$NILB" --config "$CFG" --result "$HOLD_STATE" --show 0 |
+    sed 's/^LOOKUP/  info: nilb lookup (new config, one-step table) vs held connections (differ = moved):/'
+  t_hup=$(nh_now)
+  hup_all
+  touch "$HOLD_GO" # every connection sends a request every 0.25 s while the steps happen
+  if st_wait node1 20 "$(settled_expr)"; then
+    settle_s=$(nh_calc "$WAIT_AT - $t_hup")
+    echo "  pending_moves 0 and shares at the new weights ${settle_s}s after SIGHUP: $WAIT_SUMMARY"
+  else
+    echo "  node1 did not settle on the new weights within 20 s: $WAIT_SUMMARY"
+    ok=0
+  fi
+  steps=$(log_since node1 "${HUP_LINES[node1]}" | grep -c 'table installed')
+  log_since node1 "${HUP_LINES[node1]}" | grep 'table installed' | sed 's/^.*Z *INFO *//; s/service=web key=[^ ]* //; s/^/  node1 step: /'
+  touch "$HOLD_UNTIL" # one final round on every connection, then the client exits
+  hold_finish 30
+  if [[ -s $HOLD_RES ]]; then
+    okc=$(json "$HOLD_RES" 'd["ok"]')
+    resets=$(json "$HOLD_RES" 'd["resets"]')
+    fails=$(json "$HOLD_RES" 'd["failures"]')
+    rounds=$(json "$HOLD_RES" 'd["rounds_done"]')
+    hold_bad
+    nums+="connections OK ${okc}/50 over ${rounds} rounds (last one after pending_moves=0), resets ${resets}, failures ${fails}, exit ${HOLD_RC}; $old_w -> $(weights_ratio) in ${steps} table installs, settled ${settle_s:-never}s after SIGHUP"
+    [[ $okc == 50 && $resets == 0 && $fails == 0 && $HOLD_RC == 0 && $(json "$HOLD_RES" 'd["until_seen"]') == True ]] || ok=0
+  else
+    nums+="hold client produced no result (exit $HOLD_RC)"
+    ok=0
+  fi
+  echo "  second-chance counters (nilb stats):"
+  second_chance_counters
+  echo "  fresh burst with the new weights:"
+  burst_dist h5 45100 || ok=0
+  nums+="; new split: $DIST_NUMBERS"
+  if ((ok)); then pass h5 "$nums"; else fail h5 "$nums"; fi
+}
+
+scenario_h6() {
+  local nums="" ok=1 t_start t_end span ok0 set i last n reloads installs
+  local sets=("1 1 1" "2 1 1" "1 2 1" "1 1 2" "3 1 2" "2 3 1" "1 2 3" "4 1 1" "1 4 1" "2 5 3")
+  header "(h6) ten SIGHUPs within one second, each with a different weight set"
+  if ! ensure_all_up; then
+    fail h6 "precondition: not every backend up and settled: $WAIT_SUMMARY"
+    return
+  fi
+  # information only: 30 keep-alive connections opened before the signals, used
+  # again once the last weights are in place (a bucket that moves twice, old
+  # owner -> B -> C, keeps only B as second hop: connections of the old owner
+  # cannot survive that; the pacing's min_bucket_age only spaces such moves)
+  hold_bg h6 --count 30 --sport-base 46500 --rounds 1 --max-seconds 30 --timeout 1 || echo "  (info hold client did not start)"
+  ok0=$(st get "$(state_of node1)" "reload.get('succeeded', 0)")
+  installs=$(wc -l <"$NH_OUT/nilb-node1.log")
+  t_start=$(nh_now)
+  for set in "${sets[@]}"; do
+    # shellcheck disable=SC2086 # the set is three words on purpose
+    write_config $set
+    for n in "${NH_NODES[@]}"; do
+      [[ -n ${NILB_PID[$n]:-} ]] && kill -HUP "${NILB_PID[$n]}" 2>/dev/null
+    done
+    sleep 0.05
+  done
+  t_end=$(nh_now)
+  span=$(nh_calc "$t_end - $t_start")
+  last=$(weights_ratio)
+  echo "  ${#sets[@]} config writes + SIGHUP to every nilb in ${span}s; weight sets: $(printf '%s, ' "${sets[@]// /:}" | sed 's/, $//'); last $last"
+  awk -v s="$span" 'BEGIN { exit !(s < 1.0) }' || { ok=0; nums+="signals took ${span}s (not within 1 s); "; }
+  if st_wait node1 20 "reload.get('ok') is True and $(settled_expr)"; then
+    echo "  node1 settled on $last $(nh_calc "$WAIT_AT - $t_end")s after the last SIGHUP: $WAIT_SUMMARY"
+    nums+="node1 on $last (weights, buckets within 1 of quota, pending 0) $(nh_calc "$WAIT_AT - $t_end")s after the last SIGHUP; "
+  else
+    echo "  node1 did not end on the last weights $last: $WAIT_SUMMARY"
+    nums+="node1 not on the last weights: $WAIT_SUMMARY; "
+    ok=0
+  fi
+  reloads=$(( $(st get "$(state_of node1)" "reload.get('succeeded', 0)") - ok0 ))
+  i=$(log_since node1 "$installs" | grep -c 'table installed')
+  nums+="reloads applied on node1: $reloads for ${#sets[@]} signals (signals during a reload merge), $i table installs, rejected reloads since start $(st get "$(state_of node1)" "reload.get('failed', 0)"); "
+  for n in node2 node3; do
+    if ! st_wait "$n" 5 "reload.get('ok') is True and weights() == '$last'"; then
+      nums+="$n not on the last weights ($WAIT_SUMMARY); "
+      ok=0
+    fi
+  done
+  daemons_alive || { ok=0; nums+="a daemon died; "; }
+  touch "$HOLD_GO"
+  hold_finish 30
+  if [[ -s $HOLD_RES ]]; then
+    hold_bad
+    live_hops_of_bad
+    echo "  info: 30 connections held across the ten reloads: $(json "$HOLD_RES" 'd["ok"]') answered by their backend afterwards, resets $(json "$HOLD_RES" 'd["resets"]'), failures $(json "$HOLD_RES" 'd["failures"]') (not part of the verdict: with min_bucket_age_ms $RB_MIN_BUCKET_AGE_MS a bucket may move twice within a few seconds, and connections of its first owner are then lost, see docs/config.md; nilb's default is 300000)"
+  fi
+  echo "  burst with the last weights:"
+  burst_dist h6 46000 || ok=0
+  nums+="split: $DIST_NUMBERS"
+  if ((ok)); then pass h6 "$nums"; else fail h6 "$nums"; fi
+}
+
 selftest() {
   header "selftest: harness plumbing without nilb"
   local out res pcap tlog tpid frames mac2 state go hpid
@@ -607,7 +1262,7 @@ selftest() {
 
 # --------------------------------------------------------------------------- main
 
-echo "nilb netns harness: prefix $NH_PREFIX, output $NH_OUT${NILB:+, nilb $NILB}"
+echo "nilb netns harness: prefix $NH_PREFIX, output $NH_OUT${NILB:+, nilb $NILB_SRC}$([[ $NILB != "$NILB_SRC" ]] && echo " (run from a copy in the output directory)")"
 header "topology"
 if ! nh_build_topology; then
   fail setup "could not build the topology (see $NH_OUT/setup.log)"
@@ -651,6 +1306,12 @@ else
     want b && { scenario_b; check_daemons; }
     want c && { scenario_c; check_daemons; }
     want d && { scenario_d; check_daemons; }
+    want h1 && { scenario_h1; check_daemons; }
+    want h2 && { scenario_h2; check_daemons; }
+    want h3 && { scenario_h3; check_daemons; }
+    want h4 && { scenario_h4; check_daemons; }
+    want h5 && { scenario_h5; check_daemons; }
+    want h6 && { scenario_h6; check_daemons; }
     want e && scenario_e
   fi
 fi

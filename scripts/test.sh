@@ -15,7 +15,7 @@ echo "== cargo clippy"
 cargo clippy --all-targets -- -D warnings
 echo "== cargo test (unit, config, table, BPF packet fixtures, hash identity, replay)"
 cargo test --all-targets
-echo "== netns harness (real traffic)"
-cargo build --release
-netns-harness/run.sh --nilb target/release/nilb
+echo "== static binary (scripts/build-static.sh) and netns harness with it (real traffic)"
+BIN=$(scripts/build-static.sh | tail -n 1)
+netns-harness/run.sh --nilb "$BIN"
 echo "test.sh: all tests passed"

@@ -192,12 +192,18 @@ fn check_interface(interface: &str, balancer: bool) {
     }
 }
 
+/// Unix time in milliseconds.
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 /// Everything the control loop owns.
 struct Daemon<'a, 'obj> {
     opts: &'a RunOptions,
     ifindex: i32,
     node: Ipv4Addr,
-    started: Instant,
     dp: Dataplane<'obj>,
     cp: ControlPlane,
     checkers: Option<Checkers>,
@@ -215,8 +221,45 @@ struct Daemon<'a, 'obj> {
     state_written: Instant,
 }
 
+/// What nilb needs from the host, each missing piece explained in one line.
+fn preflight() -> Result<()> {
+    if !Path::new("/sys/kernel/btf/vmlinux").exists() {
+        bail!("the kernel has no BTF (/sys/kernel/btf/vmlinux): nilb's CO-RE programs need a kernel built with CONFIG_DEBUG_INFO_BTF=y");
+    }
+    if !nix::unistd::geteuid().is_root() {
+        warn!("not running as root: loading BPF needs CAP_BPF, CAP_PERFMON and CAP_NET_ADMIN (and CAP_SYS_ADMIN to mount bpffs)");
+    }
+    Ok(())
+}
+
+/// Turn kernel errors at load/attach time into the one-line explanation an
+/// operator needs.
+fn explain(e: anyhow::Error, interface: &str, mode: XdpMode) -> anyhow::Error {
+    let errno = e.chain().find_map(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .and_then(|io| io.raw_os_error())
+            .or_else(|| {
+                c.downcast_ref::<libbpf_rs::Error>()
+                    .map(|l| l.kind() as i32)
+            })
+    });
+    let text = format!("{e:#}");
+    let hint = if text.contains("Operation not supported") && mode == XdpMode::Native {
+        Some(format!("the driver of {interface} has no native XDP: run with --xdp-mode generic (slower), or use a NIC driver with XDP support"))
+    } else if text.contains("Operation not permitted") || errno == Some(1) {
+        Some("permission denied: run as root, or with CAP_BPF, CAP_PERFMON, CAP_NET_ADMIN and CAP_SYS_ADMIN".to_string())
+    } else {
+        None
+    };
+    match hint {
+        Some(h) => e.context(h),
+        None => e,
+    }
+}
+
 /// Run the daemon until SIGINT/SIGTERM.
 pub fn run(opts: &RunOptions) -> Result<()> {
+    preflight()?;
     let config = Config::load(&opts.config).map_err(anyhow::Error::new)?;
     let ifindex = nix::net::if_::if_nametoindex(opts.interface.as_str())
         .with_context(|| format!("no interface named {}", opts.interface))?
@@ -246,7 +289,9 @@ pub fn run(opts: &RunOptions) -> Result<()> {
         .enable_all()
         .build()
         .context("starting the health-check runtime")?;
-    let result = control.block_on(serve(opts, config, ifindex, node, &checks));
+    let result = control
+        .block_on(serve(opts, config, ifindex, node, &checks))
+        .map_err(|e| explain(e, &opts.interface, opts.xdp_mode));
     checks.shutdown_timeout(Duration::from_secs(1));
     result
 }
@@ -264,19 +309,18 @@ async fn serve(
     let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
 
     let balancer = config.cluster.balancers.contains(&node);
-    let started = Instant::now();
     let mut storage = MaybeUninit::uninit();
     let mut dp = Dataplane::load_pinned(&mut storage, Some(&opts.pin_dir))?;
     let cp = if dp.adopted() {
         let live = dp.live_tables().context("reading the adopted tables")?;
-        let cp = ControlPlane::adopt(config, live, 0);
+        let cp = ControlPlane::adopt(config, live, unix_ms());
         info!(
             services = cp.services().len(),
             "adopted the pinned maps of an earlier daemon: tables, counters and cluster set carry over"
         );
         cp
     } else {
-        ControlPlane::new(config, 0)
+        ControlPlane::new(config, unix_ms())
     };
     // Re-installing adopted tables writes the same buckets: no flow moves.
     cp.apply(&mut dp, node, &cp.full_plan())
@@ -304,7 +348,6 @@ async fn serve(
         opts,
         ifindex,
         node,
-        started,
         dp,
         cp,
         checkers: None,
@@ -378,8 +421,10 @@ async fn serve(
 }
 
 impl Daemon<'_, '_> {
+    /// The control plane's clock: Unix time in ms, so that bucket move
+    /// times kept in the maps survive a restart.
     fn now_ms(&self) -> u64 {
-        self.started.elapsed().as_millis() as u64
+        unix_ms()
     }
 
     fn is_balancer(&self) -> bool {
@@ -614,9 +659,10 @@ impl Daemon<'_, '_> {
             Err(e) => {
                 error!(
                     problems = e.problems.len(),
-                    "reload rejected, running configuration kept: {e}"
+                    "reload rejected, running configuration kept: {}",
+                    e.one_line()
                 );
-                self.record_reload(Some(e.to_string()));
+                self.record_reload(Some(e.one_line()));
                 self.write_state();
                 return;
             }

@@ -112,6 +112,16 @@ enum Command {
         #[arg(long, default_value = DEFAULT_PIN_DIR)]
         pin_dir: PathBuf,
     },
+    /// Remove nilb's programs from an interface and its pinned maps (after
+    /// `run --keep-dataplane` or a crash). Other programs are left alone.
+    Cleanup {
+        /// Interface nilb ran on.
+        #[arg(short, long)]
+        interface: String,
+        /// Pin directory nilb used.
+        #[arg(long, default_value = DEFAULT_PIN_DIR)]
+        pin_dir: PathBuf,
+    },
     /// Print the counters of the running data plane.
     Stats {
         /// Pin directory of the running daemon.
@@ -252,6 +262,23 @@ fn dispatch(command: Command) -> Result<ExitCode> {
                 TableSource::Config
             };
             tools::lookup(&c, src, dst, protocol, source, &mut stdout)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Cleanup { interface, pin_dir } => {
+            let ifindex = nix::net::if_::if_nametoindex(interface.as_str())
+                .with_context(|| format!("no interface named {interface}"))?
+                as i32;
+            let done = nilb::dataplane::cleanup(ifindex, &pin_dir)?;
+            if done.is_empty() {
+                writeln!(
+                    stdout,
+                    "nothing of nilb's on {interface} or under {}",
+                    pin_dir.display()
+                )?;
+            }
+            for line in done {
+                writeln!(stdout, "{line}")?;
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Stats { pin_dir, all } => {

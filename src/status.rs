@@ -44,6 +44,7 @@ pub struct BackendStatus {
     /// Configured weight.
     pub weight: u32,
     /// Effective weight (differs from `weight` under dynamic weights).
+    #[serde(default)]
     pub effective_weight: f64,
     /// Last load reading: CPU utilisation percent or new connections per
     /// second (dynamic weights only).

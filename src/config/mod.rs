@@ -458,6 +458,22 @@ impl fmt::Display for ConfigError {
     }
 }
 
+impl ConfigError {
+    /// All problems on one line (for logs), at most the first 10.
+    pub fn one_line(&self) -> String {
+        let mut parts: Vec<String> = self
+            .problems
+            .iter()
+            .take(10)
+            .map(|p| p.to_string())
+            .collect();
+        if self.problems.len() > 10 {
+            parts.push(format!("and {} more", self.problems.len() - 10));
+        }
+        parts.join("; ")
+    }
+}
+
 impl std::error::Error for ConfigError {}
 
 // ---- raw shape (what serde accepts) -----------------------------------------

@@ -55,6 +55,11 @@ pub fn from_str<T: DeserializeOwned>(src: &str) -> Result<T, ShapeError> {
                 message = rest.to_string();
             }
         }
+        // The deserializer names a syntax error's unknown field `?`.
+        let path = path
+            .trim_end_matches(".?")
+            .trim_end_matches('?')
+            .to_string();
         ShapeError {
             path: if path == "." { String::new() } else { path },
             message,

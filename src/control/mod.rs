@@ -226,10 +226,10 @@ impl ControlPlane {
 
     /// State for `config` built on the tables a running data plane already
     /// has (a restarted daemon adopting pinned maps): each service whose
-    /// table size still matches keeps its buckets, stats index and counter
-    /// slots, so nothing moves; buckets count as just moved, so voluntary
-    /// changes wait for the minimum bucket age. Forced changes (a backend
-    /// now offline or gone) still apply.
+    /// table size still matches keeps its buckets, their move history, its
+    /// stats index and counter slots, so nothing moves. Forced changes (a
+    /// backend now offline or gone) still apply; `now_ms` must be on the
+    /// same clock as the history (the daemon uses Unix milliseconds).
     pub fn adopt(
         config: Config,
         live: Vec<(ServiceKey, crate::dataplane::LiveTable)>,
@@ -278,7 +278,7 @@ impl ControlPlane {
                 key,
                 ServiceState {
                     index: lt.service_index,
-                    table: Table::adopt(lt.buckets, now_ms),
+                    table: Table::adopt(lt.buckets, lt.moved_at),
                     backends,
                     last_step_ms: None,
                     pending: 0,

@@ -252,28 +252,34 @@ fn indexes_are_stable_and_reused() {
 }
 
 #[test]
-fn adopting_live_tables_moves_nothing() {
+fn adopting_live_tables_moves_nothing_and_keeps_history() {
+    let rb = (0, 100, 60_000);
     let c = cfg_with(
         &[(11, 1, "active"), (12, 1, "active"), (13, 2, "active")],
         256,
-        (0, 100, 60_000),
+        rb,
     );
-    let mut cp = ControlPlane::new(c.clone(), 0);
+    let mut cp = ControlPlane::new(c, 1_000_000);
     // Give the table some history: a weight change with second hops.
-    cp.update(
+    let plan = cp.update(
         cfg_with(
             &[(11, 3, "active"), (12, 1, "active"), (13, 2, "active")],
             256,
-            (0, 100, 60_000),
+            rb,
         ),
-        10,
+        1_010_000,
     );
+    let moved = plan.install[&key()].moved;
+    assert!(moved > 0);
     let running = cp.service(&key()).unwrap().clone();
     let live = vec![(
         key(),
         crate::dataplane::LiveTable {
             service_index: running.index,
             buckets: running.table.buckets().to_vec(),
+            moved_at: (0..running.table.size() as usize)
+                .map(|i| running.table.moved_at(i))
+                .collect(),
             slots: running
                 .backends
                 .values()
@@ -281,9 +287,8 @@ fn adopting_live_tables_moves_nothing() {
                 .collect(),
         },
     )];
-    // The restarted daemon reads the same (new) config.
-    let config = cp.config().clone();
-    let adopted = ControlPlane::adopt(config, live, 0);
+    // The restarted daemon reads the same config, 20 s later.
+    let adopted = ControlPlane::adopt(cp.config().clone(), live, 1_030_000);
     let s = adopted.service(&key()).unwrap();
     assert_eq!(
         s.table.buckets(),
@@ -295,19 +300,50 @@ fn adopting_live_tables_moves_nothing() {
         assert_eq!(b.slot, running.backends[dip].slot, "counter slot of {dip}");
         assert_eq!(b.health.health, Health::Unknown);
     }
-    // And a later weight change waits for the minimum bucket age.
+    // History carried over: the buckets moved 20 s before the restart may
+    // not move again before 60 s; the others (never moved) may.
     let mut adopted = adopted;
     let plan = adopted.update(
         cfg_with(
-            &[(11, 1, "active"), (12, 1, "active"), (13, 1, "active")],
+            &[(11, 1, "active"), (12, 3, "active"), (13, 2, "active")],
             256,
-            (0, 100, 60_000),
+            rb,
         ),
-        1000,
+        1_031_000,
     );
+    let t = &adopted.service(&key()).unwrap().table;
+    for i in 0..256 {
+        if running.table.moved_at(i) == Some(1_010_000) {
+            assert_eq!(
+                t.buckets()[i].first,
+                running.table.buckets()[i].first,
+                "bucket {i} moved twice"
+            );
+        }
+    }
     assert!(
-        plan.install.is_empty(),
-        "adopted buckets count as just moved"
+        plan.install.contains_key(&key()),
+        "never-moved buckets may move at once"
     );
-    assert!(adopted.service(&key()).unwrap().pending > 0);
+}
+
+#[test]
+fn fresh_tables_start_without_move_history() {
+    let c = cfg_with(
+        &[(11, 1, "active"), (12, 1, "active")],
+        64,
+        (0, 100, 300_000),
+    );
+    let mut cp = ControlPlane::new(c, 5_000);
+    assert!((0..64).all(|i| table(&cp).moved_at(i).is_none()));
+    // So a drain right after start is not held back by min_bucket_age.
+    let plan = cp.update(
+        cfg_with(
+            &[(11, 1, "active"), (12, 1, "drained")],
+            64,
+            (0, 100, 300_000),
+        ),
+        6_000,
+    );
+    assert_eq!(plan.install[&key()].moved, 32);
 }

@@ -103,7 +103,8 @@ pub const BUCKET_SIZE: u32 = std::mem::size_of::<sys::nilb_bucket>() as u32;
 
 /// Keys and values for filling an inner bucket array in one batch: element
 /// 0 is the header (table mask, service index), element 1 + i is bucket i;
-/// `slot_of(dip)` gives the `backend_stats` slot of a first hop.
+/// `slot_of(dip)` gives the `backend_stats` slot of a first hop. Move times
+/// are the table's clock, which the daemon runs on Unix milliseconds.
 pub fn inner_table_elements(
     table: &Table,
     service_index: u32,
@@ -121,12 +122,14 @@ pub fn inner_table_elements(
         pad: [0; 2],
     };
     values.extend_from_slice(bytes_of(&hdr));
-    for b in table.buckets() {
+    for (i, b) in table.buckets().iter().enumerate() {
         let v = sys::nilb_bucket {
             first_hop: b.first.map_or(0, addr_be),
             second_hop: b.second.map_or(0, addr_be),
             first_slot: b.first.map_or(0, slot_of),
-            pad: 0,
+            moved_at_s: table
+                .moved_at(i)
+                .map_or(0, |ms| (ms / 1000).clamp(1, u32::MAX as u64) as u32),
         };
         values.extend_from_slice(bytes_of(&v));
     }
@@ -337,6 +340,76 @@ pub fn create_clsact(ifindex: i32) -> Result<bool> {
             std::io::Error::from_raw_os_error(-e)
         ),
     }
+}
+
+/// Program id attached with XDP in `mode_flag` mode (`XDP_FLAGS_DRV_MODE` or
+/// `XDP_FLAGS_SKB_MODE`) on `ifindex`; 0 if none.
+pub fn xdp_prog_id(ifindex: i32, mode_flag: u32) -> Result<u32> {
+    let mut id = 0u32;
+    // SAFETY: `id` outlives the call; libbpf writes one u32 through it.
+    let rc = unsafe { libbpf_rs::libbpf_sys::bpf_xdp_query_id(ifindex, mode_flag as i32, &mut id) };
+    if rc != 0 {
+        bail!(
+            "querying XDP on ifindex {ifindex}: {}",
+            std::io::Error::from_raw_os_error(-rc)
+        );
+    }
+    Ok(id)
+}
+
+/// Detach whatever XDP program runs in `mode_flag` mode on `ifindex`.
+pub fn xdp_detach(ifindex: i32, mode_flag: u32) -> Result<()> {
+    // SAFETY: no pointers are passed (opts NULL).
+    let rc = unsafe { libbpf_rs::libbpf_sys::bpf_xdp_detach(ifindex, mode_flag, std::ptr::null()) };
+    if rc != 0 {
+        bail!(
+            "detaching XDP from ifindex {ifindex}: {}",
+            std::io::Error::from_raw_os_error(-rc)
+        );
+    }
+    Ok(())
+}
+
+fn tc_ingress_hook(ifindex: i32) -> libbpf_rs::libbpf_sys::bpf_tc_hook {
+    libbpf_rs::libbpf_sys::bpf_tc_hook {
+        sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_tc_hook>() as _,
+        ifindex,
+        attach_point: libbpf_rs::libbpf_sys::BPF_TC_INGRESS,
+        ..Default::default()
+    }
+}
+
+fn tc_opts(handle: u32, priority: u32) -> libbpf_rs::libbpf_sys::bpf_tc_opts {
+    libbpf_rs::libbpf_sys::bpf_tc_opts {
+        sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_tc_opts>() as _,
+        handle,
+        priority,
+        ..Default::default()
+    }
+}
+
+/// Program id of the TC ingress filter (`handle`, `priority`) on `ifindex`.
+pub fn tc_filter_prog_id(ifindex: i32, handle: u32, priority: u32) -> Option<u32> {
+    let hook = tc_ingress_hook(ifindex);
+    let mut opts = tc_opts(handle, priority);
+    // SAFETY: both structs are initialised and outlive the call.
+    let rc = unsafe { libbpf_rs::libbpf_sys::bpf_tc_query(&hook, &mut opts) };
+    (rc == 0).then_some(opts.prog_id)
+}
+
+/// Remove the TC ingress filter (`handle`, `priority`) from `ifindex`.
+pub fn tc_filter_detach(ifindex: i32, handle: u32, priority: u32) -> Result<()> {
+    let hook = tc_ingress_hook(ifindex);
+    let opts = tc_opts(handle, priority);
+    // SAFETY: both structs are initialised and outlive the call.
+    let rc = unsafe { libbpf_rs::libbpf_sys::bpf_tc_detach(&hook, &opts) };
+    if rc != 0 {
+        bail!(
+            "detaching the TC filter from ifindex {ifindex}: {}",
+            std::io::Error::from_raw_os_error(-rc)
+        );
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -107,8 +107,53 @@ pub struct Dataplane<'obj> {
 }
 
 /// TC filter handle and priority nilb uses on clsact ingress ("ni").
-const TC_HANDLE: u32 = 0x6e69;
-const TC_PRIORITY: u32 = 1;
+pub const TC_HANDLE: u32 = 0x6e69;
+/// TC filter priority nilb uses.
+pub const TC_PRIORITY: u32 = 1;
+
+/// Remove every nilb program from `ifindex` (XDP in either mode, the TC
+/// filter) and the pins under `pin_dir`, whoever left them: what an operator
+/// runs to take a node out after `--keep-dataplane` or a crash. Programs that
+/// are not nilb's are left alone. Returns what was removed.
+pub fn cleanup(ifindex: i32, pin_dir: &Path) -> Result<Vec<String>> {
+    let mut done = Vec::new();
+    for (flag, mode) in [
+        (libbpf_rs::libbpf_sys::XDP_FLAGS_DRV_MODE, "native"),
+        (libbpf_rs::libbpf_sys::XDP_FLAGS_SKB_MODE, "generic"),
+    ] {
+        let id = abi::xdp_prog_id(ifindex, flag)?;
+        if id == 0 {
+            continue;
+        }
+        let name = program_name(id).unwrap_or_default();
+        if name.starts_with("nilb_xdp") {
+            abi::xdp_detach(ifindex, flag)?;
+            done.push(format!(
+                "detached XDP program {name} (id {id}, {mode} mode)"
+            ));
+        } else {
+            done.push(format!("left XDP program {name} (id {id}): not nilb's"));
+        }
+    }
+    if let Some(id) = abi::tc_filter_prog_id(ifindex, TC_HANDLE, TC_PRIORITY) {
+        let name = program_name(id).unwrap_or_default();
+        if name.starts_with("nilb_tc") {
+            abi::tc_filter_detach(ifindex, TC_HANDLE, TC_PRIORITY)?;
+            done.push(format!("detached TC ingress filter {name} (id {id})"));
+        } else {
+            done.push(format!("left TC filter {name} (id {id}): not nilb's"));
+        }
+    }
+    for name in PINNED_MAPS {
+        let path = pin_dir.join(name);
+        if path.exists() {
+            std::fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))?;
+            done.push(format!("removed pin {}", path.display()));
+        }
+    }
+    let _ = std::fs::remove_dir(pin_dir);
+    Ok(done)
+}
 
 impl<'obj> Dataplane<'obj> {
     /// Open and load the BPF object (the verifier runs here), with no pins
@@ -646,6 +691,10 @@ fn read_tables(services: &dyn MapCore) -> Result<Vec<(ServiceKey, LiveTable)>> {
                         second: (b.second_hop != 0).then(|| abi::addr_from_be(b.second_hop)),
                     })
                     .collect(),
+                moved_at: buckets
+                    .iter()
+                    .map(|b| (b.moved_at_s != 0).then(|| b.moved_at_s as u64 * 1000))
+                    .collect(),
                 slots,
             },
         ));
@@ -661,6 +710,9 @@ pub struct LiveTable {
     pub service_index: u32,
     /// Buckets in index order.
     pub buckets: Vec<crate::table::Bucket>,
+    /// When each bucket's first hop last changed (Unix ms, seconds
+    /// precision), as the daemon recorded it.
+    pub moved_at: Vec<Option<u64>>,
     /// `backend_stats` slot of each first hop.
     pub slots: std::collections::BTreeMap<Ipv4Addr, u32>,
 }

@@ -147,19 +147,14 @@ impl Table {
         }
     }
 
-    /// A table with these buckets (adopted from a running data plane), all
-    /// counted as moved at `now_ms`: their real history is unknown, so none
-    /// moves voluntarily again before the minimum bucket age.
-    pub fn adopt(buckets: Vec<Bucket>, now_ms: u64) -> Table {
+    /// A table with these buckets and move times (adopted from a running
+    /// data plane, which keeps each bucket's last move in the bucket array).
+    pub fn adopt(buckets: Vec<Bucket>, moved_at: Vec<Option<u64>>) -> Table {
         assert!(
-            buckets.len().is_power_of_two(),
+            buckets.len().is_power_of_two() && moved_at.len() == buckets.len(),
             "table size must be a power of two"
         );
-        let n = buckets.len();
-        Table {
-            buckets,
-            moved_at: vec![Some(now_ms); n],
-        }
+        Table { buckets, moved_at }
     }
 
     /// A fresh table for `targets`: contiguous ranges, larger shares first,
@@ -306,7 +301,11 @@ impl Table {
                 let keep = |a: Option<Ipv4Addr>| a.filter(|&a| a != dip && second_ok(a));
                 b.second = keep(prev).or(keep(b.second));
                 b.first = Some(dip);
-                new.moved_at[i] = Some(now_ms);
+                // A bucket that never had an owner is assigned, not moved:
+                // no connection depends on it, so its age does not start.
+                if prev.is_some() || new.moved_at[i].is_some() {
+                    new.moved_at[i] = Some(now_ms);
+                }
                 moves.moved += 1;
             };
 
