@@ -169,6 +169,11 @@ fn parse_metrics_address(s: &str) -> Result<MetricsAddress, String> {
         .map_err(|e| format!("`{s}` is not an address:port or `off`: {e}"))
 }
 
+/// ifindex of an interface, with a readable error.
+fn ifindex(name: &str) -> Result<u32> {
+    nix::net::if_::if_nametoindex(name).with_context(|| format!("no interface named {name}"))
+}
+
 fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
@@ -265,10 +270,7 @@ fn dispatch(command: Command) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Cleanup { interface, pin_dir } => {
-            let ifindex = nix::net::if_::if_nametoindex(interface.as_str())
-                .with_context(|| format!("no interface named {interface}"))?
-                as i32;
-            let done = nilb::dataplane::cleanup(ifindex, &pin_dir)?;
+            let done = nilb::dataplane::cleanup(ifindex(&interface)? as i32, &pin_dir)?;
             if done.is_empty() {
                 writeln!(
                     stdout,
@@ -303,8 +305,7 @@ fn dispatch(command: Command) -> Result<ExitCode> {
                     .context("the config lists no balancer; pass --node-address")?,
             };
             let ifindex = match interface {
-                Some(i) => nix::net::if_::if_nametoindex(i.as_str())
-                    .with_context(|| format!("no interface named {i}"))?,
+                Some(i) => ifindex(&i)?,
                 None => 0,
             };
             replay::replay(

@@ -638,6 +638,12 @@ fn unusable_address(a: Ipv4Addr) -> Option<&'static str> {
     }
 }
 
+/// A host name as it may appear in logs, metrics labels and a Host header:
+/// 1-253 characters, no whitespace or control characters.
+fn is_host_name(h: &str) -> bool {
+    !h.is_empty() && h.len() <= 253 && !h.chars().any(|c| c.is_whitespace() || c.is_control())
+}
+
 fn valid_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 64
@@ -969,10 +975,7 @@ impl Validator {
             }
         }
         if let Some(host) = &h.host {
-            if host.is_empty()
-                || host.len() > 253
-                || host.chars().any(|c| c.is_whitespace() || c.is_control())
-            {
+            if !is_host_name(host) {
                 self.report(
                     format!("{path}.host"),
                     format!("`{host}` is not a usable Host header"),
@@ -1147,10 +1150,7 @@ impl Validator {
                     );
                 }
                 if let Some(h) = &rb.hostname {
-                    if h.is_empty()
-                        || h.len() > 253
-                        || h.chars().any(|c| c.is_whitespace() || c.is_control())
-                    {
+                    if !is_host_name(h) {
                         self.report(
                             format!("{bp}.hostname"),
                             format!("`{h}` is not a usable hostname"),

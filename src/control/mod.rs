@@ -92,6 +92,19 @@ pub enum LoadSample {
 }
 
 impl BackendRuntime {
+    /// A backend in the file, with its health state and counter slot.
+    fn new(config: &Backend, health: HealthState, slot: u32) -> Self {
+        BackendRuntime {
+            config: config.clone(),
+            removed_at_ms: None,
+            empty_since_ms: None,
+            health,
+            slot,
+            effective_weight: config.weight as f64,
+            load: LoadState::default(),
+        }
+    }
+
     /// Active, in the file and not down.
     fn is_first_hop_candidate(&self) -> bool {
         self.removed_at_ms.is_none()
@@ -263,15 +276,7 @@ impl ControlPlane {
                 };
                 backends.insert(
                     b.dip,
-                    BackendRuntime {
-                        config: b.clone(),
-                        removed_at_ms: None,
-                        empty_since_ms: None,
-                        health: fresh_health(check, now_ms, false),
-                        slot,
-                        effective_weight: b.weight as f64,
-                        load: LoadState::default(),
-                    },
+                    BackendRuntime::new(b, fresh_health(check, now_ms, false), slot),
                 );
             }
             cp.services.insert(
@@ -398,15 +403,7 @@ impl ControlPlane {
                                 let slot = Self::take_slot(&mut self.used_slots, &mut plan);
                                 state.backends.insert(
                                     b.dip,
-                                    BackendRuntime {
-                                        config: b.clone(),
-                                        removed_at_ms: None,
-                                        empty_since_ms: None,
-                                        health: fresh_health(check, now_ms, true),
-                                        slot,
-                                        effective_weight: b.weight as f64,
-                                        load: LoadState::default(),
-                                    },
+                                    BackendRuntime::new(b, fresh_health(check, now_ms, true), slot),
                                 );
                             }
                         }
@@ -431,15 +428,7 @@ impl ControlPlane {
                         let slot = Self::take_slot(&mut self.used_slots, &mut plan);
                         backends.insert(
                             b.dip,
-                            BackendRuntime {
-                                config: b.clone(),
-                                removed_at_ms: None,
-                                empty_since_ms: None,
-                                health: fresh_health(check, now_ms, false),
-                                slot,
-                                effective_weight: b.weight as f64,
-                                load: LoadState::default(),
-                            },
+                            BackendRuntime::new(b, fresh_health(check, now_ms, false), slot),
                         );
                     }
                     self.services.insert(

@@ -313,6 +313,7 @@ impl Table {
         // second hop, then adjacency / largest need (see `fill`).
         let forced = new.fill(
             &targets,
+            &index,
             &mut need,
             forced_free,
             &mut moves,
@@ -401,7 +402,7 @@ impl Table {
             released.push((i, Some(owner)));
         }
         new.fill(
-            &targets, &mut need, released, &mut moves, &assign, &second_ok, now_ms,
+            &targets, &index, &mut need, released, &mut moves, &assign, &second_ok, now_ms,
         );
 
         // Voluntary work left: buckets still owned by leavers or above quota.
@@ -431,6 +432,7 @@ impl Table {
     fn fill(
         &mut self,
         targets: &[Target],
+        index: &HashMap<Ipv4Addr, usize>,
         need: &mut [i64],
         mut free: Vec<(usize, Option<Ipv4Addr>)>,
         moves: &mut Moves,
@@ -442,11 +444,6 @@ impl Table {
             return 0;
         }
         let size = self.buckets.len();
-        let index: HashMap<Ipv4Addr, usize> = targets
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t.dip, i))
-            .collect();
         let target_of = |a: Option<Ipv4Addr>| a.and_then(|a| index.get(&a).copied());
         let mut assigned = 0;
 
