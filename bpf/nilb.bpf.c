@@ -101,6 +101,15 @@ struct {
 	__type(value, struct nilb_backend_stats);
 } backend_stats SEC(".maps");
 
+/* Shared by all CPUs: a racing refresh writes the same answer. Not pinned:
+ * a restarted daemon starts with an empty cache. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, NILB_MAX_BACKEND_SLOTS);
+	__type(key, __u32);
+	__type(value, struct nilb_hop_cache);
+} hop_cache SEC(".maps");
+
 /* ---- helpers ------------------------------------------------------------- */
 
 static __always_inline void count(__u32 idx)
@@ -248,7 +257,9 @@ static __always_inline int xdp_encap(struct xdp_md *ctx, const struct nilb_confi
 	struct nilb_backend_stats *bs;
 	struct bpf_fib_lookup fib = {};
 	__u8 macs[2 * ETH_ALEN];
-	__u32 zero = 0, idx, first, second, nhops, overhead, node;
+	__u32 zero = 0, idx, first, second, nhops, overhead, node, slot, out_len;
+	struct nilb_hop_cache *hc;
+	__u64 now;
 	__u16 gue_port;
 	int rc;
 
@@ -277,8 +288,8 @@ static __always_inline int xdp_encap(struct xdp_md *ctx, const struct nilb_confi
 	overhead = NILB_GUE_BASE_OVERHEAD + 4 * nhops;
 	node = cfg->node_addr;
 	gue_port = cfg->gue_port;
-	idx = b->first_slot;
-	bs = bpf_map_lookup_elem(&backend_stats, &idx);
+	slot = b->first_slot;
+	bs = bpf_map_lookup_elem(&backend_stats, &slot);
 	if (bs) {
 		bs->packets++;
 		bs->bytes += inner_len;
@@ -350,9 +361,27 @@ static __always_inline int xdp_encap(struct xdp_md *ctx, const struct nilb_confi
 		return xdp_to_tc(ctx, C_XDP_ENCAP_LOCAL);
 	}
 
+	/* Most packets reuse the hop's recent FIB answer: a FIB and
+	 * neighbour lookup costs more than all the rest of the path. Larger
+	 * packets than the answer was checked for ask the FIB again (MTU). */
+	out_len = inner_len + overhead;
+	now = bpf_ktime_get_coarse_ns();
+	hc = bpf_map_lookup_elem(&hop_cache, &slot);
+	if (hc && hc->hop == first && hc->in_ifindex == ctx->ingress_ifindex &&
+	    hc->expires_ns > now && out_len <= hc->max_len) {
+		__builtin_memcpy(eth->h_dest, hc->dmac, ETH_ALEN);
+		__builtin_memcpy(eth->h_source, hc->smac, ETH_ALEN);
+		if (hc->out_ifindex == ctx->ingress_ifindex) {
+			count(C_XDP_ENCAP_TX);
+			return XDP_TX;
+		}
+		count(C_XDP_ENCAP_REDIRECT);
+		return bpf_redirect(hc->out_ifindex, 0);
+	}
+
 	fib.family = AF_INET;
 	fib.l4_protocol = IPPROTO_UDP;
-	fib.tot_len = inner_len + overhead;
+	fib.tot_len = out_len;
 	fib.ipv4_src = node;
 	fib.ipv4_dst = first;
 	fib.ifindex = ctx->ingress_ifindex;
@@ -361,6 +390,19 @@ static __always_inline int xdp_encap(struct xdp_md *ctx, const struct nilb_confi
 	case BPF_FIB_LKUP_RET_SUCCESS:
 		__builtin_memcpy(eth->h_dest, fib.dmac, ETH_ALEN);
 		__builtin_memcpy(eth->h_source, fib.smac, ETH_ALEN);
+		if (hc) {
+			__u32 max_len = out_len;
+
+			if (hc->hop == first && hc->expires_ns > now && hc->max_len > max_len)
+				max_len = hc->max_len;
+			hc->hop = first;
+			hc->in_ifindex = ctx->ingress_ifindex;
+			hc->out_ifindex = fib.ifindex;
+			hc->max_len = max_len;
+			__builtin_memcpy(hc->dmac, fib.dmac, ETH_ALEN);
+			__builtin_memcpy(hc->smac, fib.smac, ETH_ALEN);
+			hc->expires_ns = now + NILB_HOP_CACHE_NS;
+		}
 		if (fib.ifindex == ctx->ingress_ifindex) {
 			count(C_XDP_ENCAP_TX);
 			return XDP_TX;

@@ -36,6 +36,8 @@ enum nilb_wire {
 	NILB_GUE_BASE_OVERHEAD = 36,
 	/* Outer TTL of encapsulated packets. */
 	NILB_OUTER_TTL = 64,
+	/* How long the balancer reuses a hop's FIB/neighbour answer (ns). */
+	NILB_HOP_CACHE_NS = 250000000,
 	/* XDP metadata (4 bytes before the frame) that marks a GUE packet our
 	 * own XDP program handed to our TC program ("nilb"). */
 	NILB_XDP_MARK = 0x6e696c62,
@@ -147,6 +149,21 @@ struct nilb_backend_stats {
 	__u64 packets;   /* packets encapsulated to it */
 	__u64 bytes;     /* their L3 bytes before encapsulation */
 	__u64 syns;      /* TCP SYN without ACK among them (new connections) */
+};
+
+/* Value of the `hop_cache` map (ARRAY, key backend slot): the balancer's
+ * recent bpf_fib_lookup answer for the slot's hop, so that most packets skip
+ * the FIB and neighbour lookup. Entries expire after NILB_HOP_CACHE_NS and
+ * are checked against the hop and the ingress interface. */
+struct nilb_hop_cache {
+	__u64 expires_ns;   /* bpf_ktime_get_coarse_ns() deadline */
+	__u32 hop;          /* IPv4 network order this answer is for */
+	__u32 in_ifindex;   /* interface the packets came in on */
+	__u32 out_ifindex;  /* interface the FIB chose */
+	__u32 max_len;      /* largest outer length the FIB accepted (MTU) */
+	__u8 dmac[6];
+	__u8 smac[6];
+	__u32 pad;
 };
 
 /* Value of the `cluster_nodes` and `vips` maps (HASH, key IPv4 __u32). */

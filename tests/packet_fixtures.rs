@@ -835,3 +835,31 @@ fn connect_from(src: Ipv4Addr, dst: Ipv4Addr, port: u16) -> std::net::TcpStream 
     .unwrap();
     std::net::TcpStream::from(fd)
 }
+
+#[test]
+fn xdp_hop_cache_still_checks_the_mtu() {
+    let net = TestNet::new();
+    let st = std::process::Command::new("ip")
+        .args(["link", "set", "nt0", "mtu", "300"])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let l = load(&config(&[(B12, 1, "active")], "drop"), NODE);
+    let small = client_frame(&net, &l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40000, 80, SYN, b"")));
+    // The first packet asks the FIB and fills the cache; the second uses it.
+    for _ in 0..2 {
+        let ((v, _), deltas) = l.counted(|| l.dp.run_xdp(&small, net.ifindex).unwrap());
+        assert_eq!((v, deltas), (XDP_TX, vec![("xdp_encap_tx", 1)]));
+    }
+    // A packet that fits the client's MTU but not this link with GUE: the
+    // cached answer covered only smaller packets, so the FIB is asked again.
+    let big = client_frame(
+        &net,
+        &l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40000, 80, ACK, &[0u8; 250])),
+    );
+    let ((v, _), deltas) = l.counted(|| l.dp.run_xdp(&big, net.ifindex).unwrap());
+    assert_eq!((v, deltas), (XDP_DROP, vec![("xdp_drop_too_big", 1)]));
+    // And small packets still use the cache.
+    let ((v, _), _) = l.counted(|| l.dp.run_xdp(&small, net.ifindex).unwrap());
+    assert_eq!(v, XDP_TX);
+}
