@@ -217,7 +217,7 @@ static __always_inline int xdp_icmp_flow(void *l4, __u32 l4_len, void *data_end,
 	if (icmp->type != ICMP_DEST_UNREACH || icmp->code != ICMP_FRAG_NEEDED)
 		return 1;
 	emb = (void *)(icmp + 1);
-	if ((void *)(emb + 1) > data_end)
+	if ((void *)(emb + 1) > data_end || l4_len < sizeof(*icmp) + sizeof(*emb))
 		return -1;
 	if (emb->version != 4 || emb->ihl < 5)
 		return -1;
@@ -610,7 +610,8 @@ static __always_inline int tc_local_match(struct __sk_buff *skb, struct iphdr *i
 		if (icmp->type != ICMP_DEST_UNREACH || icmp->code != ICMP_FRAG_NEEDED)
 			return -3;
 		emb = (void *)(icmp + 1);
-		if ((void *)(emb + 1) > data_end || emb->version != 4 || emb->ihl < 5)
+		if ((void *)(emb + 1) > data_end || l4_len < sizeof(*icmp) + sizeof(*emb) ||
+		    emb->version != 4 || emb->ihl < 5)
 			return -2;
 		if (emb->frag_off & bpf_htons(IP_OFFSET))
 			return -3;
@@ -691,13 +692,32 @@ static __always_inline int tc_decap(struct __sk_buff *skb, __u32 hdr_len, __u32 
 	return TC_ACT_OK;
 }
 
+/* Bytes of headers the TC program reads: Ethernet, outer IPv4, UDP, GUE with
+ * NILB_MAX_GUE_HOPS hops, inner IPv4 with options, TCP. */
+#define TC_HEADERS_LEN (14 + 20 + 8 + 8 + 4 * NILB_MAX_GUE_HOPS + 60 + 20)
+
+/* Some drivers leave only part of the headers in the linear area: make them
+ * directly readable (rarely needed; a no-op otherwise). A subprogram, so
+ * that the caller reads the context's data pointers once, after it. */
+static __noinline int tc_linearize_headers(struct __sk_buff *skb)
+{
+	__u32 linear = skb->data_end - skb->data;
+
+	if (linear < TC_HEADERS_LEN && linear < skb->len)
+		return bpf_skb_pull_data(skb, skb->len < TC_HEADERS_LEN ? skb->len : TC_HEADERS_LEN);
+	return 0;
+}
+
 SEC("tc")
 int nilb_tc_second_chance(struct __sk_buff *skb)
 {
-	void *data = (void *)(long)skb->data;
-	void *data_end = (void *)(long)skb->data_end;
-	void *meta = (void *)(long)skb->data_meta;
-	struct ethhdr *eth = data;
+	void *data, *data_end, *meta;
+
+	tc_linearize_headers(skb);
+	data = (void *)(long)skb->data;
+	data_end = (void *)(long)skb->data_end;
+	meta = (void *)(long)skb->data_meta;
+	struct ethhdr *eth;
 	struct nilb_service_stats *st;
 	struct nilb_config *cfg;
 	struct iphdr *oip, *in;
@@ -707,6 +727,7 @@ int nilb_tc_second_chance(struct __sk_buff *skb)
 	__u8 hlen, nhops, next;
 	int verdict, udp_listener = 0, marked;
 
+	eth = data;
 	if ((void *)(eth + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_IP))
 		goto pass;
 	oip = (void *)(eth + 1);

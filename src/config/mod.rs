@@ -1074,7 +1074,10 @@ impl Validator {
                 );
             }
             let key = (vip, port, rs.protocol);
-            if let Some(prev) = keys.insert(key, si) {
+            // An unusable VIP or port was reported already; comparing it
+            // with others would only add false duplicates.
+            let comparable = !vip.is_unspecified() && port != 0;
+            if let Some(prev) = comparable.then(|| keys.insert(key, si)).flatten() {
                 self.report(
                     &sp,
                     format!(
