@@ -845,7 +845,10 @@ fn xdp_hop_cache_still_checks_the_mtu() {
         .unwrap();
     assert!(st.success());
     let l = load(&config(&[(B12, 1, "active")], "drop"), NODE);
-    let small = client_frame(&net, &l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40000, 80, SYN, b"")));
+    let small = client_frame(
+        &net,
+        &l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40000, 80, SYN, b"")),
+    );
     // The first packet asks the FIB and fills the cache; the second uses it.
     for _ in 0..2 {
         let ((v, _), deltas) = l.counted(|| l.dp.run_xdp(&small, net.ifindex).unwrap());
