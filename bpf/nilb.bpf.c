@@ -43,11 +43,12 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 /* ---- maps ---------------------------------------------------------------- */
 
 /* Template of a service's bucket array. BPF_F_INNER_MAP lets each service
- * have its own table size; element 0 is struct nilb_table_header. */
+ * have its own table size; BPF_F_MMAPABLE lets the control plane fill a new
+ * array with one memory copy. Element 0 is struct nilb_table_header. */
 struct inner_table {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 2);
-	__uint(map_flags, BPF_F_INNER_MAP);
+	__uint(map_flags, BPF_F_INNER_MAP | BPF_F_MMAPABLE);
 	__uint(key_size, sizeof(__u32));
 	__uint(value_size, sizeof(struct nilb_bucket));
 };

@@ -800,13 +800,25 @@ impl ControlPlane {
         for &index in &plan.fresh_service_indexes {
             dp.reset_stats(None, Some(index))?;
         }
-        for key in plan.install.keys() {
-            if let Some(state) = self.services.get(key) {
-                let slot_of =
-                    |d: Ipv4Addr| state.backends.get(&d).map_or(OVERFLOW_SLOT, |b| b.slot);
-                dp.install_table(key, state.index, &state.table, &slot_of)?;
-            }
-        }
+        // All changed tables in one batch (one RCU wait in the kernel).
+        let installs: Vec<(ServiceKey, &ServiceState)> = plan
+            .install
+            .keys()
+            .filter_map(|key| self.services.get(key).map(|st| (*key, st)))
+            .collect();
+        let slot_fns: Vec<Box<dyn Fn(Ipv4Addr) -> u32 + '_>> = installs
+            .iter()
+            .map(|(_, st)| {
+                let f = move |d: Ipv4Addr| st.backends.get(&d).map_or(OVERFLOW_SLOT, |b| b.slot);
+                Box::new(f) as Box<dyn Fn(Ipv4Addr) -> u32 + '_>
+            })
+            .collect();
+        let items: Vec<(ServiceKey, u32, &Table, &dyn Fn(Ipv4Addr) -> u32)> = installs
+            .iter()
+            .zip(&slot_fns)
+            .map(|((key, st), f)| (*key, st.index, &st.table, f.as_ref()))
+            .collect();
+        dp.install_tables(&items)?;
         for key in &plan.remove {
             dp.remove_service(key)?;
         }

@@ -8,7 +8,7 @@
 #![allow(unsafe_code)]
 
 use std::net::Ipv4Addr;
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 
 use anyhow::{bail, Context, Result};
 use libbpf_rs::{MapCore, MapFlags, ProgramInput};
@@ -101,21 +101,17 @@ pub fn parse_service_key(bytes: &[u8]) -> Result<Option<ServiceKey>> {
 /// Size of one inner-array element (bucket or header), bytes.
 pub const BUCKET_SIZE: u32 = std::mem::size_of::<sys::nilb_bucket>() as u32;
 
-/// Keys and values for filling an inner bucket array in one batch: element
-/// 0 is the header (table mask, service index), element 1 + i is bucket i;
+/// The contents of an inner bucket array, element by element: element 0 is
+/// the header (table mask, service index), element 1 + i is bucket i;
 /// `slot_of(dip)` gives the `backend_stats` slot of a first hop. Move times
 /// are the table's clock, which the daemon runs on Unix milliseconds.
-pub fn inner_table_elements(
+pub fn inner_table_values(
     table: &Table,
     service_index: u32,
     slot_of: &dyn Fn(Ipv4Addr) -> u32,
-) -> (Vec<u8>, Vec<u8>) {
+) -> Vec<u8> {
     let n = table.size() as usize + 1;
-    let mut keys = Vec::with_capacity(n * 4);
     let mut values = Vec::with_capacity(n * BUCKET_SIZE as usize);
-    for i in 0..n as u32 {
-        keys.extend_from_slice(&i.to_ne_bytes());
-    }
     let hdr = sys::nilb_table_header {
         table_mask: table.size() - 1,
         service_index,
@@ -133,26 +129,67 @@ pub fn inner_table_elements(
         };
         values.extend_from_slice(bytes_of(&v));
     }
-    (keys, values)
+    values
 }
 
 /// Header and buckets read back from an inner map (for stats and lookups).
 pub fn read_inner_table(
     map: &dyn MapCore,
 ) -> Result<(sys::nilb_table_header, Vec<sys::nilb_bucket>)> {
-    let zero = 0u32.to_ne_bytes();
-    let hdr: sys::nilb_table_header = read_struct(
-        &map.lookup(&zero, MapFlags::ANY)?
-            .context("inner table has no header")?,
-    )?;
-    let mut buckets = Vec::with_capacity(hdr.table_mask as usize + 1);
-    for i in 1..=hdr.table_mask + 1 {
-        let v = map
-            .lookup(&i.to_ne_bytes(), MapFlags::ANY)?
-            .with_context(|| format!("inner table has no bucket {}", i - 1))?;
-        buckets.push(read_struct(&v)?);
+    let n = map.max_entries() as usize;
+    let mut bytes = vec![0u8; n * BUCKET_SIZE as usize];
+    with_mmap(map.as_fd(), n * BUCKET_SIZE as usize, false, |m| {
+        bytes.copy_from_slice(m)
+    })
+    .context("reading a bucket array")?;
+    let hdr: sys::nilb_table_header = read_struct(&bytes)?;
+    let size = hdr.table_mask as usize + 1;
+    if size + 1 > n {
+        bail!(
+            "bucket array header says {size} buckets, the array holds {}",
+            n - 1
+        );
     }
+    let buckets = bytes[BUCKET_SIZE as usize..]
+        .chunks_exact(BUCKET_SIZE as usize)
+        .take(size)
+        .map(read_struct)
+        .collect::<Result<_>>()?;
     Ok((hdr, buckets))
+}
+
+/// Write `values` (whole elements) into a `BPF_F_MMAPABLE` array from
+/// element 0, with one memory copy.
+pub fn fill_array(map: &libbpf_rs::MapHandle, values: &[u8]) -> Result<()> {
+    with_mmap(map.as_fd(), values.len(), true, |m| {
+        m.copy_from_slice(values)
+    })
+    .context("filling a bucket array")
+}
+
+/// Map the first `len` bytes of a `BPF_F_MMAPABLE` array and run `f` on
+/// them (read-only unless `write`).
+fn with_mmap(fd: BorrowedFd<'_>, len: usize, write: bool, f: impl FnOnce(&mut [u8])) -> Result<()> {
+    use nix::sys::mman::{mmap, munmap, MapFlags as MmapFlags, ProtFlags};
+    let Some(nz) = std::num::NonZeroUsize::new(len) else {
+        return Ok(());
+    };
+    let prot = if write {
+        ProtFlags::PROT_READ | ProtFlags::PROT_WRITE
+    } else {
+        ProtFlags::PROT_READ
+    };
+    // SAFETY: a shared mapping of a BPF array's value area, which is at
+    // least `len` bytes (callers pass at most elements * value size); it
+    // is unmapped before returning and only accessed through the slice.
+    unsafe {
+        let ptr =
+            mmap(None, nz, prot, MmapFlags::MAP_SHARED, fd, 0).context("mmap of a BPF array")?;
+        let slice = std::slice::from_raw_parts_mut(ptr.as_ptr().cast::<u8>(), len);
+        f(slice);
+        munmap(ptr, len).context("munmap of a BPF array")?;
+    }
+    Ok(())
 }
 
 /// Value of the `nilb_config` map.
@@ -226,11 +263,11 @@ pub fn read_counters(map: &dyn MapCore) -> Result<Vec<u64>> {
 
 /// Create an ARRAY map of `entries` elements of `value_size` bytes (u32 keys),
 /// usable as an inner map of `services`: its flags must equal the template's
-/// (`BPF_F_INNER_MAP`, which also lets sizes differ).
+/// (`BPF_F_INNER_MAP`, which also lets sizes differ, and `BPF_F_MMAPABLE`).
 pub fn create_array(name: &str, value_size: u32, entries: u32) -> Result<libbpf_rs::MapHandle> {
     let opts = libbpf_rs::libbpf_sys::bpf_map_create_opts {
         sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_map_create_opts>() as _,
-        map_flags: libbpf_rs::libbpf_sys::BPF_F_INNER_MAP,
+        map_flags: libbpf_rs::libbpf_sys::BPF_F_INNER_MAP | libbpf_rs::libbpf_sys::BPF_F_MMAPABLE,
         ..Default::default()
     };
     libbpf_rs::MapHandle::create(
@@ -465,8 +502,7 @@ mod tests {
                 weight: 1,
             }],
         );
-        let (k, v) = inner_table_elements(&t, 7, &|_| 9);
-        assert_eq!(k.len(), 17 * 4);
+        let v = inner_table_values(&t, 7, &|_| 9);
         assert_eq!(v.len(), 17 * 16);
         assert_eq!(
             &v[..8],

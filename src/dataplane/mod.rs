@@ -270,25 +270,51 @@ impl<'obj> Dataplane<'obj> {
         table: &Table,
         slot_of: &dyn Fn(Ipv4Addr) -> u32,
     ) -> Result<()> {
-        let (keys, values) = abi::inner_table_elements(table, index, slot_of);
-        let name = format!("nilb_t{index}");
-        let inner = abi::create_array(&name, abi::BUCKET_SIZE, table.size() + 1)?;
-        let count = table.size() + 1;
-        inner
-            .update_batch(&keys, &values, count, MapFlags::ANY, MapFlags::ANY)
-            .with_context(|| format!("filling the bucket array of {key}"))?;
-        let k = abi::service_key(key);
+        self.install_tables(&[(*key, index, table, slot_of)])
+    }
+
+    /// Install several tables: each is built and filled in a new bucket
+    /// array first, then all are swapped into `services` with one batch
+    /// update. Every swap is atomic on its own; batching matters because
+    /// the kernel waits for an RCU grace period (about 10 ms) after each
+    /// update of a map-in-map, and once per batch.
+    pub fn install_tables(
+        &mut self,
+        items: &[(ServiceKey, u32, &Table, &dyn Fn(Ipv4Addr) -> u32)],
+    ) -> Result<()> {
+        if items.is_empty() {
+            return Ok(());
+        }
+        let mut inners = Vec::with_capacity(items.len());
+        let mut keys = Vec::with_capacity(items.len() * 8);
+        let mut fds = Vec::with_capacity(items.len() * 4);
+        for (key, index, table, slot_of) in items {
+            let v = abi::inner_table_values(table, *index, *slot_of);
+            let inner = abi::create_array(
+                &format!("nilb_t{index}"),
+                abi::BUCKET_SIZE,
+                table.size() + 1,
+            )?;
+            abi::fill_array(&inner, &v)
+                .with_context(|| format!("filling the bucket array of {key}"))?;
+            keys.extend_from_slice(abi::bytes_of(&abi::service_key(key)));
+            fds.extend_from_slice(&abi::map_fd_value(inner.as_fd()));
+            inners.push(inner);
+        }
         self.skel
             .maps
             .services
-            .update(
-                abi::bytes_of(&k),
-                &abi::map_fd_value(inner.as_fd()),
+            .update_batch(
+                &keys,
+                &fds,
+                items.len() as u32,
+                MapFlags::ANY,
                 MapFlags::ANY,
             )
-            .with_context(|| format!("swapping in the table of {key}"))?;
-        // The outer map now holds the only reference that matters; the old
-        // array (if any) is freed by the kernel once no program uses it.
+            .with_context(|| format!("swapping in {} table(s)", items.len()))?;
+        // The outer map now holds the references that matter; the old arrays
+        // are freed by the kernel once no program uses them.
+        drop(inners);
         Ok(())
     }
 
