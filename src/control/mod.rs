@@ -35,7 +35,7 @@ use anyhow::Result;
 use crate::config::{
     Backend, BackendState, Checker, Config, Rebalance, Service, ServiceKey, UnknownFlow,
 };
-use crate::dataplane::{limits, Dataplane, NodeSettings};
+use crate::dataplane::{limits, Dataplane, NodeSettings, TableInstall};
 use crate::health::checker::CheckTarget;
 use crate::health::{Health, HealthState};
 use crate::table::{Moves, StepLimits, Table, Target};
@@ -813,10 +813,15 @@ impl ControlPlane {
                 Box::new(f) as Box<dyn Fn(Ipv4Addr) -> u32 + '_>
             })
             .collect();
-        let items: Vec<(ServiceKey, u32, &Table, &dyn Fn(Ipv4Addr) -> u32)> = installs
+        let items: Vec<TableInstall<'_>> = installs
             .iter()
             .zip(&slot_fns)
-            .map(|((key, st), f)| (*key, st.index, &st.table, f.as_ref()))
+            .map(|((key, st), f)| TableInstall {
+                key: *key,
+                index: st.index,
+                table: &st.table,
+                slot_of: f.as_ref(),
+            })
             .collect();
         dp.install_tables(&items)?;
         for key in &plan.remove {

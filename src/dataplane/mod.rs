@@ -63,6 +63,19 @@ impl XdpMode {
     }
 }
 
+/// One table to install: service key, stats index, buckets and the
+/// `backend_stats` slot of each first hop.
+pub struct TableInstall<'a> {
+    /// The service.
+    pub key: ServiceKey,
+    /// Its index in `service_stats`.
+    pub index: u32,
+    /// Its buckets.
+    pub table: &'a Table,
+    /// Counter slot of a first hop.
+    pub slot_of: &'a dyn Fn(Ipv4Addr) -> u32,
+}
+
 /// Per-node settings of the `nilb_config` map.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NodeSettings {
@@ -270,7 +283,12 @@ impl<'obj> Dataplane<'obj> {
         table: &Table,
         slot_of: &dyn Fn(Ipv4Addr) -> u32,
     ) -> Result<()> {
-        self.install_tables(&[(*key, index, table, slot_of)])
+        self.install_tables(&[TableInstall {
+            key: *key,
+            index,
+            table,
+            slot_of,
+        }])
     }
 
     /// Install several tables: each is built and filled in a new bucket
@@ -278,17 +296,20 @@ impl<'obj> Dataplane<'obj> {
     /// update. Every swap is atomic on its own; batching matters because
     /// the kernel waits for an RCU grace period (about 10 ms) after each
     /// update of a map-in-map, and once per batch.
-    pub fn install_tables(
-        &mut self,
-        items: &[(ServiceKey, u32, &Table, &dyn Fn(Ipv4Addr) -> u32)],
-    ) -> Result<()> {
+    pub fn install_tables(&mut self, items: &[TableInstall<'_>]) -> Result<()> {
         if items.is_empty() {
             return Ok(());
         }
         let mut inners = Vec::with_capacity(items.len());
         let mut keys = Vec::with_capacity(items.len() * 8);
         let mut fds = Vec::with_capacity(items.len() * 4);
-        for (key, index, table, slot_of) in items {
+        for TableInstall {
+            key,
+            index,
+            table,
+            slot_of,
+        } in items
+        {
             let v = abi::inner_table_values(table, *index, *slot_of);
             let inner = abi::create_array(
                 &format!("nilb_t{index}"),
