@@ -16,8 +16,9 @@
 # Interface names never carry the prefix (they live in this run's own namespaces),
 # so they cannot collide with another run; namespace names are unique per run.
 # Cleanup (nh_cleanup) kills only the processes this run started (by pid, plus
-# whatever is left inside this run's own namespaces) and deletes only the
-# namespaces this run created.
+# whatever is left inside this run's own namespaces), deletes only the
+# namespaces this run created and unmounts only the bpffs it mounted
+# (nh_mount_bpffs, under the run's output directory).
 
 NH_VIP=10.77.0.100
 NH_CLIENT_IP=10.77.0.2
@@ -37,6 +38,7 @@ NH_HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 NH_PREFIX=""              # set by nh_init
 NH_OUT=""                 # per-run output dir (logs, pcaps, JSON)
 NH_CREATED_NS=()          # namespaces this run created (only these are deleted)
+NH_MOUNTS=()              # bpffs mounts this run made (only these are unmounted)
 declare -A NH_PID_DESC=() # pid -> description of every live process this run started
 NH_STARTED=0              # how many processes were started in total
 NH_CLEANED=0
@@ -186,6 +188,16 @@ nh_build_topology() {
   done
 }
 
+# nh_mount_bpffs DIR: mount a bpffs of our own at DIR in the root mount
+# namespace, for pins that must outlive a daemon (`ip netns exec` gives each
+# command its own mount namespace, which dies with it; mounts that exist when
+# the command starts are copied into it). Remembered for nh_cleanup.
+nh_mount_bpffs() {
+  mkdir -p "$1" || return 1
+  nh_run mount -t bpf bpf "$1" || return 1
+  NH_MOUNTS+=("$1")
+}
+
 # nh_mac ROLE: MAC address of eth0 in that namespace (read from ip link).
 nh_mac() {
   ip -n "$(nh_ns "$1")" -o link show dev eth0 2>/dev/null |
@@ -267,7 +279,10 @@ nh_not_alive() { ! nh_alive "$1"; }
 # nh_stop PID SIGNAL TIMEOUT: signal a process we started, wait (bounded) for it
 # to exit, SIGKILL it if it does not; reap it. Sets NH_LAST_RC to its exit
 # status (128+n for a signal, 255 if it had to be killed or was not our child).
-nh_stop() {
+# (stderr off: bash reports a background job killed by a signal, e.g.
+# "line N: PID Killed ...", whenever it notices; the caller prints the status)
+nh_stop() { nh_stop_ "$@" 2>/dev/null; }
+nh_stop_() {
   local pid=$1 sig=$2 secs=$3
   NH_LAST_RC=255
   if nh_alive "$pid"; then
@@ -326,6 +341,21 @@ nh_cleanup() {
     echo "cleanup: namespaces left behind:$left"
   else
     echo "cleanup: removed ${#NH_CREATED_NS[@]} namespaces (prefix $NH_PREFIX), started ${NH_STARTED} processes, all stopped"
+  fi
+  # our bpffs mounts, after every process that could hold pins in them is gone
+  local m mleft=""
+  for m in "${NH_MOUNTS[@]}"; do
+    if mountpoint -q "$m"; then
+      umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null
+      mountpoint -q "$m" && mleft+=" $m"
+    fi
+  done
+  if ((${#NH_MOUNTS[@]})); then
+    if [[ -n $mleft ]]; then
+      echo "cleanup: bpffs still mounted:$mleft"
+    else
+      echo "cleanup: unmounted ${#NH_MOUNTS[@]} bpffs (pins of this run)"
+    fi
   fi
   if [[ -n $NH_OUT && -d $NH_OUT ]]; then
     if [[ $NH_KEEP_OUT == 1 ]]; then

@@ -2,7 +2,7 @@
 # run.sh - end-to-end test of nilb in network namespaces (real TCP/HTTP traffic).
 #
 #   netns-harness/run.sh [--demo] [--nilb PATH] [--keep-logs] [--only LIST]
-#                        [--xdp-mode native|generic] [--out DIR] [--selftest]
+#                        [--xdp-mode native|generic] [--out DIR] [--plot-out DIR] [--selftest]
 #
 # Must run as root. Builds a private topology (see lib.sh), starts an HTTP backend
 # and `nilb run` in every node namespace, then runs the scenarios:
@@ -20,8 +20,17 @@
 #   h4 broken YAML + SIGHUP: rejected (log, `nilb status`), tables and traffic unchanged
 #   h5 weight change (paced steps) under 50 long-lived connections: zero resets
 #   h6 ten SIGHUPs within one second, each a different weight set: last one applied
+#   spoof   hand-built GUE to node2 from outside the cluster and claiming node2's own
+#      address: dropped and counted (tc_drop_not_cluster, tc_drop_self_unmarked),
+#      no SYN-ACK on the wire; the same packets from node1's address are accepted
+#   restart fail-static: node1's nilb SIGKILLed, then stopped with --keep-dataplane
+#      (an upgrade); traffic flows in the gaps, the restarted daemon adopts the
+#      pinned maps, no bucket moves, 30 held connections see no reset
+#   dw  dynamic weights (cpu): node2's reported CPU rises to 95 %, its bucket share
+#      falls in paced steps while the others rise, then returns; 36 held
+#      connections see no reset; CSV + PNG of the shares over time
 #   e  SIGTERM: every nilb exits 0 and leaves no XDP program / tc ingress filter
-# Order: a b c d h1 h2 h3 h4 h5 h6 e (e stops nilb, so it is always last).
+# Order: a b c d h1 h2 h3 h4 h5 h6 spoof restart dw e (e stops nilb, so it is always last).
 # --only takes a comma list of these; "health" means h1,h2,h3,h4,h5,h6, "all" everything.
 # Prints "PASS <scenario>: ..." or "FAIL <scenario>: ..." per scenario and a closing
 # "harness: N passed, N failed"; exits 1 if anything failed.
@@ -31,6 +40,7 @@
 # --nilb PATH nilb binary (default: <repo>/target/release/nilb)
 # --keep-logs keep the run's directory (logs, pcaps, JSON); it is also kept when a scenario fails
 # --out DIR   put the run's directory under DIR (default: $TMPDIR or /tmp)
+# --plot-out DIR  also copy dw's dynamic-weights.csv and dynamic-weights.png to DIR
 #
 # Environment:
 #   NILB_EXTRA_ARGS             extra words appended to every `nilb run` (word-split)
@@ -50,6 +60,9 @@
 #                               (no health_check key: nilb's default TCP connect)
 #   NH_HEALTH_MARGIN            seconds of scheduling margin on top of the health bounds in
 #                               h1/h2 (default 0.5)
+#   NH_DW_RESTART=0             skip dw's restart check (by default dw also SIGKILLs and
+#                               restarts node1's nilb while dynamic weights have shaped
+#                               its table; the adopted table must not move)
 # shellcheck disable=SC2001 # sed over multi-line text is clearer here
 set -u -o pipefail
 
@@ -65,6 +78,7 @@ NILB=""
 ONLY="all"
 XDP_MODE=${NILB_XDP_MODE:-}
 OUTBASE=${NILB_HARNESS_OUT:-}
+PLOT_OUT=""
 READY_TIMEOUT=${NILB_READY_TIMEOUT:-30}
 while (($#)); do
   case $1 in
@@ -79,12 +93,15 @@ while (($#)); do
     --xdp-mode=*) XDP_MODE=${1#*=}; shift ;;
     --out) OUTBASE=${2:?}; shift 2 ;;
     --out=*) OUTBASE=${1#*=}; shift ;;
+    --plot-out) PLOT_OUT=${2:?}; shift 2 ;;
+    --plot-out=*) PLOT_OUT=${1#*=}; shift ;;
     -h | --help) usage; exit 0 ;;
     *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
   esac
 done
+[[ -z $PLOT_OUT || $PLOT_OUT == /* ]] || PLOT_OUT=$PWD/$PLOT_OUT
 
-ALL_SCENARIOS="a,b,c,d,h1,h2,h3,h4,h5,h6,e"
+ALL_SCENARIOS="a,b,c,d,h1,h2,h3,h4,h5,h6,spoof,restart,dw,e"
 ONLY=${ONLY//all/$ALL_SCENARIOS}
 ONLY=${ONLY//health/h1,h2,h3,h4,h5,h6}
 for s in ${ONLY//,/ }; do
@@ -165,6 +182,9 @@ declare -A BACKEND_PID=() # node -> pid of its backend.py
 HC_INTERVAL_MS=500 HC_TIMEOUT_MS=300 HC_RISE=2 HC_FALL=2
 RB_MIN_INTERVAL_MS=200 RB_MAX_STEP_PERCENT=50 RB_MIN_BUCKET_AGE_MS=2000
 HEALTH_MARGIN=${NH_HEALTH_MARGIN:-0.5}
+DW_YAML=""                # the service's dynamic_weight flow mapping (dw only), empty: none
+declare -A PIN_DIR=()     # node -> --pin-dir on a bpffs the harness mounted (restart needs it)
+declare -A NILB_KEEP=()   # node -> 1 if its running nilb was started with --keep-dataplane
 
 # json FILE EXPR: evaluate a Python expression over the JSON document d
 json() { "$NH_PY" -c 'import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$1" "$2" 2>/dev/null; }
@@ -209,6 +229,7 @@ write_config() {
     echo "    vip: $NH_VIP"
     echo "    port: 80"
     echo "    protocol: tcp"
+    [[ -n $DW_YAML ]] && echo "    dynamic_weight: $DW_YAML"
     case $NH_HEALTH_CHECK in
       http) echo "    health_check: {http: {uri: /healthz, codes: [200]}}" ;;
       kglb) echo "    health_check: {checker: {http: {uri: /healthz, check_port: 80}}, fall_count: $HC_FALL, interval_ms: $HC_INTERVAL_MS, rise_count: $HC_RISE}" ;;
@@ -286,29 +307,61 @@ sanity() {
   echo "  topology ok: client and nodes ping each other; HTTP to every node address answers with its name"
 }
 
-start_nilb() {
-  local n args
+# mount_pins: a bpffs of the run's own per node ($NH_OUT/bpf-NODE), so that the
+# maps nilb pins there survive the daemon (restart needs that; the default pin
+# dir lives in the mount namespace `ip netns exec` creates for the daemon)
+mount_pins() {
+  local n
   for n in "${NH_NODES[@]}"; do
-    args=(run --config "$CFG" --interface eth0 --node-address "${NH_NODE_IP[$n]}" --state-file "$NH_OUT/state-$n.yaml")
-    [[ -n $XDP_MODE ]] && args+=(--xdp-mode "$XDP_MODE")
-    # shellcheck disable=SC2206 # word splitting of NILB_EXTRA_ARGS is intended
-    [[ -n ${NILB_EXTRA_ARGS:-} ]] && args+=($NILB_EXTRA_ARGS)
-    nh_bg "nilb on $n" "$NH_OUT/nilb-$n.log" "$n" "$NILB" "${args[@]}"
-    NILB_PID[$n]=$NH_BG_PID
-    echo "  started nilb on $n (pid $NH_BG_PID): nilb ${args[*]}"
+    nh_mount_bpffs "$NH_OUT/bpf-$n" || return 1
+    PIN_DIR[$n]=$NH_OUT/bpf-$n/nilb
+  done
+  echo "  bpffs mounted for the pins: $NH_OUT/bpf-{$(IFS=,; echo "${NH_NODES[*]}")} (--pin-dir .../nilb)"
+}
+
+# start_nilb_on NODE [EXTRA...]: start `nilb run` in NODE's namespace (log
+# nilb-NODE.log, truncated); sets NILB_PID[NODE] and NILB_ARGS
+start_nilb_on() {
+  local n=$1
+  shift
+  NILB_ARGS=(run --config "$CFG" --interface eth0 --node-address "${NH_NODE_IP[$n]}" --state-file "$NH_OUT/state-$n.yaml")
+  [[ -n ${PIN_DIR[$n]:-} ]] && NILB_ARGS+=(--pin-dir "${PIN_DIR[$n]}")
+  [[ -n $XDP_MODE ]] && NILB_ARGS+=(--xdp-mode "$XDP_MODE")
+  # shellcheck disable=SC2206 # word splitting of NILB_EXTRA_ARGS is intended
+  [[ -n ${NILB_EXTRA_ARGS:-} ]] && NILB_ARGS+=($NILB_EXTRA_ARGS)
+  local x
+  for x in "$@"; do # (not twice: NILB_EXTRA_ARGS may already hold it)
+    [[ " ${NILB_ARGS[*]} " == *" $x "* ]] || NILB_ARGS+=("$x")
+  done
+  nh_bg "nilb on $n" "$NH_OUT/nilb-$n.log" "$n" "$NILB" "${NILB_ARGS[@]}"
+  NILB_PID[$n]=$NH_BG_PID
+  NILB_KEEP[$n]=0
+  [[ " ${NILB_ARGS[*]} " == *" --keep-dataplane "* ]] && NILB_KEEP[$n]=1
+}
+# wait_ready NODE: bounded wait for "ready" in its log (or its death)
+wait_ready() {
+  local n=$1
+  if ! nh_wait_until "$READY_TIMEOUT" ready_or_dead "$n"; then
+    echo "  nilb on $n: no 'ready' in its log within ${READY_TIMEOUT}s"
+    log_tail "$NH_OUT/nilb-$n.log"
+    return 1
+  fi
+  if ! nh_alive "${NILB_PID[$n]}"; then
+    nh_stop "${NILB_PID[$n]}" TERM 1
+    echo "  nilb on $n exited with status $NH_LAST_RC before it was ready:"
+    log_tail "$NH_OUT/nilb-$n.log"
+    return 1
+  fi
+}
+
+start_nilb() {
+  local n
+  for n in "${NH_NODES[@]}"; do
+    start_nilb_on "$n"
+    echo "  started nilb on $n (pid $NH_BG_PID): nilb ${NILB_ARGS[*]}"
   done
   for n in "${NH_NODES[@]}"; do
-    if ! nh_wait_until "$READY_TIMEOUT" ready_or_dead "$n"; then
-      echo "  nilb on $n: no 'ready' in its log within ${READY_TIMEOUT}s"
-      log_tail "$NH_OUT/nilb-$n.log"
-      return 1
-    fi
-    if ! nh_alive "${NILB_PID[$n]}"; then
-      nh_stop "${NILB_PID[$n]}" TERM 1
-      echo "  nilb on $n exited with status $NH_LAST_RC before it was ready:"
-      log_tail "$NH_OUT/nilb-$n.log"
-      return 1
-    fi
+    wait_ready "$n" || return 1
     echo "  nilb on $n is ready; eth0: $(attach_info "$n")"
   done
 }
@@ -332,12 +385,20 @@ check_daemons() {
   done
 }
 
-# nilb_stats NODE: `nilb stats` inside the daemon's mount + net namespace
+# nilb_stats NODE [--all]: `nilb stats` of NODE's data plane: from the pins on the
+# harness's bpffs if there are any (works while no daemon runs), otherwise inside
+# the daemon's mount + net namespace
 nilb_stats() {
-  local pid=${NILB_PID[$1]}
-  nh_alive "$pid" || return 1
-  timeout --foreground 10 nsenter --target "$pid" --mount --net "$NILB" stats 2>&1
+  local pid=${NILB_PID[$1]:-}
+  if [[ -n ${PIN_DIR[$1]:-} ]]; then
+    timeout --foreground 10 "$NILB" stats --pin-dir "${PIN_DIR[$1]}" "${@:2}" 2>&1
+    return
+  fi
+  [[ -n $pid ]] && nh_alive "$pid" || return 1
+  timeout --foreground 10 nsenter --target "$pid" --mount --net "$NILB" stats "${@:2}" 2>&1
 }
+# counter NAME FILE: a counter's value in a saved `nilb stats --all` output (0 if absent)
+counter() { awk -v n="$1" '$1 == n { v = $2 } END { print v + 0 }' "$2"; }
 
 # burst_dist LABEL SPORT_BASE [--table]: 300 requests via the VIP, judged against WEIGHT
 burst_dist() {
@@ -592,7 +653,7 @@ reload_logged() { tail -n +"$(($1 + 1))" "$NH_OUT/nilb-node1.log" | grep -qi rel
 
 scenario_e() {
   header "(e) SIGTERM: every nilb exits 0 and detaches everything"
-  local n ok=1 nums="" rc link xdp filt qd bt
+  local n ok=1 nums="" rc link xdp filt qd bt pins
   for n in "${NH_NODES[@]}"; do
     if [[ -z ${NILB_PID[$n]:-} ]]; then
       nums+="$n: never started; "
@@ -613,20 +674,36 @@ scenario_e() {
     [[ $rc == 0 ]] || ok=0
     local ns
     ns=$(nh_ns "$n")
+    if [[ ${NILB_KEEP[$n]:-0} == 1 ]]; then
+      # (restart did not get to its last start without --keep-dataplane): the
+      # daemon kept its data plane on purpose; `nilb cleanup` must remove it
+      ip netns exec "$ns" timeout 20 "$NILB" cleanup --interface eth0 ${PIN_DIR[$n]:+--pin-dir "${PIN_DIR[$n]}"} \
+        >"$NH_OUT/cleanup-$n.log" 2>&1
+      echo "    (it ran with --keep-dataplane) nilb cleanup exit $?, $(grep -c . "$NH_OUT/cleanup-$n.log") log lines, last: $(sed 's/\x1b\[[0-9;]*m//g' "$NH_OUT/cleanup-$n.log" | tail -n 1 | cut -c1-150)"
+      nums+="$n: kept its data plane (--keep-dataplane), removed with nilb cleanup: "
+    fi
     link=$(ip -n "$ns" -d link show dev eth0)
     xdp=$(grep -Eo 'prog/xdp[a-z]* id [0-9]+|[ ,<]xdp[a-z]*[ >]' <<<"$link" | head -n 1)
     filt=$(tc -n "$ns" filter show dev eth0 ingress 2>/dev/null)
     qd=$(tc -n "$ns" qdisc show dev eth0 2>/dev/null | grep -o 'clsact' | head -n 1)
     echo "    ip -d link show eth0: ${xdp:-no xdp}"
     echo "    tc filter show dev eth0 ingress: $(if [[ -n $filt ]]; then echo; sed 's/^/      | /' <<<"$filt"; else echo "(empty)"; fi)"
-    echo "    info: clsact qdisc ${qd:+still }${qd:-not }present"
+    echo "    info: clsact qdisc $([[ -n $qd ]] && echo "still present" || echo "not present")"
     if command -v bpftool >/dev/null 2>&1; then
       bt=$(ip netns exec "$ns" bpftool net show dev eth0 2>/dev/null | grep -E 'eth0' | tr -s ' ')
       echo "    bpftool net show dev eth0: ${bt:-(nothing attached)}"
       [[ -z $bt ]] || ok=0
     fi
     [[ -z $xdp && -z $filt ]] || ok=0
-    nums+="$n: exit=$rc xdp=${xdp:+yes}${xdp:-none} tc_ingress=$( [[ -n $filt ]] && echo present || echo none); "
+    nums+="$n: exit=$rc xdp=${xdp:+yes}${xdp:-none} tc_ingress=$( [[ -n $filt ]] && echo present || echo none)"
+    if [[ -n ${PIN_DIR[$n]:-} ]]; then
+      # the pins on the harness's bpffs: SIGTERM without --keep-dataplane removes them
+      pins=$(find "${PIN_DIR[$n]}" -mindepth 1 2>/dev/null | wc -l)
+      echo "    pins left under ${PIN_DIR[$n]}: $pins"
+      nums+=" pins=$pins"
+      ((pins == 0)) || ok=0
+    fi
+    nums+="; "
   done
   if ((ok)); then pass e "$nums"; else fail e "$nums"; fi
 }
@@ -731,15 +808,17 @@ stop_backend() {
 }
 backend_running() { [[ -n ${BACKEND_PID[$1]:-} ]] && nh_alive "${BACKEND_PID[$1]}"; }
 
-# stream_bg LABEL SPORT_BASE RATE DURATION: client.py stream in the background;
-# waits (bounded) until its first request is due. Sets STREAM_PID, STREAM_RES.
+# stream_bg LABEL SPORT_BASE RATE DURATION [STOP_FILE]: client.py stream in the
+# background (ends early once STOP_FILE exists); waits (bounded) until its first
+# request is due. Sets STREAM_PID, STREAM_RES.
 stream_bg() {
-  local label=$1 started=$NH_OUT/stream-$1.started
+  local label=$1 started=$NH_OUT/stream-$1.started stopargs=()
   STREAM_RES=$NH_OUT/stream-$label.json
   rm -f "$started"
+  [[ -n ${5:-} ]] && { rm -f "$5"; stopargs=(--stop-file "$5"); }
   nh_bg "stream client ($label)" "$NH_OUT/stream-$label.log" client timeout $(( ${4%.*} + 30 )) \
     "$NH_PY" "$HERE/client.py" stream --host "$NH_VIP" --port 80 --rate "$3" --duration "$4" \
-    --sport-base "$2" --timeout 1 --started "$started" --out "$STREAM_RES"
+    --sport-base "$2" --timeout 1 --started "$started" --out "$STREAM_RES" "${stopargs[@]}"
   STREAM_PID=$NH_BG_PID
   nh_wait_until 10 test -e "$started"
 }
@@ -1216,6 +1295,483 @@ scenario_h6() {
   if ((ok)); then pass h6 "$nums"; else fail h6 "$nums"; fi
 }
 
+# --------------------------------------------------------------------------- GUE source checks (spoof)
+
+# tcpdump_bg ROLE LABEL FILTER: capture on ROLE's eth0 into $NH_OUT/LABEL.pcap;
+# waits (bounded) until it listens. Sets TCPDUMP_PID.
+tcpdump_bg() {
+  local log=$NH_OUT/tcpdump-$2.log
+  nh_bg "tcpdump on $1" "$log" "$1" timeout 60 tcpdump -i eth0 -nn -U --immediate-mode -Z root -c 20000 \
+    -w "$NH_OUT/$2.pcap" "$3"
+  TCPDUMP_PID=$NH_BG_PID
+  nh_wait_until 10 grep -q 'listening on' "$log"
+}
+
+# gue_set OUTER_SRC SPORT_BASE: SPOOF_COUNT hand-built GUE packets from the client
+# namespace to node2 (outer source forged), each with an inner SYN
+# client:SPORT -> VIP:80; prints gue_send.py's JSON line
+gue_set() {
+  nh_fg client timeout 20 "$NH_PY" "$HERE/gue_send.py" --outer-src "$1" --outer-dst "${NH_NODE_IP[node2]}" \
+    --inner-src "$NH_CLIENT_IP" --vip "$NH_VIP" --port 80 --sport-base "$2" --count "$SPOOF_COUNT" --interval 0.005
+}
+
+# spoof_delta COUNTER K: how much COUNTER moved during set K (SPOOF_STATS: the saved stats)
+spoof_delta() { echo $(( $(counter "$1" "${SPOOF_STATS[$2]}") - $(counter "$1" "${SPOOF_STATS[$(($2 - 1))]}") )); }
+
+scenario_spoof() {
+  local nums="" ok=1 n2=${NH_NODE_IP[node2]} outsider=10.77.0.99 i pc pn sent
+  local arrivals synacks c
+  SPOOF_COUNT=20
+  header "(spoof) GUE to node2 from outside the cluster and claiming node2's own address"
+  SPOOF_STATS=()
+  for i in 0 1 2 3; do SPOOF_STATS+=("$NH_OUT/stats-node2-spoof$i.txt"); done
+  if ! nilb_stats node2 --all >"${SPOOF_STATS[0]}"; then
+    fail spoof "cannot read node2's counters: $(head -n 2 "${SPOOF_STATS[0]}" | tr '\n' ' ')"
+    return
+  fi
+  # SYN-ACKs from the VIP reaching the client (DSR: a backend that accepted a SYN
+  # answers the inner source directly), and GUE arriving at node2
+  if ! tcpdump_bg client spoof-client "tcp and src host $NH_VIP and src port 80 and tcp[tcpflags] & (tcp-syn|tcp-ack) == (tcp-syn|tcp-ack)"; then
+    nh_stop "$TCPDUMP_PID" TERM 3
+    fail spoof "tcpdump on the client did not start"
+    return
+  fi
+  pc=$TCPDUMP_PID
+  if ! tcpdump_bg node2 spoof-node2 "udp dst port 19523"; then
+    nh_stop "$pc" TERM 3
+    nh_stop "$TCPDUMP_PID" TERM 3
+    fail spoof "tcpdump on node2 did not start"
+    return
+  fi
+  pn=$TCPDUMP_PID
+  echo "  each set: $SPOOF_COUNT GUE packets built like nilb's (gue_send.py) from the client namespace to $n2:19523, inner TCP SYN $NH_CLIENT_IP:PORT -> $NH_VIP:80"
+  sent=$(gue_set "$outsider" 48000)
+  echo "  set 1, outer source $outsider (outside the cluster), inner ports 48000+: $sent"
+  sleep 0.3
+  nilb_stats node2 --all >"${SPOOF_STATS[1]}"
+  sent=$(gue_set "$n2" 48100)
+  echo "  set 2, outer source $n2 (node2's own address), inner ports 48100+: $sent"
+  sleep 0.3
+  nilb_stats node2 --all >"${SPOOF_STATS[2]}"
+  sent=$(gue_set "${NH_NODE_IP[node1]}" 48200)
+  echo "  set 3 (control), outer source ${NH_NODE_IP[node1]} (node1, a balancer), inner ports 48200+: $sent"
+  sleep 0.5
+  nilb_stats node2 --all >"${SPOOF_STATS[3]}"
+  sleep 0.2
+  nh_stop "$pc" TERM 5
+  nh_stop "$pn" TERM 5
+  arrivals=$(tcpdump -nn -r "$NH_OUT/spoof-node2.pcap" 2>/dev/null | awk '$2 == "IP" { split($3, a, "."); print a[1] "." a[2] "." a[3] "." a[4] }' | sort | uniq -c | awk '{ printf "%s%s=%s", sep, $2, $1; sep = " " }')
+  synacks=$(tcpdump -nn -r "$NH_OUT/spoof-client.pcap" 2>/dev/null | awk '$2 == "IP" { split($5, a, "."); p = a[5] + 0; print (p >= 48200 ? "set3" : p >= 48100 ? "set2" : p >= 48000 ? "set1" : "other") ":" p }' | sort -u | cut -d: -f1 | sort | uniq -c | awk '{ printf "%s%s=%s", sep, $2, $1; sep = " " }')
+  echo "  GUE packets seen arriving on node2's eth0 by outer source: ${arrivals:-none}"
+  echo "  SYN-ACKs from $NH_VIP:80 on the client's eth0 (distinct flows) by set: ${synacks:-none}"
+  printf '  %-32s %8s %8s %8s\n' "node2 counter (delta)" "set 1" "set 2" "set 3"
+  for c in tc_drop_not_cluster tc_drop_self_unmarked tc_decap_syn tc_drop_malformed tc_pass_other; do
+    printf '  %-32s %8s %8s %8s\n' "$c" "$(spoof_delta "$c" 1)" "$(spoof_delta "$c" 2)" "$(spoof_delta "$c" 3)"
+  done
+  local n1 s1 n2d s2 y1 y2 y3
+  n1=$(spoof_delta tc_drop_not_cluster 1) s1=$(spoof_delta tc_decap_syn 1)
+  n2d=$(spoof_delta tc_drop_self_unmarked 2) s2=$(spoof_delta tc_decap_syn 2)
+  y1=$(sed -n 's/.*set1=\([0-9]*\).*/\1/p' <<<"$synacks") y2=$(sed -n 's/.*set2=\([0-9]*\).*/\1/p' <<<"$synacks")
+  y3=$(sed -n 's/.*set3=\([0-9]*\).*/\1/p' <<<"$synacks")
+  nums+="outside source: sent $SPOOF_COUNT, arrived $(sed -n "s/.*$outsider=\([0-9]*\).*/\1/p" <<<"$arrivals"), tc_drop_not_cluster +$n1, tc_decap_syn +$s1, SYN-ACKs ${y1:-0}; "
+  nums+="own source: sent $SPOOF_COUNT, tc_drop_self_unmarked +$n2d, tc_decap_syn +$s2, SYN-ACKs ${y2:-0}; "
+  nums+="control from node1: tc_decap_syn +$(spoof_delta tc_decap_syn 3), drops +$(( $(spoof_delta tc_drop_not_cluster 3) + $(spoof_delta tc_drop_self_unmarked 3) + $(spoof_delta tc_drop_malformed 3) )), SYN-ACKs ${y3:-0}"
+  [[ $n1 == "$SPOOF_COUNT" && $s1 == 0 && -z $y1 ]] || ok=0
+  [[ $n2d == "$SPOOF_COUNT" && $s2 == 0 && -z $y2 ]] || ok=0
+  (( $(spoof_delta tc_drop_malformed 1) == 0 && $(spoof_delta tc_drop_malformed 2) == 0 && $(spoof_delta tc_drop_self_unmarked 1) == 0 && $(spoof_delta tc_drop_not_cluster 2) == 0 )) || { ok=0; nums+="; other drop counters moved"; }
+  # the control proves the packets are well-formed GUE that node2 would accept
+  # from a cluster member (so the drops above are the source checks)
+  [[ $(spoof_delta tc_decap_syn 3) == "$SPOOF_COUNT" && ${y3:-0} -ge 1 ]] || { ok=0; nums+="; control not accepted: the test packets may be malformed"; }
+  if ((ok)); then pass spoof "$nums"; else fail spoof "$nums"; fi
+}
+
+# --------------------------------------------------------------------------- fail-static restarts (restart)
+
+# held_hops FILE: "sport first-hop second-hop" of every held connection (HOLD_STATE)
+# in node1's live table, from its pins (`nilb lookup --live`; works with no daemon)
+held_hops() {
+  local sp out
+  : >"$1"
+  for sp in $(json "$HOLD_STATE" '" ".join(str(c["sport"]) for c in d["connections"] if c["first"])'); do
+    out=$(timeout 10 "$NILB" lookup --config "$CFG" --live --pin-dir "${PIN_DIR[node1]}" "$NH_CLIENT_IP:$sp" "$NH_VIP:80" tcp 2>&1)
+    echo "$sp $(sed -n 's/^first hop *\([0-9.]*\).*/\1/p' <<<"$out") $(sed -n 's/^second hop *\([0-9.a-z]*\).*/\1/p' <<<"$out")" >>"$1"
+  done
+}
+
+# stream_window RESULT T_FROM T_TO: "ok/started" of the stream's requests started
+# in [T_FROM, T_TO), plus the errors by kind if any
+stream_window() {
+  "$NH_PY" -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+a, b = float(sys.argv[2]), float(sys.argv[3])
+r = [x for x in d["requests"] if a <= x[0] < b]
+bad = {}
+for x in r:
+    if x[3]:
+        bad[x[3]] = bad.get(x[3], 0) + 1
+print("%d/%d%s" % (sum(1 for x in r if x[2]), len(r), (" errors " + json.dumps(bad, sort_keys=True)) if bad else ""))
+' "$1" "$2" "$3" 2>/dev/null || echo "?/?"
+}
+window_ok() { [[ $1 =~ ^([0-9]+)/([0-9]+)$ && ${BASH_REMATCH[1]} == "${BASH_REMATCH[2]}" && ${BASH_REMATCH[2]} -gt 0 ]]; }
+
+# restart_cycle kill|upgrade SPORT_BASE: stop node1's nilb (SIGKILL, or SIGTERM of a
+# daemon started with --keep-dataplane), ~3 s with no daemon under a stream of new
+# connections, start it again on the same pins; compare the live tables. Sets
+# CYCLE_OK and CYCLE_NUMBERS.
+restart_cycle() {
+  local mode=$1 base=$2 pid=${NILB_PID[node1]} pin=${PIN_DIR[node1]} rc t_stop t_start t_ready
+  local stop=$NH_OUT/stream-restart-$1.stop tb=$NH_OUT/tables-$1-before.json ta=$NH_OUT/tables-$1-ready.json
+  local tl=$NH_OUT/tables-$1-later.json link filt cmp1 cmp2 gap before after enc hop_moved adopted newpid cont
+  CYCLE_OK=1 CYCLE_NUMBERS="$mode: "
+  if [[ $mode == kill ]]; then
+    echo "  -- SIGKILL to node1's nilb (pid $pid): a crash"
+  else
+    echo "  -- SIGTERM to node1's nilb (pid $pid, started with --keep-dataplane): an upgrade"
+  fi
+  if ! nh_local "$NH_PY" "$HERE/tables.py" dump "$pin" --out "$tb" >"$NH_OUT/tables.out" 2>&1; then
+    CYCLE_OK=0 CYCLE_NUMBERS+="cannot read the live table: $(head -c 200 "$NH_OUT/tables.out")"
+    return 1
+  fi
+  echo "  node1 live table before (tables.py from $pin): $(<"$NH_OUT/tables.out")"
+  held_hops "$NH_OUT/hops-$mode-before.txt"
+  nilb_stats node1 --all >"$NH_OUT/stats-node1-$mode-before.txt"
+  if ! stream_bg "restart-$mode" "$base" 20 20 "$stop"; then
+    CYCLE_OK=0 CYCLE_NUMBERS+="stream client did not start; "
+  fi
+  sleep 0.5
+  t_stop=$(nh_now)
+  if [[ $mode == kill ]]; then
+    nh_stop "$pid" KILL 5
+  else
+    nh_stop "$pid" TERM 15
+  fi
+  rc=$NH_LAST_RC
+  link=$(ip -n "$(nh_ns node1)" -d link show dev eth0 | grep -o 'prog/xdp[a-z]* id [0-9]*' | head -n 1)
+  filt=$(tc -n "$(nh_ns node1)" filter show dev eth0 ingress 2>/dev/null | grep -c .)
+  echo "  nilb exited with status $rc $(nh_calc "$(nh_now) - $t_stop")s after the signal; node1 eth0 now: xdp ${link:-none}, tc ingress filter lines $filt"
+  if [[ $mode == kill ]]; then
+    [[ $rc == 137 ]] || { CYCLE_OK=0; CYCLE_NUMBERS+="exit status $rc (not 137); "; }
+  else
+    [[ $rc == 0 ]] || { CYCLE_OK=0; CYCLE_NUMBERS+="exit status $rc (not 0); "; }
+    if log_has node1 0 'data plane kept'; then
+      echo "  its log: $(log_since node1 0 | grep -m 1 'data plane kept' | sed 's/^.*Z *INFO *//' | cut -c1-150)"
+    else
+      CYCLE_OK=0 CYCLE_NUMBERS+="no 'data plane kept' in its log; "
+    fi
+  fi
+  if [[ -n $link && $filt -gt 0 ]]; then
+    CYCLE_NUMBERS+="XDP and TC stayed attached; "
+  else
+    CYCLE_OK=0 CYCLE_NUMBERS+="data plane NOT attached after exit (xdp ${link:-none}, tc lines $filt); "
+  fi
+  sleep 3 # the gap: no control plane on node1, the orphaned data plane forwards
+  nilb_stats node1 --all >"$NH_OUT/stats-node1-$mode-gap.txt"
+  enc=0
+  local c
+  for c in xdp_encap_tx xdp_encap_local xdp_encap_slow_path; do
+    enc=$((enc + $(counter "$c" "$NH_OUT/stats-node1-$mode-gap.txt") - $(counter "$c" "$NH_OUT/stats-node1-$mode-before.txt")))
+  done
+  mv -f "$NH_OUT/nilb-node1.log" "$NH_OUT/nilb-node1.before-$mode.log"
+  t_start=$(nh_now)
+  if [[ $mode == kill ]]; then
+    start_nilb_on node1 --keep-dataplane # so that the upgrade cycle can stop it keeping the data plane
+  else
+    start_nilb_on node1
+  fi
+  newpid=${NILB_PID[node1]}
+  echo "  started nilb on node1 again after a $(nh_calc "$t_start - $t_stop")s gap (pid $newpid): nilb ${NILB_ARGS[*]}"
+  if ! wait_ready node1; then
+    touch "$stop"
+    stream_wait 30
+    CYCLE_OK=0 CYCLE_NUMBERS+="restarted nilb not ready"
+    return 1
+  fi
+  t_ready=$(nh_now)
+  adopted=$(log_since node1 0 | grep -m 1 'adopted the pinned maps' | sed 's/^.*Z *INFO *//' | cut -c1-140)
+  if [[ -n $adopted ]]; then
+    echo "  ready $(nh_calc "$t_ready - $t_start")s after start; log: $adopted"
+  else
+    echo "  ready $(nh_calc "$t_ready - $t_start")s after start, but its log does not say it adopted the pinned maps:"
+    log_tail "$NH_OUT/nilb-node1.log" 8
+    CYCLE_OK=0 CYCLE_NUMBERS+="NOT adopted; "
+  fi
+  nh_local "$NH_PY" "$HERE/tables.py" dump "$pin" --out "$ta" >/dev/null 2>&1
+  cmp1=$(nh_local "$NH_PY" "$HERE/tables.py" compare "$tb" "$ta")
+  echo "  live table at ready vs before the stop: ${cmp1##*SUMMARY }"
+  # once the health checks have answered and the state file is the new daemon's
+  if ! st_wait node1 8 "d.get('pid') == $newpid and $(settled_expr)"; then
+    echo "  node1's state did not settle within 8 s after the restart: $WAIT_SUMMARY"
+    CYCLE_OK=0 CYCLE_NUMBERS+="state not settled after restart; "
+  fi
+  sleep 1
+  nh_local "$NH_PY" "$HERE/tables.py" dump "$pin" --out "$tl" >/dev/null 2>&1
+  cmp2=$(nh_local "$NH_PY" "$HERE/tables.py" compare "$tb" "$tl")
+  echo "  live table $(nh_calc "$(nh_now) - $t_ready")s after ready (health checks answered) vs before the stop: ${cmp2##*SUMMARY }"
+  grep -v '^SUMMARY' <<<"$cmp2" | head -n 5 | sed 's/^/    /'
+  [[ $cmp1 == *"SUMMARY PASS"* && $cmp2 == *"SUMMARY PASS"* ]] || CYCLE_OK=0
+  # counters live in the pinned maps too: the new daemon continues them
+  nilb_stats node1 --all >"$NH_OUT/stats-node1-$mode-after.txt"
+  cont=$(counter xdp_encap_tx "$NH_OUT/stats-node1-$mode-after.txt")
+  if ((cont >= $(counter xdp_encap_tx "$NH_OUT/stats-node1-$mode-gap.txt") && cont > 0)); then
+    CYCLE_NUMBERS+="counters carried over (xdp_encap_tx $(counter xdp_encap_tx "$NH_OUT/stats-node1-$mode-before.txt") before, $cont after); "
+  else
+    CYCLE_OK=0 CYCLE_NUMBERS+="counters NOT carried over (xdp_encap_tx $(counter xdp_encap_tx "$NH_OUT/stats-node1-$mode-gap.txt") in the gap, $cont after); "
+  fi
+  held_hops "$NH_OUT/hops-$mode-after.txt"
+  hop_moved=$(diff "$NH_OUT/hops-$mode-before.txt" "$NH_OUT/hops-$mode-after.txt" | grep -c '^>')
+  [[ $hop_moved == 0 ]] || CYCLE_OK=0
+  touch "$stop"
+  stream_wait 30
+  before=$(stream_window "$STREAM_RES" 0 "$t_stop")
+  gap=$(stream_window "$STREAM_RES" "$t_stop" "$t_ready")
+  after=$(stream_window "$STREAM_RES" "$t_ready" 1e12)
+  echo "  new connections (20/s): before the signal $before, from the signal until the new daemon was ready $gap, after $after; node1 encapsulated $enc packets during the gap"
+  window_ok "$gap" && window_ok "$after" && window_ok "$before" || CYCLE_OK=0
+  CYCLE_NUMBERS+="exit $rc, gap $(nh_calc "$t_ready - $t_stop")s: new connections OK $gap in the gap ($after after), encapsulated in the gap $enc; adopted $([[ -n $adopted ]] && echo yes || echo NO); "
+  CYCLE_NUMBERS+="buckets compared $(sed -n 's/.* buckets=\([0-9]*\).*/\1/p' <<<"$cmp1"), moved $(sed -n 's/.* moved=\([0-9]*\).*/\1/p' <<<"$cmp1") at ready / $(sed -n 's/.* moved=\([0-9]*\).*/\1/p' <<<"$cmp2") later (second hops changed $(sed -n 's/.*second_changed=\([0-9]*\).*/\1/p' <<<"$cmp2"), move times changed $(sed -n 's/.*age_changed=\([0-9]*\).*/\1/p' <<<"$cmp2")); held flows with other hops (nilb lookup --live) $hop_moved/$(wc -l <"$NH_OUT/hops-$mode-before.txt")"
+  [[ $CYCLE_OK == 1 ]]
+}
+
+scenario_restart() {
+  local nums="" ok=1 est okc resets fails rounds
+  header "(restart) fail-static: node1's nilb crashes (SIGKILL) and is upgraded (SIGTERM + --keep-dataplane)"
+  if [[ -z ${PIN_DIR[node1]:-} ]]; then
+    fail restart "no pins on a harness bpffs (mount_pins did not run)"
+    return
+  fi
+  if ! ensure_all_up; then
+    fail restart "precondition: not every backend up and settled: $WAIT_SUMMARY"
+    return
+  fi
+  hold_bg restart --count 30 --sport-base 47000 --rounds 1000 --interval 0.3 --max-seconds 60 --until "$NH_OUT/hold-restart.until"
+  if [[ ! -e $HOLD_STATE ]]; then
+    nh_stop "$HOLD_PID" TERM 3
+    fail restart "hold client did not open its connections: $(tr '\n' ' ' <"$NH_OUT/hold-restart.log")"
+    return
+  fi
+  est=$(json "$HOLD_STATE" 'd["established"]')
+  echo "  held connections established: $est/30, by backend: $(json "$HOLD_STATE" 'json.dumps(d["by_backend"])'); each sends a request every 0.3 s from now on"
+  [[ $est == 30 ]] || ok=0
+  touch "$HOLD_GO"
+  restart_cycle kill 50000 || ok=0
+  nums+="$CYCLE_NUMBERS; "
+  if nh_alive "${NILB_PID[node1]}" && [[ ${NILB_KEEP[node1]} == 1 ]]; then
+    restart_cycle upgrade 50400 || ok=0
+    nums+="$CYCLE_NUMBERS; "
+  else
+    ok=0
+    nums+="upgrade: skipped (node1's nilb not running with --keep-dataplane); "
+  fi
+  touch "$HOLD_UNTIL"
+  hold_finish 30
+  if [[ -s $HOLD_RES ]]; then
+    okc=$(json "$HOLD_RES" 'd["ok"]')
+    resets=$(json "$HOLD_RES" 'd["resets"]')
+    fails=$(json "$HOLD_RES" 'd["failures"]')
+    rounds=$(json "$HOLD_RES" 'd["rounds_done"]')
+    hold_bad
+    nums+="held connections OK ${okc}/30 over ${rounds} rounds across both gaps, resets ${resets}, failures ${fails}"
+    [[ $okc == 30 && $resets == 0 && $fails == 0 && $HOLD_RC == 0 ]] || ok=0
+  else
+    nums+="hold client produced no result (exit $HOLD_RC)"
+    ok=0
+  fi
+  daemons_alive || { ok=0; nums+="; a daemon is not running"; }
+  if ((ok)); then pass restart "$nums"; else fail restart "$nums"; fi
+}
+
+# --------------------------------------------------------------------------- dynamic weights (dw)
+
+DW_PORT=9101            # the harness's CPU metrics endpoint in every node (nilb's own is 127.0.0.1:9700)
+DW_DEADBAND=4           # deadband_percent of the dw config (percentage points of CPU)
+DW_MAX_STEP=5           # rebalance.max_step_percent during dw
+
+# dw_control NODE2_COST: write the load model (dynweight.py): every node idle 10 %
+# plus 0.9 x its bucket share (40 % with a third of the buckets); node2's cost as given
+dw_control() {
+  local tmp=$NH_OUT/dw-control.json.tmp
+  printf '{"nodes": {"node1": {"idle": 0.1, "cost": 0.9}, "node2": {"idle": 0.1, "cost": %s}, "node3": {"idle": 0.1, "cost": 0.9}}}\n' \
+    "$1" >"$tmp" && mv -f "$tmp" "$NH_OUT/dw-control.json"
+}
+# dw_wait LABEL [--need-change]: bounded wait until node1's shares (changed and then)
+# stayed put for 3 s with no pending moves (the controller is inside its deadband)
+dw_wait() {
+  local out
+  out=$(nh_local "$NH_PY" "$HERE/dynweight.py" wait --state "$(state_of node1)" --quiet 3 --timeout 30 "${@:2}")
+  local rc=$?
+  echo "  $1: $(json <(echo "$out") 'd["summary"]') ($(json <(echo "$out") '"settled" if d["ok"] else "NOT settled"') after $(json <(echo "$out") 'd["elapsed_s"]') s, 3 s of them without a change)"
+  return "$rc"
+}
+
+# dw_restart (NH_DW_RESTART=1): SIGKILL node1's nilb while dynamic weights have
+# shaped its table, start it again on the same pins; the table must not move
+# (adoption promises that). Sets DWR_NUMBERS.
+dw_restart() {
+  local pin=${PIN_DIR[node1]:-} b=$NH_OUT/tables-dw-before.json r=$NH_OUT/tables-dw-ready.json
+  local l=$NH_OUT/tables-dw-later.json c1 c2 t_ready
+  DWR_NUMBERS="restart under dynamic weights: "
+  if [[ -z $pin ]]; then
+    DWR_NUMBERS+="no pins on a harness bpffs"
+    return 1
+  fi
+  nh_local "$NH_PY" "$HERE/tables.py" dump "$pin" --out "$b" >/dev/null 2>&1
+  nh_stop "${NILB_PID[node1]}" KILL 5
+  mv -f "$NH_OUT/nilb-node1.log" "$NH_OUT/nilb-node1.before-dw.log"
+  start_nilb_on node1
+  if ! wait_ready node1; then
+    DWR_NUMBERS+="restarted nilb not ready"
+    return 1
+  fi
+  t_ready=$(nh_now)
+  nh_local "$NH_PY" "$HERE/tables.py" dump "$pin" --out "$r" >/dev/null 2>&1
+  c1=$(nh_local "$NH_PY" "$HERE/tables.py" compare "$b" "$r" | tail -n 1)
+  sleep 5
+  nh_local "$NH_PY" "$HERE/tables.py" dump "$pin" --out "$l" >/dev/null 2>&1
+  c2=$(nh_local "$NH_PY" "$HERE/tables.py" compare "$b" "$l" | tail -n 1)
+  echo "  SIGKILL + restart of node1's nilb with the table shaped by dynamic weights (node2 hot):"
+  echo "    live table at ready vs before: ${c1#SUMMARY }"
+  echo "    live table $(nh_calc "$(nh_now) - $t_ready")s after ready vs before: ${c2#SUMMARY }"
+  log_since node1 0 | grep 'table installed' | head -n 6 | sed 's/^.*Z *INFO *table installed *//; s/service=web key=[^ ]* //; s/^/    node1 after the restart: /'
+  DWR_NUMBERS+="moved $(sed -n 's/.* moved=\([0-9]*\).*/\1/p' <<<"$c1") at ready, $(sed -n 's/.* moved=\([0-9]*\).*/\1/p' <<<"$c2") within 5 s (move times changed $(sed -n 's/.*age_changed=\([0-9]*\).*/\1/p' <<<"$c2"))"
+  [[ $c1 == "SUMMARY PASS"* && $c2 == "SUMMARY PASS"* ]]
+}
+
+scenario_dw() {
+  local nums="" ok=1 n m est t0 t_hot t_hot_end logs=() t_cool t_end share2 cost2 spid res okc resets fails rounds verdict
+  local old_w=() old_step=$RB_MAX_STEP_PERCENT phase=$NH_OUT/dw-phase csv=$NH_OUT/dynamic-weights.csv png=$NH_OUT/dynamic-weights.png
+  header "(dw) dynamic weights from CPU load: node2 runs hot, its share falls in paced steps, then returns"
+  if ! ensure_all_up; then
+    fail dw "precondition: not every backend up and settled: $WAIT_SUMMARY"
+    return
+  fi
+  dw_control 0.9
+  declare -A DW_PID=()
+  for n in "${NH_NODES[@]}"; do
+    nh_bg "cpu metrics on $n" "$NH_OUT/cpu-metrics-$n.log" "$n" "$NH_PY" "$HERE/dynweight.py" serve --node "$n" \
+      --port "$DW_PORT" --control "$NH_OUT/dw-control.json" --state "$(state_of node1)"
+    DW_PID[$n]=$NH_BG_PID
+  done
+  for n in "${NH_NODES[@]}"; do
+    if ! nh_wait_until 10 grep -q 'listening on' "$NH_OUT/cpu-metrics-$n.log"; then
+      fail dw "the CPU metrics server on $n did not start: $(tr '\n' ' ' <"$NH_OUT/cpu-metrics-$n.log")"
+      for m in "${NH_NODES[@]}"; do nh_stop "${DW_PID[$m]}" TERM 3; done
+      return
+    fi
+  done
+  for n in "${NH_NODES[@]}"; do old_w+=("${WEIGHT[$n]}"); done
+  cp "$CFG" "$NH_OUT/nilb-before-dw.yaml"
+  RB_MAX_STEP_PERCENT=$DW_MAX_STEP
+  DW_YAML="{source: cpu, metrics_port: $DW_PORT, interval_ms: 1000, deadband_percent: $DW_DEADBAND}"
+  write_config 100 100 100
+  echo "  load model: each node serves nilb_host_cpu_utilization_ratio = 0.1 + cost x (its share of node1's buckets) on :$DW_PORT/metrics, cost 0.9 (40 % at a third)"
+  echo "  config: weights $(weights_ratio), dynamic_weight: $DW_YAML; rebalance: {min_interval_ms: $RB_MIN_INTERVAL_MS, max_step_percent: $RB_MAX_STEP_PERCENT, min_bucket_age_ms: $RB_MIN_BUCKET_AGE_MS}"
+  if ! nilb_check; then
+    ok=0
+    nums+="nilb check rejected the dw config; "
+  else
+    hup_all
+    if st_wait node1 20 "$(settled_expr) and all(x.get('load') is not None for x in b.values())"; then
+      echo "  node1 on the new config with load readings: $WAIT_SUMMARY"
+    else
+      echo "  node1 did not settle on $(weights_ratio) with load readings within 20 s: $WAIT_SUMMARY"
+      nums+="not settled with load readings before the test; "
+      ok=0
+    fi
+  fi
+  if ((ok)); then
+    hold_bg dw --count 36 --sport-base 49000 --rounds 1000 --interval 0.25 --max-seconds 90 --until "$NH_OUT/hold-dw.until"
+    est=$(json "$HOLD_STATE" 'd["established"]' 2>/dev/null)
+    echo "  held connections established: ${est:-0}/36, by backend: $(json "$HOLD_STATE" 'json.dumps(d["by_backend"])'); each sends a request every 0.25 s from now on"
+    [[ $est == 36 ]] || ok=0
+    touch "$HOLD_GO"
+    echo "all at 40 %" >"$phase"
+    t0=$(nh_now)
+    rm -f "$NH_OUT/dw-sample.stop"
+    nh_bg "dw sampler" "$NH_OUT/dw-sampler.log" node1 "$NH_PY" "$HERE/dynweight.py" sample --state "$(state_of node1)" \
+      --control "$NH_OUT/dw-control.json" --phase-file "$phase" --out "$csv" --t0 "$t0" --interval 0.5 \
+      --stop-file "$NH_OUT/dw-sample.stop" --max-seconds 120
+    spid=$NH_BG_PID
+    sleep 2
+    share2=$(st get "$(state_of node1)" "b['node2']['buckets'] / svc['table_size']")
+    cost2=$(nh_calc "(0.95 - 0.1) / $share2")
+    dw_control "$cost2"
+    echo "node2 at 95 %" >"$phase"
+    t_hot=$(nh_now)
+    echo "  +$(nh_calc "$t_hot - $t0")s node2 runs hot: cost $cost2 per unit of share, i.e. 95 % at its share of $(nh_calc "100 * $share2")%"
+    dw_wait "node2 hot" --need-change || { ok=0; nums+="shares did not settle while node2 was hot; "; }
+    t_hot_end=$(nh_now)
+    logs=()
+    if [[ ${NH_DW_RESTART:-1} == 1 ]]; then
+      echo "restart" >"$phase"
+      dw_restart || ok=0
+      nums+="$DWR_NUMBERS; "
+      logs=(--log "$NH_OUT/nilb-node1.before-dw.log")
+      echo "node2 at 95 %" >"$phase"
+      dw_wait "node2 hot, after the restart" || { ok=0; nums+="shares did not settle after the restart; "; }
+    fi
+    dw_control 0.9
+    echo "node2 back to normal" >"$phase"
+    t_cool=$(nh_now)
+    echo "  +$(nh_calc "$t_cool - $t0")s node2 back to normal (cost 0.9)"
+    dw_wait "node2 normal" --need-change || { ok=0; nums+="shares did not settle after node2 recovered; "; }
+    t_end=$(nh_now)
+    sleep 1
+    touch "$NH_OUT/dw-sample.stop"
+    nh_wait_until 5 nh_not_alive "$spid"
+    nh_stop "$spid" TERM 3
+    touch "$HOLD_UNTIL"
+    hold_finish 30
+    "$NH_PY" "$HERE/dynweight.py" analyze --csv "$csv" --log "$NH_OUT/nilb-node1.log" "${logs[@]}" --t0 "$t0" \
+      --control-hot <(printf '{"nodes": {"node1": {"idle": 0.1, "cost": 0.9}, "node2": {"idle": 0.1, "cost": %s}, "node3": {"idle": 0.1, "cost": 0.9}}}' "$cost2") \
+      --t-hot "$t_hot" --t-hot-end "$t_hot_end" --t-cool "$t_cool" --t-end "$t_end" --table-size 1024 --max-step-percent "$RB_MAX_STEP_PERCENT" \
+      --deadband-percent "$DW_DEADBAND" --weights "$(weights_ratio)" --min-weight 10 >"$NH_OUT/dw-verdict.txt"
+    sed '$d' "$NH_OUT/dw-verdict.txt"
+    echo "  info: node1's load scrapes that failed so far (state file load_errors): $(st get "$(state_of node1)" "' '.join('%s=%s' % (n, x.get('load_errors')) for n, x in b.items())")"
+    verdict=$(tail -n 1 "$NH_OUT/dw-verdict.txt")
+    [[ $verdict == "SUMMARY PASS"* ]] || ok=0
+    nums+="${verdict#SUMMARY * }; "
+    if [[ -s $HOLD_RES ]]; then
+      okc=$(json "$HOLD_RES" 'd["ok"]')
+      resets=$(json "$HOLD_RES" 'd["resets"]')
+      fails=$(json "$HOLD_RES" 'd["failures"]')
+      rounds=$(json "$HOLD_RES" 'd["rounds_done"]')
+      hold_bad
+      nums+="held connections OK ${okc}/36 over ${rounds} rounds, resets ${resets}, failures ${fails}"
+      [[ $okc == 36 && $resets == 0 && $fails == 0 && $HOLD_RC == 0 ]] || ok=0
+    else
+      nums+="hold client produced no result (exit $HOLD_RC)"
+      ok=0
+    fi
+    "$NH_PY" "$HERE/dynweight.py" plot --csv "$csv" --out "$png" \
+      --title "nilb dynamic weights (source: cpu, interval 1 s, deadband $DW_DEADBAND %, steps of at most $RB_MAX_STEP_PERCENT % of the buckets): bucket shares on the balancer" \
+      --mark "$(nh_calc "$t_hot - $t0"):node2 at 95 %" --mark "$(nh_calc "$t_cool - $t0"):node2 back to normal" |
+      sed 's/^/  /'
+    echo "  samples: $csv ($(($(wc -l <"$csv") - 1)) rows)$([[ -s $png ]] && echo ", plot: $png")"
+    if [[ -n $PLOT_OUT ]]; then
+      if mkdir -p "$PLOT_OUT" && cp "$csv" "$PLOT_OUT/" && { [[ ! -s $png ]] || cp "$png" "$PLOT_OUT/"; }; then
+        echo "  copied to $PLOT_OUT/"
+      else
+        echo "  could not copy the CSV/PNG to $PLOT_OUT"
+      fi
+    fi
+  fi
+  # back to the weights and pacing from before, without dynamic weights
+  DW_YAML=""
+  RB_MAX_STEP_PERCENT=$old_step
+  write_config "${old_w[@]}"
+  hup_all
+  if st_wait node1 20 "reload.get('ok') is True and $(settled_expr)"; then
+    echo "  restored weights $(weights_ratio) without dynamic weights: $WAIT_SUMMARY"
+  else
+    echo "  node1 did not settle on $(weights_ratio) after dynamic weights were removed: $WAIT_SUMMARY"
+    nums+="; restoring the weights did not settle"
+    ok=0
+  fi
+  for n in "${NH_NODES[@]}"; do nh_stop "${DW_PID[$n]}" TERM 3; done
+  if ((ok)); then pass dw "$nums"; else fail dw "$nums"; fi
+}
+
 selftest() {
   header "selftest: harness plumbing without nilb"
   local out res pcap tlog tpid frames mac2 state go hpid
@@ -1286,6 +1842,11 @@ else
     echo "harness: $NPASS passed, $NFAIL failed"
     exit 1
   fi
+  if ((DEMO == 0)) && { want restart || { want dw && [[ ${NH_DW_RESTART:-1} == 1 ]]; }; } && ! mount_pins; then
+    fail setup "could not mount a bpffs for the pins (see $NH_OUT/setup.log)"
+    echo "harness: $NPASS passed, $NFAIL failed"
+    exit 1
+  fi
   header "starting nilb on every node"
   if ! start_nilb; then
     fail setup "nilb did not become ready on every node"
@@ -1312,6 +1873,9 @@ else
     want h4 && { scenario_h4; check_daemons; }
     want h5 && { scenario_h5; check_daemons; }
     want h6 && { scenario_h6; check_daemons; }
+    want spoof && { scenario_spoof; check_daemons; }
+    want restart && { scenario_restart; check_daemons; }
+    want dw && { scenario_dw; check_daemons; }
     want e && scenario_e
   fi
 fi

@@ -6,6 +6,7 @@
 #          (clang compiles the BPF programs, libclang feeds bindgen)
 #   tools: bpftool (regenerating vmlinux.h)
 #   tests: iproute2 ethtool tcpdump iputils-ping procps util-linux python3 curl iperf3
+#          file (static check), gnuplot-nox (dynamic-weights plot)
 set -euo pipefail
 
 if [ "$(id -u)" -ne 0 ]; then
@@ -17,6 +18,7 @@ PACKAGES=(
   clang llvm libelf-dev zlib1g-dev pkg-config make gcc libclang-dev
   bpftool
   iproute2 ethtool tcpdump iputils-ping procps util-linux python3 curl iperf3
+  file gnuplot-nox
 )
 
 missing=()

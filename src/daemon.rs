@@ -90,15 +90,20 @@ fn is_local_address(addr: Ipv4Addr) -> bool {
 /// `/run/nilb/<netns inode>-<interface>.lock`, held for the daemon's life
 /// (released by the kernel if it dies). A second daemon would replace the
 /// first one's programs and remove them again when it stops.
-fn lock_interface(interface: &str) -> Result<nix::fcntl::Flock<std::fs::File>> {
-    use std::io::{Read, Seek, Write};
+fn lock_path(interface: &str) -> PathBuf {
     use std::os::unix::fs::MetadataExt;
     let netns = std::fs::metadata("/proc/self/ns/net")
         .map(|m| m.ino())
         .unwrap_or(0);
-    let dir = Path::new("/run/nilb");
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let path = dir.join(format!("{netns}-{interface}.lock"));
+    Path::new("/run/nilb").join(format!("{netns}-{interface}.lock"))
+}
+
+fn lock_interface(interface: &str) -> Result<nix::fcntl::Flock<std::fs::File>> {
+    use std::io::{Read, Seek, Write};
+    let path = lock_path(interface);
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
     let file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -271,7 +276,7 @@ pub fn run(opts: &RunOptions) -> Result<()> {
     if !is_local_address(node) {
         bail!("--node-address {node} is not an address of this host; GUE sent to it would never arrive here");
     }
-    let _lock = lock_interface(&opts.interface)?;
+    let lock = lock_interface(&opts.interface)?;
     let balancer = config.cluster.balancers.contains(&node);
     if !config.cluster_addresses().contains(&node) {
         warn!(%node, "this node is neither a balancer nor a backend in the config; GUE from it will be rejected by others");
@@ -292,6 +297,10 @@ pub fn run(opts: &RunOptions) -> Result<()> {
     let result = control
         .block_on(serve(opts, config, ifindex, node, &checks))
         .map_err(|e| explain(e, &opts.interface, opts.xdp_mode));
+    // Remove the lock file while still holding the lock (a daemon that
+    // starts now opens a fresh file).
+    let _ = std::fs::remove_file(lock_path(&opts.interface));
+    drop(lock);
     checks.shutdown_timeout(Duration::from_secs(1));
     result
 }
@@ -522,7 +531,7 @@ impl Daemon<'_, '_> {
 
     /// Apply `plan`; on failure re-install the full running state.
     fn apply(&mut self, plan: &Plan, why: &str) {
-        if plan.is_empty() && plan.fail_open_changed.is_empty() {
+        if plan.is_empty() && plan.fail_open_changed.is_empty() && plan.reweighted.is_empty() {
             return;
         }
         for (key, open) in &plan.fail_open_changed {
@@ -532,6 +541,18 @@ impl Daemon<'_, '_> {
             } else {
                 warn!(service = %name, %key, "fail-open over: healthy backends again");
             }
+        }
+        for (key, changes) in &plan.reweighted {
+            let service = self.service_name(key);
+            let summary: Vec<String> = changes
+                .iter()
+                .map(|c| match c.load {
+                    Some(l) => format!("{} load {l:.3} weight {:.1}->{:.1}", c.dip, c.from, c.to),
+                    None => format!("{} load unreadable weight {:.1}", c.dip, c.from),
+                })
+                .collect();
+            info!(%service, "dynamic weights: {}", summary.join(", "));
+            self.state_dirty = true;
         }
         for (key, dip) in &plan.removed_backends {
             info!(service = %self.service_name(key), %dip, "removed backend drained out and dropped");

@@ -146,8 +146,33 @@ pub struct ServiceState {
     pub moves_total: (u64, u64, u64),
 }
 
+impl ServiceState {
+    /// Effective weights that reproduce the table's current shares exactly
+    /// (weight proportional to buckets owned, on the scale of the configured
+    /// weights), so that an adopted table under dynamic weights does not
+    /// move. Backends that own nothing keep their configured weight.
+    fn effective_weights_from_shares(&mut self, dw: &crate::config::DynamicWeight) {
+        let shares = self.table.shares();
+        let total: f64 = self.backends.values().map(|b| b.config.weight as f64).sum();
+        // Table weights are integers (effective * WEIGHT_SCALE): make them
+        // exact multiples of the bucket counts so quotas equal the shares.
+        let per_bucket = (weights::WEIGHT_SCALE * total / self.table.size() as f64)
+            .round()
+            .max(1.0);
+        for b in self.backends.values_mut() {
+            if let Some(&n) = shares.get(&b.config.dip) {
+                let configured = b.config.weight as f64;
+                let w = n as f64 * per_bucket / weights::WEIGHT_SCALE;
+                let lo = configured * dw.min_weight_percent as f64 / 100.0;
+                let hi = configured * dw.max_weight_percent as f64 / 100.0;
+                b.effective_weight = w.clamp(lo, hi);
+            }
+        }
+    }
+}
+
 /// What an event changes in the data plane.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Plan {
     /// Services whose table is new or different, with the buckets moved.
     pub install: BTreeMap<ServiceKey, Moves>,
@@ -164,6 +189,22 @@ pub struct Plan {
     pub fresh_slots: Vec<u32>,
     /// Service stats indexes newly given out.
     pub fresh_service_indexes: Vec<u32>,
+    /// Dynamic-weight rounds that changed weights: per service, each
+    /// backend's (address, load reading, old and new effective weight).
+    pub reweighted: Vec<(ServiceKey, Vec<Reweight>)>,
+}
+
+/// One backend's change in a dynamic-weights round.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Reweight {
+    /// The backend.
+    pub dip: Ipv4Addr,
+    /// The load reading used (None: unreadable, weight kept).
+    pub load: Option<f64>,
+    /// Effective weight before the round.
+    pub from: f64,
+    /// Effective weight after it.
+    pub to: f64,
 }
 
 impl Plan {
@@ -294,6 +335,12 @@ impl ControlPlane {
                 },
             );
             cp.config.services.push(service.clone());
+            if let Some(dw) = &service.dynamic_weight {
+                cp.services
+                    .get_mut(&key)
+                    .expect("just inserted")
+                    .effective_weights_from_shares(dw);
+            }
         }
         // Backends of adopted services without a slot, and services without
         // an adoptable table, come in as usual; the config is the same, so
@@ -511,9 +558,13 @@ impl ControlPlane {
                 plan.removed_backends.push((key, *dip));
             }
             let reweighted = self.adjust_weights(&key, now_ms);
+            let changed = !reweighted.is_empty();
+            if changed {
+                plan.reweighted.push((key, reweighted));
+            }
             let state = &self.services[&key];
             let due = state.pending > 0 && self.voluntary_allowed(&key, now_ms);
-            if due || reweighted || !gone.is_empty() {
+            if due || changed || !gone.is_empty() {
                 let p = self.step(&key, now_ms, false);
                 plan.merge(p);
             }
@@ -570,15 +621,15 @@ impl ControlPlane {
     }
 
     /// One dynamic-weights round for `key` when due: the table has caught up
-    /// with the last round and loads were read since. Returns whether any
-    /// effective weight changed.
-    fn adjust_weights(&mut self, key: &ServiceKey, now_ms: u64) -> bool {
+    /// with the last round and loads were read since. Returns the changes
+    /// (empty when no effective weight changed).
+    fn adjust_weights(&mut self, key: &ServiceKey, now_ms: u64) -> Vec<Reweight> {
         let Some(dw) = self
             .config
             .service(key)
             .and_then(|s| s.dynamic_weight.clone())
         else {
-            return false;
+            return Vec::new();
         };
         let state = self.services.get_mut(key).expect("service state");
         let interval = dw.interval_ms;
@@ -588,7 +639,7 @@ impl ControlPlane {
             && state.pending == 0
             && now_ms.saturating_sub(state.changed_at_ms) >= interval;
         if !due {
-            return false;
+            return Vec::new();
         }
         state.last_adjust_ms = Some(now_ms);
         let settled_since = state.changed_at_ms;
@@ -617,15 +668,25 @@ impl ControlPlane {
             })
             .collect();
         let next = weights::adjust(&dw, &input);
-        let mut changed = false;
-        for (d, w) in dips.iter().zip(next) {
-            let b = state.backends.get_mut(d).expect("backend");
-            if (b.effective_weight - w).abs() > 1e-9 {
-                b.effective_weight = w;
-                changed = true;
-            }
+        if dips
+            .iter()
+            .zip(&next)
+            .all(|(d, w)| (state.backends[d].effective_weight - w).abs() <= 1e-9)
+        {
+            return Vec::new();
         }
-        changed
+        let mut changes = Vec::with_capacity(dips.len());
+        for ((d, w), inp) in dips.iter().zip(next).zip(&input) {
+            let b = state.backends.get_mut(d).expect("backend");
+            changes.push(Reweight {
+                dip: *d,
+                load: inp.reading,
+                from: b.effective_weight,
+                to: w,
+            });
+            b.effective_weight = w;
+        }
+        changes
     }
 
     fn voluntary_allowed(&self, key: &ServiceKey, now_ms: u64) -> bool {

@@ -347,3 +347,51 @@ fn fresh_tables_start_without_move_history() {
     );
     assert_eq!(plan.install[&key()].moved, 32);
 }
+
+#[test]
+fn adopting_under_dynamic_weights_keeps_the_shares() {
+    let y = |w2: u32| {
+        format!(
+            "version: 1\ncluster: {{balancers: [10.0.0.11]}}\ndefaults:\n  rebalance: {{min_interval_ms: 0, max_step_percent: 100, min_bucket_age_ms: 0}}\nservices:\n  - name: web\n    vip: 10.0.0.100\n    port: 80\n    protocol: tcp\n    table_size: 1024\n    dynamic_weight: {{source: qps}}\n    backends:\n      - {{dip: 10.0.0.11, weight: 100}}\n      - {{dip: 10.0.0.12, weight: {w2}}}\n      - {{dip: 10.0.0.13, weight: 100}}\n"
+        )
+    };
+    let cfg = Config::parse(&y(100)).unwrap();
+    let mut cp = ControlPlane::new(cfg.clone(), 1_000_000);
+    // Pretend dynamic weights moved load off .12: its effective weight fell.
+    cp.services
+        .get_mut(&key())
+        .unwrap()
+        .backends
+        .get_mut(&B12)
+        .unwrap()
+        .effective_weight = 37.0;
+    cp.step(&key(), 1_001_000, false);
+    let running = cp.service(&key()).unwrap().clone();
+    assert!(
+        running.table.shares()[&B12] < 200,
+        "{:?}",
+        running.table.shares()
+    );
+    let live = vec![(
+        key(),
+        crate::dataplane::LiveTable {
+            service_index: running.index,
+            buckets: running.table.buckets().to_vec(),
+            moved_at: (0..1024).map(|i| running.table.moved_at(i)).collect(),
+            slots: running
+                .backends
+                .values()
+                .map(|b| (b.config.dip, b.slot))
+                .collect(),
+        },
+    )];
+    let mut adopted = ControlPlane::adopt(cfg, live, 1_002_000);
+    assert_eq!(
+        adopted.service(&key()).unwrap().table.buckets(),
+        running.table.buckets()
+    );
+    // Nothing is pending: the next ticks move no bucket.
+    assert_eq!(adopted.service(&key()).unwrap().pending, 0);
+    let plan = adopted.tick(1_010_000);
+    assert!(plan.install.is_empty(), "adopted table moved: {plan:?}");
+}
