@@ -138,18 +138,13 @@ static __always_inline int is_fragment(const struct iphdr *iph)
 	return (iph->frag_off & bpf_htons(IP_MF | IP_OFFSET)) != 0;
 }
 
-/* Internet checksum of a 20-byte IPv4 header (no options). */
-static __always_inline __u16 ipv4_csum20(const struct iphdr *iph)
+/* Copy the 12 MAC bytes of an Ethernet header as three 32-bit words (the
+ * verifier allows unaligned packet access on this architecture). */
+static __always_inline void copy_macs(void *dst, const void *src)
 {
-	const __u16 *w = (const __u16 *)iph;
-	__u32 sum = 0;
-
-#pragma unroll
-	for (int i = 0; i < 10; i++)
-		sum += w[i];
-	sum = (sum & 0xffff) + (sum >> 16);
-	sum = (sum & 0xffff) + (sum >> 16);
-	return (__u16)~sum;
+	((__u32 *)dst)[0] = ((const __u32 *)src)[0];
+	((__u32 *)dst)[1] = ((const __u32 *)src)[1];
+	((__u32 *)dst)[2] = ((const __u32 *)src)[2];
 }
 
 /* RFC 1624 incremental update of a 16-bit one's complement checksum when a
@@ -256,7 +251,7 @@ static __always_inline int xdp_encap(struct xdp_md *ctx, const struct nilb_confi
 	struct nilb_table_header *hdr;
 	struct nilb_bucket *b;
 	struct nilb_backend_stats *bs;
-	struct bpf_fib_lookup fib = {};
+	struct bpf_fib_lookup fib;
 	__u8 macs[2 * ETH_ALEN];
 	__u32 zero = 0, idx, first, second, nhops, overhead, node, slot, out_len;
 	struct nilb_hop_cache *hc;
@@ -302,7 +297,7 @@ static __always_inline int xdp_encap(struct xdp_md *ctx, const struct nilb_confi
 	eth = data;
 	if ((void *)(eth + 1) > data_end)
 		return XDP_DROP;
-	__builtin_memcpy(macs, eth, sizeof(macs));
+	copy_macs(macs, eth);
 
 	/* Cut Ethernet padding so that the inner packet is exactly tot_len. */
 	if (frame_len > sizeof(struct ethhdr) + inner_len) {
@@ -334,31 +329,33 @@ static __always_inline int xdp_encap(struct xdp_md *ctx, const struct nilb_confi
 	oip->frag_off = bpf_htons(IP_DF);
 	oip->ttl = NILB_OUTER_TTL;
 	oip->protocol = IPPROTO_UDP;
-	oip->check = 0;
 	oip->saddr = node;
 	oip->daddr = first;
-	oip->check = ipv4_csum20(oip);
+	{
+		/* The constant words' sum comes precomputed (nilb_config). */
+		__u32 sum = cfg->outer_csum_base + oip->tot_len + (first & 0xffff) + (first >> 16);
+
+		sum = (sum & 0xffff) + (sum >> 16);
+		sum = (sum & 0xffff) + (sum >> 16);
+		oip->check = (__u16)~sum;
+	}
 
 	udp->source = bpf_htons(0x8000 | (flow->hash & 0x7fff));
 	udp->dest = gue_port;
 	udp->len = bpf_htons(inner_len + overhead - sizeof(struct iphdr));
 	udp->check = 0;
 
-	gue[0] = 1 + nhops;   /* version 0, C 0, hlen = 1 + N */
-	gue[1] = GUE_PROTO_IPV4;
-	gue[2] = 0;           /* flags */
-	gue[3] = 0;
-	gue[4] = 0;           /* private data type */
-	gue[5] = 0;
-	gue[6] = 0;           /* next hop index */
-	gue[7] = nhops;       /* hop count */
+	/* [version 0, C 0, hlen = 1 + N] [inner protocol] [flags 0 0]
+	 * [private type 0 0] [next hop index 0] [hop count N] */
+	*(__u32 *)gue = bpf_htonl(((1 + nhops) << 24) | (GUE_PROTO_IPV4 << 16));
+	*(__u32 *)(gue + 4) = bpf_htonl(nhops);
 	if (nhops)
 		*(__u32 *)(gue + 8) = second;
 
 	if (first == node) {
 		/* This node is the first hop: hand the GUE packet to our own TC
 		 * program, which applies second chance like on any backend. */
-		__builtin_memcpy(eth, macs, sizeof(macs));
+		copy_macs(eth, macs);
 		return xdp_to_tc(ctx, C_XDP_ENCAP_LOCAL);
 	}
 
@@ -370,8 +367,7 @@ static __always_inline int xdp_encap(struct xdp_md *ctx, const struct nilb_confi
 	hc = bpf_map_lookup_elem(&hop_cache, &slot);
 	if (hc && hc->hop == first && hc->in_ifindex == ctx->ingress_ifindex &&
 	    hc->expires_ns > now && out_len <= hc->max_len) {
-		__builtin_memcpy(eth->h_dest, hc->dmac, ETH_ALEN);
-		__builtin_memcpy(eth->h_source, hc->smac, ETH_ALEN);
+		copy_macs(eth, hc->macs);
 		if (hc->out_ifindex == ctx->ingress_ifindex) {
 			count(C_XDP_ENCAP_TX);
 			return XDP_TX;
@@ -380,6 +376,7 @@ static __always_inline int xdp_encap(struct xdp_md *ctx, const struct nilb_confi
 		return bpf_redirect(hc->out_ifindex, 0);
 	}
 
+	__builtin_memset(&fib, 0, sizeof(fib));
 	fib.family = AF_INET;
 	fib.l4_protocol = IPPROTO_UDP;
 	fib.tot_len = out_len;
@@ -400,8 +397,8 @@ static __always_inline int xdp_encap(struct xdp_md *ctx, const struct nilb_confi
 			hc->in_ifindex = ctx->ingress_ifindex;
 			hc->out_ifindex = fib.ifindex;
 			hc->max_len = max_len;
-			__builtin_memcpy(hc->dmac, fib.dmac, ETH_ALEN);
-			__builtin_memcpy(hc->smac, fib.smac, ETH_ALEN);
+			__builtin_memcpy(hc->macs, fib.dmac, ETH_ALEN);
+			__builtin_memcpy(hc->macs + ETH_ALEN, fib.smac, ETH_ALEN);
 			hc->expires_ns = now + NILB_HOP_CACHE_NS;
 		}
 		if (fib.ifindex == ctx->ingress_ifindex) {
@@ -418,7 +415,7 @@ static __always_inline int xdp_encap(struct xdp_md *ctx, const struct nilb_confi
 		 * bpf_redirect_neigh (the kernel resolves and queues). The
 		 * same slow path serves interfaces without forwarding enabled,
 		 * where bpf_fib_lookup refuses to answer. */
-		__builtin_memcpy(eth, macs, sizeof(macs));
+		copy_macs(eth, macs);
 		return xdp_to_tc(ctx, C_XDP_ENCAP_SLOW_PATH);
 	case BPF_FIB_LKUP_RET_FRAG_NEEDED:
 		count(C_XDP_DROP_TOO_BIG);

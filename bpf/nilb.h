@@ -132,6 +132,11 @@ struct nilb_config {
 	__u16 gue_port;    /* network order */
 	__u16 pad;
 	__u32 flags;       /* enum nilb_config_flags */
+	/* One's complement sum (not folded) of the outer IPv4 header's constant
+	 * 16-bit words as they sit in memory: version/IHL/TOS, ID, DF, TTL and
+	 * protocol, source address. The XDP program adds total length and
+	 * destination per packet instead of summing all ten words. */
+	__u32 outer_csum_base;
 };
 
 /* Value of the `service_stats` map (PERCPU_ARRAY, key service index):
@@ -161,8 +166,7 @@ struct nilb_hop_cache {
 	__u32 in_ifindex;   /* interface the packets came in on */
 	__u32 out_ifindex;  /* interface the FIB chose */
 	__u32 max_len;      /* largest outer length the FIB accepted (MTU) */
-	__u8 dmac[6];
-	__u8 smac[6];
+	__u8 macs[12];      /* destination then source MAC, as in Ethernet */
 	__u32 pad;
 };
 

@@ -200,7 +200,20 @@ pub fn config_value(node: Ipv4Addr, hash_seed: u32, gue_port: u16, flags: u32) -
         gue_port: gue_port.to_be(),
         pad: 0,
         flags,
+        outer_csum_base: outer_csum_base(node),
     }
+}
+
+/// Sum of the constant 16-bit words of nilb's outer IPv4 header (version 4,
+/// IHL 5, TOS 0; ID 0; DF; TTL 64, UDP; source `node`) as native-order loads
+/// of the wire bytes, the way the XDP program sums the per-packet words.
+pub fn outer_csum_base(node: Ipv4Addr) -> u32 {
+    let ttl = sys::nilb_wire::NILB_OUTER_TTL as u8;
+    let o = node.octets();
+    [[0x45, 0x00], [0x00, 0x00], [0x40, 0x00], [ttl, 17], [o[0], o[1]], [o[2], o[3]]]
+        .iter()
+        .map(|w| u16::from_ne_bytes(*w) as u32)
+        .sum()
 }
 
 /// Sum of a per-CPU u64 counter.
@@ -459,7 +472,7 @@ mod tests {
         assert_eq!(std::mem::size_of::<sys::nilb_bucket>(), 16);
         assert_eq!(std::mem::size_of::<sys::nilb_table_header>(), 16);
         assert_eq!(std::mem::size_of::<sys::nilb_backend_stats>(), 24);
-        assert_eq!(std::mem::size_of::<sys::nilb_config>(), 16);
+        assert_eq!(std::mem::size_of::<sys::nilb_config>(), 20);
         assert_eq!(std::mem::size_of::<sys::nilb_service_stats>(), 32);
         assert_eq!(std::mem::size_of::<skel::types::xdp_md>(), 24);
     }
