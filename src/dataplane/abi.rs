@@ -210,10 +210,17 @@ pub fn config_value(node: Ipv4Addr, hash_seed: u32, gue_port: u16, flags: u32) -
 pub fn outer_csum_base(node: Ipv4Addr) -> u32 {
     let ttl = sys::nilb_wire::NILB_OUTER_TTL as u8;
     let o = node.octets();
-    [[0x45, 0x00], [0x00, 0x00], [0x40, 0x00], [ttl, 17], [o[0], o[1]], [o[2], o[3]]]
-        .iter()
-        .map(|w| u16::from_ne_bytes(*w) as u32)
-        .sum()
+    [
+        [0x45, 0x00],
+        [0x00, 0x00],
+        [0x40, 0x00],
+        [ttl, 17],
+        [o[0], o[1]],
+        [o[2], o[3]],
+    ]
+    .iter()
+    .map(|w| u16::from_ne_bytes(*w) as u32)
+    .sum()
 }
 
 /// Sum of a per-CPU u64 counter.

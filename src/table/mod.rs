@@ -24,7 +24,7 @@
 mod tests;
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::net::Ipv4Addr;
 
 /// One bucket: first and second hop (`None` = no hop).
@@ -468,31 +468,48 @@ impl Table {
         for &(i, _) in &rest {
             pending[i] = true;
         }
-        let mut by_need: BTreeSet<(Reverse<i64>, Ipv4Addr, usize)> = need
+        // Largest remaining need first (ties: lower address), with lazy
+        // updates: an entry whose need changed is refreshed when it surfaces.
+        let mut by_need: BinaryHeap<(i64, Reverse<Ipv4Addr>, usize)> = need
             .iter()
             .enumerate()
             .filter(|(_, &n)| n > 0)
-            .map(|(g, &n)| (Reverse(n), targets[g].dip, g))
+            .map(|(g, &n)| (n, Reverse(targets[g].dip), g))
             .collect();
+        // The bucket assigned last, and to whom: in a run of free buckets the
+        // left neighbour is usually it, which saves a lookup.
+        let mut last: Option<(usize, usize)> = None;
         for (i, prev) in rest {
+            let owner = |j: usize| match last {
+                Some((k, g)) if k == j => Some(g),
+                _ => target_of(self.buckets[j].first),
+            };
             let neighbour = |j: Option<usize>| {
                 j.filter(|&j| j < size && !pending[j])
-                    .and_then(|j| target_of(self.buckets[j].first))
+                    .and_then(owner)
                     .filter(|&g| need[g] > 0)
             };
             let g = neighbour(i.checked_sub(1))
                 .or_else(|| neighbour(Some(i + 1)))
-                .or_else(|| by_need.first().map(|&(_, _, g)| g));
+                .or_else(|| {
+                    while let Some(&(n, dip, g)) = by_need.peek() {
+                        if need[g] == n {
+                            return Some(g);
+                        }
+                        by_need.pop();
+                        if need[g] > 0 {
+                            by_need.push((need[g], dip, g));
+                        }
+                    }
+                    None
+                });
             pending[i] = false;
             match g {
                 Some(g) => {
-                    by_need.remove(&(Reverse(need[g]), targets[g].dip, g));
                     need[g] -= 1;
-                    if need[g] > 0 {
-                        by_need.insert((Reverse(need[g]), targets[g].dip, g));
-                    }
                     assign(self, moves, i, g, prev);
                     assigned += 1;
+                    last = Some((i, g));
                 }
                 None => {
                     // No eligible backend at all: the bucket drops packets,
@@ -503,6 +520,7 @@ impl Table {
                     if let Some(p) = prev.filter(|&p| second_ok(p)) {
                         self.buckets[i].second = Some(p);
                     }
+                    last = None;
                 }
             }
         }
