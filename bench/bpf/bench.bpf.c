@@ -1,0 +1,199 @@
+// SPDX-License-Identifier: GPL-2.0 OR Apache-2.0
+/*
+ * Baselines and probes for nilb's benchmarks (scripts/bench.sh,
+ * examples/bench_dataplane.rs). Compiled by scripts/bench.sh with clang; not
+ * part of nilb itself.
+ *
+ *   gen_tail      live-frames driver: restores the frame's first 64 bytes,
+ *                 varies the L4 ports, tail-calls the program under test
+ *                 (prog array `target`, slot 0). Needed because in
+ *                 BPF_F_TEST_XDP_LIVE_FRAMES mode recycled pages keep what
+ *                 the previous program wrote into them (nilb's GUE header
+ *                 overwrites the original Ethernet header), and it lets every
+ *                 program under test see the same, varying, flows.
+ *   macswap_tx    baseline of the XDP VIP path: swap MACs, XDP_TX.
+ *   xdp_pass_only baseline of the non-VIP path: XDP_PASS.
+ *   count_drop    the counting peer: count per CPU, XDP_DROP.
+ *   tc_pass_only  baseline of the TC path: TC_ACT_OK.
+ *   probe_*       single operations of nilb's fast path, for the cost
+ *                 breakdown (run with BPF_PROG_TEST_RUN repeat, packet
+ *                 unchanged).
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+#include "../../bpf/hash.h"
+
+#define TC_ACT_OK 0
+#define AF_INET 2
+#define L4_OFF 34 /* Ethernet 14 + IPv4 20 */
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+/* Set from user space (the .bss map, key 0) after load. */
+struct gen_cfg {
+	__u8 frame[64];    /* the frame's first 64 bytes as built */
+	__u32 vary_sport;  /* 1: pseudo-random source port per packet */
+	__u32 dport_count; /* > 0: destination port = dport_base + seq % count */
+	__u32 dport_base;  /* host order */
+	__u32 seq;         /* packets generated */
+	/* probe_fib parameters (network order addresses) */
+	__u32 fib_src;
+	__u32 fib_dst;
+	__u32 sink;        /* keeps probe results alive */
+	__u32 pad;
+};
+
+struct gen_cfg gen;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} target SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} rx_count SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u64);
+	__type(value, __u64);
+} probe_hash_map SEC(".maps");
+
+SEC("xdp")
+int gen_tail(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u32 s, r;
+
+	if (data + 64 > data_end)
+		return XDP_ABORTED;
+	__builtin_memcpy(data, gen.frame, 64);
+	s = gen.seq++;
+	if (gen.vary_sport) {
+		r = s * 2654435761u;
+		*(__u16 *)(data + L4_OFF) = (__u16)(r >> 16);
+	}
+	if (gen.dport_count)
+		*(__u16 *)(data + L4_OFF + 2) = bpf_htons((__u16)(gen.dport_base + s % gen.dport_count));
+	bpf_tail_call(ctx, &target, 0);
+	return XDP_ABORTED;
+}
+
+SEC("xdp")
+int macswap_tx(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	__u8 tmp[6];
+
+	if ((void *)(eth + 1) > data_end)
+		return XDP_DROP;
+	__builtin_memcpy(tmp, eth->h_dest, 6);
+	__builtin_memcpy(eth->h_dest, eth->h_source, 6);
+	__builtin_memcpy(eth->h_source, tmp, 6);
+	return XDP_TX;
+}
+
+SEC("xdp")
+int xdp_pass_only(struct xdp_md *ctx)
+{
+	return XDP_PASS;
+}
+
+SEC("xdp")
+int count_drop(struct xdp_md *ctx)
+{
+	__u32 zero = 0;
+	__u64 *v = bpf_map_lookup_elem(&rx_count, &zero);
+
+	if (v)
+		*v += 1;
+	return XDP_DROP;
+}
+
+SEC("tc")
+int tc_pass_only(struct __sk_buff *skb)
+{
+	return TC_ACT_OK;
+}
+
+/* ---- probes: one operation each, packet left unchanged ----------------- */
+
+/* bpf_fib_lookup as nilb does it for the outer packet. */
+SEC("xdp")
+int probe_fib(struct xdp_md *ctx)
+{
+	struct bpf_fib_lookup fib = {};
+	int rc;
+
+	fib.family = AF_INET;
+	fib.l4_protocol = IPPROTO_UDP;
+	fib.tot_len = 100;
+	fib.ipv4_src = gen.fib_src;
+	fib.ipv4_dst = gen.fib_dst;
+	fib.ifindex = ctx->ingress_ifindex;
+	rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), 0);
+	gen.sink += fib.dmac[5];
+	return rc == BPF_FIB_LKUP_RET_SUCCESS ? XDP_PASS : XDP_DROP;
+}
+
+/* nilb's flow hash over the packet's 5-tuple. */
+SEC("xdp")
+int probe_hash(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct iphdr *iph = data + 14;
+	__u16 *ports = data + L4_OFF;
+
+	if ((void *)(ports + 2) > data_end)
+		return XDP_DROP;
+	gen.sink += nilb_flow_hash(iph->saddr, iph->daddr, ports[0], ports[1], iph->protocol, 0x5eed1234);
+	return XDP_PASS;
+}
+
+/* Grow the headroom by a GUE header with one hop and shrink it back. */
+SEC("xdp")
+int probe_adjust(struct xdp_md *ctx)
+{
+	if (bpf_xdp_adjust_head(ctx, -40))
+		return XDP_DROP;
+	if (bpf_xdp_adjust_head(ctx, 40))
+		return XDP_DROP;
+	return XDP_PASS;
+}
+
+/* One lookup in a HASH map with an 8-byte key (like `services`, which is
+ * a hash of maps keyed by {vip, port, proto}), present key. */
+SEC("xdp")
+int probe_hash_lookup(struct xdp_md *ctx)
+{
+	__u64 key = 1;
+	__u64 *v = bpf_map_lookup_elem(&probe_hash_map, &key);
+
+	if (v)
+		gen.sink += (__u32)*v;
+	return XDP_PASS;
+}
+
+/* One per-CPU array lookup and increment (a nilb counter). */
+SEC("xdp")
+int probe_counter(struct xdp_md *ctx)
+{
+	__u32 zero = 0;
+	__u64 *v = bpf_map_lookup_elem(&rx_count, &zero);
+
+	if (v)
+		*v += 1;
+	return XDP_PASS;
+}

@@ -1,0 +1,438 @@
+#!/usr/bin/env python3
+"""Render BENCHMARKS.md from the raw results of scripts/bench.sh (stdlib only).
+
+    report.py --work DIR --out FILE
+
+DIR holds machine.txt, load-*.txt, dataplane.json, control.json, reload.json and
+e2e-runs.jsonl (each optional: a section that did not run shows as "not run").
+"""
+
+import argparse
+import json
+import os
+import statistics
+
+
+def load_json(path):
+    try:
+        with open(path) as f:
+            d = json.load(f)
+        return None if "error" in d else d
+    except (OSError, ValueError):
+        return None
+
+
+def kv(path):
+    out = {}
+    try:
+        with open(path) as f:
+            for line in f:
+                if "=" in line:
+                    k, v = line.rstrip("\n").split("=", 1)
+                    out[k] = v
+    except OSError:
+        pass
+    return out
+
+
+def read(path):
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def status(ok):
+    if ok is None:
+        return "n/a"
+    return "**met**" if ok else "**missed**"
+
+
+def fmt(x, digits=2):
+    if x is None:
+        return "-"
+    return f"{x:.{digits}f}"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    w = a.work
+    m = kv(os.path.join(w, "machine.txt"))
+    dp = load_json(os.path.join(w, "dataplane.json"))
+    cp = load_json(os.path.join(w, "control.json"))
+    rl = load_json(os.path.join(w, "reload.json"))
+    e2e = []
+    try:
+        with open(os.path.join(w, "e2e-runs.jsonl")) as f:
+            e2e = [json.loads(line) for line in f if line.strip()]
+    except (OSError, ValueError):
+        e2e = []
+
+    rows = []  # (area, measurement, nilb, reference, ratio, target, status)
+    targets = []
+
+    # ---- XDP live frames
+    xdp_names = {
+        "vip": "TCP to a VIP, no second hop",
+        "vip_second_hop": "TCP to a VIP, second hop in every bucket",
+        "vip_100_services": "TCP to a VIP with 100 services (flows over all)",
+        "non_vip_pass": "non-VIP (UDP to the node itself), XDP_PASS",
+    }
+    if dp:
+        for c in dp["xdp_live"]:
+            vip = c["case"] != "non_vip_pass"
+            tgt = 0.7 if vip else 0.95
+            ratio = c["ratio_median"]
+            ok = ratio >= tgt
+            ref = "MAC swap + XDP_TX" if vip else "XDP_PASS only"
+            rows.append((
+                "XDP, Mpps (1 CPU)",
+                xdp_names.get(c["case"], c["case"]),
+                fmt(c["nilb_mpps_median"], 3),
+                f"{fmt(c['base_mpps_median'], 3)} ({ref})",
+                f"{fmt(ratio, 3)} ({min(c['ratio']):.2f}-{max(c['ratio']):.2f})",
+                f">= {tgt}",
+                status(ok),
+            ))
+            targets.append((f"XDP {xdp_names.get(c['case'], c['case'])}", f"{ratio:.3f} of baseline", f">= {tgt}", ok))
+        for c in dp["tc"]:
+            rows.append((
+                "TC, ns/packet",
+                {"decap_syn": "decapsulate, inner SYN",
+                 "decap_established": "decapsulate, established socket",
+                 "second_chance": "second-chance forward (listener, no flow)"}.get(c["case"], c["case"]),
+                fmt(c["nilb_ns"], 0),
+                f"{fmt(c['base_ns'], 0)} (TC_ACT_OK only)",
+                f"+{c['nilb_ns'] - c['base_ns']:.0f} ns",
+                "-",
+                "-",
+            ))
+    else:
+        rows.append(("XDP / TC", "not run or failed", "-", "-", "-", "-", "-"))
+
+    # ---- end to end
+    def e2e_vals(kind, path):
+        out = []
+        for r in e2e:
+            if r["kind"] != kind or r["path"] != path:
+                continue
+            if kind == "iperf3":
+                out.append(r["bps"] / 1e9)
+            else:
+                out.append(r["result"]["rps"])
+        return out
+
+    def e2e_ratios(kind, other="direct"):
+        by = {}
+        for r in e2e:
+            if r["kind"] != kind:
+                continue
+            v = r["bps"] / 1e9 if kind == "iperf3" else r["result"]["rps"]
+            by.setdefault(r["rep"], {})[r["path"]] = v
+        return [d["vip"] / d[other] for d in by.values() if "vip" in d and d.get(other)]
+
+    if e2e:
+        for kind, label, unit, digits in (("iperf3", "TCP throughput (iperf3, 1 stream)", "Gbit/s", 2),
+                                          ("http", "HTTP requests/s, new connection each", "req/s", 0)):
+            v, d, rs = e2e_vals(kind, "vip"), e2e_vals(kind, "direct"), e2e_ratios(kind)
+            if not v or not d or not rs:
+                rows.append(("End to end", label, "failed", "-", "-", ">= 0.9", "-"))
+                continue
+            ratio = statistics.median(rs)
+            ok = ratio >= 0.9
+            rows.append((
+                "End to end",
+                f"{label}, {unit}",
+                fmt(statistics.median(v), digits),
+                f"{fmt(statistics.median(d), digits)} (direct to the backend)",
+                fmt(ratio, 3),
+                ">= 0.9",
+                status(ok),
+            ))
+            targets.append((f"End to end: {label}", f"{ratio:.3f} of direct", ">= 0.9", ok))
+            ro, rr = e2e_vals(kind, "routed"), e2e_ratios(kind, "routed")
+            if ro and rr:
+                rows.append((
+                    "End to end",
+                    f"{label}, {unit}: VIP versus the same two hops without nilb",
+                    fmt(statistics.median(v), digits),
+                    f"{fmt(statistics.median(ro), digits)} (routed by node1's kernel)",
+                    fmt(statistics.median(rr), 3),
+                    "-",
+                    "-",
+                ))
+        # CPU per unit of work, from the processes' own accounting (kernel
+        # work done in their context included): less sensitive to other jobs
+        # on a shared machine than the rates.
+        def cpu_per(path, kind):
+            out = []
+            for r in e2e:
+                if r["kind"] != kind or r["path"] != path:
+                    continue
+                if kind == "http" and "server_cpu_s" in r and "client_cpu_s" in r["result"] and r["result"]["ok"]:
+                    out.append((r["server_cpu_s"] + r["result"]["client_cpu_s"]) / r["result"]["ok"] * 1e6)
+                if kind == "iperf3" and r.get("client_cpu_pct") is not None and r.get("bytes"):
+                    cpu_s = (r["client_cpu_pct"] + r["server_cpu_pct"]) / 100 * r["seconds"]
+                    out.append(cpu_s / (r["bytes"] / 1e9))
+            return out
+        for kind, label in (("http", "CPU per HTTP request (client + server processes), us"),
+                            ("iperf3", "CPU per GB received (iperf3 client + server), s")):
+            v, d = cpu_per("vip", kind), cpu_per("direct", kind)
+            if v and d:
+                rows.append(("End to end", label, fmt(statistics.median(v), 1),
+                             f"{fmt(statistics.median(d), 1)} (direct)",
+                             fmt(statistics.median(v) / statistics.median(d), 3), "-", "-"))
+    else:
+        rows.append(("End to end", "not run or failed", "-", "-", "-", "-", "-"))
+
+    # ---- control plane
+    if cp:
+        for t in cp["tables"]:
+            shape = f"{t['backends']} x {t['buckets']}"
+            b = t["build"]["median_ms"]
+            is_big = t["backends"] == 1000
+            rows.append((
+                "Control, ms",
+                f"Table::build {shape}",
+                f"{fmt(b, 3)} (min {fmt(min(t['build']['runs_ms']), 3)})",
+                "-",
+                "-",
+                "< 10 ms" if is_big else "-",
+                status(b < 10) if is_big else "-",
+            ))
+            if is_big:
+                targets.append(("Table::build 1000 x 65536", f"{b:.2f} ms", "< 10 ms", b < 10))
+            rows.append(("Control, ms", f"update {shape}: rebalance after a failure / after a weight change",
+                         f"{fmt(t['rebalance_failure']['median_ms'], 3)} / {fmt(t['rebalance_weight']['median_ms'], 3)}",
+                         "-", "-", "-", "-"))
+            rows.append(("Control, ms", f"ControlPlane::update (reload, one weight doubled) {shape}",
+                         fmt(t["cp_update"]["median_ms"], 3), "-", "-", "-", "-"))
+            rows.append(("Control, ms", f"map sync of the full table ({t['buckets']} buckets, install_table)",
+                         fmt(t["install_table"]["median_ms"], 3),
+                         f"one outer-map swap alone: {fmt(t['install_swap']['median_ms'], 3)} (an RCU grace period)",
+                         "-", "-", "-"))
+        h = cp["hundred_services"]
+        rows.append(("Control, ms", "map sync of 100 services x 4096 buckets (full plan apply)",
+                     fmt(h["full_apply"]["median_ms"], 1), "-", "-", "-", "-"))
+    else:
+        rows.append(("Control", "not run or failed", "-", "-", "-", "-", "-"))
+
+    if rl:
+        one, all_ = rl["one_changed"], rl["all_changed"]
+        for label, d in (("1 of 100 services changed", one), ("all 100 services changed", all_)):
+            ok = d["live_ms_median"] < 100
+            rows.append((
+                "Reload, ms",
+                f"SIGHUP to new table live (100 services, {label})",
+                fmt(d["live_ms_median"], 1),
+                f"daemon's own elapsed_us: {fmt(d['daemon_ms_median'], 1)}",
+                "-",
+                "< 100 ms",
+                status(ok),
+            ))
+            targets.append((f"SIGHUP to live, 100 services, {label}", f"{d['live_ms_median']:.1f} ms", "< 100 ms", ok))
+    else:
+        rows.append(("Reload", "not run or failed", "-", "-", "-", "-", "-"))
+
+    # ---- write
+    L = []
+    L.append("# nilb benchmarks")
+    L.append("")
+    L.append("Generated by `scripts/bench.sh` (as root; installs what it needs, builds release, "
+             "takes about 5 minutes on 2 cores). Do not edit by hand: rerun the script. "
+             "Numbers are medians of several repetitions; ratios are medians of per-repetition "
+             "ratios of measurements taken back to back in the same run.")
+    L.append("")
+    L.append(f"- **Date:** {m.get('date', '?')}; nilb commit {m.get('commit', '?')}; script runtime {m.get('runtime_s', '?')} s")
+    L.append(f"- **Machine:** {m.get('cpu', '?')}, {m.get('ncpu', '?')} CPUs, {m.get('mem', '?')}, "
+             f"{m.get('virt', '?')} virtualisation; {m.get('os', '?')}, kernel {m.get('kernel', '?')}; "
+             f"{m.get('rustc', '?')}; {m.get('clang', '?')}; hardware perf counters: {m.get('perf_hw', '?')}")
+    loads = []
+    for sec in ("start", "xdp", "control", "reload", "e2e", "end"):
+        t = read(os.path.join(w, f"load-{sec}.txt"))
+        if t:
+            body = "; ".join(x.replace("load average at ", "").replace("load ", "") for x in t.splitlines())
+            loads.append(body if body.startswith(sec) else f"{sec}: {body}")
+    L.append(f"- **Load average (1/5/15 min)** (the machine is shared; other jobs may run): " + " | ".join(loads))
+    L.append(f"- **Repetitions:** {m.get('reps', '?')}; data-plane programs pinned to CPU {m.get('pin_cpu', '?')}")
+    L.append("")
+    L.append("## Results")
+    L.append("")
+    L.append("Ratios: median, and in brackets the range over the repetitions. Control-plane times: "
+             "median (and the minimum, the least disturbed run).")
+    L.append("")
+    L.append("| area | measurement | nilb | reference | ratio | target | status |")
+    L.append("|---|---|---:|---|---:|---|---|")
+    for r in rows:
+        L.append("| " + " | ".join(str(x) for x in r) + " |")
+    L.append("")
+    L.append("## Targets")
+    L.append("")
+    L.append("| target | measured | required | |")
+    L.append("|---|---|---|---|")
+    for name, meas, req, ok in targets:
+        L.append(f"| {name} | {meas} | {req} | {status(ok)} |")
+    L.append("")
+
+    if dp:
+        L.append("## Data plane details")
+        L.append("")
+        L.append(f"Live frames: {dp['frames_per_run']} frames of {dp['frame_bytes']} bytes per run, "
+                 f"{dp['reps']} repetitions, baseline and nilb back to back, order alternating. "
+                 "The driver program (`gen_tail`) restores the frame, gives every packet a new "
+                 "source port (and, for 100 services, one of 100 destination ports) and tail-calls "
+                 "the program under test, for nilb and the baselines alike.")
+        L.append("")
+        L.append("| case | nilb Mpps per run | baseline Mpps per run | nilb ns/packet (program) | baseline ns/packet (program) |")
+        L.append("|---|---|---|---:|---:|")
+        for c in dp["xdp_live"]:
+            L.append(f"| {xdp_names.get(c['case'], c['case'])} | {', '.join(f'{x:.2f}' for x in c['nilb_mpps'])} | "
+                     f"{', '.join(f'{x:.2f}' for x in c['base_mpps'])} | {c['nilb_prog_ns']:.0f} | {c['base_prog_ns']:.0f} |")
+        L.append("")
+        L.append("Program ns/packet: `BPF_PROG_TEST_RUN` without live frames, one run per call, median "
+                 f"of {dp['runs']}; includes the test-run timer overhead (the XDP_PASS-only row shows it).")
+        L.append("")
+        L.append("Single operations (`BPF_PROG_TEST_RUN`, repeat 200000, ns per run including the empty-program floor):")
+        L.append("")
+        L.append("| probe | what | ns |")
+        L.append("|---|---|---:|")
+        for p in dp["probes"]:
+            L.append(f"| `{p['probe']}` | {p['what']} | {p['ns']:.0f} |")
+        L.append("")
+        if dp.get("progs"):
+            L.append("Program sizes: " + "; ".join(
+                f"`{p['prog']}` {p['xlated_insns']} BPF instructions (xlated), {p['jited_bytes']} bytes JITed, "
+                f"{p['verified_insns']} instructions processed by the verifier" for p in dp["progs"]) + ".")
+            L.append("")
+        L.append("Path check (nilb counters moved during the warm-up of 200000 frames): " +
+                 "; ".join(f"{k}: `{v}`" for k, v in dp.get("path_checks", {}).items()) + ".")
+        L.append("")
+
+    paths = None
+    try:
+        with open(os.path.join(w, "paths.json")) as f:
+            paths = json.load(f)
+    except (OSError, ValueError):
+        paths = None
+    if paths:
+        L.append("## Instructions per path")
+        L.append("")
+        L.append("BPF instructions executed per packet by nilb's programs, counted by running the compiled "
+                 "bytecode of `bpf/nilb.bpf.c` in `bench/bpf_paths.py` on the benchmark's packets with the "
+                 "benchmark's map contents (no hardware counters on this machine). Before the JIT the kernel "
+                 "inlines array, per-CPU-array and hash-of-maps lookups (a few instructions instead of a "
+                 "call); helpers run kernel code not counted here (see the probes above for their cost).")
+        L.append("")
+        L.append("| program | path | BPF insns | helper calls | map lookups | verdict ok |")
+        L.append("|---|---|---:|---|---|---|")
+        for p in paths:
+            if "error" in p:
+                L.append(f"| {p['program']} | {p['what']} | error: {p['error']} | | | no |")
+                continue
+            h = ", ".join(f"{k} {v}" for k, v in p["helpers"].items() if k != "map_lookup_elem")
+            lk = ", ".join(f"{k} {v}" for k, v in p["lookups"].items())
+            L.append(f"| {p['program']} | {p['what']} | {p['insns']} | {h or '-'} | {lk} | {'yes' if p['ok'] else 'no'} |")
+        L.append("")
+
+    if cp:
+        L.append("## Control plane details (ms, median)")
+        L.append("")
+        L.append("`install_table` is the library call as it is; the next columns replay its steps one by one "
+                 "(serialise, create the array, fill it with `BPF_MAP_UPDATE_BATCH`, swap it into `services` "
+                 "with one update); the mmap line below fills a `BPF_F_MMAPABLE` array instead.")
+        L.append("")
+        L.append("| backends x buckets | build | rebalance, failure | rebalance, weight x2 (buckets moved) | ControlPlane::new | ControlPlane::update | install_table | serialise | create array | batch fill | swap |")
+        L.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for t in cp["tables"]:
+            g = lambda k: fmt(t[k]["median_ms"], 3)
+            L.append(f"| {t['backends']} x {t['buckets']} | {g('build')} | {g('rebalance_failure')} | "
+                     f"{g('rebalance_weight')} ({t['weight_change_moved']}) | {g('cp_new')} | {g('cp_update')} | "
+                     f"{g('install_table')} | {g('install_serialise')} | {g('install_create')} | "
+                     f"{g('install_fill')} | {g('install_swap')} |")
+        h = cp["hundred_services"]
+        L.append("")
+        L.append("Fill through `mmap` of a `BPF_F_MMAPABLE` array instead of "
+                 "`BPF_MAP_UPDATE_BATCH` (creation included): " + "; ".join(
+                     f"{t['buckets']} buckets {fmt(t['fill_mmap_experiment']['median_ms'], 3)} ms"
+                     for t in cp["tables"] if "fill_mmap_experiment" in t) + ".")
+        L.append("")
+        L.append(f"100 services x 4096 buckets (3 backends each), through ControlPlane::apply: full apply {fmt(h['full_apply']['median_ms'], 1)} ms; "
+                 f"a reload doubling one weight in every service: ControlPlane::update "
+                 f"{fmt(h['update_all']['median_ms'], 1)} ms + apply {fmt(h['apply_all']['median_ms'], 1)} ms.")
+        if "parse" in h:
+            L.append(f"A reload changing one of the 100 services: parse and validate the file "
+                     f"{fmt(h['parse']['median_ms'], 1)} ms, ControlPlane::update {fmt(h['update_one']['median_ms'], 1)} ms, "
+                     f"apply {fmt(h['apply_one']['median_ms'], 1)} ms.")
+        sw = cp.get("swap_100")
+        if sw:
+            L.append(f"Swapping 100 bucket arrays into `services`: one update per service (as install_table does) "
+                     f"{fmt(sw['one_by_one']['median_ms'], 1)} ms, one `BPF_MAP_UPDATE_BATCH` "
+                     f"{fmt(sw['batch']['median_ms'], 1)} ms, 100 concurrent threads {fmt(sw['threads']['median_ms'], 1)} ms "
+                     "(each update of a map-in-map waits for an RCU grace period).")
+        L.append("")
+
+    if rl:
+        L.append("## Reload details")
+        L.append("")
+        L.append("`nilb run` on a veth in its own namespace with 100 services (4096 buckets, 3 backends, no "
+                 "health checks). Per repetition the config is rewritten (rename) and SIGHUP sent; the "
+                 "pinned `services` map is polled every 0.2 ms until every service that must change "
+                 "points to a new bucket array, whose content is then checked.")
+        L.append("")
+        for label, key in (("1 service changed", "one_changed"), ("100 services changed", "all_changed")):
+            d = rl[key]
+            L.append(f"- {label}: SIGHUP to live {', '.join(f'{x:.1f}' for x in d['live_ms'])} ms; "
+                     f"daemon's elapsed {', '.join(f'{x:.1f}' for x in d['daemon_ms'])} ms")
+        L.append("")
+
+    if e2e:
+        L.append("## End-to-end details")
+        L.append("")
+        L.append("Harness topology (netns-harness/lib.sh): client -> bridge -> node1 (XDP balancer) -> "
+                 "bridge -> node2 (TC decapsulation, backend), replies straight to the client (DSR); "
+                 "direct = client -> bridge -> node2; routed = client -> bridge -> node1 (kernel IP "
+                 "forwarding, nilb's XDP passes it) -> bridge -> node2, the VIP path's hops without nilb. "
+                 "GRO is off on the client's bridge port (see scripts/bench.sh: with it on, merged "
+                 "CHECKSUM_PARTIAL segments reach node1's XDP and arrive at node2 with bad TCP checksums). "
+                 "Both services (HTTP :80, iperf3 :5201) have node2 as "
+                 "their only backend, so both paths end at the same server. The order of the three paths rotates per repetition.")
+        L.append("")
+        L.append("| rep | path | iperf3 Gbit/s | iperf3 retransmits | HTTP req/s | HTTP errors |")
+        L.append("|---|---|---:|---:|---:|---:|")
+        reps = sorted({r["rep"] for r in e2e})
+        for rep in reps:
+            for path in ("vip", "direct", "routed"):
+                ip = [r for r in e2e if r["rep"] == rep and r["path"] == path and r["kind"] == "iperf3"]
+                ht = [r["result"] for r in e2e if r["rep"] == rep and r["path"] == path and r["kind"] == "http"]
+                if not ip and not ht:
+                    continue
+                L.append(f"| {rep} | {path} | {fmt(ip[0]['bps'] / 1e9) if ip else '-'} | "
+                         f"{ip[0].get('retransmits', '-') if ip else '-'} | {fmt(ht[0]['rps'], 0) if ht else '-'} | "
+                         f"{ht[0]['errors'] if ht else '-'} |")
+        L.append("")
+
+    L.append("## Method notes")
+    L.append("")
+    L.append("- Live frames: `BPF_PROG_TEST_RUN` with `BPF_F_TEST_XDP_LIVE_FRAMES` on `gen0` of a veth pair; "
+             "XDP_TX frames leave `gen0` and are counted (per-CPU array) and dropped by an XDP program on the "
+             "peer `sink0`. Mpps = frames counted on the peer / wall time of the run (XDP_PASS rows: frames "
+             "generated / wall time, since they go up the node's stack). Everything runs on the pinned CPU "
+             "(the peer's NAPI runs in the softirq of the sending CPU).")
+    L.append("- The 64-byte frames (TCP ACK with 10 bytes payload, or UDP) carry no Ethernet padding; nilb "
+             "adds 36 bytes of GUE (40 with a second hop) and sends 100/104-byte frames, the baseline 64.")
+    L.append("- TC: `BPF_PROG_TEST_RUN` of `nilb_tc_second_chance` on a GUE frame (outer 10.99.0.1 -> node "
+             "10.99.0.12, one listed hop), one run per call, median; an established TCP socket and a listener "
+             "on VIP:80 exist in the namespace.")
+    L.append("- Raw JSON of every run is in the work directory the script prints (kept with `--keep`).")
+    L.append("")
+    with open(a.out, "w") as f:
+        f.write("\n".join(L))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

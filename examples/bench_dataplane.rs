@@ -1,0 +1,1059 @@
+//! Data-plane benchmarks of nilb (part 1 and 2 of BENCHMARKS.md), run by
+//! `scripts/bench.sh` inside a network namespace it prepared:
+//!
+//!   gen0 (10.99.0.1/24, forwarding=1) <-veth-> sink0 (XDP `count_drop`)
+//!   neighbours 10.99.0.11-16 and .50 -> sink0's MAC (permanent)
+//!   10.99.0.100 (VIP) and 10.99.0.2 (a client) on lo
+//!
+//! XDP: live frames. `BPF_PROG_TEST_RUN` with `BPF_F_TEST_XDP_LIVE_FRAMES` of
+//! the driver program `gen_tail` (bench/bpf/bench.bpf.c) on gen0: it restores
+//! the 64-byte frame, varies the ports, and tail-calls the program under test
+//! (nilb's balancer, or a baseline). Frames sent with XDP_TX leave gen0 and are
+//! counted and dropped by `count_drop` on sink0; packets per second =
+//! frames counted / wall time of the syscall. XDP_PASS frames go up gen0's
+//! stack (UDP to the node's address, no listener). Baseline and nilb run
+//! back to back in each repetition, order alternating.
+//!
+//! Program cost: `BPF_PROG_TEST_RUN` (no live frames) of each program alone,
+//! one run per syscall (the kernel's own per-run duration), median of many;
+//! the same for nilb's TC program on GUE packets, against a TC program that
+//! only passes. Probes of single operations run with `repeat`.
+//!
+//!   bench_dataplane --obj bench.bpf.o [--gen gen0] [--sink sink0]
+//!       [--frames 2000000] [--reps 5] [--runs 3000] [--out FILE.json]
+//!
+//! Needs root. Prints a JSON document (to --out or stdout).
+
+#![allow(unsafe_code)]
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::mem::MaybeUninit;
+use std::net::Ipv4Addr;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use libbpf_rs::libbpf_sys;
+use libbpf_rs::{MapCore, MapFlags, ObjectBuilder, Xdp, XdpFlags};
+use nilb::config::Config;
+use nilb::control::ControlPlane;
+use nilb::dataplane::abi::{self, skel::types::__sk_buff, COUNTER_NAMES};
+use nilb::dataplane::Dataplane;
+
+const NODE: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 1);
+const TC_NODE: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 12);
+const VIP: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 100);
+const REMOTE_CLIENT: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 50);
+const LOCAL_CLIENT: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 2);
+const GUE_PORT: u16 = 19523;
+const XDP_TX: u32 = 3;
+const XDP_PASS: u32 = 2;
+const TC_ACT_OK: u32 = 0;
+const TC_ACT_REDIRECT: u32 = 7;
+const PROG_TYPE_XDP: u32 = 6;
+const PROG_TYPE_SCHED_CLS: u32 = 3;
+
+fn arg(name: &str, default: &str) -> String {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1).cloned())
+        .unwrap_or_else(|| default.to_string())
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut s: Vec<f64> = v.to_vec();
+    s.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    if s.is_empty() {
+        return f64::NAN;
+    }
+    let n = s.len();
+    if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    }
+}
+
+fn json_list(v: &[f64]) -> String {
+    let items: Vec<String> = v.iter().map(|x| format!("{x:.4}")).collect();
+    format!("[{}]", items.join(", "))
+}
+
+// ---- configs ---------------------------------------------------------------
+
+fn config_yaml(services: &[(u16, Vec<(&str, &str)>)]) -> String {
+    let mut s = String::from(
+        "version: 1\n\
+         cluster: {hash_seed: 0x5eed1234, balancers: [10.99.0.1], gue_port: 19523, unknown_flow: drop}\n\
+         defaults:\n  table_size: 4096\n  \
+         rebalance: {min_interval_ms: 0, max_step_percent: 100, min_bucket_age_ms: 0}\n\
+         services:\n",
+    );
+    for (port, backends) in services {
+        let _ = writeln!(
+            s,
+            "  - name: svc{port}\n    vip: 10.99.0.100\n    port: {port}\n    protocol: tcp\n    \
+             health_check: {{none: {{}}}}\n    backends:"
+        );
+        for (dip, state) in backends {
+            let _ = writeln!(s, "      - {{dip: {dip}, state: {state}}}");
+        }
+    }
+    s
+}
+
+fn three() -> Vec<(&'static str, &'static str)> {
+    vec![
+        ("10.99.0.11", "active"),
+        ("10.99.0.12", "active"),
+        ("10.99.0.13", "active"),
+    ]
+}
+
+fn parse(y: &str) -> Result<Config> {
+    Config::parse(y).map_err(|e| anyhow::anyhow!("bench config invalid: {e}\n{y}"))
+}
+
+// ---- program discovery -----------------------------------------------------
+
+/// BPF program fds of this process: fd -> (prog id, prog type), from
+/// /proc/self/fdinfo.
+fn my_prog_fds() -> Vec<(i32, u32, u32)> {
+    let mut out = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/proc/self/fdinfo") else {
+        return out;
+    };
+    for e in dir.flatten() {
+        let Ok(fd) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(text) = std::fs::read_to_string(e.path()) else {
+            continue;
+        };
+        let field = |k: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(k))
+                .and_then(|v| v.trim().parse::<u32>().ok())
+        };
+        if let (Some(id), Some(ty)) = (field("prog_id:"), field("prog_type:")) {
+            out.push((fd, id, ty));
+        }
+    }
+    out
+}
+
+/// A loaded nilb data plane plus owned fds of its two programs (found as
+/// the programs that appeared in this process during the load; the library
+/// does not expose them).
+struct Loaded {
+    dp: Dataplane<'static>,
+    xdp: OwnedFd,
+    tc: OwnedFd,
+    xdp_id: u32,
+    tc_id: u32,
+}
+
+fn load_nilb(pin: Option<&std::path::Path>) -> Result<Loaded> {
+    let before: BTreeSet<i32> = my_prog_fds().iter().map(|p| p.0).collect();
+    let storage: &'static mut MaybeUninit<libbpf_rs::OpenObject> =
+        Box::leak(Box::new(MaybeUninit::uninit()));
+    let dp = Dataplane::load_pinned(storage, pin)?;
+    let mut xdp = None;
+    let mut tc = None;
+    for (fd, id, ty) in my_prog_fds() {
+        if before.contains(&fd) {
+            continue;
+        }
+        // SAFETY: fd is open in this process (it is the data plane's
+        // program, alive as long as `dp`); we duplicate it at once.
+        let owned = unsafe { BorrowedFd::borrow_raw(fd) }.try_clone_to_owned()?;
+        match ty {
+            PROG_TYPE_XDP => xdp = Some((owned, id)),
+            PROG_TYPE_SCHED_CLS => tc = Some((owned, id)),
+            _ => {}
+        }
+    }
+    let (xdp, xdp_id) = xdp.context("nilb's XDP program not found among new fds")?;
+    let (tc, tc_id) = tc.context("nilb's TC program not found among new fds")?;
+    Ok(Loaded {
+        dp,
+        xdp,
+        tc,
+        xdp_id,
+        tc_id,
+    })
+}
+
+fn configured(cfgs: &[&str], node: Ipv4Addr) -> Result<(Loaded, ControlPlane)> {
+    configured_pinned(cfgs, node, None)
+}
+
+fn configured_pinned(
+    cfgs: &[&str],
+    node: Ipv4Addr,
+    pin: Option<&std::path::Path>,
+) -> Result<(Loaded, ControlPlane)> {
+    let mut l = load_nilb(pin)?;
+    let mut cp = ControlPlane::new(parse(cfgs[0])?, 0);
+    cp.apply(&mut l.dp, node, &cp.full_plan())?;
+    for (i, c) in cfgs.iter().enumerate().skip(1) {
+        let plan = cp.update(parse(c)?, 1000 * i as u64);
+        cp.apply(&mut l.dp, node, &plan)?;
+    }
+    Ok((l, cp))
+}
+
+// ---- test runs ------------------------------------------------------------
+
+struct RunOut {
+    retval: u32,
+    duration_ns: u32,
+}
+
+fn test_run(
+    prog: BorrowedFd<'_>,
+    data: &[u8],
+    ctx: Option<&mut [u8]>,
+    repeat: u32,
+    flags: u32,
+) -> Result<RunOut> {
+    // SAFETY: zeroed is a valid bpf_test_run_opts; every pointer set below
+    // points into a live borrow for the duration of the call.
+    let mut opts: libbpf_sys::bpf_test_run_opts = unsafe { std::mem::zeroed() };
+    opts.sz = std::mem::size_of::<libbpf_sys::bpf_test_run_opts>() as _;
+    opts.data_in = data.as_ptr().cast();
+    opts.data_size_in = data.len() as u32;
+    if let Some(c) = ctx {
+        opts.ctx_in = c.as_ptr().cast();
+        opts.ctx_size_in = c.len() as u32;
+    }
+    opts.repeat = repeat as i32;
+    opts.flags = flags;
+    // SAFETY: see above.
+    let rc = unsafe { libbpf_sys::bpf_prog_test_run_opts(prog.as_raw_fd(), &mut opts) };
+    if rc != 0 {
+        bail!(
+            "BPF_PROG_TEST_RUN failed: {}",
+            std::io::Error::from_raw_os_error(-rc)
+        );
+    }
+    Ok(RunOut {
+        retval: opts.retval,
+        duration_ns: opts.duration,
+    })
+}
+
+fn xdp_ctx(len: usize, ifindex: u32) -> Vec<u8> {
+    // struct xdp_md: data, data_end, data_meta, ingress_ifindex,
+    // rx_queue_index, egress_ifindex (all u32); zero padding.
+    let mut c = vec![0u8; 24];
+    c[4..8].copy_from_slice(&(len as u32).to_ne_bytes());
+    c[12..16].copy_from_slice(&ifindex.to_ne_bytes());
+    c
+}
+
+fn skb_ctx(ifindex: u32) -> Vec<u8> {
+    let mut c = vec![0u8; std::mem::size_of::<__sk_buff>()];
+    let off = std::mem::offset_of!(__sk_buff, ifindex);
+    c[off..off + 4].copy_from_slice(&ifindex.to_ne_bytes());
+    c
+}
+
+/// Median per-run duration (ns) of `runs` single-run syscalls, checking the
+/// verdict of each.
+fn per_run_ns(
+    prog: BorrowedFd<'_>,
+    frame: &[u8],
+    ctx: &[u8],
+    runs: usize,
+    want: u32,
+) -> Result<Vec<f64>> {
+    let mut d = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let mut c = ctx.to_vec();
+        let r = test_run(prog, frame, Some(&mut c), 1, 0)?;
+        if r.retval != want {
+            bail!("verdict {} instead of {want}", r.retval);
+        }
+        d.push(r.duration_ns as f64);
+    }
+    Ok(d)
+}
+
+// ---- frames ---------------------------------------------------------------
+
+fn csum(data: &[u8]) -> u16 {
+    let mut sum: u32 = 0;
+    for c in data.chunks(2) {
+        let w = if c.len() == 2 {
+            u16::from_be_bytes([c[0], c[1]])
+        } else {
+            u16::from_be_bytes([c[0], 0])
+        };
+        sum += w as u32;
+    }
+    while sum >> 16 != 0 {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+fn ipv4(src: Ipv4Addr, dst: Ipv4Addr, proto: u8, payload: &[u8]) -> Vec<u8> {
+    let tot = 20 + payload.len();
+    let mut h = vec![0x45, 0, 0, 0, 0, 1, 0x40, 0, 64, proto, 0, 0];
+    h[2..4].copy_from_slice(&(tot as u16).to_be_bytes());
+    h.extend_from_slice(&src.octets());
+    h.extend_from_slice(&dst.octets());
+    let c = csum(&h);
+    h[10..12].copy_from_slice(&c.to_be_bytes());
+    h.extend_from_slice(payload);
+    h
+}
+
+fn tcp(sport: u16, dport: u16, flags: u8, payload_len: usize) -> Vec<u8> {
+    let mut t = vec![0u8; 20 + payload_len];
+    t[0..2].copy_from_slice(&sport.to_be_bytes());
+    t[2..4].copy_from_slice(&dport.to_be_bytes());
+    t[4..8].copy_from_slice(&1000u32.to_be_bytes());
+    t[8..12].copy_from_slice(&2000u32.to_be_bytes());
+    t[12] = 5 << 4;
+    t[13] = flags;
+    t[14..16].copy_from_slice(&64240u16.to_be_bytes());
+    t
+}
+
+fn udp(sport: u16, dport: u16, payload_len: usize) -> Vec<u8> {
+    let mut u = vec![0u8; 8 + payload_len];
+    u[0..2].copy_from_slice(&sport.to_be_bytes());
+    u[2..4].copy_from_slice(&dport.to_be_bytes());
+    u[4..6].copy_from_slice(&((8 + payload_len) as u16).to_be_bytes());
+    u
+}
+
+fn eth(dst: [u8; 6], src: [u8; 6], l3: &[u8]) -> Vec<u8> {
+    let mut f = Vec::with_capacity(14 + l3.len());
+    f.extend_from_slice(&dst);
+    f.extend_from_slice(&src);
+    f.extend_from_slice(&[0x08, 0x00]);
+    f.extend_from_slice(l3);
+    f
+}
+
+const CLIENT_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x50];
+const TCP_SYN: u8 = 0x02;
+const TCP_ACK: u8 = 0x10;
+
+/// 64-byte TCP frame to the VIP (ACK, 10 bytes of payload).
+fn vip_frame(gen_mac: [u8; 6], dport: u16) -> Vec<u8> {
+    eth(
+        gen_mac,
+        CLIENT_MAC,
+        &ipv4(REMOTE_CLIENT, VIP, 6, &tcp(40000, dport, TCP_ACK, 10)),
+    )
+}
+
+/// 64-byte UDP frame to the node's own address, port 9 (nothing listens).
+fn node_frame(gen_mac: [u8; 6]) -> Vec<u8> {
+    eth(
+        gen_mac,
+        CLIENT_MAC,
+        &ipv4(REMOTE_CLIENT, NODE, 17, &udp(40000, 9, 22)),
+    )
+}
+
+/// GUE packet from the balancer to TC_NODE carrying a TCP segment from
+/// LOCAL_CLIENT:sport to VIP:80, listing `hop` as second hop.
+fn gue_frame(gen_mac: [u8; 6], sport: u16, flags: u8, hop: Ipv4Addr) -> Vec<u8> {
+    let inner = ipv4(LOCAL_CLIENT, VIP, 6, &tcp(sport, 80, flags, 10));
+    let mut gue = vec![2u8, 4, 0, 0, 0, 0, 0, 1];
+    gue.extend_from_slice(&hop.octets());
+    gue.extend_from_slice(&inner);
+    let mut u = udp(0x8000 | 1234, GUE_PORT, gue.len());
+    u.truncate(8);
+    u.extend_from_slice(&gue);
+    eth(
+        gen_mac,
+        [0x02, 0, 0, 0, 0, 0x01],
+        &ipv4(NODE, TC_NODE, 17, &u),
+    )
+}
+
+// ---- the benchmark object --------------------------------------------------
+
+/// Layout of `struct gen_cfg` in bench.bpf.c (the only .bss variable).
+fn gen_value(frame: &[u8], vary_sport: bool, dport_count: u32, dport_base: u32) -> Vec<u8> {
+    let mut v = vec![0u8; 96];
+    v[..64].copy_from_slice(&frame[..64]);
+    v[64..68].copy_from_slice(&(vary_sport as u32).to_ne_bytes());
+    v[68..72].copy_from_slice(&dport_count.to_ne_bytes());
+    v[72..76].copy_from_slice(&dport_base.to_ne_bytes());
+    // fib probe: node -> backend .11
+    v[80..84].copy_from_slice(&NODE.octets());
+    v[84..88].copy_from_slice(&Ipv4Addr::new(10, 99, 0, 11).octets());
+    v
+}
+
+struct Bench {
+    obj: libbpf_rs::Object,
+    gen_if: u32,
+    _gen_mac: [u8; 6],
+}
+
+impl Bench {
+    fn prog(&self, name: &str) -> Result<BorrowedFd<'_>> {
+        for p in self.obj.progs() {
+            if p.name() == name {
+                // SAFETY: the program lives as long as self.obj; the
+                // borrow is tied to &self.
+                return Ok(unsafe { BorrowedFd::borrow_raw(p.as_fd().as_raw_fd()) });
+            }
+        }
+        bail!("program {name} not in the bench object")
+    }
+
+    fn map(&self, suffix: &str) -> Result<libbpf_rs::Map<'_>> {
+        self.obj
+            .maps()
+            .find(|m| m.name().to_string_lossy().ends_with(suffix))
+            .with_context(|| format!("map {suffix} not in the bench object"))
+    }
+
+    fn set_gen(&self, v: &[u8]) -> Result<()> {
+        self.map(".bss")?
+            .update(&0u32.to_ne_bytes(), v, MapFlags::ANY)
+            .context("writing gen_cfg")
+    }
+
+    fn set_target(&self, prog: BorrowedFd<'_>) -> Result<()> {
+        self.map("target")?
+            .update(
+                &0u32.to_ne_bytes(),
+                &(prog.as_raw_fd() as u32).to_ne_bytes(),
+                MapFlags::ANY,
+            )
+            .context("setting the tail-call target")
+    }
+
+    fn rx_count(&self) -> Result<u64> {
+        let v = self
+            .map("rx_count")?
+            .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)?
+            .context("rx_count empty")?;
+        Ok(abi::sum_percpu_u64(&v))
+    }
+
+    /// One live-frames run of `target` driven by gen_tail: (Mpps delivered
+    /// to the peer, Mpps generated).
+    fn live(
+        &self,
+        target: BorrowedFd<'_>,
+        gen: &[u8],
+        frame: &[u8],
+        frames: u32,
+    ) -> Result<(f64, f64)> {
+        self.set_gen(gen)?;
+        self.set_target(target)?;
+        let before = self.rx_count()?;
+        let mut ctx = xdp_ctx(frame.len(), self.gen_if);
+        let t = Instant::now();
+        test_run(
+            self.prog("gen_tail")?,
+            frame,
+            Some(&mut ctx),
+            frames,
+            libbpf_sys::BPF_F_TEST_XDP_LIVE_FRAMES,
+        )?;
+        let el = t.elapsed().as_secs_f64();
+        std::thread::sleep(Duration::from_millis(5));
+        let got = self.rx_count()? - before;
+        Ok((got as f64 / el / 1e6, frames as f64 / el / 1e6))
+    }
+}
+
+/// Per case: Mpps of nilb and of the baseline per repetition, their ratio,
+/// and the program cost per run (ns).
+#[derive(Default)]
+struct CaseResult {
+    nilb: Vec<f64>,
+    base: Vec<f64>,
+    ratio: Vec<f64>,
+    nilb_ns: f64,
+    base_ns: f64,
+}
+
+fn counters(l: &Loaded) -> Result<Vec<u64>> {
+    l.dp.counters()
+}
+
+fn counter_delta(a: &[u64], b: &[u64]) -> String {
+    let mut parts = Vec::new();
+    for (i, name) in COUNTER_NAMES.iter().enumerate() {
+        let d = b[i] - a[i];
+        if d > 0 {
+            parts.push(format!("{name}={d}"));
+        }
+    }
+    parts.join(" ")
+}
+
+fn prog_info(id: u32) -> Option<(usize, usize, u32)> {
+    use libbpf_rs::query::{ProgInfoIter, ProgInfoQueryOptions};
+    ProgInfoIter::with_query_opts(
+        ProgInfoQueryOptions::default()
+            .include_xlated_prog_insns(true)
+            .include_jited_prog_insns(true),
+    )
+    .find(|p| p.id == id)
+    .map(|p| {
+        (
+            p.xlated_prog_insns.len() / 8,
+            p.jited_prog_insns.len(),
+            p.verified_insns,
+        )
+    })
+}
+
+fn read_mac(ifname: &str) -> Result<[u8; 6]> {
+    let s = std::fs::read_to_string(format!("/sys/class/net/{ifname}/address"))
+        .with_context(|| format!("reading the MAC of {ifname}"))?;
+    let b: Vec<u8> = s
+        .trim()
+        .split(':')
+        .map(|x| u8::from_str_radix(x, 16))
+        .collect::<Result<_, _>>()?;
+    b.try_into().map_err(|_| anyhow::anyhow!("bad MAC {s}"))
+}
+
+/// An established TCP connection LOCAL_CLIENT:port -> VIP:80 in this
+/// namespace (so the TC program's socket lookup finds it). Returns the
+/// client port and the sockets to keep alive.
+fn established() -> Result<(u16, Vec<OwnedFd>)> {
+    use nix::sys::socket::{
+        accept, bind, connect, getsockname, listen, setsockopt, socket, sockopt, AddressFamily,
+        Backlog, SockFlag, SockType, SockaddrIn,
+    };
+    let l = socket(
+        AddressFamily::Inet,
+        SockType::Stream,
+        SockFlag::empty(),
+        None,
+    )?;
+    setsockopt(&l, sockopt::ReuseAddr, &true)?;
+    bind(
+        l.as_raw_fd(),
+        &SockaddrIn::from(std::net::SocketAddrV4::new(VIP, 80)),
+    )
+    .context("binding VIP:80 (is the VIP on lo?)")?;
+    listen(&l, Backlog::new(16)?)?;
+    let c = socket(
+        AddressFamily::Inet,
+        SockType::Stream,
+        SockFlag::empty(),
+        None,
+    )?;
+    bind(
+        c.as_raw_fd(),
+        &SockaddrIn::from(std::net::SocketAddrV4::new(LOCAL_CLIENT, 0)),
+    )
+    .context("binding the client address (is 10.99.0.2 on lo?)")?;
+    connect(
+        c.as_raw_fd(),
+        &SockaddrIn::from(std::net::SocketAddrV4::new(VIP, 80)),
+    )?;
+    let a = accept(l.as_raw_fd())?;
+    // SAFETY: accept returned a fresh fd that nothing else owns.
+    let a = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(a) };
+    let name: SockaddrIn = getsockname(c.as_raw_fd())?;
+    Ok((name.port(), vec![l, c, a]))
+}
+
+fn main() -> Result<()> {
+    let obj_path = arg("--obj", "bench.bpf.o");
+    let gen_name = arg("--gen", "gen0");
+    let sink_name = arg("--sink", "sink0");
+    let frames: u32 = arg("--frames", "2000000").parse()?;
+    let reps: usize = arg("--reps", "5").parse()?;
+    let runs: usize = arg("--runs", "3000").parse()?;
+    let out_path = arg("--out", "");
+
+    let gen_if = nix::net::if_::if_nametoindex(gen_name.as_str())?;
+    let sink_if = nix::net::if_::if_nametoindex(sink_name.as_str())?;
+    let gen_mac = read_mac(&gen_name)?;
+
+    let obj = ObjectBuilder::default()
+        .open_file(&obj_path)
+        .with_context(|| format!("opening {obj_path}"))?
+        .load()
+        .context("loading the bench object")?;
+    let bench = Bench {
+        obj,
+        gen_if,
+        _gen_mac: gen_mac,
+    };
+    // The counting peer.
+    let count_drop = bench.prog("count_drop")?;
+    let peer = Xdp::new(count_drop);
+    peer.attach(sink_if as i32, XdpFlags::DRV_MODE)
+        .context("attaching count_drop to the sink")?;
+    bench
+        .map("probe_hash_map")?
+        .update(&1u64.to_ne_bytes(), &7u64.to_ne_bytes(), MapFlags::ANY)?;
+
+    // nilb data planes, filled through the control plane as the daemon does.
+    let one = config_yaml(&[(80, three())]);
+    let moved = config_yaml(&[(
+        80,
+        vec![
+            ("10.99.0.11", "drained"),
+            ("10.99.0.12", "drained"),
+            ("10.99.0.13", "drained"),
+            ("10.99.0.14", "active"),
+            ("10.99.0.15", "active"),
+            ("10.99.0.16", "active"),
+        ],
+    )]);
+    // --table-size-100 N: bucket count of the 100 services (default 4096,
+    // like the others); smaller tables show how much of that case is cache
+    // and TLB misses on the bucket arrays.
+    let hundred = config_yaml(&(1000..1100).map(|p| (p, three())).collect::<Vec<_>>()).replace(
+        "table_size: 4096",
+        &format!("table_size: {}", arg("--table-size-100", "4096")),
+    );
+    let (dp1, _) = configured(&[&one], NODE)?;
+    let (dp2, cp2) = configured(&[&one, &moved], NODE)?;
+    let (dp100, _) = configured(&[&hundred], NODE)?;
+    let (dptc, _) = configured(&[&one], TC_NODE)?;
+    let with_second: u32 = cp2
+        .services()
+        .values()
+        .map(|s| s.table.second_shares().values().sum::<u32>())
+        .sum();
+    eprintln!("second-hop config: {with_second} of 4096 buckets have a second hop");
+    if with_second != 4096 {
+        bail!("second-hop setup failed: {with_second} buckets with a second hop");
+    }
+
+    let vip = vip_frame(gen_mac, 80);
+    let vip100 = vip_frame(gen_mac, 1000);
+    let node = node_frame(gen_mac);
+    let g_vip = gen_value(&vip, true, 0, 0);
+    let g_vip100 = gen_value(&vip100, true, 100, 1000);
+    let g_node = gen_value(&node, true, 0, 0);
+
+    let macswap = bench.prog("macswap_tx")?;
+    let pass = bench.prog("xdp_pass_only")?;
+
+    struct Case<'a> {
+        name: &'static str,
+        what: &'static str,
+        nilb: &'a Loaded,
+        base: BorrowedFd<'a>,
+        base_name: &'static str,
+        gen: &'a [u8],
+        frame: &'a [u8],
+        expect: &'static str,
+    }
+    let cases = [
+        Case {
+            name: "vip",
+            what: "TCP to a VIP, 1 service, no second hop",
+            nilb: &dp1,
+            base: macswap,
+            base_name: "macswap_tx",
+            gen: &g_vip,
+            frame: &vip,
+            expect: "xdp_encap_tx",
+        },
+        Case {
+            name: "vip_second_hop",
+            what: "TCP to a VIP, every bucket with a second hop",
+            nilb: &dp2,
+            base: macswap,
+            base_name: "macswap_tx",
+            gen: &g_vip,
+            frame: &vip,
+            expect: "xdp_encap_tx",
+        },
+        Case {
+            name: "vip_100_services",
+            what: "TCP to a VIP, 100 services (ports 1000-1099), packets spread over all",
+            nilb: &dp100,
+            base: macswap,
+            base_name: "macswap_tx",
+            gen: &g_vip100,
+            frame: &vip100,
+            expect: "xdp_encap_tx",
+        },
+        Case {
+            name: "non_vip_pass",
+            what: "UDP to the node's own address (not a service): XDP_PASS to the stack",
+            nilb: &dp1,
+            base: pass,
+            base_name: "xdp_pass_only",
+            gen: &g_node,
+            frame: &node,
+            expect: "xdp_pass_not_service",
+        },
+    ];
+
+    // --variant OBJ: a modified build of bpf/nilb.bpf.c (same maps, extra
+    // maps allowed) run against the current program on the VIP cases, its
+    // maps shared with the single-service data plane (pinned, then reused).
+    // An experiment aid for changes to the XDP program; scripts/bench.sh does
+    // not use it.
+    let variant = arg("--variant", "");
+    if !variant.is_empty() {
+        let pin = std::path::PathBuf::from("/sys/fs/bpf");
+        if nix::sys::statfs::statfs(&pin)
+            .map(|s| s.filesystem_type().0 != 0xcafe4a11)
+            .unwrap_or(true)
+        {
+            nix::mount::mount(
+                Some("bpf"),
+                &pin,
+                Some("bpf"),
+                nix::mount::MsFlags::empty(),
+                None::<&str>,
+            )?;
+        }
+        let pin = pin.join(format!("nilb-bench-variant-{}", std::process::id()));
+        let (mut dpv, _) = configured_pinned(&[&one], NODE, Some(&pin))?;
+        let mut open = ObjectBuilder::default().open_file(&variant)?;
+        for mut m in open.maps_mut() {
+            let p = pin.join(m.name());
+            if p.exists() {
+                m.reuse_pinned_map(&p)?;
+            }
+        }
+        let vobj = open.load().context("loading the variant")?;
+        let vprog = vobj
+            .progs()
+            .find(|p| p.name() == "nilb_xdp_balancer")
+            .context("variant has no nilb_xdp_balancer")?;
+        // SAFETY: the program lives as long as vobj, which outlives its uses.
+        let vfd = unsafe { BorrowedFd::borrow_raw(vprog.as_fd().as_raw_fd()) };
+        for c in cases
+            .iter()
+            .filter(|c| c.name == "vip" || c.name == "non_vip_pass")
+        {
+            let tx = c.expect == "xdp_encap_tx";
+            let pick = |d: f64, g: f64| if tx { d } else { g };
+            let (mut n, mut v, mut b) = (vec![], vec![], vec![]);
+            for rep in 0..reps {
+                let mut order = [0, 1, 2];
+                order.rotate_left(rep % 3);
+                for which in order {
+                    let fd = [dpv.xdp.as_fd(), vfd, c.base][which];
+                    let (d, g) = bench.live(fd, c.gen, c.frame, frames)?;
+                    [&mut n, &mut v, &mut b][which].push(pick(d, g));
+                }
+            }
+            let mut pn = Vec::new();
+            let mut pv = Vec::new();
+            for _ in 0..4 {
+                let want = if tx { XDP_TX } else { XDP_PASS };
+                pn.extend(per_run_ns(
+                    dpv.xdp.as_fd(),
+                    c.frame,
+                    &xdp_ctx(64, gen_if),
+                    runs / 4,
+                    want,
+                )?);
+                pv.extend(per_run_ns(
+                    vfd,
+                    c.frame,
+                    &xdp_ctx(64, gen_if),
+                    runs / 4,
+                    want,
+                )?);
+            }
+            eprintln!(
+                "{}: nilb {:.3} Mpps ({:.0} ns/run), variant {:.3} Mpps ({:.0} ns/run), {} {:.3} Mpps; ratios to baseline {:.3} -> {:.3}",
+                c.name,
+                median(&n),
+                median(&pn),
+                median(&v),
+                median(&pv),
+                c.base_name,
+                median(&b),
+                median(&n) / median(&b),
+                median(&v) / median(&b)
+            );
+        }
+        drop(vobj);
+        dpv.dp.unpin()?;
+        return Ok(());
+    }
+
+    // --only CASE: run only nilb on that case (for profiling with perf).
+    let only = arg("--only", "");
+    if !only.is_empty() {
+        let c = cases
+            .iter()
+            .find(|c| c.name == only)
+            .with_context(|| format!("no case {only}"))?;
+        let target = if arg("--baseline", "0") == "1" {
+            c.base
+        } else {
+            c.nilb.xdp.as_fd()
+        };
+        for _ in 0..reps {
+            let (d, g) = bench.live(target, c.gen, c.frame, frames)?;
+            eprintln!("{only}: {d:.3} Mpps delivered, {g:.3} Mpps generated");
+        }
+        return Ok(());
+    }
+
+    // Warm-up (page pools, neighbour entries, caches) and path check.
+    let mut checks = String::new();
+    for c in &cases {
+        let before = counters(c.nilb)?;
+        let (d, g) = bench.live(c.nilb.xdp.as_fd(), c.gen, c.frame, 200_000)?;
+        let after = counters(c.nilb)?;
+        let delta = counter_delta(&before, &after);
+        eprintln!(
+            "warm-up {}: {d:.3} Mpps delivered, {g:.3} generated; counters: {delta}",
+            c.name
+        );
+        let idx = COUNTER_NAMES.iter().position(|n| *n == c.expect).unwrap();
+        if after[idx] - before[idx] < 199_000 {
+            bail!(
+                "{}: nilb did not take the expected path ({} moved by {} of 200000; counters {delta})",
+                c.name,
+                c.expect,
+                after[idx] - before[idx]
+            );
+        }
+        let _ = write!(
+            checks,
+            "{}\"{}\": \"{}\"",
+            if checks.is_empty() { "" } else { ", " },
+            c.name,
+            delta
+        );
+        bench.live(c.base, c.gen, c.frame, 200_000)?;
+    }
+
+    // Live-frame repetitions, baseline and nilb adjacent, order alternating.
+    let mut live_json = Vec::new();
+    let mut results: Vec<CaseResult> = cases.iter().map(|_| CaseResult::default()).collect();
+    for rep in 0..reps {
+        for (ci, c) in cases.iter().enumerate() {
+            let tx = c.expect == "xdp_encap_tx";
+            let run = |fd: BorrowedFd<'_>| -> Result<f64> {
+                let (d, g) = bench.live(fd, c.gen, c.frame, frames)?;
+                // XDP_PASS frames are not counted by the peer: what was
+                // generated went up the stack.
+                Ok(if tx { d } else { g })
+            };
+            let (n, b) = if rep % 2 == 0 {
+                let b = run(c.base)?;
+                (run(c.nilb.xdp.as_fd())?, b)
+            } else {
+                let n = run(c.nilb.xdp.as_fd())?;
+                (n, run(c.base)?)
+            };
+            let r = &mut results[ci];
+            r.nilb.push(n);
+            r.base.push(b);
+            r.ratio.push(n / b);
+            eprintln!(
+                "rep {rep} {}: nilb {n:.3} Mpps, {} {b:.3} Mpps, ratio {:.3}",
+                c.name,
+                c.base_name,
+                n / b
+            );
+        }
+    }
+
+    // Program cost per run (no live frames), same frames.
+    let gctx = xdp_ctx(64, gen_if);
+    for (ci, c) in cases.iter().enumerate() {
+        let want = if c.expect == "xdp_encap_tx" {
+            XDP_TX
+        } else {
+            XDP_PASS
+        };
+        let mut n = Vec::new();
+        let mut b = Vec::new();
+        for round in 0..4 {
+            let nn = per_run_ns(c.nilb.xdp.as_fd(), c.frame, &gctx, runs / 4, want)?;
+            let bb = per_run_ns(c.base, c.frame, &gctx, runs / 4, want)?;
+            if round % 2 == 0 {
+                n.extend(nn);
+                b.extend(bb);
+            } else {
+                b.extend(bb);
+                n.extend(nn);
+            }
+        }
+        results[ci].nilb_ns = median(&n);
+        results[ci].base_ns = median(&b);
+    }
+    for (ci, c) in cases.iter().enumerate() {
+        let r = &results[ci];
+        live_json.push(format!(
+            "{{\"case\": \"{}\", \"what\": \"{}\", \"baseline\": \"{}\", \"nilb_mpps\": {}, \"base_mpps\": {}, \"ratio\": {}, \
+             \"nilb_mpps_median\": {:.4}, \"base_mpps_median\": {:.4}, \"ratio_median\": {:.4}, \
+             \"nilb_prog_ns\": {:.1}, \"base_prog_ns\": {:.1}}}",
+            c.name,
+            c.what,
+            c.base_name,
+            json_list(&r.nilb),
+            json_list(&r.base),
+            json_list(&r.ratio),
+            median(&r.nilb),
+            median(&r.base),
+            median(&r.ratio),
+            r.nilb_ns,
+            r.base_ns
+        ));
+    }
+
+    // ---- TC --------------------------------------------------------------
+    let (cport, _socks) = established()?;
+    let syn = gue_frame(gen_mac, 41000, TCP_SYN, Ipv4Addr::new(10, 99, 0, 13));
+    let est = gue_frame(gen_mac, cport, TCP_ACK, Ipv4Addr::new(10, 99, 0, 13));
+    let fwd = gue_frame(gen_mac, 41001, TCP_ACK, Ipv4Addr::new(10, 99, 0, 13));
+    let tc_pass = bench.prog("tc_pass_only")?;
+    let sctx = skb_ctx(gen_if);
+    let tc_cases: [(&str, &str, &[u8], u32, &str); 3] = [
+        (
+            "decap_syn",
+            "GUE, inner TCP SYN: decapsulate",
+            &syn,
+            TC_ACT_OK,
+            "tc_decap_syn",
+        ),
+        (
+            "decap_established",
+            "GUE, inner segment of an established local socket: socket lookup, decapsulate",
+            &est,
+            TC_ACT_OK,
+            "tc_decap_established",
+        ),
+        (
+            "second_chance",
+            "GUE, inner segment unknown here (listener only): forward to the second hop",
+            &fwd,
+            TC_ACT_REDIRECT,
+            "tc_forward",
+        ),
+    ];
+    let mut tc_json = Vec::new();
+    for (name, what, frame, want, counter) in tc_cases {
+        let before = counters(&dptc)?;
+        let mut n = Vec::new();
+        let mut b = Vec::new();
+        for round in 0..4 {
+            let nn = per_run_ns(dptc.tc.as_fd(), frame, &sctx, runs / 4, want)?;
+            let bb = per_run_ns(tc_pass, frame, &sctx, runs / 4, TC_ACT_OK)?;
+            if round % 2 == 0 {
+                n.extend(nn);
+                b.extend(bb);
+            } else {
+                b.extend(bb);
+                n.extend(nn);
+            }
+        }
+        let after = counters(&dptc)?;
+        let idx = COUNTER_NAMES.iter().position(|c| *c == counter).unwrap();
+        let moved = after[idx] - before[idx];
+        if moved as usize != n.len() {
+            bail!(
+                "TC {name}: {counter} moved by {moved}, expected {}; counters {}",
+                n.len(),
+                counter_delta(&before, &after)
+            );
+        }
+        eprintln!(
+            "tc {name}: nilb {:.0} ns, tc_pass_only {:.0} ns",
+            median(&n),
+            median(&b)
+        );
+        tc_json.push(format!(
+            "{{\"case\": \"{name}\", \"what\": \"{what}\", \"nilb_ns\": {:.1}, \"base_ns\": {:.1}, \"frame_bytes\": {}}}",
+            median(&n),
+            median(&b),
+            frame.len()
+        ));
+    }
+
+    // ---- probes (single operations, repeat) --------------------------------
+    let mut probe_json = Vec::new();
+    bench.set_gen(&g_vip)?;
+    for (name, what) in [
+        ("xdp_pass_only", "empty program (test-run floor)"),
+        ("probe_counter", "one per-CPU counter increment"),
+        ("probe_hash_lookup", "one HASH lookup, 8-byte key"),
+        (
+            "probe_hash",
+            "nilb_flow_hash (MurmurHash3 over the 5-tuple)",
+        ),
+        ("probe_adjust", "bpf_xdp_adjust_head -40 and +40"),
+        (
+            "probe_fib",
+            "bpf_fib_lookup of a backend (neighbour resolved)",
+        ),
+    ] {
+        let p = bench.prog(name)?;
+        let mut v = Vec::new();
+        for _ in 0..5 {
+            let mut c = gctx.clone();
+            let r = test_run(p, &vip, Some(&mut c), 200_000, 0)?;
+            if r.retval != XDP_PASS {
+                bail!("probe {name}: verdict {}", r.retval);
+            }
+            v.push(r.duration_ns as f64);
+        }
+        probe_json.push(format!(
+            "{{\"probe\": \"{name}\", \"what\": \"{what}\", \"ns\": {:.1}}}",
+            median(&v)
+        ));
+    }
+    // nilb's own paths with repeat (they leave the packet unchanged).
+    for (name, fd, frame) in [("nilb_xdp_non_vip", dp1.xdp.as_fd(), &node)] {
+        let mut v = Vec::new();
+        for _ in 0..5 {
+            let mut c = gctx.clone();
+            v.push(test_run(fd, frame, Some(&mut c), 200_000, 0)?.duration_ns as f64);
+        }
+        probe_json.push(format!(
+            "{{\"probe\": \"{name}\", \"what\": \"nilb XDP, UDP to the node address (pass)\", \"ns\": {:.1}}}",
+            median(&v)
+        ));
+    }
+
+    let mut progs = Vec::new();
+    for (name, id) in [
+        ("nilb_xdp_balancer", dp1.xdp_id),
+        ("nilb_tc_second_chance", dp1.tc_id),
+    ] {
+        if let Some((x, j, v)) = prog_info(id) {
+            progs.push(format!(
+                "{{\"prog\": \"{name}\", \"id\": {id}, \"xlated_insns\": {x}, \"jited_bytes\": {j}, \"verified_insns\": {v}}}"
+            ));
+        }
+    }
+
+    let doc = format!(
+        "{{\"frames_per_run\": {frames}, \"reps\": {reps}, \"runs\": {runs}, \"frame_bytes\": {},\n\
+         \"xdp_live\": [\n  {}\n],\n\"tc\": [\n  {}\n],\n\"probes\": [\n  {}\n],\n\"progs\": [{}],\n\"path_checks\": {{{}}}}}\n",
+        vip.len(),
+        live_json.join(",\n  "),
+        tc_json.join(",\n  "),
+        probe_json.join(",\n  "),
+        progs.join(", "),
+        checks
+    );
+    if out_path.is_empty() {
+        print!("{doc}");
+    } else {
+        std::fs::write(&out_path, doc)?;
+    }
+    let _ = peer.detach(sink_if as i32, XdpFlags::DRV_MODE);
+    drop((dp1, dp2, dp100, dptc));
+    Ok(())
+}

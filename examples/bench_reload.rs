@@ -1,0 +1,289 @@
+//! SIGHUP-to-live benchmark of `nilb run` (part 4 of BENCHMARKS.md), run by
+//! `scripts/bench.sh`.
+//!
+//!   bench_reload gen --dir DIR [--services 100]
+//!       writes DIR/a.yaml (every backend active), DIR/one.yaml (the first
+//!       service drains backend .13) and DIR/all.yaml (every service drains
+//!       it); VIP 10.98.0.100, ports 1000.., balancer 10.98.0.1.
+//!   bench_reload measure --pid PID --config PATH --dir DIR --log FILE
+//!       [--pin-dir /sys/fs/bpf/nilb] [--reps 5] [--out FILE.json]
+//!       with `nilb run --config PATH` running as PID on a.yaml: per
+//!       repetition a -> one -> a -> all -> a. Each step copies the variant
+//!       over PATH (rename), sends SIGHUP and polls the pinned `services` map
+//!       until every service that must change points at a new bucket array
+//!       (the daemon builds a complete array and swaps it in, so a new array
+//!       id means the new table is live). Then it reads the new array of the
+//!       first service and checks that backend .13 owns no bucket (drained)
+//!       or some (active), and takes the daemon's own "reload applied
+//!       elapsed_us=N" from its log.
+//!
+//! Run `measure` in the daemon's mount namespace (nsenter --target PID
+//! --mount --net): `ip netns exec` gives the daemon its own /sys.
+
+use std::fmt::Write as _;
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use libbpf_rs::{MapCore, MapFlags, MapHandle};
+use nilb::config::{Protocol, ServiceKey};
+use nilb::dataplane::abi;
+
+const VIP: Ipv4Addr = Ipv4Addr::new(10, 98, 0, 100);
+const DRAINED: Ipv4Addr = Ipv4Addr::new(10, 98, 0, 13);
+
+fn arg(name: &str, default: &str) -> String {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1).cloned())
+        .unwrap_or_else(|| default.to_string())
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let n = s.len();
+    if n == 0 {
+        f64::NAN
+    } else if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    }
+}
+
+fn config(services: u16, drain: u16) -> String {
+    let mut s = String::from(
+        "version: 1\n\
+         cluster: {hash_seed: 0x5eed1234, balancers: [10.98.0.1], gue_port: 19523, unknown_flow: drop}\n\
+         defaults:\n  table_size: 4096\n  \
+         rebalance: {min_interval_ms: 0, max_step_percent: 100, min_bucket_age_ms: 0}\n\
+         services:\n",
+    );
+    for i in 0..services {
+        let port = 1000 + i;
+        let state = if i < drain { "drained" } else { "active" };
+        let _ = writeln!(
+            s,
+            "  - name: s{port}\n    vip: {VIP}\n    port: {port}\n    protocol: tcp\n    \
+             health_check: {{none: {{}}}}\n    backends:\n      \
+             - {{dip: 10.98.0.11}}\n      - {{dip: 10.98.0.12}}\n      \
+             - {{dip: {DRAINED}, state: {state}}}"
+        );
+    }
+    s
+}
+
+fn key_bytes(port: u16) -> Vec<u8> {
+    let k = abi::service_key(&ServiceKey {
+        vip: VIP,
+        port,
+        protocol: Protocol::Tcp,
+    });
+    abi::bytes_of(&k).to_vec()
+}
+
+fn inner_id(services: &MapHandle, key: &[u8]) -> Result<u32> {
+    let v = services
+        .lookup(key, MapFlags::ANY)?
+        .context("service missing from the services map")?;
+    Ok(u32::from_ne_bytes(v[..4].try_into()?))
+}
+
+fn reload_lines(log: &Path) -> Vec<u64> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.lines()
+        .filter(|l| l.contains("reload applied"))
+        .filter_map(|l| {
+            let i = l.find("elapsed_us=")?;
+            l[i + 11..]
+                .chars()
+                .take_while(|c| c.is_ascii_digit())
+                .collect::<String>()
+                .parse()
+                .ok()
+        })
+        .collect()
+}
+
+struct Step {
+    changed: usize,
+    first_ms: f64,
+    all_ms: f64,
+    daemon_ms: f64,
+    drained_buckets: u32,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn step(
+    pid: i32,
+    cfg: &Path,
+    dir: &Path,
+    variant: &'static str,
+    expect_changed: &[u16],
+    services: &MapHandle,
+    ports: &[u16],
+    log: &Path,
+) -> Result<Step> {
+    let before: Vec<u32> = ports
+        .iter()
+        .map(|p| inner_id(services, &key_bytes(*p)))
+        .collect::<Result<_>>()?;
+    let lines_before = reload_lines(log).len();
+    let tmp = cfg.with_extension("bench-tmp");
+    std::fs::copy(dir.join(format!("{variant}.yaml")), &tmp)?;
+    std::fs::rename(&tmp, cfg)?;
+    let mut pending: Vec<(u16, Vec<u8>, u32)> = expect_changed
+        .iter()
+        .map(|p| {
+            let i = ports.iter().position(|x| x == p).unwrap();
+            (*p, key_bytes(*p), before[i])
+        })
+        .collect();
+    let t0 = Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGHUP,
+    )?;
+    let mut first = None;
+    while !pending.is_empty() {
+        let mut still = Vec::with_capacity(pending.len());
+        for (p, k, old) in pending {
+            if inner_id(services, &k)? != old {
+                first.get_or_insert_with(|| t0.elapsed());
+            } else {
+                still.push((p, k, old));
+            }
+        }
+        pending = still;
+        if t0.elapsed() > Duration::from_secs(10) {
+            bail!(
+                "{variant}: {} services still not swapped after 10 s",
+                pending.len()
+            );
+        }
+        if !pending.is_empty() {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+    let all = t0.elapsed();
+    // Services that must not change did not.
+    for (i, p) in ports.iter().enumerate() {
+        if !expect_changed.contains(p) && inner_id(services, &key_bytes(*p))? != before[i] {
+            bail!("{variant}: service port {p} was swapped although unchanged");
+        }
+    }
+    // The new table of the first changed service: what the variant says.
+    let id = inner_id(services, &key_bytes(expect_changed[0]))?;
+    let inner = MapHandle::from_map_id(id)?;
+    let (_, buckets) = abi::read_inner_table(&inner)?;
+    let drained_buckets = buckets
+        .iter()
+        .filter(|b| b.first_hop == abi::addr_be(DRAINED))
+        .count() as u32;
+    let want_drained = variant != "a";
+    if want_drained != (drained_buckets == 0) {
+        bail!("{variant}: backend {DRAINED} owns {drained_buckets} buckets in the new table");
+    }
+    // The daemon's own measurement.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let daemon = loop {
+        let l = reload_lines(log);
+        if l.len() > lines_before {
+            break *l.last().unwrap() as f64 / 1e3;
+        }
+        if Instant::now() > deadline {
+            break f64::NAN;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    Ok(Step {
+        changed: expect_changed.len(),
+        first_ms: first.unwrap_or(all).as_secs_f64() * 1e3,
+        all_ms: all.as_secs_f64() * 1e3,
+        daemon_ms: daemon,
+        drained_buckets,
+    })
+}
+
+fn main() -> Result<()> {
+    let mode = std::env::args().nth(1).unwrap_or_default();
+    let n: u16 = arg("--services", "100").parse()?;
+    let dir = PathBuf::from(arg("--dir", "."));
+    match mode.as_str() {
+        "gen" => {
+            std::fs::create_dir_all(&dir)?;
+            std::fs::write(dir.join("a.yaml"), config(n, 0))?;
+            std::fs::write(dir.join("one.yaml"), config(n, 1))?;
+            std::fs::write(dir.join("all.yaml"), config(n, n))?;
+            Ok(())
+        }
+        "measure" => {
+            let pid: i32 = arg("--pid", "0").parse()?;
+            let cfg = PathBuf::from(arg("--config", ""));
+            let log = PathBuf::from(arg("--log", ""));
+            let pin = PathBuf::from(arg("--pin-dir", "/sys/fs/bpf/nilb"));
+            let reps: usize = arg("--reps", "5").parse()?;
+            let out_path = arg("--out", "");
+            let services = MapHandle::from_pinned_path(pin.join("services"))
+                .with_context(|| format!("opening {}/services", pin.display()))?;
+            let ports: Vec<u16> = (1000..1000 + n).collect();
+            let mut steps = Vec::new();
+            for rep in 0..reps {
+                for (variant, changed) in [
+                    ("one", vec![1000u16]),
+                    ("a", vec![1000u16]),
+                    ("all", ports.clone()),
+                    ("a", ports.clone()),
+                ] {
+                    let s = step(pid, &cfg, &dir, variant, &changed, &services, &ports, &log)?;
+                    eprintln!(
+                        "rep {rep} -> {variant}: {} services swapped, first {:.1} ms, all {:.1} ms, daemon says {:.1} ms; drained backend owns {} buckets",
+                        s.changed, s.first_ms, s.all_ms, s.daemon_ms, s.drained_buckets
+                    );
+                    steps.push(s);
+                    std::thread::sleep(Duration::from_millis(300));
+                }
+            }
+            let pick = |one: bool, f: fn(&Step) -> f64| -> Vec<f64> {
+                steps
+                    .iter()
+                    .filter(|s| (s.changed == 1) == one)
+                    .map(f)
+                    .collect()
+            };
+            let list = |v: &[f64]| {
+                v.iter()
+                    .map(|x| format!("{x:.2}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            let mut doc = format!("{{\"services\": {n}, \"reps\": {reps}");
+            for (label, one) in [("one_changed", true), ("all_changed", false)] {
+                let all = pick(one, |s| s.all_ms);
+                let first = pick(one, |s| s.first_ms);
+                let daemon = pick(one, |s| s.daemon_ms);
+                let _ = write!(
+                    doc,
+                    ", \"{label}\": {{\"live_ms_median\": {:.2}, \"first_ms_median\": {:.2}, \"daemon_ms_median\": {:.2}, \
+                     \"live_ms\": [{}], \"daemon_ms\": [{}]}}",
+                    median(&all),
+                    median(&first),
+                    median(&daemon),
+                    list(&all),
+                    list(&daemon)
+                );
+            }
+            doc.push_str("}\n");
+            if out_path.is_empty() {
+                print!("{doc}");
+            } else {
+                std::fs::write(&out_path, doc)?;
+            }
+            Ok(())
+        }
+        _ => bail!("usage: bench_reload gen|measure ... (see the source)"),
+    }
+}
