@@ -9,6 +9,7 @@
 //! - [`packet`]: frame building and parsing for replay and tests;
 //! - [`daemon`], [`tools`]: `nilb run` and the operator commands.
 #![deny(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod config;
 pub mod control;
