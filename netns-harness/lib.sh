@@ -39,6 +39,7 @@ NH_PREFIX=""              # set by nh_init
 NH_OUT=""                 # per-run output dir (logs, pcaps, JSON)
 NH_CREATED_NS=()          # namespaces this run created (only these are deleted)
 NH_MOUNTS=()              # bpffs mounts this run made (only these are unmounted)
+NH_NS_INODES=()           # inodes of those namespaces (for nilb lock files)
 declare -A NH_PID_DESC=() # pid -> description of every live process this run started
 NH_STARTED=0              # how many processes were started in total
 NH_CLEANED=0
@@ -94,6 +95,9 @@ nh_netns_add() {
   fi
   nh_run ip netns add "$ns" || return 1
   NH_CREATED_NS+=("$ns")
+  # nilb's per-namespace lock file is named after this inode; a daemon the
+  # harness kills with -9 leaves it behind (see nh_cleanup)
+  NH_NS_INODES+=("$(stat -L -c %i "/run/netns/$ns" 2>/dev/null)")
   nh_run ip -n "$ns" link set lo up || return 1
   # no IPv6 chatter (DAD, router solicitations) in captures
   ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 \
@@ -332,6 +336,11 @@ nh_cleanup() {
   done
   for ns in "${NH_CREATED_NS[@]}"; do
     ip netns del "$ns" 2>/dev/null
+  done
+  # lock files of daemons in our namespaces (all stopped by now)
+  local ino
+  for ino in "${NH_NS_INODES[@]}"; do
+    [[ $ino =~ ^[0-9]+$ ]] && rm -f -- /run/nilb/"$ino"-*.lock
   done
   left=""
   for ns in "${NH_CREATED_NS[@]}"; do

@@ -4,8 +4,8 @@
 #
 #   scripts/build-static.sh            -> target/x86_64-unknown-linux-gnu/release/nilb
 #
-# Needs the Debian packages of scripts/setup.sh (libelf-dev, zlib1g-dev and
-# libzstd-dev provide the static archives). nilb resolves no host names, so
+# Needs the Debian packages of scripts/setup.sh (libelf-dev and zlib1g-dev
+# provide the static archives; libbpf is vendored by libbpf-sys). nilb resolves no host names, so
 # static glibc's NSS limits do not matter.
 set -euo pipefail
 source "$(dirname "$0")/env.sh"

@@ -16,6 +16,9 @@ cargo clippy --all-targets -- -D warnings
 echo "== cargo test (unit, config, table, BPF packet fixtures, hash identity, replay)"
 cargo test --all-targets
 echo "== static binary (scripts/build-static.sh) and netns harness with it (real traffic)"
-BIN=$(scripts/build-static.sh | tail -n 1)
+out=$(scripts/build-static.sh)
+sed '$d' <<<"$out"
+BIN=$(tail -n 1 <<<"$out")
+echo "static binary: $BIN"
 netns-harness/run.sh --nilb "$BIN"
 echo "test.sh: all tests passed"

@@ -42,7 +42,8 @@ enum LogFormat {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Validate a configuration file and print a summary (exit 0 valid, 2 invalid).
+    /// Validate a configuration file and print a summary (exit 0 valid, 2 invalid,
+    /// 1 unreadable).
     Check {
         /// YAML configuration file.
         #[arg(short, long)]
@@ -209,15 +210,21 @@ fn main() -> ExitCode {
 fn dispatch(command: Command) -> Result<ExitCode> {
     let mut stdout = std::io::stdout().lock();
     match command {
-        Command::Check { config } => match Config::load(&config) {
-            Ok(c) => {
-                tools::check_summary(&c, &mut stdout)?;
-                Ok(ExitCode::SUCCESS)
-            }
+        Command::Check { config } => match std::fs::read_to_string(&config) {
             Err(e) => {
-                let _ = writeln!(std::io::stderr(), "{}: {e}", config.display());
-                Ok(ExitCode::from(2))
+                let _ = writeln!(std::io::stderr(), "cannot read {}: {e}", config.display());
+                Ok(ExitCode::FAILURE)
             }
+            Ok(src) => match Config::parse(&src) {
+                Ok(c) => {
+                    tools::check_summary(&c, &mut stdout)?;
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(e) => {
+                    let _ = writeln!(std::io::stderr(), "{}: {e}", config.display());
+                    Ok(ExitCode::from(2))
+                }
+            },
         },
         Command::Run {
             config,

@@ -19,6 +19,7 @@ use pcap_file::DataLink;
 
 use crate::config::Config;
 use crate::control::ControlPlane;
+use crate::dataplane::abi::sys::nilb_wire::NILB_XDP_MARK;
 use crate::dataplane::abi::COUNTER_NAMES;
 use crate::dataplane::Dataplane;
 use crate::packet::describe_frame;
@@ -55,8 +56,11 @@ pub struct Replayed {
     pub number: usize,
     /// Program verdict.
     pub verdict: u32,
-    /// The frame after the program ran.
+    /// The frame after the program ran (without XDP metadata).
     pub output: Vec<u8>,
+    /// XDP metadata the program left in front of the frame (nilb's mark on
+    /// packets handed to TC); empty for TC and for other XDP results.
+    pub meta: Vec<u8>,
     /// Counters this packet moved, by name.
     pub counters: Vec<(&'static str, u64)>,
 }
@@ -106,9 +110,28 @@ pub fn replay(
         None => None,
     };
 
+    let role = match (
+        cp.config().cluster.balancers.contains(&node),
+        cp.config()
+            .services
+            .iter()
+            .filter(|s| s.backends.iter().any(|b| b.dip == node))
+            .count(),
+    ) {
+        (true, 0) => "a balancer".to_string(),
+        (true, n) => format!("a balancer and a backend of {n} service(s)"),
+        (false, 0) => "not in the cluster: neither a balancer nor a backend \
+             (pass --node-address with the node's address)"
+            .to_string(),
+        (false, n) => format!("a backend of {n} service(s)"),
+    };
+    let name = match program {
+        ReplayProgram::Xdp => "XDP balancer",
+        ReplayProgram::Tc => "TC second-chance",
+    };
     writeln!(
         report,
-        "replaying {} through the {program:?} program as node {node}",
+        "replaying {} through the {name} program as node {node}, {role}",
         input.display()
     )?;
     let mut results = Vec::new();
@@ -118,11 +141,15 @@ pub fn replay(
             pkt.with_context(|| format!("reading packet {} of {}", n + 1, input.display()))?;
         n += 1;
         let before = dp.counters()?;
+        // XDP metadata is not part of the frame: report nilb's mark (the
+        // packet goes on to TC on this node) and keep it out of the pcap.
         let run = match program {
-            ReplayProgram::Xdp => dp.run_xdp(&pkt.data, ifindex),
-            ReplayProgram::Tc => dp.run_tc(&pkt.data, ifindex),
+            ReplayProgram::Xdp => dp
+                .run_xdp_split(&pkt.data, ifindex)
+                .map(|r| (r.verdict, r.frame, r.meta)),
+            ReplayProgram::Tc => dp.run_tc(&pkt.data, ifindex).map(|(v, f)| (v, f, vec![])),
         };
-        let (verdict, out) = match run {
+        let (verdict, out, meta) = match run {
             Ok(r) => r,
             Err(e) => {
                 // The kernel refuses some frames outright (too short for
@@ -157,9 +184,16 @@ pub fn replay(
                 counted.join(", ")
             )?;
         } else {
+            let meta = match meta.as_slice() {
+                [] => String::new(),
+                m if m == NILB_XDP_MARK.to_ne_bytes() => {
+                    " [XDP metadata: nilb mark, handed to TC on this node]".to_string()
+                }
+                m => format!(" [XDP metadata: {} bytes]", m.len()),
+            };
             writeln!(
                 report,
-                "   -> {} ({}) out {} bytes: {}",
+                "   -> {} ({}){meta} out {} bytes: {}",
                 verdict_name(program, verdict),
                 counted.join(", "),
                 out.len(),
@@ -173,6 +207,7 @@ pub fn replay(
             number: n,
             verdict,
             output: out,
+            meta,
             counters,
         });
     }

@@ -496,6 +496,12 @@ fn xdp_local_first_hop_is_marked_for_our_tc() {
     let sport = sport_of(CLIENT, VIP, 40000, 80, IPPROTO_TCP);
     let want = encapsulated(net.mac, CLIENT_MAC, NODE, &[], sport, &inner);
     assert_bytes("local first hop", &out, &marked(&want));
+    // The split run reads the metadata length from the kernel's output
+    // context: mark and frame come apart exactly.
+    let split = l.dp.run_xdp_split(&input, net.ifindex).unwrap();
+    assert_eq!(split.verdict, XDP_PASS);
+    assert_eq!(split.meta, marked(&[]), "metadata is nilb's mark alone");
+    assert_bytes("local first hop, split", &split.frame, &want);
     // Without the mark (a forged copy from the wire) our TC refuses it.
     // Test runs of TC cannot carry XDP metadata; the harness exercises the
     // marked path (node1 is first hop for a share of the VIP's flows).

@@ -93,3 +93,57 @@ fn replay_xdp_reports_and_writes_results() {
     assert_eq!(written[1], frames[1], "pass-through is unchanged");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn replay_xdp_local_first_hop_writes_the_frame_without_metadata() {
+    let net = TestNet::new();
+    let dir = std::env::temp_dir().join(format!("nilb-replay-local-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (input, output) = (dir.join("in.pcap"), dir.join("out.pcap"));
+    let inner = l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40000, 80, SYN, b""));
+    let mut frame = eth(net.mac, CLIENT_MAC, 0x0800);
+    frame.extend_from_slice(&inner);
+    write_pcap(&input, &[frame]);
+
+    // This node is the only backend: its own TC takes the packet.
+    let yaml = config(&[(NODE, 1, "active")], "drop");
+    let mut report = Vec::new();
+    let results = replay(
+        Config::parse(&yaml).unwrap(),
+        NODE,
+        ReplayProgram::Xdp,
+        &input,
+        Some(&output),
+        net.ifindex,
+        &mut report,
+    )
+    .unwrap();
+    let report = String::from_utf8(report).unwrap();
+    println!("{report}");
+    assert!(
+        report.contains("as node 10.0.0.11, a balancer and a backend of 1 service(s)"),
+        "{report}"
+    );
+    assert_eq!(results[0].verdict, XDP_PASS);
+    assert_eq!(results[0].counters, vec![("xdp_encap_local", 1)]);
+    assert_eq!(
+        results[0].meta,
+        nilb::dataplane::abi::sys::nilb_wire::NILB_XDP_MARK
+            .to_ne_bytes()
+            .to_vec()
+    );
+    assert!(
+        report.contains(
+            "[XDP metadata: nilb mark, handed to TC on this node] out 90 bytes: GUE 10.0.0.11 > 10.0.0.11"
+        ),
+        "{report}"
+    );
+    // The pcap frame starts with the Ethernet header, not the mark.
+    let mut r = PcapReader::new(std::fs::File::open(&output).unwrap()).unwrap();
+    let written = r.next_packet().unwrap().unwrap().data.into_owned();
+    assert_eq!(written, results[0].output);
+    assert_eq!(&written[..6], &net.mac, "destination MAC first");
+    assert_eq!(&written[12..14], &[0x08, 0x00], "IPv4");
+    assert!(r.next_packet().is_none());
+    std::fs::remove_dir_all(&dir).unwrap();
+}

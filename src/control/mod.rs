@@ -745,7 +745,10 @@ impl ControlPlane {
                 .get(&d)
                 .is_some_and(|b| b.config.state != BackendState::Offline)
         };
-        let limits = if fresh {
+        // Entering fail-open spreads at once: every backend is already down,
+        // so there is nothing to protect by pacing, and second chance keeps
+        // whatever connections the last one still serves.
+        let limits = if fresh || (fail_open && !state.fail_open) {
             StepLimits::NONE
         } else if allowed {
             StepLimits {

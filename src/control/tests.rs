@@ -165,6 +165,26 @@ fn all_down_fails_open_and_recovers() {
 }
 
 #[test]
+fn fail_open_spreads_at_once_by_weight() {
+    // Paced: 2 % of 64 = 2 buckets per step, at most every 10 s.
+    let c = cfg_with(&[(11, 1, "active"), (12, 1, "active")], 64, (10_000, 2, 0));
+    let mut cp = ControlPlane::new(c, 0);
+    pass(&mut cp, B11, 1);
+    fail(&mut cp, B12, 1).expect("B12 down (unknown falls at once)");
+    assert_eq!(table(&cp).shares()[&B11], 64, "B12's buckets forced out");
+    assert!(fail(&mut cp, B11, 3).is_none(), "fall_count is 2");
+    let plan = fail(&mut cp, B11, 4).expect("all down");
+    assert_eq!(plan.fail_open_changed, vec![(key(), true)]);
+    let shares = table(&cp).shares();
+    assert_eq!(
+        (shares.get(&B11), shares.get(&B12)),
+        (Some(&32), Some(&32)),
+        "fail-open is not paced by max_step_percent"
+    );
+    assert_eq!(cp.service(&key()).unwrap().pending, 0);
+}
+
+#[test]
 fn reload_carries_health_and_new_backends_need_rise() {
     let mut cp = ControlPlane::new(cfg(&[(11, 1, "active"), (12, 1, "active")], 64), 0);
     pass(&mut cp, B11, 1);

@@ -587,6 +587,12 @@ impl<'obj> Dataplane<'obj> {
         abi::test_run_xdp(&self.skel.progs.nilb_xdp_balancer, frame, ingress_ifindex)
     }
 
+    /// Run the XDP program on one frame, with the XDP metadata (nilb's mark
+    /// on packets handed to TC) split off the resulting frame.
+    pub fn run_xdp_split(&self, frame: &[u8], ingress_ifindex: u32) -> Result<abi::XdpRun> {
+        abi::test_run_xdp_split(&self.skel.progs.nilb_xdp_balancer, frame, ingress_ifindex)
+    }
+
     /// Run the TC program on one frame (BPF_PROG_TEST_RUN).
     pub fn run_tc(&self, frame: &[u8], ifindex: u32) -> Result<(u32, Vec<u8>)> {
         abi::test_run_tc(&self.skel.progs.nilb_tc_second_chance, frame, ifindex)
