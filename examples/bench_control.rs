@@ -31,26 +31,8 @@ use nilb::dataplane::abi::{self, skel::NilbSkelBuilder};
 use nilb::dataplane::Dataplane;
 use nilb::table::{StepLimits, Table, Target};
 
-fn arg(name: &str, default: &str) -> String {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1).cloned())
-        .unwrap_or_else(|| default.to_string())
-}
-
-fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    let n = s.len();
-    if n == 0 {
-        f64::NAN
-    } else if n % 2 == 1 {
-        s[n / 2]
-    } else {
-        (s[n / 2 - 1] + s[n / 2]) / 2.0
-    }
-}
+mod bench_common;
+use bench_common::*;
 
 /// Run `f` `reps` times (after one warm-up run); milliseconds per run.
 fn time_ms<T>(reps: usize, mut f: impl FnMut() -> T) -> Vec<f64> {

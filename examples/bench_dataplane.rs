@@ -41,6 +41,9 @@ use nilb::control::ControlPlane;
 use nilb::dataplane::abi::{self, skel::types::__sk_buff, COUNTER_NAMES};
 use nilb::dataplane::Dataplane;
 
+mod bench_common;
+use bench_common::*;
+
 const NODE: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 1);
 const TC_NODE: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 12);
 const VIP: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 100);
@@ -53,28 +56,6 @@ const TC_ACT_OK: u32 = 0;
 const TC_ACT_REDIRECT: u32 = 7;
 const PROG_TYPE_XDP: u32 = 6;
 const PROG_TYPE_SCHED_CLS: u32 = 3;
-
-fn arg(name: &str, default: &str) -> String {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1).cloned())
-        .unwrap_or_else(|| default.to_string())
-}
-
-fn median(v: &[f64]) -> f64 {
-    let mut s: Vec<f64> = v.to_vec();
-    s.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    if s.is_empty() {
-        return f64::NAN;
-    }
-    let n = s.len();
-    if n % 2 == 1 {
-        s[n / 2]
-    } else {
-        (s[n / 2 - 1] + s[n / 2]) / 2.0
-    }
-}
 
 fn json_list(v: &[f64]) -> String {
     let items: Vec<String> = v.iter().map(|x| format!("{x:.4}")).collect();

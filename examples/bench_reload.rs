@@ -30,29 +30,11 @@ use libbpf_rs::{MapCore, MapFlags, MapHandle};
 use nilb::config::{Protocol, ServiceKey};
 use nilb::dataplane::abi;
 
+mod bench_common;
+use bench_common::*;
+
 const VIP: Ipv4Addr = Ipv4Addr::new(10, 98, 0, 100);
 const DRAINED: Ipv4Addr = Ipv4Addr::new(10, 98, 0, 13);
-
-fn arg(name: &str, default: &str) -> String {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1).cloned())
-        .unwrap_or_else(|| default.to_string())
-}
-
-fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    let n = s.len();
-    if n == 0 {
-        f64::NAN
-    } else if n % 2 == 1 {
-        s[n / 2]
-    } else {
-        (s[n / 2 - 1] + s[n / 2]) / 2.0
-    }
-}
 
 fn config(services: u16, drain: u16) -> String {
     let mut s = String::from(

@@ -21,15 +21,10 @@ use std::time::{Duration, Instant};
 use nilb::config::{Checker, HealthCheck, Protocol, Scheme, ServiceKey};
 use nilb::health::checker::{CheckTarget, Checkers};
 
-const PORT: u16 = 8099;
+mod bench_common;
+use bench_common::*;
 
-fn arg(name: &str, default: &str) -> String {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1).cloned())
-        .unwrap_or_else(|| default.to_string())
-}
+const PORT: u16 = 8099;
 
 /// The responder: accept, read the request head, answer 200, close.
 fn serve() -> ! {

@@ -31,7 +31,6 @@ mod common;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream, UdpSocket};
-use std::process::Command;
 use std::time::Instant;
 
 use common::*;
@@ -140,32 +139,6 @@ services:
     backends: [{{dip: 10.0.0.11}}, {{dip: 10.0.0.12, state: {s12}}}]
 "
     )
-}
-
-fn ip(args: &str) {
-    let st = Command::new("ip")
-        .args(args.split_whitespace())
-        .status()
-        .expect("running ip");
-    assert!(st.success(), "ip {args} failed");
-}
-
-fn mac_of(dev: &str) -> [u8; 6] {
-    let out = Command::new("ip")
-        .args(["-o", "link", "show", dev])
-        .output()
-        .expect("ip link");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let mac = text
-        .split_whitespace()
-        .skip_while(|w| *w != "link/ether")
-        .nth(1)
-        .expect("link/ether");
-    let v: Vec<u8> = mac
-        .split(':')
-        .map(|p| u8::from_str_radix(p, 16).unwrap())
-        .collect();
-    v.try_into().unwrap()
 }
 
 /// One table as installed in the data plane.
@@ -291,7 +264,7 @@ fn setup() -> Env {
     ip("link set nt2 up");
     ip("link set nt3 up");
     ip("neigh replace 10.1.0.5 lladdr 02:00:00:00:01:05 dev nt2 nud permanent");
-    let nt2_mac = mac_of("nt2");
+    let nt2_mac = mac_from_ip_link("nt2");
 
     let mut a = load(&fuzz_config("drop", false), NODE);
     a.reload(&fuzz_config("drop", true), NODE);

@@ -23,13 +23,44 @@ fn write_pcap(path: &std::path::Path, frames: &[Vec<u8>]) {
     }
 }
 
+/// Replay `frames` through the XDP program of `NODE` with `yaml`'s tables,
+/// received on `ifindex`: the results, the report, and the frames written
+/// to the output pcap.
+fn replay_xdp(
+    tag: &str,
+    yaml: &str,
+    frames: &[Vec<u8>],
+    ifindex: u32,
+) -> (Vec<nilb::replay::Replayed>, String, Vec<Vec<u8>>) {
+    let dir = std::env::temp_dir().join(format!("nilb-replay-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (input, output) = (dir.join("in.pcap"), dir.join("out.pcap"));
+    write_pcap(&input, frames);
+    let mut report = Vec::new();
+    let results = replay(
+        Config::parse(yaml).unwrap(),
+        NODE,
+        ReplayProgram::Xdp,
+        &input,
+        Some(&output),
+        ifindex,
+        &mut report,
+    )
+    .unwrap();
+    let report = String::from_utf8(report).unwrap();
+    println!("{report}");
+    let mut r = PcapReader::new(std::fs::File::open(&output).unwrap()).unwrap();
+    let mut written = Vec::new();
+    while let Some(p) = r.next_packet() {
+        written.push(p.unwrap().data.into_owned());
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+    (results, report, written)
+}
+
 #[test]
 fn replay_xdp_reports_and_writes_results() {
     let net = TestNet::new();
-    let dir = std::env::temp_dir().join(format!("nilb-replay-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let (input, output) = (dir.join("in.pcap"), dir.join("out.pcap"));
-
     let syn = |dst, sport| {
         let mut f = eth(net.mac, CLIENT_MAC, 0x0800);
         f.extend_from_slice(&l3(CLIENT, dst, IPPROTO_TCP, &tcp(sport, 80, SYN, b"")));
@@ -46,22 +77,8 @@ fn replay_xdp_reports_and_writes_results() {
         syn(std::net::Ipv4Addr::new(10, 0, 0, 50), 40001),
         frag,
     ];
-    write_pcap(&input, &frames);
-
     let yaml = config(&[(B12, 1, "active")], "drop");
-    let mut report = Vec::new();
-    let results = replay(
-        Config::parse(&yaml).unwrap(),
-        NODE,
-        ReplayProgram::Xdp,
-        &input,
-        Some(&output),
-        net.ifindex,
-        &mut report,
-    )
-    .unwrap();
-    let report = String::from_utf8(report).unwrap();
-    println!("{report}");
+    let (results, report, written) = replay_xdp("tx", &yaml, &frames, net.ifindex);
 
     let verdicts: Vec<u32> = results.iter().map(|r| r.verdict).collect();
     assert_eq!(verdicts, vec![XDP_TX, XDP_PASS, XDP_DROP]);
@@ -81,45 +98,22 @@ fn replay_xdp_reports_and_writes_results() {
     );
 
     // The output pcap holds the two packets that were not dropped, as run.
-    let mut r = PcapReader::new(std::fs::File::open(&output).unwrap()).unwrap();
-    let mut written = Vec::new();
-    while let Some(p) = r.next_packet() {
-        written.push(p.unwrap().data.into_owned());
-    }
     assert_eq!(
         written,
         vec![results[0].output.clone(), results[1].output.clone()]
     );
     assert_eq!(written[1], frames[1], "pass-through is unchanged");
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
 fn replay_xdp_local_first_hop_writes_the_frame_without_metadata() {
     let net = TestNet::new();
-    let dir = std::env::temp_dir().join(format!("nilb-replay-local-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let (input, output) = (dir.join("in.pcap"), dir.join("out.pcap"));
     let inner = l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40000, 80, SYN, b""));
     let mut frame = eth(net.mac, CLIENT_MAC, 0x0800);
     frame.extend_from_slice(&inner);
-    write_pcap(&input, &[frame]);
-
     // This node is the only backend: its own TC takes the packet.
     let yaml = config(&[(NODE, 1, "active")], "drop");
-    let mut report = Vec::new();
-    let results = replay(
-        Config::parse(&yaml).unwrap(),
-        NODE,
-        ReplayProgram::Xdp,
-        &input,
-        Some(&output),
-        net.ifindex,
-        &mut report,
-    )
-    .unwrap();
-    let report = String::from_utf8(report).unwrap();
-    println!("{report}");
+    let (results, report, written) = replay_xdp("local", &yaml, &[frame], net.ifindex);
     assert!(
         report.contains("as node 10.0.0.11, a balancer and a backend of 1 service(s)"),
         "{report}"
@@ -139,11 +133,7 @@ fn replay_xdp_local_first_hop_writes_the_frame_without_metadata() {
         "{report}"
     );
     // The pcap frame starts with the Ethernet header, not the mark.
-    let mut r = PcapReader::new(std::fs::File::open(&output).unwrap()).unwrap();
-    let written = r.next_packet().unwrap().unwrap().data.into_owned();
-    assert_eq!(written, results[0].output);
-    assert_eq!(&written[..6], &net.mac, "destination MAC first");
-    assert_eq!(&written[12..14], &[0x08, 0x00], "IPv4");
-    assert!(r.next_packet().is_none());
-    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(written, vec![results[0].output.clone()]);
+    assert_eq!(&written[0][..6], &net.mac, "destination MAC first");
+    assert_eq!(&written[0][12..14], &[0x08, 0x00], "IPv4");
 }

@@ -41,7 +41,8 @@ pub struct TestNet {
     pub mac: [u8; 6],
 }
 
-fn ip(args: &str) {
+/// Run `ip ARGS` (split on whitespace); panics if it fails.
+pub fn ip(args: &str) {
     let st = Command::new("ip")
         .args(args.split_whitespace())
         .status()
@@ -78,8 +79,9 @@ fn parse_mac(s: &str) -> Option<[u8; 6]> {
     v.try_into().ok()
 }
 
-/// /sys belongs to the process's original namespace; ask `ip` instead.
-fn mac_from_ip_link(dev: &str) -> [u8; 6] {
+/// MAC address of `dev` in this network namespace. /sys belongs to the
+/// process's original namespace; ask `ip` instead.
+pub fn mac_from_ip_link(dev: &str) -> [u8; 6] {
     let out = Command::new("ip")
         .args(["-o", "link", "show", dev])
         .output()
