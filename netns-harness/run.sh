@@ -864,6 +864,18 @@ if len(bad) > 10:
 ' "$HOLD_RES" 2>/dev/null
 }
 
+# hold_read: read the hold client's result into okc, resets, fails and
+# rounds (the caller's variables) and list the connections that went wrong;
+# status 1 if the client left no result.
+hold_read() {
+  [[ -s $HOLD_RES ]] || return 1
+  okc=$(json "$HOLD_RES" 'd["ok"]')
+  resets=$(json "$HOLD_RES" 'd["resets"]')
+  fails=$(json "$HOLD_RES" 'd["failures"]')
+  rounds=$(json "$HOLD_RES" 'd["rounds_done"]')
+  hold_bad || true
+}
+
 # live_hops_of_bad: for each held connection that did not survive, the hops of
 # its bucket in node1's live table (`nilb lookup --live` in the daemon's namespaces)
 live_hops_of_bad() {
@@ -1068,13 +1080,8 @@ scenario_h3() {
   rc=$?
   sed '$d' <<<"$out"
   ((rc == 0)) || ok=0
-  if [[ -s $HOLD_RES ]]; then
-    okc=$(json "$HOLD_RES" 'd["ok"]')
-    resets=$(json "$HOLD_RES" 'd["resets"]')
-    fails=$(json "$HOLD_RES" 'd["failures"]')
-    rounds=$(json "$HOLD_RES" 'd["rounds_done"]')
+  if hold_read; then
     same=$(json "$HOLD_RES" 'sum(1 for c in d["per_connection"] if c["status"] == "ok" and c["same_backend"] and c["first"] == "node2")')
-    hold_bad
     nums+="held on node2: ${okc}/20 OK over ${rounds} rounds 1 s apart (all answered by node2: $same), resets ${resets}, failures ${fails}, exit ${HOLD_RC}; "
     [[ $okc == 20 && $same == 20 && $resets == 0 && $fails == 0 && $HOLD_RC == 0 && $rounds -ge 30 ]] || ok=0
   else
@@ -1215,12 +1222,7 @@ scenario_h5() {
   log_since node1 "${HUP_LINES[node1]}" | grep 'table installed' | sed 's/^.*Z *INFO *//; s/service=web key=[^ ]* //; s/^/  node1 step: /'
   touch "$HOLD_UNTIL" # one final round on every connection, then the client exits
   hold_finish 30
-  if [[ -s $HOLD_RES ]]; then
-    okc=$(json "$HOLD_RES" 'd["ok"]')
-    resets=$(json "$HOLD_RES" 'd["resets"]')
-    fails=$(json "$HOLD_RES" 'd["failures"]')
-    rounds=$(json "$HOLD_RES" 'd["rounds_done"]')
-    hold_bad
+  if hold_read; then
     nums+="connections OK ${okc}/50 over ${rounds} rounds (last one after pending_moves=0), resets ${resets}, failures ${fails}, exit ${HOLD_RC}; $old_w -> $(weights_ratio) in ${steps} table installs, settled ${settle_s:-never}s after SIGHUP"
     [[ $okc == 50 && $resets == 0 && $fails == 0 && $HOLD_RC == 0 && $(json "$HOLD_RES" 'd["until_seen"]') == True ]] || ok=0
   else
@@ -1565,12 +1567,7 @@ scenario_restart() {
   fi
   touch "$HOLD_UNTIL"
   hold_finish 30
-  if [[ -s $HOLD_RES ]]; then
-    okc=$(json "$HOLD_RES" 'd["ok"]')
-    resets=$(json "$HOLD_RES" 'd["resets"]')
-    fails=$(json "$HOLD_RES" 'd["failures"]')
-    rounds=$(json "$HOLD_RES" 'd["rounds_done"]')
-    hold_bad
+  if hold_read; then
     nums+="held connections OK ${okc}/30 over ${rounds} rounds across both gaps, resets ${resets}, failures ${fails}"
     [[ $okc == 30 && $resets == 0 && $fails == 0 && $HOLD_RC == 0 ]] || ok=0
   else
@@ -1731,12 +1728,7 @@ scenario_dw() {
     verdict=$(tail -n 1 "$NH_OUT/dw-verdict.txt")
     [[ $verdict == "SUMMARY PASS"* ]] || ok=0
     nums+="${verdict#SUMMARY * }; "
-    if [[ -s $HOLD_RES ]]; then
-      okc=$(json "$HOLD_RES" 'd["ok"]')
-      resets=$(json "$HOLD_RES" 'd["resets"]')
-      fails=$(json "$HOLD_RES" 'd["failures"]')
-      rounds=$(json "$HOLD_RES" 'd["rounds_done"]')
-      hold_bad
+    if hold_read; then
       nums+="held connections OK ${okc}/36 over ${rounds} rounds, resets ${resets}, failures ${fails}"
       [[ $okc == 36 && $resets == 0 && $fails == 0 && $HOLD_RC == 0 ]] || ok=0
     else

@@ -218,32 +218,6 @@ struct Sockets {
     _udpc: UdpSocket,
 }
 
-/// Connect from a chosen local address and port.
-fn connect_from(src: Ipv4Addr, sport: u16, dst: Ipv4Addr, dport: u16) -> TcpStream {
-    use nix::sys::socket::{bind, connect, socket, AddressFamily, SockFlag, SockType, SockaddrIn};
-    use std::os::fd::AsRawFd;
-    let fd = socket(
-        AddressFamily::Inet,
-        SockType::Stream,
-        SockFlag::empty(),
-        None,
-    )
-    .unwrap();
-    let o = src.octets();
-    bind(
-        fd.as_raw_fd(),
-        &SockaddrIn::new(o[0], o[1], o[2], o[3], sport),
-    )
-    .unwrap();
-    let d = dst.octets();
-    connect(
-        fd.as_raw_fd(),
-        &SockaddrIn::new(d[0], d[1], d[2], d[3], dport),
-    )
-    .unwrap();
-    TcpStream::from(fd)
-}
-
 /// A worker's namespace with the data planes loaded: `a` (unknown_flow:
 /// drop) serves XDP and TC, `b` (unknown_flow: local) serves TC.
 struct Env {
@@ -1942,7 +1916,7 @@ impl Gen {
 
     /// A frame for the balancer.
     fn xdp_frame(&mut self, seeds: &[(String, Vec<u8>)]) -> (String, Vec<u8>) {
-        let mut f = match self.below(20) {
+        let f = match self.below(20) {
             0 => {
                 let n = 14 + self.below(300);
                 ("random".to_string(), self.bytes(n))
@@ -1971,25 +1945,33 @@ impl Gen {
                 f.extend_from_slice(&pad);
                 ("structured".to_string(), f)
             }
-            _ => {
-                let (name, s) = &seeds[self.below(seeds.len())];
-                let mut f = s.clone();
-                let n = 1 + self.below(4);
-                for _ in 0..n {
-                    self.mutate(&mut f, false);
-                }
-                (format!("mutated seed {name}"), f)
-            }
+            _ => self.mutated_seed(seeds, false),
         };
+        self.finish(f, false)
+    }
+
+    /// A GUE frame for the TC program, mostly well-formed around a random
+    /// inner packet, with every field sometimes wrong.
+    /// A random seed with 1-4 mutations (`gue`: mutations aware of GUE).
+    fn mutated_seed(&mut self, seeds: &[(String, Vec<u8>)], gue: bool) -> (String, Vec<u8>) {
+        let (name, s) = &seeds[self.below(seeds.len())];
+        let mut f = s.clone();
+        for _ in 0..1 + self.below(4) {
+            self.mutate(&mut f, gue);
+        }
+        (format!("mutated seed {name}"), f)
+    }
+
+    /// Last touch on every generated frame: one more mutation one time in
+    /// ten, then the size clamp.
+    fn finish(&mut self, mut f: (String, Vec<u8>), gue: bool) -> (String, Vec<u8>) {
         if self.chance(0.1) {
-            self.mutate(&mut f.1, false);
+            self.mutate(&mut f.1, gue);
         }
         self.clamp(&mut f.1);
         f
     }
 
-    /// A GUE frame for the TC program, mostly well-formed around a random
-    /// inner packet, with every field sometimes wrong.
     fn gue_frame(&mut self) -> Vec<u8> {
         let src = match self.below(10) {
             0..=5 => B12,
@@ -2104,7 +2086,7 @@ impl Gen {
 
     /// A frame for the TC program.
     fn tc_frame(&mut self, seeds: &[(String, Vec<u8>)]) -> (String, Vec<u8>) {
-        let mut f = match self.below(20) {
+        let f = match self.below(20) {
             0 => {
                 let n = 14 + self.below(300);
                 ("random".to_string(), self.bytes(n))
@@ -2129,21 +2111,9 @@ impl Gen {
                 ("plain IPv4".to_string(), f)
             }
             3..=14 => ("structured GUE".to_string(), self.gue_frame()),
-            _ => {
-                let (name, s) = &seeds[self.below(seeds.len())];
-                let mut f = s.clone();
-                let n = 1 + self.below(4);
-                for _ in 0..n {
-                    self.mutate(&mut f, true);
-                }
-                (format!("mutated seed {name}"), f)
-            }
+            _ => self.mutated_seed(seeds, true),
         };
-        if self.chance(0.1) {
-            self.mutate(&mut f.1, true);
-        }
-        self.clamp(&mut f.1);
-        f
+        self.finish(f, true)
     }
 
     /// Test runs need at least an Ethernet header; keep frames below a page.

@@ -783,7 +783,7 @@ fn tc_established_local_connection_is_decapsulated() {
     let l = load(&backend_config("drop"), NODE);
     // A real connection: NODE:ephemeral -> VIP:80 in this namespace.
     let listener = TcpListener::bind(SocketAddrV4::new(VIP, 80)).unwrap();
-    let client = connect_from(NODE, VIP, 80);
+    let client = connect_from(NODE, 0, VIP, 80);
     let (_server_side, _) = listener.accept().unwrap();
     let cport = client.local_addr().unwrap().port();
 
@@ -815,31 +815,6 @@ fn tc_established_local_connection_is_decapsulated() {
     let (v, _) = l.dp.run_tc(&input, net.ifindex).unwrap();
     assert_eq!(v, TC_ACT_REDIRECT, "listener only: second chance");
     drop::<TcpStream>(client);
-}
-
-/// Connect from a chosen local address.
-fn connect_from(src: Ipv4Addr, dst: Ipv4Addr, port: u16) -> std::net::TcpStream {
-    use nix::sys::socket::{bind, connect, socket, AddressFamily, SockFlag, SockType, SockaddrIn};
-    let fd = socket(
-        AddressFamily::Inet,
-        SockType::Stream,
-        SockFlag::empty(),
-        None,
-    )
-    .unwrap();
-    let o = src.octets();
-    bind(
-        std::os::fd::AsRawFd::as_raw_fd(&fd),
-        &SockaddrIn::new(o[0], o[1], o[2], o[3], 0),
-    )
-    .unwrap();
-    let d = dst.octets();
-    connect(
-        std::os::fd::AsRawFd::as_raw_fd(&fd),
-        &SockaddrIn::new(d[0], d[1], d[2], d[3], port),
-    )
-    .unwrap();
-    std::net::TcpStream::from(fd)
 }
 
 #[test]

@@ -250,10 +250,10 @@ fn fresh_health(check: &Checker, now_ms: u64, added: bool) -> HealthState {
 }
 
 impl ControlPlane {
-    /// State for `config` at daemon start (time `now_ms`): fresh tables,
-    /// health unknown.
-    pub fn new(config: Config, now_ms: u64) -> Self {
-        let mut cp = ControlPlane {
+    /// No services yet, `config`'s cluster and rebalance settings; `update`
+    /// then adds the services.
+    fn empty(config: &Config) -> Self {
+        ControlPlane {
             config: Config {
                 cluster: config.cluster.clone(),
                 rebalance: config.rebalance,
@@ -261,7 +261,13 @@ impl ControlPlane {
             },
             services: BTreeMap::new(),
             used_slots: BTreeSet::new(),
-        };
+        }
+    }
+
+    /// State for `config` at daemon start (time `now_ms`): fresh tables,
+    /// health unknown.
+    pub fn new(config: Config, now_ms: u64) -> Self {
+        let mut cp = ControlPlane::empty(&config);
         cp.update(config, now_ms);
         cp
     }
@@ -289,15 +295,7 @@ impl ControlPlane {
         live: Vec<(ServiceKey, crate::dataplane::LiveTable)>,
         now_ms: u64,
     ) -> Self {
-        let mut cp = ControlPlane {
-            config: Config {
-                cluster: config.cluster.clone(),
-                rebalance: config.rebalance,
-                services: Vec::new(),
-            },
-            services: BTreeMap::new(),
-            used_slots: BTreeSet::new(),
-        };
+        let mut cp = ControlPlane::empty(&config);
         for (key, lt) in live {
             let Some(service) = config.service(&key) else {
                 continue;

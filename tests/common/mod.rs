@@ -334,3 +334,30 @@ pub fn assert_bytes(what: &str, got: &[u8], want: &[u8]) {
         );
     }
 }
+
+/// A TCP connection from `src`:`sport` (0: any port) to `dst`:`dport`;
+/// panics on failure.
+pub fn connect_from(src: Ipv4Addr, sport: u16, dst: Ipv4Addr, dport: u16) -> std::net::TcpStream {
+    use nix::sys::socket::{bind, connect, socket, AddressFamily, SockFlag, SockType, SockaddrIn};
+    use std::os::fd::AsRawFd;
+    let fd = socket(
+        AddressFamily::Inet,
+        SockType::Stream,
+        SockFlag::empty(),
+        None,
+    )
+    .unwrap();
+    let o = src.octets();
+    bind(
+        fd.as_raw_fd(),
+        &SockaddrIn::new(o[0], o[1], o[2], o[3], sport),
+    )
+    .unwrap();
+    let d = dst.octets();
+    connect(
+        fd.as_raw_fd(),
+        &SockaddrIn::new(d[0], d[1], d[2], d[3], dport),
+    )
+    .unwrap();
+    std::net::TcpStream::from(fd)
+}
