@@ -165,7 +165,8 @@ impl ServiceState {
 pub struct Plan {
     /// Services whose table is new or different, with the buckets moved.
     pub install: BTreeMap<ServiceKey, Moves>,
-    /// Services no longer configured.
+    /// Services no longer configured ([`ControlPlane::apply`] removes every
+    /// installed service the state does not know, these included).
     pub remove: Vec<ServiceKey>,
     /// Node settings changed (hash seed, GUE port, unknown_flow).
     pub settings_changed: bool,
@@ -839,13 +840,17 @@ impl ControlPlane {
     ///    tables that count into them;
     /// 4. all changed tables in one [`DataplaneOps::install_tables`] call
     ///    (one atomic swap each, one RCU wait for the batch);
-    /// 5. services that are gone are removed;
+    /// 5. services the maps hold that this state does not know are removed
+    ///    (the plan's removals, and any left by a failed apply of another
+    ///    state or by an earlier daemon whose pins were adopted);
     /// 6. the two sets narrow to what the new state needs.
     ///
     /// On an error nothing after the failing step runs and the error is
     /// returned: the sets stay widened and nothing is removed, so every
     /// table in the maps (old, new, or a prefix of a failed batch) still has
-    /// its VIP and hops in the sets. The caller re-applies a full plan.
+    /// its VIP and hops in the sets. The caller re-applies a full plan (of
+    /// this state, or of the previous one after a failed reload); step 5
+    /// then removes what the failed apply added.
     pub fn apply(&self, dp: &mut dyn DataplaneOps, node: Ipv4Addr, plan: &Plan) -> Result<()> {
         dp.set_settings(&self.settings(node))?;
         let vips = self.config.vips();
@@ -884,8 +889,14 @@ impl ControlPlane {
             })
             .collect();
         dp.install_tables(&items)?;
-        for key in &plan.remove {
-            dp.remove_service(key)?;
+        // Every service the maps hold that this state does not know: the
+        // plan's removals, and whatever a failed apply of another state
+        // left (a failed reload restores the running state with its full
+        // plan) or an earlier daemon whose pins were adopted ran.
+        for key in dp.installed_services()? {
+            if !self.services.contains_key(&key) {
+                dp.remove_service(&key)?;
+            }
         }
         dp.set_vips(&vips)?;
         dp.set_cluster_nodes(&nodes)?;

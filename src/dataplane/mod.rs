@@ -500,6 +500,17 @@ impl DataplaneOps for Dataplane<'_> {
             .with_context(|| format!("resetting service index {index}"))
     }
 
+    fn installed_services(&self) -> Result<BTreeSet<ServiceKey>> {
+        let mut out = BTreeSet::new();
+        for key in self.skel.maps.services.keys() {
+            // A key with a protocol nilb does not use is not nilb's to remove.
+            if let Some(k) = abi::parse_service_key(&key)? {
+                out.insert(k);
+            }
+        }
+        Ok(out)
+    }
+
     /// Each table is built and filled in a new bucket array first, then all
     /// are swapped into `services` with one batch update. Batching matters
     /// because the kernel waits for an RCU grace period (about 10 ms) after

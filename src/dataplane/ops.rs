@@ -67,6 +67,9 @@ pub trait DataplaneOps {
     /// uses it).
     fn zero_service_stats(&mut self, index: u32) -> Result<()>;
 
+    /// Services the `services` map holds.
+    fn installed_services(&self) -> Result<BTreeSet<ServiceKey>>;
+
     /// Install several tables in one batch; each swap is atomic on its own.
     /// On an error a prefix of `items` may already be installed (the kernel
     /// stops a batch update at the first failing element).

@@ -274,3 +274,50 @@ fn the_fake_sees_unsafe_orders() {
         ]
     );
 }
+
+/// What the daemon does when a reload fails while applying: re-apply the
+/// running state's full plan. The failed batch left its first table (api,
+/// new in the reload) in the maps; the restore removes it before it
+/// narrows the sets, so the maps hold the running state again and no table
+/// is left whose VIP is out of `vips`.
+#[test]
+fn restoring_after_a_failed_reload_removes_what_the_reload_installed() {
+    let (next, mut dp, plan, running) = reload();
+    dp.fail_install_after = Some(1);
+    next.apply(&mut dp, NODE, &plan).unwrap_err();
+    assert!(dp.services.contains_key(&API));
+    running.apply(&mut dp, NODE, &running.full_plan()).unwrap();
+    assert_eq!(dp.violations, []);
+    assert_mirrors(&dp, &running);
+
+    // Failing at the removal instead: api and web are new, dns still there.
+    let (next, mut dp, plan, running) = reload();
+    dp.fail_remove = Some(DNS);
+    next.apply(&mut dp, NODE, &plan).unwrap_err();
+    running.apply(&mut dp, NODE, &running.full_plan()).unwrap();
+    assert_eq!(dp.violations, []);
+    assert_mirrors(&dp, &running);
+}
+
+/// Maps that hold a service the state does not know (a restarted daemon
+/// adopting the pins of one that ran an older config): the full plan at
+/// start removes it, after installing and before narrowing.
+#[test]
+fn a_full_plan_removes_services_the_state_does_not_know() {
+    let earlier = ControlPlane::new(config(0, &[WEB_11_12, DNS_13]), 0);
+    let mut dp = FakeDataplane::default();
+    earlier.apply(&mut dp, NODE, &earlier.full_plan()).unwrap();
+    dp.calls.clear();
+    let cp = ControlPlane::new(config(0, &[WEB_11_12]), 0);
+    cp.apply(&mut dp, NODE, &cp.full_plan()).unwrap();
+    let remove = dp.position(|c| *c == Call::RemoveService(DNS)).unwrap();
+    let install = dp
+        .position(|c| matches!(c, Call::InstallTables(_)))
+        .unwrap();
+    let narrow = dp
+        .position(|c| matches!(c, Call::SetVips(v) if !v.contains(&DNS.vip)))
+        .unwrap();
+    assert!(install < remove && remove < narrow, "{:?}", dp.calls);
+    assert_eq!(dp.violations, []);
+    assert_mirrors(&dp, &cp);
+}

@@ -125,6 +125,10 @@ impl DataplaneOps for FakeDataplane {
         Ok(())
     }
 
+    fn installed_services(&self) -> Result<BTreeSet<ServiceKey>> {
+        Ok(self.services.keys().copied().collect())
+    }
+
     fn install_tables(&mut self, items: &[TableInstall<'_>]) -> Result<()> {
         let fail_after = self.fail_install_after.take();
         for (i, item) in items.iter().enumerate() {
