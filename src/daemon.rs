@@ -30,9 +30,10 @@ use tracing::{error, info, warn};
 
 use crate::config::{Config, ServiceKey};
 use crate::control::{ControlPlane, Plan};
-use crate::dataplane::{limits, Dataplane, XdpMode};
+use crate::dataplane::{Dataplane, XdpMode};
 use crate::health::checker::{CheckResult, Checkers};
 use crate::health::load::{LoadResult, Scrapers};
+use crate::limits;
 use crate::metrics::{self, HostCpu};
 use crate::status::{rfc3339, ReloadStatus, Status};
 
@@ -497,7 +498,7 @@ impl Daemon<'_, '_> {
                 let sample = self
                     .dp
                     .backend_stats(b.slot)
-                    .map(|x| crate::control::LoadSample::Connections(x.syns))
+                    .map(|x| crate::types::LoadSample::Connections(x.syns))
                     .map_err(|e| format!("{e:#}"));
                 samples.push((s.key(), b.config.dip, sample));
             }

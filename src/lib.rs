@@ -1,26 +1,38 @@
 //! nilb: a layer-4 load balancer for edge clusters.
 //!
-//! Library half of the one crate (the `nilb` binary is `src/main.rs`):
-//! - [`config`]: YAML schema and validation (pure);
-//! - [`hash`]: the flow hash shared with BPF (pure);
-//! - [`table`]: Beamer-style bucket tables (pure);
-//! - [`control`]: running config, tables and their application;
+//! Library half of the one crate (the `nilb` binary is `src/main.rs`), its
+//! modules from the top of the dependency graph down (a module uses only
+//! modules further down; there are no cycles):
+//! - [`daemon`]: `nilb run`; [`tools`], [`replay`], [`metrics`], [`status`]:
+//!   the operator commands, the replay tool, Prometheus metrics and the state
+//!   file;
+//! - [`control`]: running config, tables and their application through
+//!   [`dataplane::DataplaneOps`];
 //! - [`dataplane`]: loading, attaching and filling the BPF programs;
-//! - [`packet`]: frame building and parsing for replay and tests;
-//! - [`daemon`], [`tools`]: `nilb run` and the operator commands.
+//!   [`health`]: backend health checks and load scrapes; [`weights`]: the
+//!   dynamic-weights controller;
+//! - [`config`]: YAML schema and validation (pure);
+//! - [`table`]: Beamer-style bucket tables (pure); [`hash`]: the flow hash
+//!   shared with BPF (pure); [`packet`]: one-line frame descriptions for replay;
+//! - leaves: [`types`] (service keys, load samples), [`limits`] (the data
+//!   plane's compiled-in capacities), [`abi_sys`] (the generated mirror of
+//!   `bpf/nilb.h`).
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod abi_sys;
 pub mod config;
 pub mod control;
 pub mod daemon;
 pub mod dataplane;
 pub mod hash;
 pub mod health;
+pub mod limits;
 pub mod metrics;
 pub mod packet;
 pub mod replay;
 pub mod status;
 pub mod table;
 pub mod tools;
+pub mod types;
 pub mod weights;

@@ -319,7 +319,7 @@ mod tests {
         let text = s.encode().unwrap();
         assert_eq!(
             crate::health::load::parse_cpu(&text),
-            Ok(crate::control::LoadSample::Utilisation(0.25))
+            Ok(crate::types::LoadSample::Utilisation(0.25))
         );
     }
 

@@ -9,6 +9,8 @@ mod common;
 use std::net::Ipv4Addr;
 
 use common::*;
+use nilb::config::Config;
+use nilb::control::ControlPlane;
 use nilb::hash::{flow_hash, FlowTuple, IPPROTO_TCP, IPPROTO_UDP};
 
 const SEED: u32 = 0x5eed1234;
@@ -220,6 +222,32 @@ fn xdp_second_hop_listed_only_when_set() {
         &out[14 + 28..14 + 40],
         &[0x02, 4, 0, 0, 0, 0, 0, 1, 10, 0, 0, 12]
     );
+}
+
+/// A control plane that does not know a service the maps hold (a daemon
+/// adopting the pins of one that ran an older config, or the restore after
+/// a reload that failed half way) removes it with its full plan, so that
+/// the service's packets pass again.
+#[test]
+fn full_plan_removes_services_the_state_does_not_know() {
+    let net = TestNet::new();
+    let yaml = config(&[(B12, 1, "active")], "drop");
+    let mut l = load(&yaml, NODE);
+    let dns = client_frame(&net, &l3(CLIENT, VIP, IPPROTO_UDP, &udp(5353, 53, b"q")));
+    assert_eq!(l.dp.run_xdp(&dns, net.ifindex).unwrap().0, XDP_TX);
+
+    let web_only = &yaml[..yaml.find("  - name: dns").expect("dns in the config")];
+    let cp = ControlPlane::new(Config::parse(web_only).unwrap(), 0);
+    cp.apply(&mut l.dp, NODE, &cp.full_plan()).unwrap();
+    let ports: Vec<u16> =
+        l.dp.live_tables()
+            .unwrap()
+            .iter()
+            .map(|(k, _)| k.port)
+            .collect();
+    assert_eq!(ports, [80]);
+    let (verdict, out) = l.dp.run_xdp(&dns, net.ifindex).unwrap();
+    assert_eq!((verdict, out), (XDP_PASS, dns));
 }
 
 #[test]

@@ -1,3 +1,5 @@
+use std::net::Ipv4Addr;
+
 use super::*;
 
 const GOOD: &str = r#"
@@ -291,7 +293,7 @@ fn health_check_forms() {
     assert_eq!(c.services[0].health_check.interval_ms, DEFAULT_INTERVAL_MS);
     assert_eq!(c.rebalance, Rebalance::default());
 
-    // CONFIG.md shape.
+    // The shape of docs/config.md.
     let src = with_check("    health_check:\n      http: {scheme: https, uri: /healthz, check_port: 9080, codes: [200, 204], host: web.example}\n      fall_count: 3\n      interval_ms: 500\n      timeout_ms: 200\n      rise_count: 4\n");
     let hc = &Config::parse(&src).unwrap().services[0].health_check;
     assert_eq!(

@@ -1,4 +1,4 @@
-//! The only module that touches YAML libraries (TOOLCHAIN.md: serde_yaml is
+//! The only module that touches YAML libraries (serde_yaml is
 //! deprecated upstream; swapping it for a maintained fork is a change here).
 //!
 //! Two jobs: deserialize a document into a serde type with the failing field's

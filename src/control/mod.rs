@@ -4,9 +4,11 @@
 //! clock (ms): [`ControlPlane::update`] (reload), [`ControlPlane::observe`]
 //! (a health-check result) and [`ControlPlane::tick`] (time passes). Each
 //! returns a [`Plan`]; [`ControlPlane::apply`] is the one place that writes a
-//! plan into a [`Dataplane`].
+//! plan into the data plane, through [`DataplaneOps`] (the BPF maps in the
+//! daemon, a recording fake in the unit tests).
 //!
-//! Rules (DESIGN.md "Control plane", CONFIG.md "States" and "Reload"):
+//! Rules (docs/design.md "Control plane"; docs/config.md "Backend states" and
+//! "Reload (SIGHUP)"):
 //! - first hops are the active, healthy backends, in proportion to weight;
 //! - a health failure or `offline` moves buckets away at once (forced); a
 //!   failed backend stays second hop, an offline one does not;
@@ -33,12 +35,15 @@ use std::net::Ipv4Addr;
 use anyhow::Result;
 
 use crate::config::{
-    Backend, BackendState, Checker, Config, Rebalance, Service, ServiceKey, UnknownFlow,
+    Backend, BackendState, Checker, Config, DynamicWeight, HealthCheck, Rebalance, Service,
+    UnknownFlow,
 };
-use crate::dataplane::{limits, Dataplane, NodeSettings, TableInstall};
+use crate::dataplane::{DataplaneOps, LiveTable, NodeSettings, TableInstall};
 use crate::health::checker::CheckTarget;
 use crate::health::{Health, HealthState};
+use crate::limits;
 use crate::table::{Moves, StepLimits, Table, Target};
+use crate::types::{LoadSample, ServiceKey};
 use crate::weights::{self, BackendLoad};
 
 /// Runtime state of one backend of one service.
@@ -73,22 +78,6 @@ pub struct LoadState {
     pub errors: u64,
     /// Why the last reading failed, if it did.
     pub last_error: Option<String>,
-}
-
-/// One load sample of a backend, as scraped or counted.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum LoadSample {
-    /// CPU utilisation 0..1, read directly (nilb's own gauge).
-    Utilisation(f64),
-    /// Cumulative CPU seconds (busy, total), e.g. from node_exporter.
-    CpuSeconds {
-        /// Non-idle seconds over all CPUs.
-        busy: f64,
-        /// All seconds over all CPUs.
-        total: f64,
-    },
-    /// Cumulative new connections sent to the backend by this balancer.
-    Connections(u64),
 }
 
 impl BackendRuntime {
@@ -151,7 +140,7 @@ impl ServiceState {
     /// (weight proportional to buckets owned, on the scale of the configured
     /// weights), so that an adopted table under dynamic weights does not
     /// move. Backends that own nothing keep their configured weight.
-    fn effective_weights_from_shares(&mut self, dw: &crate::config::DynamicWeight) {
+    fn effective_weights_from_shares(&mut self, dw: &DynamicWeight) {
         let shares = self.table.shares();
         let total: f64 = self.backends.values().map(|b| b.config.weight as f64).sum();
         // Table weights are integers (effective * WEIGHT_SCALE): make them
@@ -176,7 +165,8 @@ impl ServiceState {
 pub struct Plan {
     /// Services whose table is new or different, with the buckets moved.
     pub install: BTreeMap<ServiceKey, Moves>,
-    /// Services no longer configured.
+    /// Services no longer configured ([`ControlPlane::apply`] removes every
+    /// installed service the state does not know, these included).
     pub remove: Vec<ServiceKey>,
     /// Node settings changed (hash seed, GUE port, unknown_flow).
     pub settings_changed: bool,
@@ -290,11 +280,7 @@ impl ControlPlane {
     /// stats index and counter slots, so nothing moves. Forced changes (a
     /// backend now offline or gone) still apply; `now_ms` must be on the
     /// same clock as the history (the daemon uses Unix milliseconds).
-    pub fn adopt(
-        config: Config,
-        live: Vec<(ServiceKey, crate::dataplane::LiveTable)>,
-        now_ms: u64,
-    ) -> Self {
+    pub fn adopt(config: Config, live: Vec<(ServiceKey, LiveTable)>, now_ms: u64) -> Self {
         let mut cp = ControlPlane::empty(&config);
         for (key, lt) in live {
             let Some(service) = config.service(&key) else {
@@ -402,7 +388,7 @@ impl ControlPlane {
                 }
             }
         }
-        let old_checks: BTreeMap<ServiceKey, crate::config::HealthCheck> = self
+        let old_checks: BTreeMap<ServiceKey, HealthCheck> = self
             .config
             .services
             .iter()
@@ -787,7 +773,7 @@ impl ControlPlane {
 
     /// Backends whose load dynamic weights read: (service, backend, settings)
     /// for every backend in the file that is not offline.
-    pub fn load_targets(&self) -> Vec<(ServiceKey, Ipv4Addr, crate::config::DynamicWeight)> {
+    pub fn load_targets(&self) -> Vec<(ServiceKey, Ipv4Addr, DynamicWeight)> {
         let mut out = Vec::new();
         for s in &self.config.services {
             let Some(dw) = &s.dynamic_weight else {
@@ -845,10 +831,27 @@ impl ControlPlane {
         }
     }
 
-    /// Write `plan` into `dp`. Order keeps traffic safe: settings, then new
-    /// VIPs and cluster members, then tables (one atomic swap each), then
-    /// removals of services, VIPs and members that are gone.
-    pub fn apply(&self, dp: &mut Dataplane<'_>, node: Ipv4Addr, plan: &Plan) -> Result<()> {
+    /// Write `plan` into `dp`. Order keeps traffic safe:
+    /// 1. the node settings;
+    /// 2. the VIP and cluster-address sets widen to the union of what the
+    ///    maps hold and what the new state needs, so no table installed next
+    ///    points at an address the programs would reject;
+    /// 3. fresh counter slots and service indexes are zeroed, before the
+    ///    tables that count into them;
+    /// 4. all changed tables in one [`DataplaneOps::install_tables`] call
+    ///    (one atomic swap each, one RCU wait for the batch);
+    /// 5. services the maps hold that this state does not know are removed
+    ///    (the plan's removals, and any left by a failed apply of another
+    ///    state or by an earlier daemon whose pins were adopted);
+    /// 6. the two sets narrow to what the new state needs.
+    ///
+    /// On an error nothing after the failing step runs and the error is
+    /// returned: the sets stay widened and nothing is removed, so every
+    /// table in the maps (old, new, or a prefix of a failed batch) still has
+    /// its VIP and hops in the sets. The caller re-applies a full plan (of
+    /// this state, or of the previous one after a failed reload); step 5
+    /// then removes what the failed apply added.
+    pub fn apply(&self, dp: &mut dyn DataplaneOps, node: Ipv4Addr, plan: &Plan) -> Result<()> {
         dp.set_settings(&self.settings(node))?;
         let vips = self.config.vips();
         let nodes = self.cluster_addresses();
@@ -857,10 +860,10 @@ impl ControlPlane {
         dp.set_vips(&vips.union(&vips_before).copied().collect())?;
         dp.set_cluster_nodes(&nodes.union(&nodes_before).copied().collect())?;
         for &slot in &plan.fresh_slots {
-            dp.reset_stats(Some(slot), None)?;
+            dp.zero_backend_stats(slot)?;
         }
         for &index in &plan.fresh_service_indexes {
-            dp.reset_stats(None, Some(index))?;
+            dp.zero_service_stats(index)?;
         }
         // All changed tables in one batch (one RCU wait in the kernel).
         let installs: Vec<(ServiceKey, &ServiceState)> = plan
@@ -886,8 +889,14 @@ impl ControlPlane {
             })
             .collect();
         dp.install_tables(&items)?;
-        for key in &plan.remove {
-            dp.remove_service(key)?;
+        // Every service the maps hold that this state does not know: the
+        // plan's removals, and whatever a failed apply of another state
+        // left (a failed reload restores the running state with its full
+        // plan) or an earlier daemon whose pins were adopted ran.
+        for key in dp.installed_services()? {
+            if !self.services.contains_key(&key) {
+                dp.remove_service(&key)?;
+            }
         }
         dp.set_vips(&vips)?;
         dp.set_cluster_nodes(&nodes)?;

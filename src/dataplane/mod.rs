@@ -1,17 +1,34 @@
 //! The BPF data plane: loading the programs, filling their maps, attaching
-//! them to an interface and reading counters back.
+//! them to an interface and reading counters back (docs/design.md "Maps").
 //!
-//! Map layout (bpf/nilb.h): `services` (HASH_OF_MAPS, key {VIP, port,
-//! protocol}) points at one bucket ARRAY per service whose element 0 is the
-//! table header; `cluster_nodes` and `vips` are address sets; `nilb_config`
-//! holds this node's address, the hash seed, the GUE port and flags;
-//! `counters` and `service_stats` are per-CPU.
+//! Programs (bpf/nilb.bpf.c): `nilb_xdp_balancer` on balancer nodes,
+//! `nilb_tc_second_chance` on clsact ingress of every node.
+//!
+//! Maps (layouts in bpf/nilb.h):
+//! - `services`: HASH_OF_MAPS from {VIP, port, protocol} to one bucket
+//!   ARRAY per service (`BPF_F_MMAPABLE`), whose element 0 is the table
+//!   header (mask, service index) and element 1 + i bucket i (first and
+//!   second hop, the first hop's `backend_stats` slot, when it last moved);
+//! - `cluster_nodes`, `vips`: address sets (who may send GUE; which
+//!   addresses are VIPs);
+//! - `nilb_config`: this node's address, the hash seed, the GUE port, flags
+//!   and the outer checksum base;
+//! - `counters` (per-CPU, one per event), `service_stats` (per-CPU, by
+//!   service index), `backend_stats` (per-CPU, by (service, backend) slot);
+//! - `hop_cache`: the XDP program's cached FIB and neighbour answer per
+//!   backend slot (not pinned, not written from user space).
 //!
 //! A service's table is replaced by building a complete new inner array and
 //! swapping it into the outer map in one update, so the programs never see an
 //! empty or half-written table.
+//!
+//! Files: [`abi`] (layouts, raw kernel calls, test runs: all of nilb's
+//! `unsafe`), [`ops`] (the [`DataplaneOps`] seam the control plane writes
+//! through), [`pinned`] (the pinned maps' names and readers).
 
 pub mod abi;
+pub mod ops;
+pub mod pinned;
 
 use std::collections::BTreeSet;
 use std::mem::MaybeUninit;
@@ -24,26 +41,12 @@ use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, OpenObject, TcHook, TcHookBuilder, Xdp, XdpFlags};
 use tracing::warn;
 
-use crate::config::ServiceKey;
 use crate::table::Table;
+use crate::types::ServiceKey;
 use abi::skel::{NilbSkel, NilbSkelBuilder};
-
-/// Capacities compiled into the BPF object (bpf/nilb.h `enum nilb_limits`).
-pub mod limits {
-    use super::abi::sys::nilb_limits as l;
-    /// Services the `services` map holds.
-    pub const MAX_SERVICES: u32 = l::NILB_MAX_SERVICES;
-    /// Addresses the `cluster_nodes` map holds.
-    pub const MAX_CLUSTER_NODES: u32 = l::NILB_MAX_CLUSTER_NODES;
-    /// Distinct VIP addresses the `vips` map holds.
-    pub const MAX_VIPS: u32 = l::NILB_MAX_VIPS;
-    /// Largest table (buckets) of one service.
-    pub const MAX_TABLE_SIZE: u32 = l::NILB_MAX_TABLE_SIZE;
-    /// (service, backend) pairs with their own counters, over all services.
-    pub const MAX_BACKEND_SLOTS: u32 = l::NILB_MAX_BACKEND_SLOTS;
-    /// Bytes added by GUE with one listed hop (outer IPv4 + UDP + GUE + hop).
-    pub const GUE_OVERHEAD: u32 = super::abi::sys::nilb_wire::NILB_GUE_BASE_OVERHEAD + 4;
-}
+pub use ops::{DataplaneOps, NodeSettings, TableInstall};
+use pinned::read_tables;
+pub use pinned::{LiveTable, PinnedMaps, PINNED_MAPS};
 
 /// XDP attach mode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -62,43 +65,6 @@ impl XdpMode {
         }
     }
 }
-
-/// One table to install: service key, stats index, buckets and the
-/// `backend_stats` slot of each first hop.
-pub struct TableInstall<'a> {
-    /// The service.
-    pub key: ServiceKey,
-    /// Its index in `service_stats`.
-    pub index: u32,
-    /// Its buckets.
-    pub table: &'a Table,
-    /// Counter slot of a first hop.
-    pub slot_of: &'a dyn Fn(Ipv4Addr) -> u32,
-}
-
-/// Per-node settings of the `nilb_config` map.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct NodeSettings {
-    /// This node's address: outer source of what it sends, "me" for GUE.
-    pub node: Ipv4Addr,
-    /// Cluster hash seed.
-    pub hash_seed: u32,
-    /// GUE UDP port, host order.
-    pub gue_port: u16,
-    /// `cluster.unknown_flow: local`.
-    pub unknown_flow_local: bool,
-}
-
-/// Names of the maps pinned under the pin directory.
-pub const PINNED_MAPS: [&str; 7] = [
-    "services",
-    "cluster_nodes",
-    "vips",
-    "nilb_config",
-    "counters",
-    "service_stats",
-    "backend_stats",
-];
 
 struct TcAttachment {
     hook: TcHook,
@@ -193,19 +159,18 @@ impl<'obj> Dataplane<'obj> {
         let mut adopted = false;
         if let Some(dir) = pin_dir {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-            let m = &mut open.maps;
-            let maps: [(&str, &mut libbpf_rs::OpenMapMut<'_>); 7] = [
-                ("services", &mut m.services),
-                ("cluster_nodes", &mut m.cluster_nodes),
-                ("vips", &mut m.vips),
-                ("nilb_config", &mut m.nilb_config),
-                ("counters", &mut m.counters),
-                ("service_stats", &mut m.service_stats),
-                ("backend_stats", &mut m.backend_stats),
-            ];
-            let present = maps.iter().filter(|(n, _)| dir.join(n).exists()).count();
-            let compatible = maps.iter().all(|(name, map)| {
-                libbpf_rs::MapHandle::from_pinned_path(dir.join(name)).is_ok_and(|h| {
+            let mut maps: Vec<libbpf_rs::OpenMapMut<'_>> = open
+                .open_object_mut()
+                .maps_mut()
+                .filter(|m| PINNED_MAPS.iter().any(|n| m.name() == *n))
+                .collect();
+            if maps.len() != PINNED_MAPS.len() {
+                bail!("the BPF object does not have all of the maps {PINNED_MAPS:?}");
+            }
+            let name = |m: &libbpf_rs::OpenMapMut<'_>| m.name().to_string_lossy().into_owned();
+            let present = maps.iter().filter(|m| dir.join(name(m)).exists()).count();
+            let compatible = maps.iter().all(|map| {
+                libbpf_rs::MapHandle::from_pinned_path(dir.join(name(map))).is_ok_and(|h| {
                     h.map_type() == map.map_type()
                         && h.key_size() == map.key_size()
                         && h.value_size() == map.value_size()
@@ -217,13 +182,14 @@ impl<'obj> Dataplane<'obj> {
                     pin_dir = %dir.display(),
                     "pinned maps from an earlier run do not match this binary; replacing them (tables are rebuilt, buckets may move)"
                 );
-                for (name, _) in &maps {
+                for name in PINNED_MAPS {
                     let _ = std::fs::remove_file(dir.join(name));
                 }
             }
             adopted = present == maps.len() && compatible;
-            for (name, map) in maps {
-                map.set_pin_path(dir.join(name))
+            for map in &mut maps {
+                let name = name(map);
+                map.set_pin_path(dir.join(&name))
                     .with_context(|| format!("pin path of {name}"))?;
             }
         }
@@ -258,21 +224,6 @@ impl<'obj> Dataplane<'obj> {
         read_tables(&self.skel.maps.services)
     }
 
-    /// Write the `nilb_config` map.
-    pub fn set_settings(&mut self, s: &NodeSettings) -> Result<()> {
-        let flags = if s.unknown_flow_local {
-            abi::sys::nilb_config_flags::NILB_F_UNKNOWN_FLOW_LOCAL
-        } else {
-            0
-        };
-        let v = abi::config_value(s.node, s.hash_seed, s.gue_port, flags);
-        self.skel
-            .maps
-            .nilb_config
-            .update(&0u32.to_ne_bytes(), abi::bytes_of(&v), MapFlags::ANY)
-            .context("writing nilb_config")
-    }
-
     /// Install `table` for `key` with stats index `index` (`slot_of(dip)`:
     /// the `backend_stats` slot of each first hop): build a new bucket array,
     /// fill it, swap it in atomically.
@@ -283,96 +234,15 @@ impl<'obj> Dataplane<'obj> {
         table: &Table,
         slot_of: &dyn Fn(Ipv4Addr) -> u32,
     ) -> Result<()> {
-        self.install_tables(&[TableInstall {
-            key: *key,
-            index,
-            table,
-            slot_of,
-        }])
-    }
-
-    /// Install several tables: each is built and filled in a new bucket
-    /// array first, then all are swapped into `services` with one batch
-    /// update. Every swap is atomic on its own; batching matters because
-    /// the kernel waits for an RCU grace period (about 10 ms) after each
-    /// update of a map-in-map, and once per batch.
-    pub fn install_tables(&mut self, items: &[TableInstall<'_>]) -> Result<()> {
-        if items.is_empty() {
-            return Ok(());
-        }
-        let mut inners = Vec::with_capacity(items.len());
-        let mut keys = Vec::with_capacity(items.len() * 8);
-        let mut fds = Vec::with_capacity(items.len() * 4);
-        for TableInstall {
-            key,
-            index,
-            table,
-            slot_of,
-        } in items
-        {
-            let v = abi::inner_table_values(table, *index, *slot_of);
-            let inner = abi::create_array(
-                &format!("nilb_t{index}"),
-                abi::BUCKET_SIZE,
-                table.size() + 1,
-            )?;
-            abi::fill_array(&inner, &v)
-                .with_context(|| format!("filling the bucket array of {key}"))?;
-            keys.extend_from_slice(abi::bytes_of(&abi::service_key(key)));
-            fds.extend_from_slice(&abi::map_fd_value(inner.as_fd()));
-            inners.push(inner);
-        }
-        self.skel
-            .maps
-            .services
-            .update_batch(
-                &keys,
-                &fds,
-                items.len() as u32,
-                MapFlags::ANY,
-                MapFlags::ANY,
-            )
-            .with_context(|| format!("swapping in {} table(s)", items.len()))?;
-        // The outer map now holds the references that matter; the old arrays
-        // are freed by the kernel once no program uses them.
-        drop(inners);
-        Ok(())
-    }
-
-    /// Remove a service from the `services` map (its packets then pass).
-    pub fn remove_service(&mut self, key: &ServiceKey) -> Result<()> {
-        let k = abi::service_key(key);
-        self.skel
-            .maps
-            .services
-            .delete(abi::bytes_of(&k))
-            .with_context(|| format!("removing service {key}"))
-    }
-
-    /// VIPs currently in the `vips` map.
-    pub fn vips(&self) -> &BTreeSet<Ipv4Addr> {
-        &self.vips
-    }
-
-    /// Addresses currently in the `cluster_nodes` map.
-    pub fn cluster_nodes(&self) -> &BTreeSet<Ipv4Addr> {
-        &self.nodes
-    }
-
-    /// Make the `vips` map equal `want`.
-    pub fn set_vips(&mut self, want: &BTreeSet<Ipv4Addr>) -> Result<()> {
-        let have = std::mem::take(&mut self.vips);
-        let r = sync_set(&self.skel.maps.vips, &have, want, "vips");
-        self.vips = if r.is_ok() { want.clone() } else { have };
-        r
-    }
-
-    /// Make the `cluster_nodes` map equal `want`.
-    pub fn set_cluster_nodes(&mut self, want: &BTreeSet<Ipv4Addr>) -> Result<()> {
-        let have = std::mem::take(&mut self.nodes);
-        let r = sync_set(&self.skel.maps.cluster_nodes, &have, want, "cluster_nodes");
-        self.nodes = if r.is_ok() { want.clone() } else { have };
-        r
+        DataplaneOps::install_tables(
+            self,
+            &[TableInstall {
+                key: *key,
+                index,
+                table,
+                slot_of,
+            }],
+        )
     }
 
     /// Attach the XDP balancer to `ifindex` (netlink; it stays attached if
@@ -555,33 +425,6 @@ impl<'obj> Dataplane<'obj> {
         abi::read_percpu(&self.skel.maps.backend_stats, slot, abi::sum_backend_stats)
     }
 
-    /// Zero the counters of a (service, backend) slot before it is reused,
-    /// and of a service index likewise.
-    pub fn reset_stats(
-        &mut self,
-        backend_slot: Option<u32>,
-        service_index: Option<u32>,
-    ) -> Result<()> {
-        let cpus = libbpf_rs::num_possible_cpus()?;
-        if let Some(slot) = backend_slot {
-            let zero = vec![vec![0u8; std::mem::size_of::<abi::sys::nilb_backend_stats>()]; cpus];
-            self.skel
-                .maps
-                .backend_stats
-                .update_percpu(&slot.to_ne_bytes(), &zero, MapFlags::ANY)
-                .with_context(|| format!("resetting backend slot {slot}"))?;
-        }
-        if let Some(index) = service_index {
-            let zero = vec![vec![0u8; std::mem::size_of::<abi::sys::nilb_service_stats>()]; cpus];
-            self.skel
-                .maps
-                .service_stats
-                .update_percpu(&index.to_ne_bytes(), &zero, MapFlags::ANY)
-                .with_context(|| format!("resetting service index {index}"))?;
-        }
-        Ok(())
-    }
-
     /// Run the XDP balancer on one frame (BPF_PROG_TEST_RUN).
     pub fn run_xdp(&self, frame: &[u8], ingress_ifindex: u32) -> Result<(u32, Vec<u8>)> {
         abi::test_run_xdp(&self.skel.progs.nilb_xdp_balancer, frame, ingress_ifindex)
@@ -596,6 +439,132 @@ impl<'obj> Dataplane<'obj> {
     /// Run the TC program on one frame (BPF_PROG_TEST_RUN).
     pub fn run_tc(&self, frame: &[u8], ifindex: u32) -> Result<(u32, Vec<u8>)> {
         abi::test_run_tc(&self.skel.progs.nilb_tc_second_chance, frame, ifindex)
+    }
+}
+
+/// The BPF maps behind the control plane's writes.
+impl DataplaneOps for Dataplane<'_> {
+    fn set_settings(&mut self, s: &NodeSettings) -> Result<()> {
+        let flags = if s.unknown_flow_local {
+            abi::sys::nilb_config_flags::NILB_F_UNKNOWN_FLOW_LOCAL
+        } else {
+            0
+        };
+        let v = abi::config_value(s.node, s.hash_seed, s.gue_port, flags);
+        self.skel
+            .maps
+            .nilb_config
+            .update(&0u32.to_ne_bytes(), abi::bytes_of(&v), MapFlags::ANY)
+            .context("writing nilb_config")
+    }
+
+    fn vips(&self) -> &BTreeSet<Ipv4Addr> {
+        &self.vips
+    }
+
+    fn set_vips(&mut self, want: &BTreeSet<Ipv4Addr>) -> Result<()> {
+        let have = std::mem::take(&mut self.vips);
+        let r = sync_set(&self.skel.maps.vips, &have, want, "vips");
+        self.vips = if r.is_ok() { want.clone() } else { have };
+        r
+    }
+
+    fn cluster_nodes(&self) -> &BTreeSet<Ipv4Addr> {
+        &self.nodes
+    }
+
+    fn set_cluster_nodes(&mut self, want: &BTreeSet<Ipv4Addr>) -> Result<()> {
+        let have = std::mem::take(&mut self.nodes);
+        let r = sync_set(&self.skel.maps.cluster_nodes, &have, want, "cluster_nodes");
+        self.nodes = if r.is_ok() { want.clone() } else { have };
+        r
+    }
+
+    fn zero_backend_stats(&mut self, slot: u32) -> Result<()> {
+        let cpus = libbpf_rs::num_possible_cpus()?;
+        let zero = vec![vec![0u8; std::mem::size_of::<abi::sys::nilb_backend_stats>()]; cpus];
+        self.skel
+            .maps
+            .backend_stats
+            .update_percpu(&slot.to_ne_bytes(), &zero, MapFlags::ANY)
+            .with_context(|| format!("resetting backend slot {slot}"))
+    }
+
+    fn zero_service_stats(&mut self, index: u32) -> Result<()> {
+        let cpus = libbpf_rs::num_possible_cpus()?;
+        let zero = vec![vec![0u8; std::mem::size_of::<abi::sys::nilb_service_stats>()]; cpus];
+        self.skel
+            .maps
+            .service_stats
+            .update_percpu(&index.to_ne_bytes(), &zero, MapFlags::ANY)
+            .with_context(|| format!("resetting service index {index}"))
+    }
+
+    fn installed_services(&self) -> Result<BTreeSet<ServiceKey>> {
+        let mut out = BTreeSet::new();
+        for key in self.skel.maps.services.keys() {
+            // A key with a protocol nilb does not use is not nilb's to remove.
+            if let Some(k) = abi::parse_service_key(&key)? {
+                out.insert(k);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Each table is built and filled in a new bucket array first, then all
+    /// are swapped into `services` with one batch update. Batching matters
+    /// because the kernel waits for an RCU grace period (about 10 ms) after
+    /// each update of a map-in-map, and once per batch.
+    fn install_tables(&mut self, items: &[TableInstall<'_>]) -> Result<()> {
+        if items.is_empty() {
+            return Ok(());
+        }
+        let mut inners = Vec::with_capacity(items.len());
+        let mut keys = Vec::with_capacity(items.len() * 8);
+        let mut fds = Vec::with_capacity(items.len() * 4);
+        for TableInstall {
+            key,
+            index,
+            table,
+            slot_of,
+        } in items
+        {
+            let v = abi::inner_table_values(table, *index, *slot_of);
+            let inner = abi::create_array(
+                &format!("nilb_t{index}"),
+                abi::BUCKET_SIZE,
+                table.size() + 1,
+            )?;
+            abi::fill_array(&inner, &v)
+                .with_context(|| format!("filling the bucket array of {key}"))?;
+            keys.extend_from_slice(abi::bytes_of(&abi::service_key(key)));
+            fds.extend_from_slice(&abi::map_fd_value(inner.as_fd()));
+            inners.push(inner);
+        }
+        self.skel
+            .maps
+            .services
+            .update_batch(
+                &keys,
+                &fds,
+                items.len() as u32,
+                MapFlags::ANY,
+                MapFlags::ANY,
+            )
+            .with_context(|| format!("swapping in {} table(s)", items.len()))?;
+        // The outer map now holds the references that matter; the old arrays
+        // are freed by the kernel once no program uses them.
+        drop(inners);
+        Ok(())
+    }
+
+    fn remove_service(&mut self, key: &ServiceKey) -> Result<()> {
+        let k = abi::service_key(key);
+        self.skel
+            .maps
+            .services
+            .delete(abi::bytes_of(&k))
+            .with_context(|| format!("removing service {key}"))
     }
 }
 
@@ -646,126 +615,9 @@ fn program_name(id: u32) -> Option<String> {
         .map(|p| p.name.to_string_lossy().into_owned())
 }
 
-/// Maps of a running daemon, opened from their pins (for `nilb stats` and
-/// `nilb lookup --live`).
-pub struct PinnedMaps {
-    /// `services` (outer table).
-    pub services: libbpf_rs::MapHandle,
-    /// `counters`.
-    pub counters: libbpf_rs::MapHandle,
-    /// `service_stats`.
-    pub service_stats: libbpf_rs::MapHandle,
-    /// `backend_stats`.
-    pub backend_stats: libbpf_rs::MapHandle,
-    /// `nilb_config`.
-    pub config: libbpf_rs::MapHandle,
-}
-
-impl PinnedMaps {
-    /// Open the pins under `dir`.
-    pub fn open(dir: &Path) -> Result<Self> {
-        let open = |name: &str| {
-            let p = dir.join(name);
-            libbpf_rs::MapHandle::from_pinned_path(&p).with_context(|| {
-                format!(
-                    "opening {} (is `nilb run` running with --pin-dir {}?)",
-                    p.display(),
-                    dir.display()
-                )
-            })
-        };
-        Ok(PinnedMaps {
-            services: open("services")?,
-            counters: open("counters")?,
-            service_stats: open("service_stats")?,
-            backend_stats: open("backend_stats")?,
-            config: open("nilb_config")?,
-        })
-    }
-
-    /// Node settings the daemon wrote.
-    pub fn settings(&self) -> Result<NodeSettings> {
-        let v = self
-            .config
-            .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)?
-            .context("nilb_config is empty")?;
-        let c: abi::sys::nilb_config = abi::read_struct(&v)?;
-        Ok(NodeSettings {
-            node: abi::addr_from_be(c.node_addr),
-            hash_seed: c.hash_seed,
-            gue_port: u16::from_be(c.gue_port),
-            unknown_flow_local: c.flags & abi::sys::nilb_config_flags::NILB_F_UNKNOWN_FLOW_LOCAL
-                != 0,
-        })
-    }
-
-    /// Installed services with their header and buckets, read from the
-    /// live inner arrays.
-    pub fn tables(&self) -> Result<Vec<(ServiceKey, LiveTable)>> {
-        read_tables(&self.services)
-    }
-}
-
 /// Keys of an address-set map (`vips`, `cluster_nodes`).
 fn address_keys(map: &dyn MapCore) -> BTreeSet<Ipv4Addr> {
     map.keys()
         .filter_map(|k| k.get(..4).map(|b| Ipv4Addr::new(b[0], b[1], b[2], b[3])))
         .collect()
-}
-
-/// Every service in a `services` map with its inner table.
-fn read_tables(services: &dyn MapCore) -> Result<Vec<(ServiceKey, LiveTable)>> {
-    let mut out = Vec::new();
-    for key in services.keys() {
-        let Some(service) = abi::parse_service_key(&key)? else {
-            continue;
-        };
-        let Some(id) = services.lookup(&key, MapFlags::ANY)? else {
-            continue;
-        };
-        let id = u32::from_ne_bytes(id[..4].try_into().expect("4-byte map id"));
-        let inner = libbpf_rs::MapHandle::from_map_id(id)
-            .with_context(|| format!("opening the table of {service} (map id {id})"))?;
-        let (hdr, buckets) = abi::read_inner_table(&inner)?;
-        let mut slots = std::collections::BTreeMap::new();
-        for b in &buckets {
-            if b.first_hop != 0 {
-                slots.insert(abi::addr_from_be(b.first_hop), b.first_slot);
-            }
-        }
-        out.push((
-            service,
-            LiveTable {
-                service_index: hdr.service_index,
-                buckets: buckets
-                    .iter()
-                    .map(|b| crate::table::Bucket {
-                        first: (b.first_hop != 0).then(|| abi::addr_from_be(b.first_hop)),
-                        second: (b.second_hop != 0).then(|| abi::addr_from_be(b.second_hop)),
-                    })
-                    .collect(),
-                moved_at: buckets
-                    .iter()
-                    .map(|b| (b.moved_at_s != 0).then(|| b.moved_at_s as u64 * 1000))
-                    .collect(),
-                slots,
-            },
-        ));
-    }
-    out.sort_by_key(|(k, _)| *k);
-    Ok(out)
-}
-
-/// A service table as installed in the data plane.
-#[derive(Clone, Debug)]
-pub struct LiveTable {
-    /// Index into `service_stats`.
-    pub service_index: u32,
-    /// Buckets in index order.
-    pub buckets: Vec<crate::table::Bucket>,
-    /// When each bucket's first hop last changed (Unix ms, seconds
-    /// precision), as the daemon recorded it.
-    pub moved_at: Vec<Option<u64>>,
-    /// `backend_stats` slot of each first hop.
-    pub slots: std::collections::BTreeMap<Ipv4Addr, u32>,
 }

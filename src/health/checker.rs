@@ -17,7 +17,8 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::periodic::{run_periodically, Periodic, ProbeKey};
-use crate::config::{Checker, HealthCheck, Scheme, ServiceKey};
+use crate::config::{Checker, HealthCheck, Scheme};
+use crate::types::ServiceKey;
 
 /// One check to run periodically.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -13,8 +13,8 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use super::periodic::{run_periodically, Periodic, ProbeKey};
-use crate::config::{DynamicWeight, LoadSource, ServiceKey};
-use crate::control::LoadSample;
+use crate::config::{DynamicWeight, LoadSource};
+use crate::types::{LoadSample, ServiceKey};
 
 /// nilb's own host CPU gauge (0..1), exported by every `nilb run`.
 pub const CPU_GAUGE: &str = "nilb_host_cpu_utilization_ratio";

@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::config::ServiceKey;
+use crate::types::ServiceKey;
 
 /// Key of a probe task.
 pub type ProbeKey = (ServiceKey, Ipv4Addr);

@@ -2,7 +2,7 @@
 //! gets new connections) and a second hop (previous owner). Pure logic: no
 //! BPF, no sockets, no clock (callers pass the time).
 //!
-//! Rules (DESIGN.md "Control plane", "Table"):
+//! Rules (docs/design.md "Tables and pacing"):
 //! - every eligible backend gets a share of buckets proportional to its
 //!   weight, within one bucket of exact (largest-remainder apportionment,
 //!   ties broken by address so every node computes the same table);

@@ -1,3 +1,10 @@
+//! Unit tests of the control plane's state machine (tables, health,
+//! reloads, adoption); [`apply`] tests how a plan is written through
+//! [`DataplaneOps`] into the recording [`fake`].
+
+mod apply;
+mod fake;
+
 use super::*;
 
 const B11: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 11);

@@ -1,0 +1,258 @@
+//! The validated configuration: what [`super::Config::parse`] returns once
+//! every check passed. Field docs give each value's range; docs/config.md
+//! describes the file.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::net::Ipv4Addr;
+
+use serde::Deserialize;
+
+use super::{DEFAULT_MAX_STEP_PERCENT, DEFAULT_MIN_BUCKET_AGE_MS, DEFAULT_MIN_STEP_INTERVAL_MS};
+use crate::types::{Protocol, ServiceKey};
+
+/// What the last hop does with a packet of a flow it does not know
+/// (`cluster.unknown_flow`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UnknownFlow {
+    /// Drop and count it (default).
+    #[default]
+    Drop,
+    /// Accept it locally; the stack answers a stray TCP segment with RST.
+    Local,
+}
+
+/// Administrative state of a backend (docs/config.md "Backend states").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendState {
+    /// Takes new connections.
+    #[default]
+    Active,
+    /// No new connections; its buckets move away with it kept as second hop.
+    Drained,
+    /// Removed from first and second hop.
+    Offline,
+}
+
+impl fmt::Display for BackendState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            BackendState::Active => "active",
+            BackendState::Drained => "drained",
+            BackendState::Offline => "offline",
+        })
+    }
+}
+
+/// HTTP or HTTPS for an HTTP health check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Scheme {
+    /// Plain HTTP.
+    Http,
+    /// HTTPS; certificates are not verified (backends are addressed by IP and
+    /// commonly use self-signed certificates).
+    Https,
+}
+
+/// What a health check does against one backend.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Checker {
+    /// GET `uri` on `port`; healthy when the status is one of `codes`.
+    Http {
+        /// http or https.
+        scheme: Scheme,
+        /// Path and query, starting with `/`.
+        uri: String,
+        /// Port on the backend's DIP (host order).
+        port: u16,
+        /// Accepted status codes.
+        codes: Vec<u16>,
+        /// Host header; default: the DIP.
+        host: Option<String>,
+    },
+    /// A TCP connect to `port` on the DIP.
+    Tcp {
+        /// Port (host order).
+        port: u16,
+    },
+    /// No check: every backend is always healthy.
+    None,
+}
+
+/// A service's health check (kglb style): checker, cadence and thresholds.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct HealthCheck {
+    /// What to do per check.
+    pub checker: Checker,
+    /// Time between checks of one backend, ms.
+    pub interval_ms: u64,
+    /// Hard limit on one check, ms (<= interval).
+    pub timeout_ms: u64,
+    /// Consecutive successes that bring a backend back.
+    pub rise_count: u32,
+    /// Consecutive failures that take a backend out.
+    pub fall_count: u32,
+}
+
+/// Limits on voluntary table changes (weight changes, recoveries, drains).
+/// Moves forced by failures and `offline` are immediate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rebalance {
+    /// Voluntary steps at most this often, ms.
+    pub min_interval_ms: u64,
+    /// At most this percentage of a table's buckets per voluntary step.
+    pub max_step_percent: u32,
+    /// A bucket is not moved voluntarily again before this age, ms.
+    pub min_bucket_age_ms: u64,
+}
+
+impl Default for Rebalance {
+    fn default() -> Self {
+        Rebalance {
+            min_interval_ms: DEFAULT_MIN_STEP_INTERVAL_MS,
+            max_step_percent: DEFAULT_MAX_STEP_PERCENT,
+            min_bucket_age_ms: DEFAULT_MIN_BUCKET_AGE_MS,
+        }
+    }
+}
+
+/// Where a service's dynamic weights read backend load from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LoadSource {
+    /// Each backend's CPU utilisation, scraped from a Prometheus text
+    /// endpoint (`nilb_host_cpu_utilization_ratio`, or node_exporter's
+    /// `node_cpu_seconds_total`).
+    Cpu,
+    /// The balancer's own count of new connections per backend, per unit of
+    /// configured weight.
+    Qps,
+}
+
+/// `dynamic_weight`: load-aware adjustment of effective weights.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct DynamicWeight {
+    /// Where load comes from.
+    pub source: LoadSource,
+    /// Port of each backend's metrics endpoint (cpu).
+    pub metrics_port: u16,
+    /// Path of the metrics endpoint (cpu), default `/metrics`.
+    pub metrics_path: String,
+    /// CPU utilisation (percent) above which a backend sheds weight even
+    /// inside the deadband.
+    pub target_percent: u32,
+    /// How often loads are read and weights adjusted, ms.
+    pub interval_ms: u64,
+    /// Loads within this many percentage points of each other (cpu; percent
+    /// of the mean for qps) count as balanced: no change.
+    pub deadband_percent: u32,
+    /// Largest change of one backend's effective weight per round, percent.
+    pub max_change_percent: u32,
+    /// Lowest effective weight, percent of the configured weight.
+    pub min_weight_percent: u32,
+    /// Highest effective weight, percent of the configured weight.
+    pub max_weight_percent: u32,
+}
+
+/// A validated configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Cluster-wide settings.
+    pub cluster: Cluster,
+    /// Limits on voluntary table changes (`defaults.rebalance`).
+    pub rebalance: Rebalance,
+    /// Services in file order.
+    pub services: Vec<Service>,
+}
+
+/// `cluster:` section.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cluster {
+    /// Seed of the flow hash (host order); the same on every balancer.
+    pub hash_seed: u32,
+    /// Nodes that receive VIP traffic and run the XDP balancer.
+    pub balancers: Vec<Ipv4Addr>,
+    /// GUE UDP port (host order).
+    pub gue_port: u16,
+    /// Last-hop policy for unknown flows.
+    pub unknown_flow: UnknownFlow,
+}
+
+/// One (VIP, port, protocol) with its backends.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Service {
+    /// Unique name, `[A-Za-z0-9_.-]{1,64}`.
+    pub name: String,
+    /// Service address.
+    pub vip: Ipv4Addr,
+    /// Service port (host order), 1-65535.
+    pub port: u16,
+    /// TCP or UDP.
+    pub protocol: Protocol,
+    /// Buckets, a power of two in [`super::MIN_TABLE_SIZE`,
+    /// `crate::limits::MAX_TABLE_SIZE`].
+    pub table_size: u32,
+    /// How its backends are checked.
+    pub health_check: HealthCheck,
+    /// Load-aware weights, if configured.
+    pub dynamic_weight: Option<DynamicWeight>,
+    /// Backends in file order.
+    pub backends: Vec<Backend>,
+}
+
+/// A backend of a service.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Backend {
+    /// The backend's own address (GUE outer destination).
+    pub dip: Ipv4Addr,
+    /// Name shown in status and logs.
+    pub hostname: Option<String>,
+    /// Relative share of new connections, 1-65535.
+    pub weight: u32,
+    /// Administrative state.
+    pub state: BackendState,
+}
+
+impl Backend {
+    /// Hostname if given, else the address.
+    pub fn label(&self) -> String {
+        self.hostname
+            .clone()
+            .unwrap_or_else(|| self.dip.to_string())
+    }
+}
+
+impl Service {
+    /// The service's data-plane key.
+    pub fn key(&self) -> ServiceKey {
+        ServiceKey {
+            vip: self.vip,
+            port: self.port,
+            protocol: self.protocol,
+        }
+    }
+}
+
+impl Config {
+    /// Every address allowed to send GUE to a node: the balancers and every
+    /// listed backend of every service (a first hop forwards to the second).
+    pub fn cluster_addresses(&self) -> BTreeSet<Ipv4Addr> {
+        let mut set: BTreeSet<Ipv4Addr> = self.cluster.balancers.iter().copied().collect();
+        for s in &self.services {
+            set.extend(s.backends.iter().map(|b| b.dip));
+        }
+        set
+    }
+
+    /// Distinct VIP addresses.
+    pub fn vips(&self) -> BTreeSet<Ipv4Addr> {
+        self.services.iter().map(|s| s.vip).collect()
+    }
+
+    /// The service with this key.
+    pub fn service(&self, key: &ServiceKey) -> Option<&Service> {
+        self.services.iter().find(|s| s.key() == *key)
+    }
+}

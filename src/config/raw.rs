@@ -1,0 +1,140 @@
+//! The raw shape of the file: what serde accepts (unknown keys rejected,
+//! optional fields as `Option`), before any semantic check. Only
+//! [`super::validate`] reads these.
+
+use serde::Deserialize;
+
+use super::model::{BackendState, LoadSource, UnknownFlow};
+use crate::types::Protocol;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawConfig {
+    pub(super) version: u32,
+    pub(super) cluster: RawCluster,
+    #[serde(default)]
+    pub(super) defaults: RawDefaults,
+    #[serde(default)]
+    pub(super) services: Vec<RawService>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawCluster {
+    #[serde(default)]
+    pub(super) hash_seed: u32,
+    pub(super) balancers: Vec<String>,
+    pub(super) gue_port: Option<u32>,
+    #[serde(default)]
+    pub(super) unknown_flow: UnknownFlow,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawDefaults {
+    pub(super) table_size: Option<u32>,
+    #[serde(default)]
+    pub(super) health_check: RawTiming,
+    #[serde(default)]
+    pub(super) rebalance: RawRebalance,
+}
+
+/// Cadence and thresholds (in `defaults.health_check`, or next to a checker).
+#[derive(Deserialize, Default, Clone, Copy)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTiming {
+    pub(super) interval_ms: Option<u64>,
+    pub(super) timeout_ms: Option<u64>,
+    pub(super) rise_count: Option<u32>,
+    pub(super) fall_count: Option<u32>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRebalance {
+    pub(super) min_interval_ms: Option<u64>,
+    pub(super) max_step_percent: Option<u32>,
+    pub(super) min_bucket_age_ms: Option<u64>,
+}
+
+/// A service's `health_check`: one checker (directly or under kglb's
+/// `checker:`) plus optional timing overrides.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawHealthCheck {
+    pub(super) http: Option<RawHttp>,
+    pub(super) tcp: Option<RawTcp>,
+    pub(super) none: Option<RawNone>,
+    pub(super) checker: Option<RawCheckerKind>,
+    pub(super) interval_ms: Option<u64>,
+    pub(super) timeout_ms: Option<u64>,
+    pub(super) rise_count: Option<u32>,
+    pub(super) fall_count: Option<u32>,
+}
+
+/// kglb's `checker:` block: exactly one kind.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawCheckerKind {
+    pub(super) http: Option<RawHttp>,
+    pub(super) tcp: Option<RawTcp>,
+    pub(super) none: Option<RawNone>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawHttp {
+    pub(super) scheme: Option<String>,
+    pub(super) uri: Option<String>,
+    pub(super) check_port: Option<u32>,
+    pub(super) codes: Option<Vec<u32>>,
+    pub(super) host: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTcp {
+    pub(super) check_port: Option<u32>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawNone {}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawService {
+    pub(super) name: String,
+    pub(super) vip: String,
+    pub(super) port: u32,
+    pub(super) protocol: Protocol,
+    pub(super) table_size: Option<u32>,
+    pub(super) health_check: Option<RawHealthCheck>,
+    pub(super) dynamic_weight: Option<RawDynamicWeight>,
+    #[serde(default)]
+    pub(super) backends: Vec<RawBackend>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawDynamicWeight {
+    pub(super) source: LoadSource,
+    pub(super) metrics_port: Option<u32>,
+    pub(super) metrics_path: Option<String>,
+    pub(super) target_percent: Option<u32>,
+    pub(super) interval_ms: Option<u64>,
+    pub(super) deadband_percent: Option<u32>,
+    pub(super) max_change_percent: Option<u32>,
+    pub(super) min_weight_percent: Option<u32>,
+    pub(super) max_weight_percent: Option<u32>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawBackend {
+    pub(super) dip: String,
+    pub(super) hostname: Option<String>,
+    pub(super) weight: Option<u32>,
+    #[serde(default)]
+    pub(super) state: BackendState,
+}

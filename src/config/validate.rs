@@ -1,0 +1,735 @@
+//! Semantic validation of the raw shape ([`super::raw`]) into the model
+//! ([`super::model`]): every problem is reported with its field path (and
+//! position, when the YAML gave one), and checking goes on after a problem
+//! so that one pass reports them all. One function per section of the file.
+
+use std::collections::{HashMap, HashSet};
+use std::net::Ipv4Addr;
+
+use super::model::{
+    Backend, Checker, Cluster, Config, DynamicWeight, HealthCheck, LoadSource, Rebalance, Scheme,
+    Service,
+};
+use super::raw::{
+    RawBackend, RawCluster, RawConfig, RawDefaults, RawDynamicWeight, RawHealthCheck, RawHttp,
+    RawNone, RawRebalance, RawService, RawTcp, RawTiming,
+};
+use super::{
+    Position, Problem, DEFAULT_GUE_PORT, DEFAULT_INTERVAL_MS, DEFAULT_RISE_FALL,
+    DEFAULT_TABLE_SIZE, DEFAULT_TIMEOUT_MS, DEFAULT_WEIGHT, MAX_TOTAL_BUCKETS,
+    MIN_BUCKETS_PER_BACKEND, MIN_INTERVAL_MS, MIN_TABLE_SIZE,
+};
+use crate::limits;
+use crate::types::Protocol;
+
+/// Collects problems while the raw file is turned into a [`Config`].
+pub(super) struct Validator {
+    pub(super) problems: Vec<Problem>,
+    pub(super) positions: HashMap<String, Position>,
+}
+
+/// The `defaults:` section, checked.
+struct Defaults {
+    table_size: u32,
+    timing: RawTiming,
+    rebalance: Rebalance,
+}
+
+/// Names and keys seen so far, to report duplicates with the first use.
+#[derive(Default)]
+struct Seen {
+    names: HashMap<String, usize>,
+    keys: HashMap<(Ipv4Addr, u16, Protocol), usize>,
+}
+
+/// Why an address cannot be used as a VIP, DIP or balancer; None if it can.
+fn unusable_address(a: Ipv4Addr) -> Option<&'static str> {
+    if a.is_unspecified() {
+        Some("the unspecified address")
+    } else if a.is_loopback() {
+        Some("a loopback address")
+    } else if a.is_multicast() {
+        Some("a multicast address")
+    } else if a.is_broadcast() {
+        Some("the broadcast address")
+    } else if a.octets()[0] == 0 {
+        Some("in 0.0.0.0/8 (\"this network\")")
+    } else if a.octets()[0] >= 240 {
+        Some("in the reserved 240.0.0.0/4")
+    } else if a.is_link_local() {
+        Some("link-local (169.254.0.0/16)")
+    } else {
+        None
+    }
+}
+
+/// A host name as it may appear in logs, metrics labels and a Host header:
+/// 1-253 characters, no whitespace or control characters.
+fn is_host_name(h: &str) -> bool {
+    !h.is_empty() && h.len() <= 253 && !h.chars().any(|c| c.is_whitespace() || c.is_control())
+}
+
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.')
+}
+
+impl Validator {
+    fn report(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        let path = path.into();
+        let message = message.into();
+        // A defaults problem is found once per service; report it once.
+        if self
+            .problems
+            .iter()
+            .any(|p| p.path == path && p.message == message)
+        {
+            return;
+        }
+        let position = self.positions.get(&path).copied();
+        self.problems.push(Problem {
+            path,
+            message,
+            position,
+        });
+    }
+
+    fn address(&mut self, path: &str, text: &str, role: &str) -> Ipv4Addr {
+        match text.parse::<Ipv4Addr>() {
+            Ok(a) => {
+                if let Some(why) = unusable_address(a) {
+                    self.report(path, format!("{a} is {why} and cannot be a {role}"));
+                }
+                a
+            }
+            Err(_) => {
+                self.report(path, format!("`{text}` is not an IPv4 address literal"));
+                Ipv4Addr::UNSPECIFIED
+            }
+        }
+    }
+
+    fn port(&mut self, path: &str, port: u32) -> u16 {
+        if !(1..=65535).contains(&port) {
+            self.report(path, format!("port {port} is outside 1-65535"));
+            return 0;
+        }
+        port as u16
+    }
+
+    fn table_size(&mut self, path: &str, size: u32) {
+        let max = limits::MAX_TABLE_SIZE;
+        if !size.is_power_of_two() {
+            self.report(path, format!("table size {size} is not a power of two"));
+        } else if !(MIN_TABLE_SIZE..=max).contains(&size) {
+            self.report(
+                path,
+                format!("table size {size} is outside {MIN_TABLE_SIZE}-{max}"),
+            );
+        }
+    }
+
+    fn rebalance(&mut self, r: &RawRebalance) -> Rebalance {
+        const DAY_MS: u64 = 86_400_000;
+        let d = Rebalance::default();
+        let out = Rebalance {
+            min_interval_ms: r.min_interval_ms.unwrap_or(d.min_interval_ms),
+            max_step_percent: r.max_step_percent.unwrap_or(d.max_step_percent),
+            min_bucket_age_ms: r.min_bucket_age_ms.unwrap_or(d.min_bucket_age_ms),
+        };
+        if out.min_interval_ms > DAY_MS {
+            self.report(
+                "defaults.rebalance.min_interval_ms",
+                "more than a day makes no sense",
+            );
+        }
+        if !(1..=100).contains(&out.max_step_percent) {
+            self.report(
+                "defaults.rebalance.max_step_percent",
+                format!("{} is outside 1-100", out.max_step_percent),
+            );
+        }
+        if out.min_bucket_age_ms > DAY_MS {
+            self.report(
+                "defaults.rebalance.min_bucket_age_ms",
+                "more than a day makes no sense",
+            );
+        }
+        out
+    }
+
+    /// Check one cadence field set; `path` is where these fields live.
+    fn timing(&mut self, path: &str, t: &RawTiming, base: &RawTiming) -> (u64, u64, u32, u32) {
+        let interval = t
+            .interval_ms
+            .or(base.interval_ms)
+            .unwrap_or(DEFAULT_INTERVAL_MS);
+        let timeout = t
+            .timeout_ms
+            .or(base.timeout_ms)
+            .unwrap_or(DEFAULT_TIMEOUT_MS);
+        let rise = t
+            .rise_count
+            .or(base.rise_count)
+            .unwrap_or(DEFAULT_RISE_FALL);
+        let fall = t
+            .fall_count
+            .or(base.fall_count)
+            .unwrap_or(DEFAULT_RISE_FALL);
+        // Report at the field that set the value (here, or in the defaults).
+        let at = |own: bool, field: &str| {
+            if own {
+                format!("{path}.{field}")
+            } else {
+                format!("defaults.health_check.{field}")
+            }
+        };
+        if interval < MIN_INTERVAL_MS {
+            self.report(
+                at(t.interval_ms.is_some(), "interval_ms"),
+                format!("interval {interval} ms is below the minimum of {MIN_INTERVAL_MS} ms"),
+            );
+        } else if interval > 3_600_000 {
+            self.report(
+                at(t.interval_ms.is_some(), "interval_ms"),
+                "interval above one hour",
+            );
+        }
+        if timeout < 10 {
+            self.report(
+                at(t.timeout_ms.is_some(), "timeout_ms"),
+                format!("timeout {timeout} ms is below 10 ms"),
+            );
+        } else if timeout > interval && interval >= MIN_INTERVAL_MS {
+            self.report(
+                at(t.timeout_ms.is_some(), "timeout_ms"),
+                format!("timeout {timeout} ms is longer than the interval {interval} ms"),
+            );
+        }
+        for (v, field) in [(rise, "rise_count"), (fall, "fall_count")] {
+            if !(1..=100).contains(&v) {
+                let own = if field == "rise_count" {
+                    t.rise_count
+                } else {
+                    t.fall_count
+                };
+                self.report(at(own.is_some(), field), format!("{v} is outside 1-100"));
+            }
+        }
+        (interval, timeout, rise, fall)
+    }
+
+    fn health_check(
+        &mut self,
+        sp: &str,
+        raw: Option<&RawHealthCheck>,
+        defaults: &RawTiming,
+        service_port: u16,
+        protocol: Protocol,
+    ) -> HealthCheck {
+        let path = format!("{sp}.health_check");
+        let empty = RawHealthCheck::default();
+        let hc = raw.unwrap_or(&empty);
+        let own = RawTiming {
+            interval_ms: hc.interval_ms,
+            timeout_ms: hc.timeout_ms,
+            rise_count: hc.rise_count,
+            fall_count: hc.fall_count,
+        };
+        let (interval_ms, timeout_ms, rise_count, fall_count) = self.timing(&path, &own, defaults);
+
+        // The checker: directly, or under kglb's `checker:`; exactly one kind.
+        let mut kinds: Vec<(String, Checker)> = Vec::new();
+        let mut collect = |this: &mut Self,
+                           base: &str,
+                           http: &Option<RawHttp>,
+                           tcp: &Option<RawTcp>,
+                           none: &Option<RawNone>| {
+            if let Some(h) = http {
+                let c = this.http_checker(&format!("{base}.http"), h, service_port);
+                kinds.push((format!("{base}.http"), c));
+            }
+            if let Some(t) = tcp {
+                let port = match t.check_port {
+                    Some(p) => this.port(&format!("{base}.tcp.check_port"), p),
+                    None => service_port,
+                };
+                kinds.push((format!("{base}.tcp"), Checker::Tcp { port }));
+            }
+            if none.is_some() {
+                kinds.push((format!("{base}.none"), Checker::None));
+            }
+        };
+        collect(self, &path, &hc.http, &hc.tcp, &hc.none);
+        if let Some(k) = &hc.checker {
+            let base = format!("{path}.checker");
+            collect(self, &base, &k.http, &k.tcp, &k.none);
+            if k.http.is_none() && k.tcp.is_none() && k.none.is_none() {
+                self.report(base, "needs one of http, tcp or none");
+            }
+        }
+        let checker = match kinds.len() {
+            0 if raw.is_some() && hc.checker.is_none() => {
+                self.report(
+                    &path,
+                    "needs a checker: one of http, tcp or none (or kglb's checker: {...})",
+                );
+                Checker::None
+            }
+            0 => match protocol {
+                Protocol::Tcp => Checker::Tcp { port: service_port },
+                Protocol::Udp => Checker::None,
+            },
+            1 => kinds.pop().expect("one").1,
+            _ => {
+                let names: Vec<&str> = kinds.iter().map(|(p, _)| p.as_str()).collect();
+                self.report(
+                    &path,
+                    format!("give exactly one checker, not {}", names.join(" and ")),
+                );
+                Checker::None
+            }
+        };
+        HealthCheck {
+            checker,
+            interval_ms,
+            timeout_ms,
+            rise_count,
+            fall_count,
+        }
+    }
+
+    fn dynamic_weight(&mut self, path: &str, d: &RawDynamicWeight) -> DynamicWeight {
+        let metrics_port = match (d.source, d.metrics_port) {
+            (_, Some(p)) => self.port(&format!("{path}.metrics_port"), p),
+            (LoadSource::Cpu, None) => {
+                self.report(
+                    path,
+                    "source cpu needs metrics_port (each backend's metrics endpoint)",
+                );
+                0
+            }
+            (LoadSource::Qps, None) => 0,
+        };
+        let metrics_path = d.metrics_path.clone().unwrap_or_else(|| "/metrics".into());
+        if !metrics_path.starts_with('/')
+            || metrics_path
+                .chars()
+                .any(|c| c.is_whitespace() || c.is_control())
+        {
+            self.report(
+                format!("{path}.metrics_path"),
+                format!("`{metrics_path}` is not a request path"),
+            );
+        }
+        let mut percent = |field: &str, v: Option<u32>, default: u32, lo: u32, hi: u32| {
+            let v = v.unwrap_or(default);
+            if !(lo..=hi).contains(&v) {
+                self.report(
+                    format!("{path}.{field}"),
+                    format!("{v} is outside {lo}-{hi}"),
+                );
+            }
+            v
+        };
+        let target_percent = percent("target_percent", d.target_percent, 70, 1, 100);
+        let deadband_percent = percent("deadband_percent", d.deadband_percent, 5, 1, 50);
+        let max_change_percent = percent("max_change_percent", d.max_change_percent, 20, 1, 100);
+        let min_weight_percent = percent("min_weight_percent", d.min_weight_percent, 10, 1, 100);
+        let max_weight_percent =
+            percent("max_weight_percent", d.max_weight_percent, 400, 100, 10_000);
+        let interval_ms = d.interval_ms.unwrap_or(2000);
+        if !(500..=3_600_000).contains(&interval_ms) {
+            self.report(
+                format!("{path}.interval_ms"),
+                format!("{interval_ms} ms is outside 500-3600000"),
+            );
+        }
+        DynamicWeight {
+            source: d.source,
+            metrics_port,
+            metrics_path,
+            target_percent,
+            interval_ms,
+            deadband_percent,
+            max_change_percent,
+            min_weight_percent,
+            max_weight_percent,
+        }
+    }
+
+    fn http_checker(&mut self, path: &str, h: &RawHttp, service_port: u16) -> Checker {
+        let scheme = match h.scheme.as_deref().unwrap_or("http") {
+            "http" => Scheme::Http,
+            "https" => Scheme::Https,
+            other => {
+                self.report(
+                    format!("{path}.scheme"),
+                    format!("unknown scheme `{other}`, expected `http` or `https`"),
+                );
+                Scheme::Http
+            }
+        };
+        let uri = h.uri.clone().unwrap_or_else(|| "/".into());
+        if !uri.starts_with('/')
+            || uri.len() > 2048
+            || uri.chars().any(|c| c.is_whitespace() || c.is_control())
+        {
+            self.report(
+                format!("{path}.uri"),
+                format!("`{uri}` is not a request path (must start with `/`, no spaces or control characters)"),
+            );
+        }
+        let port = match h.check_port {
+            Some(p) => self.port(&format!("{path}.check_port"), p),
+            None => service_port,
+        };
+        let codes = h.codes.clone().unwrap_or_else(|| vec![200]);
+        if codes.is_empty() {
+            self.report(format!("{path}.codes"), "needs at least one status code");
+        }
+        for (i, c) in codes.iter().enumerate() {
+            if !(100..=599).contains(c) {
+                self.report(
+                    format!("{path}.codes[{i}]"),
+                    format!("{c} is not an HTTP status code (100-599)"),
+                );
+            }
+        }
+        if let Some(host) = &h.host {
+            if !is_host_name(host) {
+                self.report(
+                    format!("{path}.host"),
+                    format!("`{host}` is not a usable Host header"),
+                );
+            }
+        }
+        Checker::Http {
+            scheme,
+            uri,
+            port,
+            codes: codes.into_iter().map(|c| c.min(999) as u16).collect(),
+            host: h.host.clone(),
+        }
+    }
+
+    /// The whole file: its sections in file order, then the limits that span
+    /// services. Problems come out in this order.
+    pub(super) fn config(&mut self, raw: RawConfig) -> Config {
+        self.version(raw.version);
+        let cluster = self.cluster(&raw.cluster);
+        let defaults = self.defaults(&raw.defaults);
+        let services = self.services(raw.services, &cluster, &defaults);
+        let cfg = Config {
+            cluster,
+            rebalance: defaults.rebalance,
+            services,
+        };
+        self.data_plane_limits(&cfg);
+        cfg
+    }
+
+    fn version(&mut self, version: u32) {
+        if version != 1 {
+            self.report(
+                "version",
+                format!("unsupported version {version} (this nilb reads version 1)"),
+            );
+        }
+    }
+
+    /// `cluster:`: balancers (at least one, distinct, usable) and the GUE port.
+    fn cluster(&mut self, raw: &RawCluster) -> Cluster {
+        let mut balancers = Vec::new();
+        let mut seen = HashSet::new();
+        if raw.balancers.is_empty() {
+            self.report("cluster.balancers", "at least one balancer is required");
+        }
+        for (i, b) in raw.balancers.iter().enumerate() {
+            let path = format!("cluster.balancers[{i}]");
+            let a = self.address(&path, b, "balancer");
+            if !seen.insert(a) {
+                self.report(&path, format!("balancer {a} is listed twice"));
+            }
+            balancers.push(a);
+        }
+        let gue_port = match raw.gue_port {
+            Some(p) => self.port("cluster.gue_port", p),
+            None => DEFAULT_GUE_PORT,
+        };
+        Cluster {
+            hash_seed: raw.hash_seed,
+            balancers,
+            gue_port,
+            unknown_flow: raw.unknown_flow,
+        }
+    }
+
+    /// `defaults:`: table size, health-check timing, rebalance limits.
+    fn defaults(&mut self, raw: &RawDefaults) -> Defaults {
+        let table_size = match raw.table_size {
+            Some(t) => {
+                self.table_size("defaults.table_size", t);
+                t
+            }
+            None => DEFAULT_TABLE_SIZE,
+        };
+        Defaults {
+            table_size,
+            timing: raw.health_check,
+            rebalance: self.rebalance(&raw.rebalance),
+        }
+    }
+
+    /// `services:`: how many, then each in file order.
+    fn services(
+        &mut self,
+        raw: Vec<RawService>,
+        cluster: &Cluster,
+        defaults: &Defaults,
+    ) -> Vec<Service> {
+        let max_services = limits::MAX_SERVICES as usize;
+        if raw.len() > max_services {
+            self.report(
+                "services",
+                format!(
+                    "{} services exceed the data plane's limit of {max_services}",
+                    raw.len()
+                ),
+            );
+        }
+        let mut seen = Seen::default();
+        raw.into_iter()
+            .enumerate()
+            .map(|(si, rs)| self.service(si, rs, cluster, defaults, &mut seen))
+            .collect()
+    }
+
+    /// One service: name, address, table size, health check, dynamic
+    /// weights, backends.
+    fn service(
+        &mut self,
+        si: usize,
+        rs: RawService,
+        cluster: &Cluster,
+        defaults: &Defaults,
+        seen: &mut Seen,
+    ) -> Service {
+        let sp = format!("services[{si}]");
+        self.service_name(&sp, si, &rs.name, seen);
+        let (vip, port) = self.service_address(&sp, si, &rs, cluster, seen);
+        let table_size = self.service_table_size(&sp, &rs, defaults.table_size);
+        let health_check = self.health_check(
+            &sp,
+            rs.health_check.as_ref(),
+            &defaults.timing,
+            port,
+            rs.protocol,
+        );
+        let dynamic_weight = rs
+            .dynamic_weight
+            .as_ref()
+            .map(|d| self.dynamic_weight(&format!("{sp}.dynamic_weight"), d));
+        let backends = self.backends(&sp, vip, rs.backends);
+        Service {
+            name: rs.name,
+            vip,
+            port,
+            protocol: rs.protocol,
+            table_size,
+            health_check,
+            dynamic_weight,
+            backends,
+        }
+    }
+
+    fn service_name(&mut self, sp: &str, si: usize, name: &str, seen: &mut Seen) {
+        if !valid_name(name) {
+            self.report(
+                format!("{sp}.name"),
+                format!("`{name}` is not a valid name (1-64 of A-Z a-z 0-9 _ . -)"),
+            );
+        } else if let Some(prev) = seen.names.insert(name.to_string(), si) {
+            self.report(
+                format!("{sp}.name"),
+                format!("name `{name}` is already used by services[{prev}]"),
+            );
+        }
+    }
+
+    /// VIP and port: usable, not the GUE port (UDP), not a balancer, and
+    /// (VIP, port, protocol) not served twice.
+    fn service_address(
+        &mut self,
+        sp: &str,
+        si: usize,
+        rs: &RawService,
+        cluster: &Cluster,
+        seen: &mut Seen,
+    ) -> (Ipv4Addr, u16) {
+        let vip = self.address(&format!("{sp}.vip"), &rs.vip, "VIP");
+        let port = self.port(&format!("{sp}.port"), rs.port);
+        if rs.protocol == Protocol::Udp && port == cluster.gue_port {
+            self.report(
+                format!("{sp}.port"),
+                format!("UDP port {port} is the cluster's GUE port"),
+            );
+        }
+        if cluster.balancers.contains(&vip) {
+            self.report(
+                format!("{sp}.vip"),
+                format!("{vip} is a balancer's own address, not a VIP"),
+            );
+        }
+        let key = (vip, port, rs.protocol);
+        // An unusable VIP or port was reported already; comparing it
+        // with others would only add false duplicates.
+        let comparable = !vip.is_unspecified() && port != 0;
+        if let Some(prev) = comparable.then(|| seen.keys.insert(key, si)).flatten() {
+            self.report(
+                sp,
+                format!(
+                    "({vip}, {port}, {}) is already served by services[{prev}]",
+                    rs.protocol
+                ),
+            );
+        }
+        (vip, port)
+    }
+
+    /// The service's table size (its own or the default), large enough for
+    /// its backends.
+    fn service_table_size(&mut self, sp: &str, rs: &RawService, default: u32) -> u32 {
+        let table_size = match rs.table_size {
+            Some(t) => {
+                self.table_size(&format!("{sp}.table_size"), t);
+                t
+            }
+            None => default,
+        };
+        let needed = (rs.backends.len() as u64) * MIN_BUCKETS_PER_BACKEND as u64;
+        let size_ok = table_size.is_power_of_two()
+            && (MIN_TABLE_SIZE..=limits::MAX_TABLE_SIZE).contains(&table_size);
+        if size_ok && needed > table_size as u64 {
+            // Point at the field that set the size.
+            let (path, origin) = if rs.table_size.is_some() {
+                (format!("{sp}.table_size"), String::new())
+            } else {
+                (
+                    "defaults.table_size".to_string(),
+                    format!(" (service `{}`)", rs.name),
+                )
+            };
+            self.report(
+                path,
+                format!(
+                    "table size {table_size} is too small for {} backends{origin} (needs at least {MIN_BUCKETS_PER_BACKEND} buckets per backend: {})",
+                    rs.backends.len(),
+                    needed.next_power_of_two()
+                ),
+            );
+        }
+        table_size
+    }
+
+    /// A service's backends: usable, distinct addresses other than the VIP,
+    /// weights in range, usable host names.
+    fn backends(&mut self, sp: &str, vip: Ipv4Addr, raw: Vec<RawBackend>) -> Vec<Backend> {
+        let mut backends = Vec::new();
+        let mut dips = HashMap::new();
+        for (bi, rb) in raw.into_iter().enumerate() {
+            let bp = format!("{sp}.backends[{bi}]");
+            let dip = self.address(&format!("{bp}.dip"), &rb.dip, "backend");
+            if dip == vip {
+                self.report(
+                    format!("{bp}.dip"),
+                    format!("{dip} is the service's VIP; a backend needs its own address"),
+                );
+            }
+            if let Some(prev) = dips.insert(dip, bi) {
+                self.report(
+                    format!("{bp}.dip"),
+                    format!("backend {dip} is already listed as {sp}.backends[{prev}]"),
+                );
+            }
+            let weight = rb.weight.unwrap_or(DEFAULT_WEIGHT);
+            if !(1..=65535).contains(&weight) {
+                self.report(
+                    format!("{bp}.weight"),
+                    format!("weight {weight} is outside 1-65535 (use state: drained or offline to take a backend out)"),
+                );
+            }
+            if let Some(h) = &rb.hostname {
+                if !is_host_name(h) {
+                    self.report(
+                        format!("{bp}.hostname"),
+                        format!("`{h}` is not a usable hostname"),
+                    );
+                }
+            }
+            backends.push(Backend {
+                dip,
+                hostname: rb.hostname,
+                weight,
+                state: rb.state,
+            });
+        }
+        backends
+    }
+
+    /// Limits over all services: the data plane's capacities ([`limits`]),
+    /// the total bucket budget, and no backend at another service's VIP.
+    fn data_plane_limits(&mut self, cfg: &Config) {
+        let vips = cfg.vips();
+        if vips.len() > limits::MAX_VIPS as usize {
+            self.report(
+                "services",
+                format!(
+                    "{} distinct VIPs exceed the data plane's limit of {}",
+                    vips.len(),
+                    limits::MAX_VIPS
+                ),
+            );
+        }
+        for (si, s) in cfg.services.iter().enumerate() {
+            for (bi, b) in s.backends.iter().enumerate() {
+                if vips.contains(&b.dip) && b.dip != s.vip {
+                    self.report(
+                        format!("services[{si}].backends[{bi}].dip"),
+                        format!("{} is a VIP of another service", b.dip),
+                    );
+                }
+            }
+        }
+        let buckets: u64 = cfg.services.iter().map(|s| s.table_size as u64).sum();
+        if buckets > MAX_TOTAL_BUCKETS {
+            self.report(
+                "services",
+                format!("{buckets} buckets over all services exceed the limit of {MAX_TOTAL_BUCKETS} (16 MiB of bucket tables per {} buckets)", 1 << 20),
+            );
+        }
+        let pairs: usize = cfg.services.iter().map(|s| s.backends.len()).sum();
+        if pairs >= limits::MAX_BACKEND_SLOTS as usize {
+            self.report(
+                "services",
+                format!(
+                    "{pairs} backends over all services exceed the data plane's limit of {}",
+                    limits::MAX_BACKEND_SLOTS - 1
+                ),
+            );
+        }
+        let nodes = cfg.cluster_addresses().len();
+        if nodes > limits::MAX_CLUSTER_NODES as usize {
+            self.report(
+                "services",
+                format!(
+                    "{nodes} cluster addresses (balancers and backends) exceed the data plane's limit of {}",
+                    limits::MAX_CLUSTER_NODES
+                ),
+            );
+        }
+    }
+}

@@ -1,0 +1,323 @@
+//! [`ControlPlane::apply`] against the recording fake: the order of the
+//! writes, and what a failure half way leaves behind.
+//!
+//! The fake checks after every call that each installed table has its VIP
+//! in `vips` and its hops in `cluster_nodes`; every test asserts that no
+//! call left an unsafe state, besides its own ordering rule.
+
+use super::fake::{Call, FakeDataplane};
+use super::*;
+
+const NODE: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
+const WEB: ServiceKey = ServiceKey {
+    vip: Ipv4Addr::new(10, 0, 0, 100),
+    port: 80,
+    protocol: crate::types::Protocol::Tcp,
+};
+const DNS: ServiceKey = ServiceKey {
+    vip: Ipv4Addr::new(10, 0, 0, 101),
+    port: 53,
+    protocol: crate::types::Protocol::Udp,
+};
+/// Sorts before [`WEB`], so it comes first in a batch.
+const API: ServiceKey = ServiceKey {
+    vip: Ipv4Addr::new(10, 0, 0, 90),
+    port: 443,
+    protocol: crate::types::Protocol::Tcp,
+};
+
+fn ip(last: u8) -> Ipv4Addr {
+    Ipv4Addr::new(10, 0, 0, last)
+}
+
+/// A config with balancer 10.0.0.1, no pacing (`min_bucket_age_ms` as
+/// given), no health checks, and `services` (YAML flow mappings, one per
+/// line).
+fn config(min_bucket_age_ms: u64, services: &[&str]) -> Config {
+    let mut y = format!(
+        "version: 1\ncluster: {{balancers: [10.0.0.1], hash_seed: 7}}\ndefaults:\n  rebalance: {{min_interval_ms: 0, max_step_percent: 100, min_bucket_age_ms: {min_bucket_age_ms}}}\nservices:\n"
+    );
+    for s in services {
+        y += &format!("  - {s}\n");
+    }
+    Config::parse(&y).unwrap()
+}
+
+const WEB_11_12: &str = "{name: web, vip: 10.0.0.100, port: 80, protocol: tcp, table_size: 64, health_check: {none: {}}, backends: [{dip: 10.0.0.11}, {dip: 10.0.0.12}]}";
+const WEB_11_12_14: &str = "{name: web, vip: 10.0.0.100, port: 80, protocol: tcp, table_size: 64, health_check: {none: {}}, backends: [{dip: 10.0.0.11}, {dip: 10.0.0.12, weight: 300}, {dip: 10.0.0.14}]}";
+const WEB_11: &str = "{name: web, vip: 10.0.0.100, port: 80, protocol: tcp, table_size: 64, health_check: {none: {}}, backends: [{dip: 10.0.0.11}]}";
+const DNS_13: &str = "{name: dns, vip: 10.0.0.101, port: 53, protocol: udp, table_size: 16, health_check: {none: {}}, backends: [{dip: 10.0.0.13}]}";
+const API_15: &str = "{name: api, vip: 10.0.0.90, port: 443, protocol: tcp, table_size: 16, health_check: {none: {}}, backends: [{dip: 10.0.0.15}]}";
+
+/// The maps hold exactly `cp`'s state: its tables (with their indexes and
+/// slots), its VIPs and its cluster addresses.
+fn assert_mirrors(dp: &FakeDataplane, cp: &ControlPlane) {
+    let keys: Vec<ServiceKey> = dp.services.keys().copied().collect();
+    let want: Vec<ServiceKey> = cp.services().keys().copied().collect();
+    assert_eq!(keys, want, "installed services");
+    for (key, st) in cp.services() {
+        let t = &dp.services[key];
+        assert_eq!(t.index, st.index, "index of {key}");
+        assert_eq!(t.buckets, st.table.buckets(), "buckets of {key}");
+        for (dip, slot) in &t.slots {
+            assert_eq!(*slot, st.backends[dip].slot, "slot of {dip} in {key}");
+        }
+    }
+    assert_eq!(dp.vips, cp.config().vips(), "vips");
+    assert_eq!(dp.nodes, cp.cluster_addresses(), "cluster_nodes");
+}
+
+/// web and dns installed; then a reload that removes dns (its VIP and
+/// backend go), adds api at a new VIP, adds a backend to web and changes
+/// a weight. Returns the state after the reload's `update`, the fake with
+/// the first config applied (log cleared), the plan, and the state before.
+fn reload() -> (ControlPlane, FakeDataplane, Plan, ControlPlane) {
+    let mut cp = ControlPlane::new(config(0, &[WEB_11_12, DNS_13]), 0);
+    let mut dp = FakeDataplane::default();
+    cp.apply(&mut dp, NODE, &cp.full_plan()).unwrap();
+    assert_mirrors(&dp, &cp);
+    assert_eq!(dp.violations, []);
+    dp.calls.clear();
+    let before = cp.clone();
+    let plan = cp.update(config(0, &[API_15, WEB_11_12_14]), 1000);
+    assert_eq!(plan.remove, [DNS]);
+    assert_eq!(plan.install.keys().copied().collect::<Vec<_>>(), [API, WEB]);
+    (cp, dp, plan, before)
+}
+
+#[test]
+fn apply_widens_zeroes_installs_removes_then_narrows() {
+    let (cp, mut dp, plan, _) = reload();
+    cp.apply(&mut dp, NODE, &plan).unwrap();
+    // dns's index (1) and slot (2) are free again and reused: api is listed
+    // first and takes slot 2 for .15, web's new .14 takes 3.
+    assert_eq!(plan.fresh_service_indexes, [1]);
+    assert_eq!(plan.fresh_slots, [2, 3]);
+    let all_vips = BTreeSet::from([API.vip, WEB.vip, DNS.vip]);
+    let all_nodes = BTreeSet::from([NODE, ip(11), ip(12), ip(13), ip(14), ip(15)]);
+    assert_eq!(
+        dp.calls,
+        [
+            Call::Settings(cp.settings(NODE)),
+            Call::SetVips(all_vips),
+            Call::SetClusterNodes(all_nodes),
+            Call::ZeroBackendStats(2),
+            Call::ZeroBackendStats(3),
+            Call::ZeroServiceStats(1),
+            Call::InstallTables(vec![API, WEB]),
+            Call::RemoveService(DNS),
+            Call::SetVips(BTreeSet::from([API.vip, WEB.vip])),
+            Call::SetClusterNodes(BTreeSet::from([NODE, ip(11), ip(12), ip(14), ip(15)])),
+        ]
+    );
+    assert_eq!(dp.violations, []);
+    assert_mirrors(&dp, &cp);
+}
+
+#[test]
+fn a_drained_out_backend_leaves_the_cluster_set_after_the_table_that_drops_it() {
+    let mut cp = ControlPlane::new(config(5000, &[WEB_11_12]), 0);
+    let mut dp = FakeDataplane::default();
+    cp.apply(&mut dp, NODE, &cp.full_plan()).unwrap();
+    // .12 leaves the file: drained at once, kept as second hop.
+    let plan = cp.update(config(5000, &[WEB_11]), 10_000);
+    cp.apply(&mut dp, NODE, &plan).unwrap();
+    assert!(dp.nodes.contains(&ip(12)), "still a second hop");
+    assert!(cp.tick(11_000).removed_backends.is_empty());
+    dp.calls.clear();
+    // Owned nothing for min_bucket_age_ms: dropped from second hops and
+    // from the cluster set, in that order.
+    let plan = cp.tick(16_001);
+    assert_eq!(plan.removed_backends, [(WEB, ip(12))]);
+    cp.apply(&mut dp, NODE, &plan).unwrap();
+    let install = dp
+        .position(|c| *c == Call::InstallTables(vec![WEB]))
+        .unwrap();
+    let narrow = dp
+        .position(|c| matches!(c, Call::SetClusterNodes(s) if !s.contains(&ip(12))))
+        .unwrap();
+    assert!(install < narrow, "{:?}", dp.calls);
+    assert_eq!(dp.violations, []);
+    assert_mirrors(&dp, &cp);
+}
+
+#[test]
+fn fresh_slots_and_indexes_are_zeroed_before_the_tables_that_use_them() {
+    let (cp, mut dp, plan, _) = reload();
+    cp.apply(&mut dp, NODE, &plan).unwrap();
+    let install = dp
+        .position(|c| matches!(c, Call::InstallTables(_)))
+        .unwrap();
+    let mut checked = 0;
+    for key in plan.install.keys() {
+        let t = &dp.services[key];
+        if plan.fresh_service_indexes.contains(&t.index) {
+            let zero = dp.position(|c| *c == Call::ZeroServiceStats(t.index));
+            assert!(zero.is_some_and(|z| z < install), "index of {key}");
+            checked += 1;
+        }
+        for (dip, slot) in &t.slots {
+            if plan.fresh_slots.contains(slot) {
+                let zero = dp.position(|c| *c == Call::ZeroBackendStats(*slot));
+                assert!(zero.is_some_and(|z| z < install), "slot of {dip}");
+                checked += 1;
+            }
+        }
+    }
+    assert_eq!(checked, 3, "api's index, .15's and .14's slots");
+    assert_eq!(dp.violations, []);
+}
+
+#[test]
+fn one_batch_of_installs_per_plan() {
+    let cp = ControlPlane::new(config(0, &[API_15, WEB_11_12, DNS_13]), 0);
+    let mut dp = FakeDataplane::default();
+    cp.apply(&mut dp, NODE, &cp.full_plan()).unwrap();
+    let batches: Vec<&Call> = dp
+        .calls
+        .iter()
+        .filter(|c| matches!(c, Call::InstallTables(_)))
+        .collect();
+    assert_eq!(batches, [&Call::InstallTables(vec![API, WEB, DNS])]);
+
+    let (cp, mut dp, plan, _) = reload();
+    cp.apply(&mut dp, NODE, &plan).unwrap();
+    let batches = dp
+        .calls
+        .iter()
+        .filter(|c| matches!(c, Call::InstallTables(_)))
+        .count();
+    assert_eq!(batches, 1);
+}
+
+/// The batch fails after its first table (api): the error comes back,
+/// nothing after the install runs (no removal, no narrowing), so the sets
+/// stay the union of old and new and every table in the maps (api new, web
+/// old, dns old) can still forward.
+#[test]
+fn install_failing_half_way_keeps_the_sets_wide_and_removes_nothing() {
+    let (cp, mut dp, plan, before) = reload();
+    let web_before = dp.services[&WEB].clone();
+    dp.fail_install_after = Some(1);
+    let err = cp.apply(&mut dp, NODE, &plan).unwrap_err();
+    assert!(err.to_string().contains("injected"), "{err:#}");
+    assert!(matches!(dp.calls.last(), Some(Call::InstallTables(_))));
+    assert_eq!(dp.position(|c| matches!(c, Call::RemoveService(_))), None);
+    assert_eq!(dp.vips, BTreeSet::from([API.vip, WEB.vip, DNS.vip]));
+    assert_eq!(
+        dp.nodes,
+        cp.cluster_addresses()
+            .union(&before.cluster_addresses())
+            .copied()
+            .collect()
+    );
+    assert_eq!(
+        dp.services[&API].buckets,
+        cp.service(&API).unwrap().table.buckets()
+    );
+    assert_eq!(dp.services[&WEB], web_before, "web: the old table");
+    assert!(dp.services.contains_key(&DNS));
+    assert_eq!(dp.violations, []);
+}
+
+/// A removal that fails leaves the sets wide too.
+#[test]
+fn removal_failing_keeps_the_sets_wide() {
+    let (cp, mut dp, plan, _) = reload();
+    dp.fail_remove = Some(DNS);
+    cp.apply(&mut dp, NODE, &plan).unwrap_err();
+    assert_eq!(dp.calls.last(), Some(&Call::RemoveService(DNS)));
+    assert!(dp.vips.contains(&DNS.vip));
+    assert!(dp.nodes.contains(&ip(13)));
+    assert_eq!(dp.violations, []);
+}
+
+/// What the daemon does when a plan fails (not a reload): apply the full
+/// plan of the same state. The sets stay wide until it succeeds.
+#[test]
+fn a_failed_plan_is_repaired_by_the_full_plan() {
+    let mut cp = ControlPlane::new(config(5000, &[WEB_11_12]), 0);
+    let mut dp = FakeDataplane::default();
+    cp.apply(&mut dp, NODE, &cp.full_plan()).unwrap();
+    let plan = cp.update(config(5000, &[WEB_11]), 10_000);
+    cp.apply(&mut dp, NODE, &plan).unwrap();
+    assert!(cp.tick(11_000).removed_backends.is_empty());
+    let plan = cp.tick(16_001);
+    assert_eq!(plan.removed_backends, [(WEB, ip(12))]);
+    dp.fail_install_after = Some(0);
+    cp.apply(&mut dp, NODE, &plan).unwrap_err();
+    assert!(dp.nodes.contains(&ip(12)), "the old table still uses .12");
+    assert_eq!(dp.violations, []);
+    cp.apply(&mut dp, NODE, &cp.full_plan()).unwrap();
+    assert_eq!(dp.violations, []);
+    assert_mirrors(&dp, &cp);
+}
+
+/// The fake's check catches writes in an unsafe order, so the tests above
+/// can fail: narrowing before the table that still uses an address is
+/// replaced, or before the service that uses a VIP is removed.
+#[test]
+fn the_fake_sees_unsafe_orders() {
+    let (_, mut dp, _, _) = reload();
+    dp.set_cluster_nodes(&BTreeSet::from([NODE, ip(11)]))
+        .unwrap();
+    dp.set_vips(&BTreeSet::from([WEB.vip])).unwrap();
+    let seen: Vec<&str> = dp.violations.iter().map(|(_, v)| v.as_str()).collect();
+    assert_eq!(
+        seen,
+        [
+            "10.0.0.12, a hop of 10.0.0.100:80/tcp, is not in cluster_nodes",
+            "10.0.0.13, a hop of 10.0.0.101:53/udp, is not in cluster_nodes",
+            "10.0.0.12, a hop of 10.0.0.100:80/tcp, is not in cluster_nodes",
+            "10.0.0.101:53/udp is installed but its VIP is not in vips",
+            "10.0.0.13, a hop of 10.0.0.101:53/udp, is not in cluster_nodes",
+        ]
+    );
+}
+
+/// What the daemon does when a reload fails while applying: re-apply the
+/// running state's full plan. The failed batch left its first table (api,
+/// new in the reload) in the maps; the restore removes it before it
+/// narrows the sets, so the maps hold the running state again and no table
+/// is left whose VIP is out of `vips`.
+#[test]
+fn restoring_after_a_failed_reload_removes_what_the_reload_installed() {
+    let (next, mut dp, plan, running) = reload();
+    dp.fail_install_after = Some(1);
+    next.apply(&mut dp, NODE, &plan).unwrap_err();
+    assert!(dp.services.contains_key(&API));
+    running.apply(&mut dp, NODE, &running.full_plan()).unwrap();
+    assert_eq!(dp.violations, []);
+    assert_mirrors(&dp, &running);
+
+    // Failing at the removal instead: api and web are new, dns still there.
+    let (next, mut dp, plan, running) = reload();
+    dp.fail_remove = Some(DNS);
+    next.apply(&mut dp, NODE, &plan).unwrap_err();
+    running.apply(&mut dp, NODE, &running.full_plan()).unwrap();
+    assert_eq!(dp.violations, []);
+    assert_mirrors(&dp, &running);
+}
+
+/// Maps that hold a service the state does not know (a restarted daemon
+/// adopting the pins of one that ran an older config): the full plan at
+/// start removes it, after installing and before narrowing.
+#[test]
+fn a_full_plan_removes_services_the_state_does_not_know() {
+    let earlier = ControlPlane::new(config(0, &[WEB_11_12, DNS_13]), 0);
+    let mut dp = FakeDataplane::default();
+    earlier.apply(&mut dp, NODE, &earlier.full_plan()).unwrap();
+    dp.calls.clear();
+    let cp = ControlPlane::new(config(0, &[WEB_11_12]), 0);
+    cp.apply(&mut dp, NODE, &cp.full_plan()).unwrap();
+    let remove = dp.position(|c| *c == Call::RemoveService(DNS)).unwrap();
+    let install = dp
+        .position(|c| matches!(c, Call::InstallTables(_)))
+        .unwrap();
+    let narrow = dp
+        .position(|c| matches!(c, Call::SetVips(v) if !v.contains(&DNS.vip)))
+        .unwrap();
+    assert!(install < remove && remove < narrow, "{:?}", dp.calls);
+    assert_eq!(dp.violations, []);
+    assert_mirrors(&dp, &cp);
+}

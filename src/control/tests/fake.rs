@@ -1,0 +1,171 @@
+//! A recording [`DataplaneOps`]: the maps' contents in memory, a log of
+//! every call, failures on request, and a check after every call that what
+//! it holds is safe for traffic.
+//!
+//! Safe means what the programs need to forward the packets of every
+//! installed table: the service's VIP is in `vips` (the TC program drops an
+//! inner packet to an address that is not a VIP) and every hop of its
+//! buckets is in `cluster_nodes` (the TC program drops GUE from a source
+//! outside the set; a hop is the source of what it forwards). The check
+//! looks at state only, so it holds whatever order the control plane writes
+//! in.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::Ipv4Addr;
+
+use anyhow::{bail, Result};
+
+use crate::dataplane::{DataplaneOps, NodeSettings, TableInstall};
+use crate::table::Bucket;
+use crate::types::ServiceKey;
+
+/// One call the control plane made, with its argument.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) enum Call {
+    Settings(NodeSettings),
+    SetVips(BTreeSet<Ipv4Addr>),
+    SetClusterNodes(BTreeSet<Ipv4Addr>),
+    ZeroBackendStats(u32),
+    ZeroServiceStats(u32),
+    /// The keys of one batch, in order.
+    InstallTables(Vec<ServiceKey>),
+    RemoveService(ServiceKey),
+}
+
+/// A table as the fake holds it.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct Installed {
+    pub index: u32,
+    pub buckets: Vec<Bucket>,
+    /// `backend_stats` slot of each first hop.
+    pub slots: BTreeMap<Ipv4Addr, u32>,
+}
+
+#[derive(Debug, Default)]
+pub(super) struct FakeDataplane {
+    pub calls: Vec<Call>,
+    pub settings: Option<NodeSettings>,
+    pub vips: BTreeSet<Ipv4Addr>,
+    pub nodes: BTreeSet<Ipv4Addr>,
+    pub services: BTreeMap<ServiceKey, Installed>,
+    /// The next `install_tables` installs only its first n items, then
+    /// fails (as a batch update that stops at a failing element).
+    pub fail_install_after: Option<usize>,
+    /// The next `remove_service` of this key fails.
+    pub fail_remove: Option<ServiceKey>,
+    /// Unsafe states seen: after which call (index into `calls`), and why.
+    pub violations: Vec<(usize, String)>,
+}
+
+impl FakeDataplane {
+    /// Log `call`, then check the state it left.
+    fn record(&mut self, call: Call) {
+        self.calls.push(call);
+        let at = self.calls.len() - 1;
+        for (key, t) in &self.services {
+            if !self.vips.contains(&key.vip) {
+                self.violations
+                    .push((at, format!("{key} is installed but its VIP is not in vips")));
+            }
+            let hops: BTreeSet<Ipv4Addr> = t
+                .buckets
+                .iter()
+                .flat_map(|b| [b.first, b.second])
+                .flatten()
+                .collect();
+            for hop in hops.difference(&self.nodes) {
+                self.violations.push((
+                    at,
+                    format!("{hop}, a hop of {key}, is not in cluster_nodes"),
+                ));
+            }
+        }
+    }
+
+    /// Position of the first call that matches.
+    pub fn position(&self, what: impl Fn(&Call) -> bool) -> Option<usize> {
+        self.calls.iter().position(what)
+    }
+}
+
+impl DataplaneOps for FakeDataplane {
+    fn set_settings(&mut self, settings: &NodeSettings) -> Result<()> {
+        self.settings = Some(*settings);
+        self.record(Call::Settings(*settings));
+        Ok(())
+    }
+
+    fn vips(&self) -> &BTreeSet<Ipv4Addr> {
+        &self.vips
+    }
+
+    fn set_vips(&mut self, want: &BTreeSet<Ipv4Addr>) -> Result<()> {
+        self.vips = want.clone();
+        self.record(Call::SetVips(want.clone()));
+        Ok(())
+    }
+
+    fn cluster_nodes(&self) -> &BTreeSet<Ipv4Addr> {
+        &self.nodes
+    }
+
+    fn set_cluster_nodes(&mut self, want: &BTreeSet<Ipv4Addr>) -> Result<()> {
+        self.nodes = want.clone();
+        self.record(Call::SetClusterNodes(want.clone()));
+        Ok(())
+    }
+
+    fn zero_backend_stats(&mut self, slot: u32) -> Result<()> {
+        self.record(Call::ZeroBackendStats(slot));
+        Ok(())
+    }
+
+    fn zero_service_stats(&mut self, index: u32) -> Result<()> {
+        self.record(Call::ZeroServiceStats(index));
+        Ok(())
+    }
+
+    fn installed_services(&self) -> Result<BTreeSet<ServiceKey>> {
+        Ok(self.services.keys().copied().collect())
+    }
+
+    fn install_tables(&mut self, items: &[TableInstall<'_>]) -> Result<()> {
+        let fail_after = self.fail_install_after.take();
+        for (i, item) in items.iter().enumerate() {
+            if fail_after == Some(i) {
+                break;
+            }
+            let slots = item
+                .table
+                .buckets()
+                .iter()
+                .filter_map(|b| b.first)
+                .map(|d| (d, (item.slot_of)(d)))
+                .collect();
+            self.services.insert(
+                item.key,
+                Installed {
+                    index: item.index,
+                    buckets: item.table.buckets().to_vec(),
+                    slots,
+                },
+            );
+        }
+        self.record(Call::InstallTables(items.iter().map(|i| i.key).collect()));
+        match fail_after {
+            Some(n) if n < items.len() => bail!("injected: batch failed at item {n}"),
+            _ => Ok(()),
+        }
+    }
+
+    fn remove_service(&mut self, key: &ServiceKey) -> Result<()> {
+        if self.fail_remove == Some(*key) {
+            self.fail_remove = None;
+            self.record(Call::RemoveService(*key));
+            bail!("injected: removing {key} failed");
+        }
+        self.services.remove(key);
+        self.record(Call::RemoveService(*key));
+        Ok(())
+    }
+}

@@ -1,0 +1,243 @@
+//! Map key and value layouts: the `Plain` impls that let the generated
+//! structs be viewed as bytes, and the conversions between nilb's types and
+//! the header's structs (addresses and ports in network order).
+
+use std::net::Ipv4Addr;
+use std::os::fd::{AsRawFd, BorrowedFd};
+
+use anyhow::Result;
+
+use super::sys;
+use crate::table::Table;
+use crate::types::{Protocol, ServiceKey};
+
+// SAFETY: plain C structs of integers (and integer arrays) without padding
+// holes that matter for reading; any bit pattern is a valid value.
+unsafe impl plain::Plain for sys::nilb_service_key {}
+unsafe impl plain::Plain for sys::nilb_bucket {}
+unsafe impl plain::Plain for sys::nilb_table_header {}
+unsafe impl plain::Plain for sys::nilb_config {}
+unsafe impl plain::Plain for sys::nilb_service_stats {}
+unsafe impl plain::Plain for sys::nilb_backend_stats {}
+unsafe impl plain::Plain for sys::nilb_hash_probe {}
+unsafe impl plain::Plain for sys::nilb_addr_info {}
+
+/// View a plain struct as its bytes.
+pub fn bytes_of<T: plain::Plain>(v: &T) -> &[u8] {
+    // SAFETY: T is Plain (no invalid bit patterns, no references); the slice
+    // covers exactly the value and lives as long as the borrow.
+    unsafe { plain::as_bytes(v) }
+}
+
+/// Copy a plain struct out of bytes (shorter input is an error).
+pub fn read_struct<T: plain::Plain + Default>(bytes: &[u8]) -> Result<T> {
+    let mut v = T::default();
+    plain::copy_from_bytes(&mut v, bytes).map_err(|e| {
+        anyhow::anyhow!("short map value for {}: {e:?}", std::any::type_name::<T>())
+    })?;
+    Ok(v)
+}
+
+/// Network-order u32 of an address as stored in maps (the wire bytes).
+pub fn addr_be(a: Ipv4Addr) -> u32 {
+    u32::from_ne_bytes(a.octets())
+}
+
+/// Inverse of [`addr_be`].
+pub fn addr_from_be(v: u32) -> Ipv4Addr {
+    Ipv4Addr::from(v.to_ne_bytes())
+}
+
+/// Key of the `services` map for a service.
+pub fn service_key(k: &ServiceKey) -> sys::nilb_service_key {
+    sys::nilb_service_key {
+        vip: addr_be(k.vip),
+        port: k.port.to_be(),
+        proto: k.protocol.number(),
+        pad: 0,
+    }
+}
+
+/// Decode a `services` map key; None for a protocol nilb does not use.
+pub fn parse_service_key(bytes: &[u8]) -> Result<Option<ServiceKey>> {
+    let k: sys::nilb_service_key = read_struct(bytes)?;
+    let protocol = match k.proto {
+        crate::hash::IPPROTO_TCP => Protocol::Tcp,
+        crate::hash::IPPROTO_UDP => Protocol::Udp,
+        _ => return Ok(None),
+    };
+    Ok(Some(ServiceKey {
+        vip: addr_from_be(k.vip),
+        port: u16::from_be(k.port),
+        protocol,
+    }))
+}
+
+/// Size of one inner-array element (bucket or header), bytes.
+pub const BUCKET_SIZE: u32 = std::mem::size_of::<sys::nilb_bucket>() as u32;
+
+/// The contents of an inner bucket array, element by element: element 0 is
+/// the header (table mask, service index), element 1 + i is bucket i;
+/// `slot_of(dip)` gives the `backend_stats` slot of a first hop. Move times
+/// are the table's clock, which the daemon runs on Unix milliseconds.
+pub fn inner_table_values(
+    table: &Table,
+    service_index: u32,
+    slot_of: &dyn Fn(Ipv4Addr) -> u32,
+) -> Vec<u8> {
+    let n = table.size() as usize + 1;
+    let mut values = Vec::with_capacity(n * BUCKET_SIZE as usize);
+    let hdr = sys::nilb_table_header {
+        table_mask: table.size() - 1,
+        service_index,
+        pad: [0; 2],
+    };
+    values.extend_from_slice(bytes_of(&hdr));
+    for (i, b) in table.buckets().iter().enumerate() {
+        let v = sys::nilb_bucket {
+            first_hop: b.first.map_or(0, addr_be),
+            second_hop: b.second.map_or(0, addr_be),
+            first_slot: b.first.map_or(0, slot_of),
+            moved_at_s: table
+                .moved_at(i)
+                .map_or(0, |ms| (ms / 1000).clamp(1, u32::MAX as u64) as u32),
+        };
+        values.extend_from_slice(bytes_of(&v));
+    }
+    values
+}
+
+/// Value of the `nilb_config` map.
+pub fn config_value(node: Ipv4Addr, hash_seed: u32, gue_port: u16, flags: u32) -> sys::nilb_config {
+    sys::nilb_config {
+        node_addr: addr_be(node),
+        hash_seed,
+        gue_port: gue_port.to_be(),
+        pad: 0,
+        flags,
+        outer_csum_base: outer_csum_base(node),
+    }
+}
+
+/// Sum of the constant 16-bit words of nilb's outer IPv4 header (version 4,
+/// IHL 5, TOS 0; ID 0; DF; TTL 64, UDP; source `node`) as native-order loads
+/// of the wire bytes, the way the XDP program sums the per-packet words.
+pub fn outer_csum_base(node: Ipv4Addr) -> u32 {
+    let ttl = sys::nilb_wire::NILB_OUTER_TTL as u8;
+    let o = node.octets();
+    [
+        [0x45, 0x00],
+        [0x00, 0x00],
+        [0x40, 0x00],
+        [ttl, 17],
+        [o[0], o[1]],
+        [o[2], o[3]],
+    ]
+    .iter()
+    .map(|w| u16::from_ne_bytes(*w) as u32)
+    .sum()
+}
+
+/// Value that makes a map-in-map slot point at `inner`.
+pub fn map_fd_value(inner: BorrowedFd<'_>) -> [u8; 4] {
+    (inner.as_raw_fd() as u32).to_ne_bytes()
+}
+
+/// Sum of a per-CPU u64 counter.
+pub fn sum_percpu_u64(values: &[Vec<u8>]) -> u64 {
+    values
+        .iter()
+        .filter_map(|v| v.get(..8))
+        .map(|b| u64::from_ne_bytes(b.try_into().expect("8 bytes")))
+        .sum()
+}
+
+/// Per-CPU service stats summed over CPUs.
+pub fn sum_service_stats(values: &[Vec<u8>]) -> Result<sys::nilb_service_stats> {
+    let mut total = sys::nilb_service_stats::default();
+    for v in values {
+        let s: sys::nilb_service_stats = read_struct(v)?;
+        total.xdp_drops += s.xdp_drops;
+        total.tc_decap += s.tc_decap;
+        total.tc_forward += s.tc_forward;
+        total.tc_drops += s.tc_drops;
+    }
+    Ok(total)
+}
+
+/// Per-CPU backend stats summed over CPUs.
+pub fn sum_backend_stats(values: &[Vec<u8>]) -> Result<sys::nilb_backend_stats> {
+    let mut total = sys::nilb_backend_stats::default();
+    for v in values {
+        let s: sys::nilb_backend_stats = read_struct(v)?;
+        total.packets += s.packets;
+        total.bytes += s.bytes;
+        total.syns += s.syns;
+    }
+    Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dataplane::abi::{skel, COUNTER_HELP, COUNTER_NAMES};
+
+    #[test]
+    fn layouts_match_the_header() {
+        assert_eq!(std::mem::size_of::<sys::nilb_service_key>(), 8);
+        assert_eq!(std::mem::size_of::<sys::nilb_bucket>(), 16);
+        assert_eq!(std::mem::size_of::<sys::nilb_table_header>(), 16);
+        assert_eq!(std::mem::size_of::<sys::nilb_backend_stats>(), 24);
+        assert_eq!(std::mem::size_of::<sys::nilb_config>(), 20);
+        assert_eq!(std::mem::size_of::<sys::nilb_service_stats>(), 32);
+        assert_eq!(std::mem::size_of::<skel::types::xdp_md>(), 24);
+    }
+
+    #[test]
+    fn counter_names_follow_the_enum() {
+        assert_eq!(
+            COUNTER_NAMES.len(),
+            sys::nilb_counter::NILB_COUNTER_MAX as usize
+        );
+        assert_eq!(
+            COUNTER_NAMES[sys::nilb_counter::C_TC_FORWARD as usize],
+            "tc_forward"
+        );
+        assert_eq!(
+            COUNTER_NAMES[sys::nilb_counter::C_XDP_DROP_FRAGMENT as usize],
+            "xdp_drop_fragment"
+        );
+        assert!(COUNTER_HELP.iter().all(|h| !h.is_empty()));
+    }
+
+    #[test]
+    fn service_key_bytes_are_network_order() {
+        let k = ServiceKey {
+            vip: Ipv4Addr::new(10, 0, 0, 100),
+            port: 80,
+            protocol: Protocol::Tcp,
+        };
+        let raw = service_key(&k);
+        assert_eq!(bytes_of(&raw), &[10, 0, 0, 100, 0, 80, 6, 0]);
+        assert_eq!(parse_service_key(bytes_of(&raw)).unwrap(), Some(k));
+    }
+
+    #[test]
+    fn inner_elements_layout() {
+        let t = Table::build(
+            16,
+            &[crate::table::Target {
+                dip: Ipv4Addr::new(10, 0, 0, 12),
+                weight: 1,
+            }],
+        );
+        let v = inner_table_values(&t, 7, &|_| 9);
+        assert_eq!(v.len(), 17 * 16);
+        assert_eq!(
+            &v[..8],
+            &[15u32.to_ne_bytes(), 7u32.to_ne_bytes()].concat()[..]
+        );
+        assert_eq!(&v[16..24], &[10, 0, 0, 12, 0, 0, 0, 0]);
+        assert_eq!(&v[24..28], &9u32.to_ne_bytes());
+    }
+}

@@ -1,0 +1,19 @@
+//! Capacities compiled into the BPF object (`enum nilb_limits` in
+//! bpf/nilb.h), read from the generated bindings: configuration validation
+//! checks a file against them, the control plane hands out service indexes
+//! and counter slots within them.
+
+use crate::abi_sys::{nilb_limits as l, nilb_wire};
+
+/// Services the `services` map holds.
+pub const MAX_SERVICES: u32 = l::NILB_MAX_SERVICES;
+/// Addresses the `cluster_nodes` map holds.
+pub const MAX_CLUSTER_NODES: u32 = l::NILB_MAX_CLUSTER_NODES;
+/// Distinct VIP addresses the `vips` map holds.
+pub const MAX_VIPS: u32 = l::NILB_MAX_VIPS;
+/// Largest table (buckets) of one service.
+pub const MAX_TABLE_SIZE: u32 = l::NILB_MAX_TABLE_SIZE;
+/// (service, backend) pairs with their own counters, over all services.
+pub const MAX_BACKEND_SLOTS: u32 = l::NILB_MAX_BACKEND_SLOTS;
+/// Bytes added by GUE with one listed hop (outer IPv4 + UDP + GUE + hop).
+pub const GUE_OVERHEAD: u32 = nilb_wire::NILB_GUE_BASE_OVERHEAD + 4;

@@ -1,0 +1,73 @@
+//! Vocabulary shared across layers, with no dependencies inside nilb except
+//! the protocol numbers of [`crate::hash`]: the key of a service in the data
+//! plane and its protocol (configuration, control plane, data plane and the
+//! tools all name services by it), and a backend's load sample (produced by
+//! the load scrapes and the balancer's counters, consumed by the control
+//! plane's dynamic weights).
+
+use std::fmt;
+use std::net::Ipv4Addr;
+
+use serde::Deserialize;
+
+/// L4 protocol of a service.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    /// TCP (IANA 6).
+    Tcp,
+    /// UDP (IANA 17).
+    Udp,
+}
+
+impl Protocol {
+    /// IANA protocol number.
+    pub fn number(self) -> u8 {
+        match self {
+            Protocol::Tcp => crate::hash::IPPROTO_TCP,
+            Protocol::Udp => crate::hash::IPPROTO_UDP,
+        }
+    }
+}
+
+impl fmt::Display for Protocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Protocol::Tcp => "tcp",
+            Protocol::Udp => "udp",
+        })
+    }
+}
+
+/// Key of a service in the data plane: (VIP, port, protocol).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ServiceKey {
+    /// VIP.
+    pub vip: Ipv4Addr,
+    /// Port, host order.
+    pub port: u16,
+    /// Protocol.
+    pub protocol: Protocol,
+}
+
+impl fmt::Display for ServiceKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}/{}", self.vip, self.port, self.protocol)
+    }
+}
+
+/// One load sample of a backend, as scraped or counted.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum LoadSample {
+    /// CPU utilisation 0..1, read directly (nilb's own gauge).
+    Utilisation(f64),
+    /// Cumulative CPU seconds (busy, total), e.g. from node_exporter.
+    CpuSeconds {
+        /// Non-idle seconds over all CPUs.
+        busy: f64,
+        /// All seconds over all CPUs.
+        total: f64,
+    },
+    /// Cumulative new connections sent to the backend by this balancer.
+    Connections(u64),
+}
