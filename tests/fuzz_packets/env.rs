@@ -18,7 +18,7 @@ pub fn fuzz_config(unknown_flow: &str, drained: bool) -> String {
     format!(
         "version: 1
 cluster:
-  hash_seed: 0x5eed1234
+  hash_seed: {HASH_SEED:#x}
   balancers: [10.0.0.11]
   unknown_flow: {unknown_flow}
 defaults:

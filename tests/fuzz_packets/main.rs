@@ -25,7 +25,8 @@
 //!   NILB_FUZZ_FRAME    hex of one Ethernet frame: run only it (with
 //!   NILB_FUZZ_PROGRAM  xdp | tc) and print what happened and what the model says
 //!
-//! Needs root (BPF, network namespaces). `scripts/fuzz.sh` drives the long run.
+//! Needs root (BPF, network namespaces); skipped (one line on stderr) without
+//! it. `scripts/fuzz.sh` drives the long run.
 //!
 //! Files: `main.rs` runs the workers, tallies and reports (and holds the
 //! tests, the constants and the byte helpers every file uses); `env.rs`
@@ -54,12 +55,6 @@ use model::*;
 use nilb::dataplane::abi::COUNTER_NAMES;
 use seeds::*;
 
-pub const XDP_ABORTED: u32 = 0;
-pub const XDP_REDIRECT: u32 = 4;
-pub const GUE_PORT: u16 = 19523;
-pub const HASH_SEED: u32 = 0x5eed1234;
-/// `NILB_XDP_MARK` of bpf/nilb.h ("nilb"), in the 4 bytes of XDP metadata.
-pub const MARK: u32 = 0x6e69_6c62;
 /// MTU of nt0 and nt2.
 pub const MTU: usize = 1500;
 
@@ -93,8 +88,6 @@ const SHOWN: usize = 10;
 pub const IPPROTO_ICMP: u8 = 1;
 pub const IPPROTO_TCP: u8 = 6;
 pub const IPPROTO_UDP: u8 = 17;
-pub const FIN: u8 = 0x01;
-pub const RST: u8 = 0x04;
 
 // ---- byte helpers ---------------------------------------------------------------------
 
@@ -104,25 +97,6 @@ pub fn be16(b: &[u8], o: usize) -> u16 {
 
 pub fn addr(b: &[u8], o: usize) -> Ipv4Addr {
     Ipv4Addr::new(b[o], b[o + 1], b[o + 2], b[o + 3])
-}
-
-pub fn put16(b: &mut [u8], o: usize, v: u16) {
-    b[o..o + 2].copy_from_slice(&v.to_be_bytes());
-}
-
-/// Recompute the IPv4 header checksum of the header at `o` (IHL bytes).
-pub fn fix_ip_csum(f: &mut [u8], o: usize) {
-    if o + 20 > f.len() {
-        return;
-    }
-    let ihl = ((f[o] & 15) as usize * 4).max(20);
-    if o + ihl > f.len() {
-        return;
-    }
-    f[o + 10] = 0;
-    f[o + 11] = 0;
-    let c = csum(&f[o..o + ihl]);
-    put16(f, o + 10, c);
 }
 
 pub fn short_hex(b: &[u8]) -> String {
@@ -578,24 +552,27 @@ fn replay(prog: Prog, frame: &[u8]) {
 
 #[test]
 fn fuzz_xdp_balancer() {
+    require_root!("BPF, network namespaces");
     fuzz(Prog::Xdp);
 }
 
 #[test]
 fn fuzz_tc_second_chance() {
+    require_root!("BPF, network namespaces");
     fuzz(Prog::Tc);
 }
 
 /// The checker itself: tampered results of real runs must be flagged.
 #[test]
 fn checker_flags_tampered_results() {
+    require_root!("BPF, network namespaces");
     let env = setup();
     let mac = env.wa.nt0_mac;
     let w = &env.wa;
     // A SYN that is sent out (XDP_TX).
     let (syn, v, out, d) = (40000..41000u16)
         .find_map(|sport| {
-            let syn = client(
+            let syn = client_frame(
                 mac,
                 &l3(CLIENT, VIP, IPPROTO_TCP, &tcp(sport, 80, SYN, b"")),
             );

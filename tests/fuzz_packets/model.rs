@@ -5,8 +5,6 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::Ipv4Addr;
 
-use nilb::hash::{flow_hash, FlowTuple};
-
 use super::*;
 
 /// One table as installed in the data plane.
@@ -268,19 +266,6 @@ pub fn parse_xdp(w: &World, f: &[u8]) -> XdpClass {
     }
 }
 
-pub fn hash_of(t: (Ipv4Addr, Ipv4Addr, u16, u16, u8)) -> u32 {
-    flow_hash(
-        &FlowTuple {
-            saddr: t.0,
-            daddr: t.1,
-            sport: t.2,
-            dport: t.3,
-            proto: t.4,
-        },
-        HASH_SEED,
-    )
-}
-
 /// Ethernet + outer IPv4 + UDP + GUE (no hop or one) + `inner`, as the
 /// README specifies.
 pub fn encapsulation(
@@ -292,26 +277,14 @@ pub fn encapsulation(
     inner: &[u8],
 ) -> Vec<u8> {
     let hops: Vec<Ipv4Addr> = second.into_iter().collect();
-    let mut gi = gue_header(4, 0, &hops);
-    gi.extend_from_slice(inner);
-    let mut f = Vec::with_capacity(14 + 36 + 4 + inner.len());
-    f.extend_from_slice(&dmac[..6]);
-    f.extend_from_slice(&smac[..6]);
-    f.extend_from_slice(&[0x08, 0x00]);
-    f.extend_from_slice(&gue_outer(
-        NODE,
+    encapsulated(
+        dmac[..6].try_into().unwrap(),
+        smac[..6].try_into().unwrap(),
         first,
-        0x8000 | (hash & 0x7fff) as u16,
-        GUE_PORT,
-        &gi,
-    ));
-    f
-}
-
-pub fn marked(frame: &[u8]) -> Vec<u8> {
-    let mut v = MARK.to_ne_bytes().to_vec();
-    v.extend_from_slice(frame);
-    v
+        &hops,
+        gue_sport(hash),
+        inner,
+    )
 }
 
 pub fn expect_xdp(w: &World, f: &[u8], class: &XdpClass) -> Outcome {

@@ -5,12 +5,6 @@ use std::net::Ipv4Addr;
 
 use super::*;
 
-pub fn client(mac: [u8; 6], l3: &[u8]) -> Vec<u8> {
-    let mut f = eth(mac, CLIENT_MAC, 0x0800);
-    f.extend_from_slice(l3);
-    f
-}
-
 pub fn icmp_frag_needed(
     emb_src: Ipv4Addr,
     emb_dst: Ipv4Addr,
@@ -35,10 +29,10 @@ pub fn icmp_frag_needed(
 pub fn xdp_seeds(mac: [u8; 6]) -> Vec<(String, Vec<u8>)> {
     let syn = |dst, dport| l3(CLIENT, dst, IPPROTO_TCP, &tcp(40000, dport, SYN, b""));
     let mut v: Vec<(String, Vec<u8>)> = vec![
-        ("tcp syn VIP:80".into(), client(mac, &syn(VIP, 80))),
+        ("tcp syn VIP:80".into(), client_frame(mac, &syn(VIP, 80))),
         (
             "tcp data VIP:80".into(),
-            client(
+            client_frame(
                 mac,
                 &l3(
                     CLIENT,
@@ -48,22 +42,25 @@ pub fn xdp_seeds(mac: [u8; 6]) -> Vec<(String, Vec<u8>)> {
                 ),
             ),
         ),
-        ("tcp syn VIP3:8080".into(), client(mac, &syn(VIP3, 8080))),
+        (
+            "tcp syn VIP3:8080".into(),
+            client_frame(mac, &syn(VIP3, 8080)),
+        ),
         (
             "tcp syn VIP2:443 (no backend)".into(),
-            client(mac, &syn(VIP2, 443)),
+            client_frame(mac, &syn(VIP2, 443)),
         ),
         (
             "udp VIP:53".into(),
-            client(mac, &l3(CLIENT, VIP, IPPROTO_UDP, &udp(5353, 53, b"query"))),
+            client_frame(mac, &l3(CLIENT, VIP, IPPROTO_UDP, &udp(5353, 53, b"query"))),
         ),
         (
             "udp VIP2:53".into(),
-            client(mac, &l3(CLIENT, VIP2, IPPROTO_UDP, &udp(5353, 53, b"q"))),
+            client_frame(mac, &l3(CLIENT, VIP2, IPPROTO_UDP, &udp(5353, 53, b"q"))),
         ),
         (
             "icmp frag-needed tcp".into(),
-            client(
+            client_frame(
                 mac,
                 &l3(
                     ROUTER,
@@ -75,7 +72,7 @@ pub fn xdp_seeds(mac: [u8; 6]) -> Vec<(String, Vec<u8>)> {
         ),
         (
             "icmp frag-needed udp".into(),
-            client(
+            client_frame(
                 mac,
                 &l3(
                     ROUTER,
@@ -87,15 +84,15 @@ pub fn xdp_seeds(mac: [u8; 6]) -> Vec<(String, Vec<u8>)> {
         ),
         (
             "icmp echo VIP".into(),
-            client(
+            client_frame(
                 mac,
                 &l3(CLIENT, VIP, IPPROTO_ICMP, &[8, 0, 0xf7, 0xff, 0, 0, 0, 0]),
             ),
         ),
-        ("tcp syn non-VIP".into(), client(mac, &syn(OTHER, 80))),
+        ("tcp syn non-VIP".into(), client_frame(mac, &syn(OTHER, 80))),
         (
             "udp GUE to node".into(),
-            client(
+            client_frame(
                 mac,
                 &l3(
                     B12,
@@ -118,11 +115,11 @@ pub fn xdp_seeds(mac: [u8; 6]) -> Vec<(String, Vec<u8>)> {
             let t = tcp(40002, 80, SYN, b"");
             let mut p = ipv4(CLIENT, VIP, IPPROTO_TCP, t.len(), 0, &[1, 1, 1, 0]);
             p.extend_from_slice(&t);
-            client(mac, &p)
+            client_frame(mac, &p)
         }),
         (
             "big tcp VIP:80".into(),
-            client(
+            client_frame(
                 mac,
                 &l3(
                     CLIENT,
@@ -133,7 +130,7 @@ pub fn xdp_seeds(mac: [u8; 6]) -> Vec<(String, Vec<u8>)> {
             ),
         ),
         ("padded tcp VIP:80".into(), {
-            let mut f = client(
+            let mut f = client_frame(
                 mac,
                 &l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40004, 80, ACK, b"")),
             );
@@ -144,7 +141,7 @@ pub fn xdp_seeds(mac: [u8; 6]) -> Vec<(String, Vec<u8>)> {
             let t = tcp(40005, 80, ACK, b"0123456789abcdef");
             let mut p = ipv4(CLIENT, VIP, IPPROTO_TCP, t.len(), 0x2000, &[]);
             p.extend_from_slice(&t);
-            client(mac, &p)
+            client_frame(mac, &p)
         }),
         ("vlan tcp VIP".into(), {
             let mut f = eth(mac, CLIENT_MAC, 0x8100);
@@ -163,7 +160,7 @@ pub fn xdp_seeds(mac: [u8; 6]) -> Vec<(String, Vec<u8>)> {
     // The established flow's packets (also used for TC seeds).
     v.push((
         "tcp established tuple".into(),
-        client(
+        client_frame(
             mac,
             &l3(NODE, VIP, IPPROTO_TCP, &tcp(EST_PORT, 80, ACK, b"x")),
         ),
@@ -254,11 +251,11 @@ pub fn tc_seeds(mac: [u8; 6]) -> Vec<(String, Vec<u8>)> {
         ),
         (
             "udp other port".into(),
-            client(mac, &l3(B12, NODE, IPPROTO_UDP, &udp(1234, 5000, b"hello"))),
+            client_frame(mac, &l3(B12, NODE, IPPROTO_UDP, &udp(1234, 5000, b"hello"))),
         ),
         (
             "tcp to node".into(),
-            client(
+            client_frame(
                 mac,
                 &l3(B12, NODE, IPPROTO_TCP, &tcp(1234, GUE_PORT, SYN, b"")),
             ),
@@ -330,7 +327,7 @@ pub fn xdp_sweeps(seeds: &[(String, Vec<u8>)]) -> Vec<(String, Vec<u8>)> {
     }
     // Every protocol number to a VIP and to another address.
     for (dst, name) in [(VIP, "VIP"), (OTHER, "other")] {
-        let base = client(
+        let base = client_frame(
             MAC12,
             &l3(
                 CLIENT,
@@ -348,7 +345,7 @@ pub fn xdp_sweeps(seeds: &[(String, Vec<u8>)]) -> Vec<(String, Vec<u8>)> {
     }
     // The embedded header of an ICMP frag-needed: every IHL, version,
     // protocol, and the quoted length cut at every byte.
-    let icmp = client(
+    let icmp = client_frame(
         MAC12,
         &l3(
             ROUTER,
@@ -384,7 +381,7 @@ pub fn xdp_sweeps(seeds: &[(String, Vec<u8>)]) -> Vec<(String, Vec<u8>)> {
             let t = tcp(sport, 80, ACK, &vec![0x55; tot - 40]);
             out.push((
                 format!("TCP VIP:80 from port {sport}, total length {tot}"),
-                client(MAC12, &l3(CLIENT, VIP, IPPROTO_TCP, &t)),
+                client_frame(MAC12, &l3(CLIENT, VIP, IPPROTO_TCP, &t)),
             ));
         }
     }
