@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Long hostile-input run of both BPF programs (tests/fuzz_packets.rs): random,
+# Long hostile-input run of both BPF programs (tests/fuzz_packets/): random,
 # mutated and swept frames through the XDP balancer and the TC second-chance
 # program with BPF_PROG_TEST_RUN, each checked against the test's reference
 # parser (verdicts, "nothing malformed is encapsulated, decapsulated or
@@ -24,7 +24,7 @@ export NILB_FUZZ_PACKETS="${NILB_FUZZ_PACKETS:-1000000}"
 export NILB_FUZZ_THREADS="${NILB_FUZZ_THREADS:-$(nproc)}"
 export NILB_FUZZ_SEED="${NILB_FUZZ_SEED:-$(od -An -N6 -tu8 /dev/urandom | tr -d ' ')}"
 
-echo "== building tests/fuzz_packets.rs"
+echo "== building tests/fuzz_packets/"
 cargo test --test fuzz_packets --no-run 2>&1 | tail -n 2
 
 echo "== fuzzing: $NILB_FUZZ_PACKETS packets per program, $NILB_FUZZ_THREADS worker(s) each, seed $NILB_FUZZ_SEED"

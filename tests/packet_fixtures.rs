@@ -2,7 +2,8 @@
 //! {description, input frame, expected verdict, expected output frame,
 //! expected counter deltas}, run through the real XDP balancer or TC program
 //! with maps filled from a YAML config. Expected bytes are written out field
-//! by field in `common`, independently of the C code. Needs root.
+//! by field in `common`, independently of the C code. Needs root; skipped
+//! (one line on stderr) without it.
 
 mod common;
 
@@ -11,41 +12,7 @@ use std::net::Ipv4Addr;
 use common::*;
 use nilb::config::Config;
 use nilb::control::ControlPlane;
-use nilb::hash::{flow_hash, FlowTuple, IPPROTO_TCP, IPPROTO_UDP};
-
-const SEED: u32 = 0x5eed1234;
-
-/// Outer UDP source port the balancer must use for a client flow.
-fn sport_of(src: Ipv4Addr, dst: Ipv4Addr, sp: u16, dp: u16, proto: u8) -> u16 {
-    let h = flow_hash(
-        &FlowTuple {
-            saddr: src,
-            daddr: dst,
-            sport: sp,
-            dport: dp,
-            proto,
-        },
-        SEED,
-    );
-    0x8000 | (h & 0x7fff) as u16
-}
-
-/// The frame the balancer must emit for `inner` (L3) sent to `first` with
-/// the given listed hops, with Ethernet from `src_mac` to `dst_mac`.
-fn encapsulated(
-    dst_mac: [u8; 6],
-    src_mac: [u8; 6],
-    first: Ipv4Addr,
-    hops: &[Ipv4Addr],
-    sport: u16,
-    inner: &[u8],
-) -> Vec<u8> {
-    let mut gi = gue_header(4, 0, hops);
-    gi.extend_from_slice(inner);
-    let mut f = eth(dst_mac, src_mac, 0x0800);
-    f.extend_from_slice(&gue_outer(NODE, first, sport, 19523, &gi));
-    f
-}
+use nilb::hash::{IPPROTO_TCP, IPPROTO_UDP};
 
 struct Fixture {
     description: &'static str,
@@ -64,22 +31,9 @@ fn with_outer_options(frame: &[u8]) -> Vec<u8> {
     f.extend_from_slice(&[1, 1, 1, 1]);
     f.extend_from_slice(&frame[14 + 20..]);
     let total = (f.len() - 14) as u16;
-    f[16..18].copy_from_slice(&total.to_be_bytes());
-    f[24] = 0;
-    f[25] = 0;
-    let c = csum(&f[14..38]);
-    f[24..26].copy_from_slice(&c.to_be_bytes());
+    put16(&mut f, 16, total);
+    fix_ip_csum(&mut f, 14);
     f
-}
-
-/// What XDP test runs return for packets handed to TC: our 4-byte mark in
-/// the metadata, then the frame.
-fn marked(frame: &[u8]) -> Vec<u8> {
-    let mut v = (nilb::dataplane::abi::sys::nilb_wire::NILB_XDP_MARK)
-        .to_ne_bytes()
-        .to_vec();
-    v.extend_from_slice(frame);
-    v
 }
 
 fn run_xdp_fixtures(l: &Loaded, ifindex: u32, fixtures: &[Fixture]) {
@@ -102,18 +56,13 @@ fn run_tc_fixtures(l: &Loaded, ifindex: u32, fixtures: &[Fixture]) {
     }
 }
 
-fn client_frame(net: &TestNet, l3: &[u8]) -> Vec<u8> {
-    let mut f = eth(net.mac, CLIENT_MAC, 0x0800);
-    f.extend_from_slice(l3);
-    f
-}
-
 #[test]
 fn xdp_syn_to_vip_is_encapsulated_byte_for_byte() {
+    require_root!("BPF, network namespace");
     let net = TestNet::new();
     let l = load(&config(&[(B12, 1, "active")], "drop"), NODE);
     let inner = l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40000, 80, SYN, b""));
-    let input = client_frame(&net, &inner);
+    let input = client_frame(net.mac, &inner);
     let sport = sport_of(CLIENT, VIP, 40000, 80, IPPROTO_TCP);
     let want = encapsulated(MAC12, net.mac, B12, &[], sport, &inner);
 
@@ -122,7 +71,8 @@ fn xdp_syn_to_vip_is_encapsulated_byte_for_byte() {
     assert_bytes("SYN to VIP", &out, &want);
     assert_eq!(deltas, vec![("xdp_encap_tx", 1)]);
 
-    // Every outer and GUE byte, spelled out once more against DESIGN.md.
+    // Every outer and GUE byte, spelled out once more against docs/design.md
+    // "GUE wire format".
     let o = &out[14..];
     assert_eq!(&o[0..2], &[0x45, 0x00], "version 4, IHL 5, TOS 0");
     assert_eq!(
@@ -137,7 +87,7 @@ fn xdp_syn_to_vip_is_encapsulated_byte_for_byte() {
     assert_eq!(&o[16..20], &B12.octets(), "outer destination = first hop");
     assert_eq!(u16::from_be_bytes([o[20], o[21]]), sport);
     assert!(sport & 0x8000 != 0);
-    assert_eq!(u16::from_be_bytes([o[22], o[23]]), 19523, "GUE port");
+    assert_eq!(u16::from_be_bytes([o[22], o[23]]), GUE_PORT, "GUE port");
     assert_eq!(
         u16::from_be_bytes([o[24], o[25]]) as usize,
         16 + inner.len(),
@@ -167,6 +117,7 @@ fn xdp_syn_to_vip_is_encapsulated_byte_for_byte() {
 
 #[test]
 fn tc_counts_per_service() {
+    require_root!("BPF, network namespace");
     let net = TestNet::new();
     let l = load(&backend_config("drop"), NODE);
     let syn = l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40000, 80, SYN, b""));
@@ -195,10 +146,11 @@ fn tc_counts_per_service() {
 
 #[test]
 fn xdp_second_hop_listed_only_when_set() {
+    require_root!("BPF, network namespace");
     let net = TestNet::new();
     let mut l = load(&config(&[(B12, 1, "active")], "drop"), NODE);
     let inner = l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40001, 80, ACK, b"x"));
-    let input = client_frame(&net, &inner);
+    let input = client_frame(net.mac, &inner);
     let sport = sport_of(CLIENT, VIP, 40001, 80, IPPROTO_TCP);
 
     let (v, out) = l.dp.run_xdp(&input, net.ifindex).unwrap();
@@ -233,7 +185,7 @@ fn full_plan_removes_services_the_state_does_not_know() {
     let net = TestNet::new();
     let yaml = config(&[(B12, 1, "active")], "drop");
     let mut l = load(&yaml, NODE);
-    let dns = client_frame(&net, &l3(CLIENT, VIP, IPPROTO_UDP, &udp(5353, 53, b"q")));
+    let dns = client_frame(net.mac, &l3(CLIENT, VIP, IPPROTO_UDP, &udp(5353, 53, b"q")));
     assert_eq!(l.dp.run_xdp(&dns, net.ifindex).unwrap().0, XDP_TX);
 
     let web_only = &yaml[..yaml.find("  - name: dns").expect("dns in the config")];
@@ -252,6 +204,7 @@ fn full_plan_removes_services_the_state_does_not_know() {
 
 #[test]
 fn xdp_fixture_table() {
+    require_root!("BPF, network namespace");
     let net = TestNet::new();
     let l = load(&config(&[(B12, 1, "active")], "drop"), NODE);
     let mac = net.mac;
@@ -259,7 +212,7 @@ fn xdp_fixture_table() {
 
     let syn = |dst: Ipv4Addr, dport: u16| {
         client_frame(
-            &net,
+            net.mac,
             &l3(CLIENT, dst, IPPROTO_TCP, &tcp(40000, dport, SYN, b"")),
         )
     };
@@ -273,19 +226,19 @@ fn xdp_fixture_table() {
         let t = tcp(40003, 80, ACK, b"0123456789abcdef");
         let mut p = ipv4(CLIENT, VIP, IPPROTO_TCP, t.len(), frag, &[]);
         p.extend_from_slice(&t);
-        client_frame(&net, &p)
+        client_frame(net.mac, &p)
     };
     let truncated_tcp = |dst: Ipv4Addr| {
         // IPv4 says TCP but carries only 8 bytes of it.
         let mut p = ipv4(CLIENT, dst, IPPROTO_TCP, 8, 0, &[]);
         p.extend_from_slice(&tcp(40004, 80, SYN, b"")[..8]);
-        client_frame(&net, &p)
+        client_frame(net.mac, &p)
     };
     let dns = l3(CLIENT, VIP, IPPROTO_UDP, &udp(5353, 53, b"query"));
     let mut arp = eth([0xff; 6], CLIENT_MAC, 0x0806);
     arp.extend_from_slice(&[0u8; 28]);
     let mut bad_ihl = client_frame(
-        &net,
+        net.mac,
         &l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40005, 80, SYN, b"")),
     );
     bad_ihl[14] = 0x44; // IHL 4
@@ -293,7 +246,7 @@ fn xdp_fixture_table() {
     let fixtures = vec![
         Fixture {
             description: "IPv4 with options to a VIP is balanced on its real ports",
-            input: client_frame(&net, &with_options),
+            input: client_frame(net.mac, &with_options),
             verdict: XDP_TX,
             output: Some(encapsulated(
                 MAC12,
@@ -307,7 +260,7 @@ fn xdp_fixture_table() {
         },
         Fixture {
             description: "UDP to a UDP service is balanced",
-            input: client_frame(&net, &dns),
+            input: client_frame(net.mac, &dns),
             verdict: XDP_TX,
             output: Some(encapsulated(
                 MAC12,
@@ -335,7 +288,7 @@ fn xdp_fixture_table() {
         },
         Fixture {
             description: "UDP to a TCP service's port passes untouched",
-            input: client_frame(&net, &l3(CLIENT, VIP, IPPROTO_UDP, &udp(1000, 80, b"x"))),
+            input: client_frame(net.mac, &l3(CLIENT, VIP, IPPROTO_UDP, &udp(1000, 80, b"x"))),
             verdict: XDP_PASS,
             output: None,
             counters: &[("xdp_pass_not_service", 1)],
@@ -349,7 +302,10 @@ fn xdp_fixture_table() {
         },
         Fixture {
             description: "ICMP echo to a VIP passes (not balanced)",
-            input: client_frame(&net, &l3(CLIENT, VIP, 1, &[8, 0, 0xf7, 0xff, 0, 0, 0, 0])),
+            input: client_frame(
+                net.mac,
+                &l3(CLIENT, VIP, 1, &[8, 0, 0xf7, 0xff, 0, 0, 0, 0]),
+            ),
             verdict: XDP_PASS,
             output: None,
             counters: &[("xdp_pass_not_service", 1)],
@@ -374,7 +330,7 @@ fn xdp_fixture_table() {
                 let t = tcp(1, 2, ACK, b"");
                 let mut p = ipv4(CLIENT, other, IPPROTO_TCP, t.len(), 0x2000, &[]);
                 p.extend_from_slice(&t);
-                client_frame(&net, &p)
+                client_frame(net.mac, &p)
             },
             verdict: XDP_PASS,
             output: None,
@@ -399,7 +355,7 @@ fn xdp_fixture_table() {
             input: {
                 let mut p = ipv4(CLIENT, VIP, IPPROTO_TCP, 8, 0, &[]);
                 p.extend_from_slice(&tcp(40007, 80, SYN, b""));
-                client_frame(&net, &p)
+                client_frame(net.mac, &p)
             },
             verdict: XDP_DROP,
             output: None,
@@ -418,10 +374,11 @@ fn xdp_fixture_table() {
 
 #[test]
 fn xdp_ethernet_padding_is_not_carried() {
+    require_root!("BPF, network namespace");
     let net = TestNet::new();
     let l = load(&config(&[(B12, 1, "active")], "drop"), NODE);
     let inner = l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40006, 80, ACK, b""));
-    let mut input = client_frame(&net, &inner);
+    let mut input = client_frame(net.mac, &inner);
     input.resize(60, 0); // minimum Ethernet frame
     let (v, out) = l.dp.run_xdp(&input, net.ifindex).unwrap();
     assert_eq!(v, XDP_TX);
@@ -438,6 +395,7 @@ fn xdp_ethernet_padding_is_not_carried() {
 
 #[test]
 fn xdp_icmp_frag_needed_follows_the_embedded_flow() {
+    require_root!("BPF, network namespace");
     let net = TestNet::new();
     let l = load(
         &config(&[(B12, 1, "active"), (B13, 1, "active")], "drop"),
@@ -462,31 +420,15 @@ fn xdp_icmp_frag_needed_follows_the_embedded_flow() {
         let inner = l3(router, VIP, 1, &icmp);
 
         // The client's flow is client:cport -> VIP:80.
-        let h = flow_hash(
-            &FlowTuple {
-                saddr: CLIENT,
-                daddr: VIP,
-                sport: cport,
-                dport: 80,
-                proto: IPPROTO_TCP,
-            },
-            SEED,
-        );
+        let h = hash_of((CLIENT, VIP, cport, 80, IPPROTO_TCP));
         let first = table.buckets()[(h & (table.size() - 1)) as usize]
             .first
             .unwrap();
         let mac = if first == B12 { MAC12 } else { MAC13 };
         seen.insert(first);
-        let want = encapsulated(
-            mac,
-            net.mac,
-            first,
-            &[],
-            0x8000 | (h & 0x7fff) as u16,
-            &inner,
-        );
+        let want = encapsulated(mac, net.mac, first, &[], gue_sport(h), &inner);
         let ((v, out), deltas) = l.counted(|| {
-            l.dp.run_xdp(&client_frame(&net, &inner), net.ifindex)
+            l.dp.run_xdp(&client_frame(net.mac, &inner), net.ifindex)
                 .unwrap()
         });
         assert_eq!(v, XDP_TX, "ICMP for port {cport}");
@@ -498,10 +440,11 @@ fn xdp_icmp_frag_needed_follows_the_embedded_flow() {
 
 #[test]
 fn xdp_service_without_backend_drops() {
+    require_root!("BPF, network namespace");
     let net = TestNet::new();
     let l = load(&config(&[], "drop"), NODE);
     let input = client_frame(
-        &net,
+        net.mac,
         &l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40000, 80, SYN, b"")),
     );
     let ((v, _), deltas) = l.counted(|| l.dp.run_xdp(&input, net.ifindex).unwrap());
@@ -513,10 +456,11 @@ fn xdp_service_without_backend_drops() {
 
 #[test]
 fn xdp_local_first_hop_is_marked_for_our_tc() {
+    require_root!("BPF, network namespace");
     let net = TestNet::new();
     let l = load(&config(&[(NODE, 1, "active")], "drop"), NODE);
     let inner = l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40000, 80, SYN, b""));
-    let input = client_frame(&net, &inner);
+    let input = client_frame(net.mac, &inner);
     let ((v, out), deltas) = l.counted(|| l.dp.run_xdp(&input, net.ifindex).unwrap());
     assert_eq!(v, XDP_PASS);
     assert_eq!(deltas, vec![("xdp_encap_local", 1)]);
@@ -540,11 +484,12 @@ fn xdp_local_first_hop_is_marked_for_our_tc() {
 
 #[test]
 fn xdp_unknown_neighbour_takes_the_tc_slow_path() {
+    require_root!("BPF, network namespace");
     let net = TestNet::new();
     let b14 = Ipv4Addr::new(10, 0, 0, 14); // on-link, no neighbour entry
     let l = load(&config(&[(b14, 1, "active")], "drop"), NODE);
     let inner = l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40000, 80, SYN, b""));
-    let input = client_frame(&net, &inner);
+    let input = client_frame(net.mac, &inner);
     let ((v, out), deltas) = l.counted(|| l.dp.run_xdp(&input, net.ifindex).unwrap());
     assert_eq!(v, XDP_PASS);
     assert_eq!(deltas, vec![("xdp_encap_slow_path", 1)]);
@@ -570,6 +515,7 @@ fn backend_config(unknown_flow: &str) -> String {
 
 #[test]
 fn tc_fixture_table() {
+    require_root!("BPF, network namespace");
     let net = TestNet::new();
     let l = load(&backend_config("drop"), NODE);
     let mac = net.mac;
@@ -616,13 +562,7 @@ fn tc_fixture_table() {
     udp_other_port.extend_from_slice(&l3(B12, NODE, IPPROTO_UDP, &udp(1234, 5000, b"hello")));
     let mut to_other_node = frame(B12, 0, &[], &syn);
     to_other_node.splice(14 + 16..14 + 20, B13.octets());
-    let c = csum(&{
-        let mut h = to_other_node[14..34].to_vec();
-        h[10] = 0;
-        h[11] = 0;
-        h
-    });
-    to_other_node[14 + 10..14 + 12].copy_from_slice(&c.to_be_bytes());
+    fix_ip_csum(&mut to_other_node, 14);
 
     let fixtures = vec![
         Fixture {
@@ -785,6 +725,7 @@ fn tc_fixture_table() {
 
 #[test]
 fn tc_unknown_flow_local_accepts_at_the_last_hop() {
+    require_root!("BPF, network namespace");
     let net = TestNet::new();
     let l = load(&backend_config("local"), NODE);
     let data = l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40001, 80, ACK, b"x"));
@@ -806,6 +747,7 @@ fn tc_unknown_flow_local_accepts_at_the_last_hop() {
 
 #[test]
 fn tc_established_local_connection_is_decapsulated() {
+    require_root!("BPF, network namespace");
     use std::net::{SocketAddrV4, TcpListener, TcpStream};
     let net = TestNet::new();
     let l = load(&backend_config("drop"), NODE);
@@ -847,6 +789,7 @@ fn tc_established_local_connection_is_decapsulated() {
 
 #[test]
 fn xdp_hop_cache_still_checks_the_mtu() {
+    require_root!("BPF, network namespace");
     let net = TestNet::new();
     let st = std::process::Command::new("ip")
         .args(["link", "set", "nt0", "mtu", "300"])
@@ -855,7 +798,7 @@ fn xdp_hop_cache_still_checks_the_mtu() {
     assert!(st.success());
     let l = load(&config(&[(B12, 1, "active")], "drop"), NODE);
     let small = client_frame(
-        &net,
+        net.mac,
         &l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40000, 80, SYN, b"")),
     );
     // The first packet asks the FIB and fills the cache; the second uses it.
@@ -866,7 +809,7 @@ fn xdp_hop_cache_still_checks_the_mtu() {
     // A packet that fits the client's MTU but not this link with GUE: the
     // cached answer covered only smaller packets, so the FIB is asked again.
     let big = client_frame(
-        &net,
+        net.mac,
         &l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40000, 80, ACK, &[0u8; 250])),
     );
     let ((v, _), deltas) = l.counted(|| l.dp.run_xdp(&big, net.ifindex).unwrap());

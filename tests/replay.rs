@@ -1,5 +1,6 @@
 //! `nilb replay` runs a pcap through the real programs: verdicts, counters
-//! and the output pcap must match what the fixtures establish. Needs root.
+//! and the output pcap must match what the fixtures establish. Needs root;
+//! skipped (one line on stderr) without it.
 
 mod common;
 
@@ -60,18 +61,17 @@ fn replay_xdp(
 
 #[test]
 fn replay_xdp_reports_and_writes_results() {
+    require_root!("BPF, network namespace");
     let net = TestNet::new();
     let syn = |dst, sport| {
-        let mut f = eth(net.mac, CLIENT_MAC, 0x0800);
-        f.extend_from_slice(&l3(CLIENT, dst, IPPROTO_TCP, &tcp(sport, 80, SYN, b"")));
-        f
+        client_frame(
+            net.mac,
+            &l3(CLIENT, dst, IPPROTO_TCP, &tcp(sport, 80, SYN, b"")),
+        )
     };
     let mut frag = syn(VIP, 40002);
     frag[14 + 6] = 0x20; // MF
-    frag[14 + 10] = 0;
-    frag[14 + 11] = 0;
-    let c = csum(&frag[14..34]);
-    frag[14 + 10..14 + 12].copy_from_slice(&c.to_be_bytes());
+    fix_ip_csum(&mut frag, 14);
     let frames = vec![
         syn(VIP, 40000),
         syn(std::net::Ipv4Addr::new(10, 0, 0, 50), 40001),
@@ -107,10 +107,10 @@ fn replay_xdp_reports_and_writes_results() {
 
 #[test]
 fn replay_xdp_local_first_hop_writes_the_frame_without_metadata() {
+    require_root!("BPF, network namespace");
     let net = TestNet::new();
     let inner = l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40000, 80, SYN, b""));
-    let mut frame = eth(net.mac, CLIENT_MAC, 0x0800);
-    frame.extend_from_slice(&inner);
+    let frame = client_frame(net.mac, &inner);
     // This node is the only backend: its own TC takes the packet.
     let yaml = config(&[(NODE, 1, "active")], "drop");
     let (results, report, written) = replay_xdp("local", &yaml, &[frame], net.ifindex);

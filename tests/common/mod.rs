@@ -1,6 +1,7 @@
 //! Shared pieces of the BPF tests: a private network namespace per test,
 //! packet builders that write every byte explicitly, and a loaded data plane
-//! filled from a YAML config. Needs root (BPF, netns).
+//! filled from a YAML config. Needs root (BPF, netns): tests that use it
+//! start with `require_root!`, which skips them without root.
 
 #![allow(dead_code)]
 
@@ -13,13 +14,49 @@ use nilb::config::Config;
 use nilb::control::ControlPlane;
 use nilb::dataplane::abi::COUNTER_NAMES;
 use nilb::dataplane::Dataplane;
+use nilb::hash::{flow_hash, FlowTuple};
 
+pub const XDP_ABORTED: u32 = 0;
 pub const XDP_DROP: u32 = 1;
 pub const XDP_PASS: u32 = 2;
 pub const XDP_TX: u32 = 3;
+pub const XDP_REDIRECT: u32 = 4;
 pub const TC_ACT_OK: u32 = 0;
 pub const TC_ACT_SHOT: u32 = 2;
 pub const TC_ACT_REDIRECT: u32 = 7;
+
+/// Whether this process may load BPF programs and create network
+/// namespaces: an effective uid of 0. `scripts/test.sh` and
+/// `scripts/fuzz.sh` run as root, so nothing is skipped there.
+pub fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+/// Print the one line of a test skipped for want of root. It goes to the
+/// process's stderr, not through the test harness's capture, so that plain
+/// `cargo test` shows it.
+pub fn skip_without_root(why: &str) {
+    use std::io::Write;
+    let test = std::thread::current()
+        .name()
+        .filter(|n| *n != "main")
+        .map(|n| format!(" {n}"))
+        .unwrap_or_default();
+    let _ = writeln!(std::io::stderr(), "skipping{test}: needs root ({why})");
+}
+
+/// First statement of a test that needs root (BPF_PROG_TEST_RUN, maps,
+/// network namespaces): without root it prints one line and returns.
+/// `require_root!("BPF, network namespace")`; the argument says what for.
+macro_rules! require_root {
+    ($why:expr) => {
+        if !$crate::common::is_root() {
+            $crate::common::skip_without_root($why);
+            return;
+        }
+    };
+}
+pub(crate) use require_root;
 
 /// This node (the balancer under test) and its neighbours.
 pub const NODE: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 11);
@@ -30,6 +67,13 @@ pub const CLIENT: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
 pub const MAC12: [u8; 6] = [0x02, 0, 0, 0, 0, 0x12];
 pub const MAC13: [u8; 6] = [0x02, 0, 0, 0, 0, 0x13];
 pub const CLIENT_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
+
+/// The GUE UDP port (the default `gue_port`).
+pub const GUE_PORT: u16 = 19523;
+/// `cluster.hash_seed` of the test configurations.
+pub const HASH_SEED: u32 = 0x5eed1234;
+/// `NILB_XDP_MARK` of bpf/nilb.h ("nilb"), in the 4 bytes of XDP metadata.
+pub const MARK: u32 = 0x6e69_6c62;
 
 /// A private network namespace for the calling thread: veth `nt0` (this
 /// node, 10.0.0.11/24, forwarding on) and `nt1`, static neighbours for
@@ -112,6 +156,26 @@ pub fn csum(data: &[u8]) -> u16 {
     !(sum as u16)
 }
 
+/// Write `v` big-endian at `b[o..o + 2]`.
+pub fn put16(b: &mut [u8], o: usize, v: u16) {
+    b[o..o + 2].copy_from_slice(&v.to_be_bytes());
+}
+
+/// Recompute the IPv4 header checksum of the header at `o` (IHL bytes).
+pub fn fix_ip_csum(f: &mut [u8], o: usize) {
+    if o + 20 > f.len() {
+        return;
+    }
+    let ihl = ((f[o] & 15) as usize * 4).max(20);
+    if o + ihl > f.len() {
+        return;
+    }
+    f[o + 10] = 0;
+    f[o + 11] = 0;
+    let c = csum(&f[o..o + ihl]);
+    put16(f, o + 10, c);
+}
+
 /// Ethernet header.
 pub fn eth(dst: [u8; 6], src: [u8; 6], ethertype: u16) -> Vec<u8> {
     let mut v = Vec::with_capacity(14);
@@ -149,9 +213,11 @@ pub fn ipv4(
     h
 }
 
+pub const FIN: u8 = 0x01;
 pub const SYN: u8 = 0x02;
-pub const ACK: u8 = 0x10;
+pub const RST: u8 = 0x04;
 pub const PSH: u8 = 0x08;
+pub const ACK: u8 = 0x10;
 
 /// A 20-byte TCP header (checksum left 0; nothing on the path checks it)
 /// followed by `payload`.
@@ -187,6 +253,13 @@ pub fn l3(src: Ipv4Addr, dst: Ipv4Addr, proto: u8, l4: &[u8]) -> Vec<u8> {
     p
 }
 
+/// A client's frame: Ethernet from `CLIENT_MAC` to `mac` around `l3`.
+pub fn client_frame(mac: [u8; 6], l3: &[u8]) -> Vec<u8> {
+    let mut f = eth(mac, CLIENT_MAC, 0x0800);
+    f.extend_from_slice(l3);
+    f
+}
+
 /// The GUE header: version 0, C 0, hlen 1+N, proto, flags 0, private type
 /// 0, next hop index, N, hops.
 pub fn gue_header(inner_proto: u8, next: u8, hops: &[Ipv4Addr]) -> Vec<u8> {
@@ -207,7 +280,7 @@ pub fn gue_header(inner_proto: u8, next: u8, hops: &[Ipv4Addr]) -> Vec<u8> {
 }
 
 /// Outer IPv4 (DF, TTL 64, UDP, ID 0, TOS 0) + UDP (checksum 0) around
-/// `gue_and_inner`, as DESIGN.md specifies.
+/// `gue_and_inner`, as docs/design.md "GUE wire format" specifies.
 pub fn gue_outer(
     src: Ipv4Addr,
     dst: Ipv4Addr,
@@ -245,8 +318,57 @@ pub fn gue_frame(
     let mut gi = gue_header(4, next, hops);
     gi.extend_from_slice(inner);
     let mut f = eth(eth_dst, eth_src, 0x0800);
-    f.extend_from_slice(&gue_outer(src, dst, 0x8123, 19523, &gi));
+    f.extend_from_slice(&gue_outer(src, dst, 0x8123, GUE_PORT, &gi));
     f
+}
+
+/// The flow hash of (saddr, daddr, sport, dport, proto) with `HASH_SEED`.
+pub fn hash_of(t: (Ipv4Addr, Ipv4Addr, u16, u16, u8)) -> u32 {
+    flow_hash(
+        &FlowTuple {
+            saddr: t.0,
+            daddr: t.1,
+            sport: t.2,
+            dport: t.3,
+            proto: t.4,
+        },
+        HASH_SEED,
+    )
+}
+
+/// The outer UDP source port the balancer uses for a flow hash.
+pub fn gue_sport(hash: u32) -> u16 {
+    0x8000 | (hash & 0x7fff) as u16
+}
+
+/// Outer UDP source port the balancer must use for a client flow.
+pub fn sport_of(src: Ipv4Addr, dst: Ipv4Addr, sp: u16, dp: u16, proto: u8) -> u16 {
+    gue_sport(hash_of((src, dst, sp, dp, proto)))
+}
+
+/// The frame the balancer must emit for `inner` (L3) sent to `first` with
+/// the given listed hops, with Ethernet from `src_mac` to `dst_mac`.
+pub fn encapsulated(
+    dst_mac: [u8; 6],
+    src_mac: [u8; 6],
+    first: Ipv4Addr,
+    hops: &[Ipv4Addr],
+    sport: u16,
+    inner: &[u8],
+) -> Vec<u8> {
+    let mut gi = gue_header(4, 0, hops);
+    gi.extend_from_slice(inner);
+    let mut f = eth(dst_mac, src_mac, 0x0800);
+    f.extend_from_slice(&gue_outer(NODE, first, sport, GUE_PORT, &gi));
+    f
+}
+
+/// What XDP test runs return for packets handed to TC: nilb's 4-byte mark
+/// in the metadata, then the frame.
+pub fn marked(frame: &[u8]) -> Vec<u8> {
+    let mut v = MARK.to_ne_bytes().to_vec();
+    v.extend_from_slice(frame);
+    v
 }
 
 /// A loaded data plane with its control state.
@@ -292,7 +414,7 @@ impl Loaded {
 /// changes (a reload reaches its targets at once).
 pub fn config(backends: &[(Ipv4Addr, u32, &str)], unknown_flow: &str) -> String {
     let mut y = format!(
-        "version: 1\ncluster:\n  hash_seed: 0x5eed1234\n  balancers: [10.0.0.11]\n  unknown_flow: {unknown_flow}\ndefaults:\n  rebalance: {{min_interval_ms: 0, max_step_percent: 100, min_bucket_age_ms: 0}}\nservices:\n  - name: web\n    vip: 10.0.0.100\n    port: 80\n    protocol: tcp\n    table_size: 256\n    backends:\n"
+        "version: 1\ncluster:\n  hash_seed: {HASH_SEED:#x}\n  balancers: [10.0.0.11]\n  unknown_flow: {unknown_flow}\ndefaults:\n  rebalance: {{min_interval_ms: 0, max_step_percent: 100, min_bucket_age_ms: 0}}\nservices:\n  - name: web\n    vip: 10.0.0.100\n    port: 80\n    protocol: tcp\n    table_size: 256\n    backends:\n"
     );
     if backends.is_empty() {
         y = y.replace("    backends:\n", "    backends: []\n");

@@ -1,0 +1,141 @@
+//! The namespace every worker runs in: the fuzz configuration, the data
+//! planes loaded from it, and the sockets the TC program looks up.
+
+use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream, UdpSocket};
+
+use super::*;
+
+/// Services: web (TCP VIP:80, six backends reaching every XDP verdict: this
+/// node, two neighbours, one without neighbour entry, one behind nt2, one
+/// without route), dns (UDP VIP:53), empty (no backend), alt-dns, wild.
+/// `drained`: the reload that gives buckets a second hop.
+pub fn fuzz_config(unknown_flow: &str, drained: bool) -> String {
+    let (s13, s12) = if drained {
+        ("drained", "drained")
+    } else {
+        ("active", "active")
+    };
+    format!(
+        "version: 1
+cluster:
+  hash_seed: {HASH_SEED:#x}
+  balancers: [10.0.0.11]
+  unknown_flow: {unknown_flow}
+defaults:
+  rebalance: {{min_interval_ms: 0, max_step_percent: 100, min_bucket_age_ms: 0}}
+services:
+  - name: web
+    vip: 10.0.0.100
+    port: 80
+    protocol: tcp
+    table_size: 256
+    backends:
+      - {{dip: 10.0.0.11}}
+      - {{dip: 10.0.0.12}}
+      - {{dip: 10.0.0.13, state: {s13}}}
+      - {{dip: 10.0.0.14}}
+      - {{dip: 10.1.0.5}}
+      - {{dip: 172.16.0.5}}
+  - name: dns
+    vip: 10.0.0.100
+    port: 53
+    protocol: udp
+    table_size: 64
+    backends: [{{dip: 10.0.0.12}}, {{dip: 10.0.0.14}}]
+  - name: empty
+    vip: 10.0.0.101
+    port: 443
+    protocol: tcp
+    table_size: 16
+    backends: []
+  - name: alt-dns
+    vip: 10.0.0.101
+    port: 53
+    protocol: udp
+    table_size: 16
+    backends: [{{dip: 10.0.0.13}}]
+  - name: wild
+    vip: 10.0.0.102
+    port: 8080
+    protocol: tcp
+    table_size: 64
+    backends: [{{dip: 10.0.0.11}}, {{dip: 10.0.0.12, state: {s12}}}]
+"
+    )
+}
+
+/// Sockets held open for the whole run (the TC program looks them up).
+pub struct Sockets {
+    pub _listener: TcpListener,
+    pub _wild: TcpListener,
+    pub _client: TcpStream,
+    pub _server: TcpStream,
+    pub _udp53: UdpSocket,
+    pub _udpc: UdpSocket,
+}
+
+/// A worker's namespace with the data planes loaded: `a` (unknown_flow:
+/// drop) serves XDP and TC, `b` (unknown_flow: local) serves TC.
+pub struct Env {
+    pub ifindex: u32,
+    pub a: Loaded,
+    pub b: Loaded,
+    pub wa: World,
+    pub wb: World,
+    /// Counters of `a` and `b` after the last run.
+    pub last: [std::cell::RefCell<Vec<u64>>; 2],
+    pub _socks: Sockets,
+}
+
+pub fn setup() -> Env {
+    let net = TestNet::new();
+    ip("link add nt2 type veth peer name nt3");
+    ip("addr add 10.1.0.1/24 dev nt2");
+    ip("link set nt2 up");
+    ip("link set nt3 up");
+    ip("neigh replace 10.1.0.5 lladdr 02:00:00:00:01:05 dev nt2 nud permanent");
+    let nt2_mac = mac_from_ip_link("nt2");
+
+    let mut a = load(&fuzz_config("drop", false), NODE);
+    a.reload(&fuzz_config("drop", true), NODE);
+    let mut b = load(&fuzz_config("local", false), NODE);
+    b.reload(&fuzz_config("local", true), NODE);
+    let wa = World::new(&a, net.mac, nt2_mac, false);
+    let wb = World::new(&b, net.mac, nt2_mac, true);
+    // The reload must have produced buckets with a second hop.
+    assert!(
+        wa.services[&(VIP, 80, IPPROTO_TCP)]
+            .buckets
+            .iter()
+            .any(|b| b.1.is_some()),
+        "no second hops after the reload"
+    );
+
+    let listener = TcpListener::bind(SocketAddrV4::new(VIP, 80)).unwrap();
+    let wild = TcpListener::bind(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 8080)).unwrap();
+    let client = connect_from(NODE, EST_PORT, VIP, 80);
+    let (server, _) = listener.accept().unwrap();
+    let udp53 = UdpSocket::bind(SocketAddrV4::new(VIP, 53)).unwrap();
+    let udpc = UdpSocket::bind(SocketAddrV4::new(VIP, UDP_CONN_PORT)).unwrap();
+    udpc.connect(SocketAddrV4::new(B12, UDP_PEER_PORT)).unwrap();
+    let last = [
+        std::cell::RefCell::new(a.dp.counters().unwrap()),
+        std::cell::RefCell::new(b.dp.counters().unwrap()),
+    ];
+    Env {
+        ifindex: net.ifindex,
+        a,
+        b,
+        wa,
+        wb,
+        last,
+        _socks: Sockets {
+            _listener: listener,
+            _wild: wild,
+            _client: client,
+            _server: server,
+            _udp53: udp53,
+            _udpc: udpc,
+        },
+    }
+}

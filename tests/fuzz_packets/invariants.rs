@@ -1,0 +1,278 @@
+//! Checking one run: the hard invariants (verdicts, counters, nothing
+//! malformed encapsulated, decapsulated or forwarded), then the comparison
+//! with the model; notes on what nilb accepts that no rule forbids.
+
+use std::net::Ipv4Addr;
+
+use super::*;
+
+/// Independent structural check of an encapsulation the balancer produced
+/// (`out` without the mark): returns what is wrong, if anything.
+pub fn check_encapsulation(frame: &[u8], tot: usize, out: &[u8]) -> Option<String> {
+    if out.len() < 14 + 36 + 20 {
+        return Some("shorter than Ethernet + GUE + IPv4".into());
+    }
+    let o = &out[14..];
+    let n = o[28 + 7] as usize;
+    let checks: [(bool, &str); 12] = [
+        (be16(out, 12) == 0x0800, "ethertype"),
+        (o[0] == 0x45 && o[1] == 0, "outer version/IHL/TOS"),
+        (be16(o, 2) as usize == o.len(), "outer total length"),
+        (
+            o[4..10] == [0, 0, 0x40, 0, 64, 17],
+            "outer ID/DF/TTL/protocol",
+        ),
+        (csum(&o[..20]) == 0, "outer checksum"),
+        (addr(o, 12) == NODE, "outer source"),
+        (
+            be16(o, 20) & 0x8000 != 0 && be16(o, 22) == GUE_PORT,
+            "UDP ports",
+        ),
+        (be16(o, 24) as usize == o.len() - 20, "UDP length"),
+        (be16(o, 26) == 0, "UDP checksum"),
+        (n <= 1 && o[28] as usize == 1 + n, "GUE hlen/N"),
+        (o[29..35] == [4, 0, 0, 0, 0, 0], "GUE proto/flags/type/next"),
+        (
+            o.get(36 + 4 * n..) == Some(&frame[14..14 + tot]),
+            "inner packet",
+        ),
+    ];
+    checks
+        .iter()
+        .find(|(ok, _)| !ok)
+        .map(|(_, what)| format!("bad encapsulation: {what}"))
+}
+
+/// Facts about what nilb accepted that no documented rule forbids, worth a
+/// line in the report (counted with a first example, never violations).
+pub fn xdp_notes(frame: &[u8], flow: &Flow) -> Vec<&'static str> {
+    let mut v = Vec::new();
+    let ip = &frame[14..];
+    let ihl = (ip[0] & 15) as usize * 4;
+    let l4 = &ip[ihl..flow.tot];
+    if csum(&ip[..ihl]) != 0 {
+        v.push("note: xdp encapsulates packets whose IPv4 header checksum is wrong (not verified)");
+    }
+    if flow.icmp {
+        let emb_src = addr(l4, 8 + 12);
+        if emb_src != addr(ip, 16) {
+            v.push("note: xdp balances an ICMP frag-needed sent to one VIP about a flow of another VIP");
+        }
+    } else if ip[9] == IPPROTO_TCP {
+        let doff = (l4[12] >> 4) as usize;
+        if doff < 5 {
+            v.push("note: xdp encapsulates TCP with a data offset below 5 (the backend's TC drops it as malformed)");
+        } else if doff * 4 > l4.len() {
+            v.push("note: xdp encapsulates TCP whose data offset points past the segment");
+        }
+    } else if be16(l4, 4) as usize != l4.len() {
+        v.push("note: xdp encapsulates UDP whose length field disagrees with the IP length");
+    }
+    v
+}
+
+pub fn tc_notes(w: &World, frame: &[u8], g: &Gue, verdict: u32) -> Vec<&'static str> {
+    let mut v = Vec::new();
+    if csum(&frame[14..34]) != 0 {
+        v.push(
+            "note: tc decapsulates/forwards GUE whose outer IPv4 checksum is wrong (not verified)",
+        );
+    }
+    let inner = &frame[14 + g.hdr_len..];
+    let iihl = (inner[0] & 15) as usize * 4;
+    let itot = be16(inner, 2) as usize;
+    let l4 = &inner[iihl..itot];
+    if csum(&inner[..iihl]) != 0 && verdict == TC_ACT_OK {
+        v.push("note: tc decapsulates inner packets whose IPv4 checksum is wrong (the stack drops them)");
+    }
+    match inner[9] {
+        IPPROTO_TCP if (l4[12] >> 4) as usize * 4 > l4.len() => {
+            v.push("note: tc accepts inner TCP whose data offset points past the segment")
+        }
+        IPPROTO_UDP if be16(l4, 4) as usize != l4.len() => {
+            v.push("note: tc accepts inner UDP whose length field disagrees with the IP length")
+        }
+        _ => {}
+    }
+    if verdict == TC_ACT_REDIRECT {
+        let hop = g.hops[g.next];
+        if !w.cluster.contains(&hop) {
+            v.push("note: tc second chance forwards to a listed hop outside the cluster addresses");
+        }
+    }
+    v
+}
+
+/// What went wrong with one frame (hard invariants first, then the model).
+pub fn check(
+    prog: Prog,
+    w: &World,
+    frame: &[u8],
+    verdict: u32,
+    out: &[u8],
+    deltas: &[(&'static str, u64)],
+) -> Checked {
+    let mut bad = Vec::new();
+    let mut observations = Vec::new();
+    let (class_text, want) = match prog {
+        Prog::Xdp => {
+            let class = parse_xdp(w, frame);
+            // Hard: verdicts.
+            if !(1..=4).contains(&verdict) {
+                bad.push(format!(
+                    "verdict {verdict} is not DROP/PASS/TX/REDIRECT{}",
+                    if verdict == XDP_ABORTED {
+                        " (XDP_ABORTED)"
+                    } else {
+                        ""
+                    }
+                ));
+            }
+            // Hard: counters.
+            let main: Vec<_> = deltas
+                .iter()
+                .filter(|(n, _)| *n != "xdp_icmp_forwarded")
+                .collect();
+            let icmp_ok = deltas
+                .iter()
+                .all(|(n, v)| *n != "xdp_icmp_forwarded" || *v == 1);
+            if main.len() != 1 || main[0].1 != 1 || !main[0].0.starts_with("xdp_") || !icmp_ok {
+                bad.push(format!("counters do not add up to one verdict: {deltas:?}"));
+            }
+            // Hard: nothing malformed is encapsulated.
+            let encap = match verdict {
+                XDP_TX | XDP_REDIRECT => Some(out),
+                XDP_PASS if out != frame => {
+                    if out.len() >= 4 && out[..4] == MARK.to_ne_bytes() {
+                        Some(&out[4..])
+                    } else {
+                        bad.push("XDP_PASS changed the frame without nilb's mark".into());
+                        None
+                    }
+                }
+                _ => None,
+            };
+            if let Some(e) = encap {
+                match &class {
+                    XdpClass::Balance(flow) => {
+                        if let Some(why) = check_encapsulation(frame, flow.tot, e) {
+                            bad.push(why);
+                        }
+                        observations.extend(xdp_notes(frame, flow));
+                    }
+                    other => bad.push(format!(
+                        "encapsulated a frame the reference rejects: {other:?}"
+                    )),
+                }
+            }
+            (
+                (format!("{class:?}"), class.label()),
+                expect_xdp(w, frame, &class),
+            )
+        }
+        Prog::Tc => {
+            let class = parse_tc(w, frame);
+            if ![TC_ACT_OK, TC_ACT_SHOT, TC_ACT_REDIRECT].contains(&verdict) {
+                bad.push(format!("verdict {verdict} is not OK/SHOT/REDIRECT"));
+            }
+            if deltas.len() != 1 || deltas[0].1 != 1 || !deltas[0].0.starts_with("tc_") {
+                bad.push(format!("counters do not add up to one verdict: {deltas:?}"));
+            }
+            match (verdict, &class) {
+                (TC_ACT_OK, TcClass::NotForUs(_)) if out == frame => {}
+                (TC_ACT_OK, c) if out == frame => {
+                    bad.push(format!("passed untouched GUE for this node: {c:?}"))
+                }
+                (TC_ACT_OK, TcClass::Valid(g)) => {
+                    if out != decapsulated(frame, g.hdr_len) {
+                        bad.push("TC_ACT_OK with an output that is not the decapsulation".into());
+                    }
+                    observations.extend(tc_notes(w, frame, g, verdict));
+                }
+                (TC_ACT_OK, c) => bad.push(format!("decapsulated an invalid frame: {c:?}")),
+                (TC_ACT_REDIRECT, TcClass::Valid(g)) => {
+                    let hop = g.hops.get(g.next).copied();
+                    if hop.is_none() || hop == Some(NODE) || hop == Some(Ipv4Addr::UNSPECIFIED) {
+                        bad.push(format!("forwarded without a usable next hop: {g:?}"));
+                    } else {
+                        observations.extend(tc_notes(w, frame, g, verdict));
+                    }
+                }
+                (TC_ACT_REDIRECT, c) => bad.push(format!("forwarded an invalid frame: {c:?}")),
+                _ => {}
+            }
+            (
+                (format!("{class:?}"), class.label()),
+                expect_tc(w, frame, &class),
+            )
+        }
+    };
+
+    // The model: verdict, counters, output; or a tolerated deviation.
+    let mut got_counters: Vec<&str> = deltas
+        .iter()
+        .flat_map(|(n, v)| std::iter::repeat_n(*n, *v as usize))
+        .collect();
+    got_counters.sort();
+    let matches = |want: &Outcome| {
+        let mut want_counters = want.counters.clone();
+        want_counters.sort();
+        let out_ok = match &want.out {
+            Out::Any => true,
+            Out::Unchanged => out == frame,
+            Out::Exact(v) => out == &v[..],
+            Out::Rewritten(v, csum_valid) => {
+                out.len() == v.len()
+                    && out[..24] == v[..24]
+                    && out[26..] == v[26..]
+                    && (!csum_valid || csum(&out[14..34]) == 0)
+            }
+        };
+        (
+            verdict == want.verdict && got_counters == want_counters && out_ok,
+            want_counters,
+            out_ok,
+        )
+    };
+    let (ok, want_counters, out_ok) = matches(&want);
+    if !ok {
+        match tolerated(prog, frame, &class_text.1) {
+            Some((alt, name)) if matches(&alt).0 => observations.push(name),
+            _ => {
+                let want_out = match &want.out {
+                    Out::Any => "(any)".to_string(),
+                    Out::Unchanged => "(unchanged)".to_string(),
+                    Out::Exact(v) | Out::Rewritten(v, _) => short_hex(v),
+                };
+                bad.push(format!(
+                    "model: expected verdict {} counters {:?} output {}; got verdict {verdict} counters {:?} output {}",
+                    want.verdict,
+                    want_counters,
+                    want_out,
+                    got_counters,
+                    if out_ok { "(as expected)".to_string() } else { short_hex(out) }
+                ));
+            }
+        }
+    }
+    Checked {
+        bad,
+        want,
+        class: class_text.0,
+        label: class_text.1,
+        observations,
+    }
+}
+
+/// The verdict of the reference on one run.
+pub struct Checked {
+    /// Violations.
+    pub bad: Vec<String>,
+    /// The outcome the reference expects.
+    pub want: Outcome,
+    /// The reference class (Debug) and its short label.
+    pub class: String,
+    pub label: String,
+    /// Tolerated deviations and notes.
+    pub observations: Vec<&'static str>,
+}

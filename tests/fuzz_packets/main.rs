@@ -1,0 +1,650 @@
+//! Hostile-input fuzzing of both BPF programs through BPF_PROG_TEST_RUN.
+//!
+//! Every frame (fully random, structured random, mutations of valid seeds,
+//! and systematic sweeps: truncation at every offset, every IHL, version,
+//! protocol and GUE byte value, hop lists of 0-31 entries...) is run through
+//! the real XDP balancer or TC program, and the result is checked against a
+//! reference parser written here from the documented rules (README "GUE wire
+//! format", the comments of `bpf/nilb.bpf.c` are not consulted by it):
+//!
+//! - hard invariants: the verdict is one the program may return; nothing the
+//!   reference parser calls malformed is encapsulated (XDP), decapsulated or
+//!   forwarded (TC); TC passes a frame untouched only when it is not GUE for
+//!   this node; every run moves exactly one verdict counter by one (XDP may
+//!   also move `xdp_icmp_forwarded`);
+//! - the model: the exact verdict, counters and output bytes the reference
+//!   predicts (encapsulation byte for byte, decapsulation, second-chance
+//!   rewrite), and at the end of each worker the per-service and per-backend
+//!   statistics summed over the run.
+//!
+//! Environment:
+//!   NILB_FUZZ_PACKETS  packets per program (default 20000; sweeps included)
+//!   NILB_FUZZ_THREADS  workers per program, each in its own netns (default 1)
+//!   NILB_FUZZ_SEED     base seed (default fixed, so plain `cargo test` is
+//!                      deterministic); printed with every failure
+//!   NILB_FUZZ_FRAME    hex of one Ethernet frame: run only it (with
+//!   NILB_FUZZ_PROGRAM  xdp | tc) and print what happened and what the model says
+//!
+//! Needs root (BPF, network namespaces); skipped (one line on stderr) without
+//! it. `scripts/fuzz.sh` drives the long run.
+//!
+//! Files: `main.rs` runs the workers, tallies and reports (and holds the
+//! tests, the constants and the byte helpers every file uses); `env.rs`
+//! builds a worker's namespace and data planes; `seeds.rs` (valid seeds and
+//! systematic sweeps) and `generate.rs` (random frames and mutations) make
+//! the packets; `model.rs` is the reference parser with the outcome it
+//! expects; `invariants.rs` checks one run against both.
+
+#[path = "../common/mod.rs"]
+mod common;
+mod env;
+mod generate;
+mod invariants;
+mod model;
+mod seeds;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::Ipv4Addr;
+use std::time::Instant;
+
+use common::*;
+use env::*;
+use generate::*;
+use invariants::*;
+use model::*;
+use nilb::dataplane::abi::COUNTER_NAMES;
+use seeds::*;
+
+/// MTU of nt0 and nt2.
+pub const MTU: usize = 1500;
+
+pub const VIP2: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 101);
+pub const VIP3: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 102);
+/// Backend on nt0's subnet without a neighbour entry: XDP slow path.
+pub const B14: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 14);
+/// Backend behind a second interface (nt2): XDP_REDIRECT.
+pub const R5: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 5);
+/// Backend without a route.
+pub const FAR: Ipv4Addr = Ipv4Addr::new(172, 16, 0, 5);
+/// Not in the cluster.
+pub const OUTSIDER: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 99);
+/// Not a VIP.
+pub const OTHER: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 50);
+pub const ROUTER: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 1);
+pub const MAC_R5: [u8; 6] = [0x02, 0, 0, 0, 0x01, 0x05];
+/// Sockets in every worker's namespace: an established TCP connection
+/// NODE:EST_PORT -> VIP:80 (listener on VIP:80), a wildcard listener on 8080,
+/// an unconnected UDP socket on VIP:53 and a UDP socket VIP:5353 connected to
+/// B12:4444.
+pub const EST_PORT: u16 = 45678;
+pub const UDP_CONN_PORT: u16 = 5353;
+pub const UDP_PEER_PORT: u16 = 4444;
+
+const DEFAULT_SEED: u64 = 0x6e69_6c62_0f22;
+const DEFAULT_PACKETS: u64 = 20_000;
+/// Violations printed in full (all are counted).
+const SHOWN: usize = 10;
+
+pub const IPPROTO_ICMP: u8 = 1;
+pub const IPPROTO_TCP: u8 = 6;
+pub const IPPROTO_UDP: u8 = 17;
+
+// ---- byte helpers ---------------------------------------------------------------------
+
+pub fn be16(b: &[u8], o: usize) -> u16 {
+    u16::from_be_bytes([b[o], b[o + 1]])
+}
+
+pub fn addr(b: &[u8], o: usize) -> Ipv4Addr {
+    Ipv4Addr::new(b[o], b[o + 1], b[o + 2], b[o + 3])
+}
+
+pub fn short_hex(b: &[u8]) -> String {
+    if b.len() <= 256 {
+        hex(b)
+    } else {
+        format!("{}\n... ({} bytes)", hex(&b[..256]), b.len())
+    }
+}
+
+fn one_line_hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn from_hex(s: &str) -> Vec<u8> {
+    let s: String = s.chars().filter(|c| c.is_ascii_hexdigit()).collect();
+    (0..s.len() / 2)
+        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap())
+        .collect()
+}
+
+#[derive(Clone, Copy, PartialEq, Debug)]
+pub enum Prog {
+    Xdp,
+    Tc,
+}
+
+// ---- tallies ------------------------------------------------------------------------------------
+
+#[derive(Default)]
+struct Tally {
+    packets: u64,
+    verdicts: BTreeMap<u32, u64>,
+    counters: BTreeMap<&'static str, u64>,
+    /// Reference classes seen (coverage).
+    classes: BTreeMap<String, u64>,
+    /// Tolerated deviations: count and the first frame (hex).
+    observations: BTreeMap<&'static str, (u64, String)>,
+    violations: u64,
+    /// TC frames the kernel's test run refuses (see `kernel_refuses_tc`).
+    refused: u64,
+    shown: Vec<String>,
+    /// Expected statistics: backend slot -> (packets, bytes, syns); service
+    /// index -> [xdp_drops, tc_decap, tc_forward, tc_drops], per data plane.
+    backend: HashMap<u32, (u64, u64, u64)>,
+    service: [HashMap<u32, [u64; 4]>; 2],
+}
+
+impl Tally {
+    fn merge(&mut self, o: Tally) {
+        self.packets += o.packets;
+        for (k, v) in o.verdicts {
+            *self.verdicts.entry(k).or_default() += v;
+        }
+        for (k, v) in o.counters {
+            *self.counters.entry(k).or_default() += v;
+        }
+        for (k, v) in o.classes {
+            *self.classes.entry(k).or_default() += v;
+        }
+        for (k, (n, example)) in o.observations {
+            self.observations.entry(k).or_insert((0, example)).0 += n;
+        }
+        self.violations += o.violations;
+        self.refused += o.refused;
+        for s in o.shown {
+            if self.shown.len() < SHOWN {
+                self.shown.push(s);
+            }
+        }
+    }
+
+    fn violation(&mut self, text: String) {
+        self.violations += 1;
+        if self.shown.len() < SHOWN {
+            self.shown.push(text);
+        }
+    }
+}
+
+fn verdict_name(prog: Prog, v: u32) -> String {
+    match (prog, v) {
+        (Prog::Xdp, 0) => "ABORTED".into(),
+        (Prog::Xdp, 1) => "DROP".into(),
+        (Prog::Xdp, 2) => "PASS".into(),
+        (Prog::Xdp, 3) => "TX".into(),
+        (Prog::Xdp, 4) => "REDIRECT".into(),
+        (Prog::Tc, 0) => "OK".into(),
+        (Prog::Tc, 2) => "SHOT".into(),
+        (Prog::Tc, 7) => "REDIRECT".into(),
+        (_, v) => format!("verdict {v}"),
+    }
+}
+
+struct Ctx {
+    prog: Prog,
+    seed: u64,
+    worker: usize,
+}
+
+/// Run one frame, check it, record it.
+fn run_one(env: &Env, ctx: &Ctx, t: &mut Tally, index: u64, origin: &str, frame: &[u8]) {
+    // TC alternates between the data plane with unknown_flow drop and local.
+    let use_b = ctx.prog == Prog::Tc && index % 2 == 1;
+    let (l, w, which) = if use_b {
+        (&env.b, &env.wb, 1)
+    } else {
+        (&env.a, &env.wa, 0)
+    };
+    // `Loaded::counted` reads every counter before and after the run; here
+    // the snapshot after one run is the one before the next (the data plane
+    // is this worker's alone), which halves the map reads of a run.
+    let r = match ctx.prog {
+        Prog::Xdp => l.dp.run_xdp(frame, env.ifindex),
+        Prog::Tc => l.dp.run_tc(frame, env.ifindex),
+    };
+    let deltas = {
+        let mut last = env.last[which].borrow_mut();
+        let now = l.dp.counters().expect("reading counters");
+        let d: Vec<(&'static str, u64)> = COUNTER_NAMES
+            .iter()
+            .zip(last.iter().zip(&now))
+            .filter(|(_, (b, a))| a != b)
+            .map(|(n, (b, a))| (*n, a.wrapping_sub(*b)))
+            .collect();
+        *last = now;
+        d
+    };
+    let (verdict, out) = match r {
+        Ok(x) => x,
+        // BPF_PROG_TEST_RUN of an skb refuses IPv4 frames too short for an
+        // IPv4 header and IPv6 frames too short for an IPv6 header (EINVAL):
+        // the kernel cannot run them, the verifier-checked bounds cover them.
+        Err(_) if ctx.prog == Prog::Tc && kernel_refuses_tc(frame) => {
+            t.refused += 1;
+            return;
+        }
+        Err(e) => {
+            t.packets += 1;
+            t.violation(format!(
+                "{:?} seed {:#x} worker {} packet {index} ({origin}): test run failed: {e:#}\nframe ({} bytes):\n{}",
+                ctx.prog, ctx.seed, ctx.worker, frame.len(), short_hex(frame)
+            ));
+            return;
+        }
+    };
+    t.packets += 1;
+    *t.verdicts.entry(verdict).or_default() += 1;
+    for (n, v) in &deltas {
+        *t.counters.entry(n).or_default() += v;
+    }
+    let Checked {
+        bad,
+        want,
+        class,
+        label,
+        observations,
+    } = check(ctx.prog, w, frame, verdict, &out, &deltas);
+    *t.classes.entry(label).or_default() += 1;
+    for name in observations {
+        let e = t
+            .observations
+            .entry(name)
+            .or_insert_with(|| (0, one_line_hex(frame)));
+        e.0 += 1;
+    }
+    match want.stat {
+        Stat::None => {}
+        Stat::XdpBackend { slot, bytes, syn } => {
+            let e = t.backend.entry(slot).or_default();
+            e.0 += 1;
+            e.1 += bytes;
+            e.2 += syn as u64;
+        }
+        Stat::XdpServiceDrop(i) => t.service[which].entry(i).or_default()[0] += 1,
+        Stat::TcDecap(Some(i)) => t.service[which].entry(i).or_default()[1] += 1,
+        Stat::TcForward(Some(i)) => t.service[which].entry(i).or_default()[2] += 1,
+        Stat::TcDrop(Some(i)) => t.service[which].entry(i).or_default()[3] += 1,
+        Stat::TcDecap(None) | Stat::TcForward(None) | Stat::TcDrop(None) => {}
+    }
+    if !bad.is_empty() {
+        t.violation(format!(
+            "{:?} seed {:#x} worker {} packet {index} ({origin}{}): {}\n  reference: {class}\n  frame ({} bytes): {}\n{}\n  verdict {} counters {:?}\n  output ({} bytes):\n{}",
+            ctx.prog,
+            ctx.seed,
+            ctx.worker,
+            if use_b { ", unknown_flow: local" } else { "" },
+            bad.join("\n    "),
+            frame.len(),
+            one_line_hex(frame),
+            short_hex(frame),
+            verdict_name(ctx.prog, verdict),
+            deltas,
+            out.len(),
+            short_hex(&out),
+        ));
+    }
+}
+
+/// Frames `BPF_PROG_TEST_RUN` of a TC program rejects with EINVAL.
+fn kernel_refuses_tc(f: &[u8]) -> bool {
+    match be16(f, 12) {
+        0x0800 => f.len() < 14 + 20,
+        0x86dd => f.len() < 14 + 40,
+        _ => false,
+    }
+}
+
+/// Compare the statistics maps with what the model expected over the run.
+fn check_stats(env: &Env, ctx: &Ctx, t: &mut Tally) {
+    let mut problems = Vec::new();
+    if ctx.prog == Prog::Xdp {
+        let slots: HashSet<u32> = env
+            .wa
+            .services
+            .values()
+            .flat_map(|s| s.slots.values().copied())
+            .collect();
+        for slot in slots {
+            let got = env.a.dp.backend_stats(slot).unwrap();
+            let want = t.backend.get(&slot).copied().unwrap_or_default();
+            if (got.packets, got.bytes, got.syns) != want {
+                problems.push(format!(
+                    "backend slot {slot}: got (packets, bytes, syns) {:?}, expected {want:?}",
+                    (got.packets, got.bytes, got.syns)
+                ));
+            }
+        }
+    }
+    for (which, (l, w)) in [(&env.a, &env.wa), (&env.b, &env.wb)]
+        .into_iter()
+        .enumerate()
+    {
+        if ctx.prog == Prog::Xdp && which == 1 {
+            continue;
+        }
+        for (key, svc) in &w.services {
+            let got = l.dp.service_stats(svc.index).unwrap();
+            let got = [got.xdp_drops, got.tc_decap, got.tc_forward, got.tc_drops];
+            let want = t.service[which]
+                .get(&svc.index)
+                .copied()
+                .unwrap_or_default();
+            if got != want {
+                problems.push(format!(
+                    "service {key:?} (plane {which}): got [xdp_drops, tc_decap, tc_forward, tc_drops] {got:?}, expected {want:?}"
+                ));
+            }
+        }
+    }
+    for p in problems {
+        t.violation(format!(
+            "{:?} seed {:#x} worker {}: statistics: {p}",
+            ctx.prog, ctx.seed, ctx.worker
+        ));
+    }
+}
+
+// ---- driver -----------------------------------------------------------------------------------------
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    match std::env::var(name) {
+        Ok(v) => {
+            let v = v.trim().replace('_', "");
+            if let Some(h) = v.strip_prefix("0x") {
+                u64::from_str_radix(h, 16).unwrap_or_else(|_| panic!("{name}={v}"))
+            } else {
+                v.parse().unwrap_or_else(|_| panic!("{name}={v}"))
+            }
+        }
+        Err(_) => default,
+    }
+}
+
+fn worker(prog: Prog, seed: u64, w: usize, share: u64) -> Tally {
+    let env = setup();
+    let ctx = Ctx {
+        prog,
+        seed,
+        worker: w,
+    };
+    let mut t = Tally::default();
+    let mac = env.wa.nt0_mac;
+    let seeds = match prog {
+        Prog::Xdp => xdp_seeds(mac),
+        Prog::Tc => tc_seeds(mac),
+    };
+    let mut index = 0u64;
+    if w == 0 {
+        // Seeds as they are, then the sweeps.
+        let sweeps = match prog {
+            Prog::Xdp => xdp_sweeps(&seeds),
+            Prog::Tc => tc_sweeps(mac, &seeds),
+        };
+        for (name, f) in seeds.iter().chain(sweeps.iter()) {
+            run_one(&env, &ctx, &mut t, index, name, f);
+            index += 1;
+        }
+    }
+    let salt = match prog {
+        Prog::Xdp => 0x1111_0000,
+        Prog::Tc => 0x2222_0000,
+    };
+    let mut g = Gen::new(seed ^ salt ^ (w as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    while index < share {
+        let (origin, f) = match prog {
+            Prog::Xdp => g.xdp_frame(&seeds),
+            Prog::Tc => g.tc_frame(&seeds),
+        };
+        run_one(&env, &ctx, &mut t, index, &origin, &f);
+        index += 1;
+    }
+    check_stats(&env, &ctx, &mut t);
+    t
+}
+
+fn fuzz(prog: Prog) {
+    for n in [
+        "xdp_pass_non_ip",
+        "xdp_pass_not_service",
+        "xdp_encap_tx",
+        "xdp_encap_redirect",
+        "xdp_encap_local",
+        "xdp_encap_slow_path",
+        "xdp_icmp_forwarded",
+        "xdp_drop_fragment",
+        "xdp_drop_no_backend",
+        "xdp_drop_malformed",
+        "xdp_drop_no_route",
+        "xdp_drop_too_big",
+        "tc_pass_other",
+        "tc_decap_syn",
+        "tc_decap_established",
+        "tc_decap_udp",
+        "tc_decap_icmp",
+        "tc_decap_loop_guard",
+        "tc_decap_unknown_local",
+        "tc_forward",
+        "tc_drop_unknown_flow",
+        "tc_drop_not_cluster",
+        "tc_drop_self_unmarked",
+        "tc_drop_malformed",
+        "tc_drop_inner_not_vip",
+        "tc_drop_unsupported",
+    ] {
+        assert!(COUNTER_NAMES.contains(&n), "counter {n} unknown to nilb");
+    }
+    assert_eq!(MARK, nilb::dataplane::abi::sys::nilb_wire::NILB_XDP_MARK);
+    let name = match prog {
+        Prog::Xdp => "xdp",
+        Prog::Tc => "tc",
+    };
+
+    if let Ok(hexframe) = std::env::var("NILB_FUZZ_FRAME") {
+        let want = std::env::var("NILB_FUZZ_PROGRAM").unwrap_or_default();
+        if want == name {
+            replay(prog, &from_hex(&hexframe));
+        }
+        return;
+    }
+
+    let packets = env_u64("NILB_FUZZ_PACKETS", DEFAULT_PACKETS);
+    let threads = env_u64("NILB_FUZZ_THREADS", 1).max(1) as usize;
+    let seed = env_u64("NILB_FUZZ_SEED", DEFAULT_SEED);
+    let start = Instant::now();
+    let per = packets / threads as u64;
+    let handles: Vec<_> = (0..threads)
+        .map(|w| {
+            let share = if w == 0 {
+                packets - per * (threads as u64 - 1)
+            } else {
+                per
+            };
+            std::thread::spawn(move || worker(prog, seed, w, share))
+        })
+        .collect();
+    let mut total = Tally::default();
+    for h in handles {
+        total.merge(h.join().expect("fuzz worker panicked"));
+    }
+    let secs = start.elapsed().as_secs_f64();
+
+    let verdicts: Vec<String> = total
+        .verdicts
+        .iter()
+        .map(|(v, n)| format!("{} {n}", verdict_name(prog, *v)))
+        .collect();
+    let counters: Vec<String> = total
+        .counters
+        .iter()
+        .map(|(c, n)| format!("{c} {n}"))
+        .collect();
+    println!(
+        "\nfuzz {name}: {} packets, seed {seed:#x}, {threads} worker(s), {secs:.1} s ({:.1} us/packet/worker){}",
+        total.packets,
+        secs * 1e6 * threads as f64 / total.packets.max(1) as f64,
+        if total.refused > 0 {
+            format!(
+                "; {} more refused by the kernel's test run (IPv4/IPv6 frames shorter than the IP header)",
+                total.refused
+            )
+        } else {
+            String::new()
+        }
+    );
+    println!("fuzz {name}: verdicts: {}", verdicts.join(", "));
+    println!("fuzz {name}: counters: {}", counters.join(", "));
+    let classes: Vec<String> = total
+        .classes
+        .iter()
+        .map(|(c, n)| format!("{c}: {n}"))
+        .collect();
+    println!("fuzz {name}: reference classes: {}", classes.join("; "));
+    for (what, (n, example)) in &total.observations {
+        println!("fuzz {name}: {what} ({n}x); first frame: {example}");
+    }
+    println!("fuzz {name}: violations: {}", total.violations);
+    for s in &total.shown {
+        println!("fuzz {name}: VIOLATION {s}\n");
+    }
+    assert_eq!(
+        total.violations, 0,
+        "{} violation(s) in {name} fuzzing (seed {seed:#x}); first ones printed above",
+        total.violations
+    );
+}
+
+/// NILB_FUZZ_FRAME: run one frame, print everything.
+fn replay(prog: Prog, frame: &[u8]) {
+    let env = setup();
+    let (r, deltas) = env.a.counted(|| match prog {
+        Prog::Xdp => env.a.dp.run_xdp(frame, env.ifindex),
+        Prog::Tc => env.a.dp.run_tc(frame, env.ifindex),
+    });
+    let (verdict, out) = r.expect("test run");
+    let Checked {
+        bad,
+        want,
+        class,
+        observations,
+        ..
+    } = check(prog, &env.wa, frame, verdict, &out, &deltas);
+    println!(
+        "replay {prog:?}: {} bytes\n{}\nreference: {class}\nexpected: verdict {} counters {:?}\ngot: verdict {} counters {deltas:?}\noutput:\n{}\ntolerated deviations and notes: {observations:#?}\nproblems: {bad:#?}",
+        frame.len(),
+        hex(frame),
+        verdict_name(prog, want.verdict),
+        want.counters,
+        verdict_name(prog, verdict),
+        hex(&out)
+    );
+}
+
+#[test]
+fn fuzz_xdp_balancer() {
+    require_root!("BPF, network namespaces");
+    fuzz(Prog::Xdp);
+}
+
+#[test]
+fn fuzz_tc_second_chance() {
+    require_root!("BPF, network namespaces");
+    fuzz(Prog::Tc);
+}
+
+/// The checker itself: tampered results of real runs must be flagged.
+#[test]
+fn checker_flags_tampered_results() {
+    require_root!("BPF, network namespaces");
+    let env = setup();
+    let mac = env.wa.nt0_mac;
+    let w = &env.wa;
+    // A SYN that is sent out (XDP_TX).
+    let (syn, v, out, d) = (40000..41000u16)
+        .find_map(|sport| {
+            let syn = client_frame(
+                mac,
+                &l3(CLIENT, VIP, IPPROTO_TCP, &tcp(sport, 80, SYN, b"")),
+            );
+            let (r, d) = env
+                .a
+                .counted(|| env.a.dp.run_xdp(&syn, env.ifindex).unwrap());
+            (r.0 == XDP_TX).then_some((syn, r.0, r.1, d))
+        })
+        .expect("a flow to a neighbour");
+    assert!(check(Prog::Xdp, w, &syn, v, &out, &d).bad.is_empty());
+    // Wrong verdict, a flipped output byte, an extra counter, no counter.
+    assert!(!check(Prog::Xdp, w, &syn, XDP_ABORTED, &out, &d)
+        .bad
+        .is_empty());
+    let mut flipped = out.clone();
+    let last = flipped.len() - 1;
+    flipped[last] ^= 1;
+    assert!(!check(Prog::Xdp, w, &syn, v, &flipped, &d).bad.is_empty());
+    let mut two = d.clone();
+    two.push(("xdp_drop_malformed", 1));
+    assert!(!check(Prog::Xdp, w, &syn, v, &out, &two).bad.is_empty());
+    assert!(!check(Prog::Xdp, w, &syn, v, &out, &[]).bad.is_empty());
+    // An encapsulation of a fragment is flagged as a hard violation.
+    let mut frag = syn.clone();
+    put16(&mut frag, 20, 0x2000);
+    fix_ip_csum(&mut frag, 14);
+    let bad = check(Prog::Xdp, w, &frag, v, &out, &d).bad;
+    assert!(
+        bad.iter().any(|b| b.contains("reference rejects")),
+        "{bad:?}"
+    );
+
+    // TC: a decapsulation claimed for GUE with flags set is flagged.
+    let data = l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40001, 80, ACK, b"x"));
+    let good = gue_frame(mac, MAC12, B12, NODE, 0, &[B13], &data);
+    let (r, d) = env
+        .a
+        .counted(|| env.a.dp.run_tc(&good, env.ifindex).unwrap());
+    assert_eq!(r.0, TC_ACT_REDIRECT);
+    assert!(check(Prog::Tc, w, &good, r.0, &r.1, &d).bad.is_empty());
+    let mut flags = good.clone();
+    flags[44] = 0x80;
+    let bad = check(
+        Prog::Tc,
+        w,
+        &flags,
+        TC_ACT_OK,
+        &decapsulated(&flags, 40),
+        &[("tc_decap_syn", 1)],
+    )
+    .bad;
+    assert!(
+        bad.iter()
+            .any(|b| b.contains("decapsulated an invalid frame")),
+        "{bad:?}"
+    );
+    // Passing GUE for this node untouched is flagged.
+    let bad = check(
+        Prog::Tc,
+        w,
+        &good,
+        TC_ACT_OK,
+        &good,
+        &[("tc_pass_other", 1)],
+    )
+    .bad;
+    assert!(
+        bad.iter().any(|b| b.contains("passed untouched")),
+        "{bad:?}"
+    );
+    // A forward with a wrong rewritten destination is flagged by the model.
+    let mut fwd = r.1.clone();
+    fwd[33] ^= 1;
+    assert!(!check(Prog::Tc, w, &good, r.0, &fwd, &d).bad.is_empty());
+}
