@@ -7,6 +7,7 @@
 //! - [`control`]: running config, tables and their application;
 //! - [`dataplane`]: loading, attaching and filling the BPF programs;
 //! - [`packet`]: frame building and parsing for replay and tests;
+//! - [`quic_lb`]: QUIC-LB connection IDs for servers and the balancer (pure);
 //! - [`daemon`], [`tools`]: `nilb run` and the operator commands.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
@@ -19,6 +20,7 @@ pub mod hash;
 pub mod health;
 pub mod metrics;
 pub mod packet;
+pub mod quic_lb;
 pub mod replay;
 pub mod status;
 pub mod table;
