@@ -14,6 +14,7 @@
 //! - [`config`]: YAML schema and validation (pure);
 //! - [`table`]: Beamer-style bucket tables (pure); [`hash`]: the flow hash
 //!   shared with BPF (pure); [`packet`]: one-line frame descriptions for replay;
+//!   [`quic_lb`]: QUIC-LB connection IDs for servers and the balancer (pure);
 //! - leaves: [`types`] (service keys, load samples), [`limits`] (the data
 //!   plane's compiled-in capacities), [`abi_sys`] (the generated mirror of
 //!   `bpf/nilb.h`).
@@ -30,6 +31,7 @@ pub mod health;
 pub mod limits;
 pub mod metrics;
 pub mod packet;
+pub mod quic_lb;
 pub mod replay;
 pub mod status;
 pub mod table;
