@@ -146,6 +146,7 @@ fn main() {
                     port: PORT,
                     codes: vec![200],
                     host: None,
+                    tls: Default::default(),
                 },
             };
             let check = HealthCheck {

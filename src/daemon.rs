@@ -32,6 +32,7 @@ use crate::config::{Config, ServiceKey};
 use crate::control::{ControlPlane, Plan};
 use crate::dataplane::{Dataplane, XdpMode};
 use crate::health::checker::{CheckResult, Checkers};
+use crate::health::encap::{EncapCheckers, EncapResult};
 use crate::health::load::{LoadResult, Scrapers};
 use crate::limits;
 use crate::metrics::{self, HostCpu};
@@ -214,6 +215,15 @@ struct Daemon<'a, 'obj> {
     cp: ControlPlane,
     checkers: Option<Checkers>,
     scrapers: Option<Scrapers>,
+    /// Encapsulated checks (None: no service has them, not a balancer, or
+    /// the packet socket could not be opened).
+    encap: Option<EncapCheckers>,
+    encap_results: mpsc::Sender<EncapResult>,
+    /// Why the encapsulated checks cannot run, once logged.
+    encap_unavailable: Option<String>,
+    /// Keeps the hops' neighbour entries fresh (once a second).
+    neighbours: crate::neighbours::Refresher,
+    last_neighbours: Instant,
     check_runtime: &'a tokio::runtime::Runtime,
     results: mpsc::Sender<CheckResult>,
     loads: mpsc::Sender<LoadResult>,
@@ -238,28 +248,15 @@ fn preflight() -> Result<()> {
     Ok(())
 }
 
-/// Turn kernel errors at load/attach time into the one-line explanation an
-/// operator needs.
-fn explain(e: anyhow::Error, interface: &str, mode: XdpMode) -> anyhow::Error {
-    let errno = e.chain().find_map(|c| {
-        c.downcast_ref::<std::io::Error>()
-            .and_then(|io| io.raw_os_error())
-            .or_else(|| {
-                c.downcast_ref::<libbpf_rs::Error>()
-                    .map(|l| l.kind() as i32)
-            })
-    });
+/// Turn a permission error at load/attach time into the one-line
+/// explanation an operator needs (XDP attach failures carry their own hint,
+/// see [`crate::dataplane::hints`]).
+fn explain(e: anyhow::Error) -> anyhow::Error {
     let text = format!("{e:#}");
-    let hint = if text.contains("Operation not supported") && mode == XdpMode::Native {
-        Some(format!("the driver of {interface} has no native XDP: run with --xdp-mode generic (slower), or use a NIC driver with XDP support"))
-    } else if text.contains("Operation not permitted") || errno == Some(1) {
-        Some("permission denied: run as root, or with CAP_BPF, CAP_PERFMON, CAP_NET_ADMIN and CAP_SYS_ADMIN".to_string())
+    if text.contains("Operation not permitted") {
+        e.context("permission denied: run as root, or with CAP_BPF, CAP_PERFMON, CAP_NET_ADMIN and CAP_SYS_ADMIN")
     } else {
-        None
-    };
-    match hint {
-        Some(h) => e.context(h),
-        None => e,
+        e
     }
 }
 
@@ -297,7 +294,7 @@ pub fn run(opts: &RunOptions) -> Result<()> {
         .context("starting the health-check runtime")?;
     let result = control
         .block_on(serve(opts, config, ifindex, node, &checks))
-        .map_err(|e| explain(e, &opts.interface, opts.xdp_mode));
+        .map_err(explain);
     // Remove the lock file while still holding the lock (a daemon that
     // starts now opens a fresh file).
     let _ = std::fs::remove_file(lock_path(&opts.interface));
@@ -350,6 +347,7 @@ async fn serve(
     }
     let (tx, mut rx) = mpsc::channel::<CheckResult>(4096);
     let (load_tx, mut load_rx) = mpsc::channel::<LoadResult>(4096);
+    let (encap_tx, mut encap_rx) = mpsc::channel::<EncapResult>(4096);
     let shared = metrics::Shared::default();
     if let Some(addr) = opts.metrics_address {
         metrics::serve(checks, addr, shared.clone())?;
@@ -362,6 +360,11 @@ async fn serve(
         cp,
         checkers: None,
         scrapers: None,
+        encap: None,
+        encap_results: encap_tx,
+        encap_unavailable: None,
+        neighbours: crate::neighbours::Refresher::new(ifindex as u32),
+        last_neighbours: Instant::now(),
         check_runtime: checks,
         results: tx,
         loads: load_tx,
@@ -402,6 +405,12 @@ async fn serve(
                     d.on_result(r);
                 }
             }
+            Some(first) = encap_rx.recv() => {
+                d.on_encap_result(first);
+                while let Ok(r) = encap_rx.try_recv() {
+                    d.on_encap_result(r);
+                }
+            }
             Some(first) = load_rx.recv() => {
                 d.on_load(first);
                 while let Ok(r) = load_rx.try_recv() {
@@ -414,18 +423,22 @@ async fn serve(
 
     d.checkers = None;
     d.scrapers = None;
+    d.encap = None;
     if opts.keep_dataplane {
         info!(
             pin_dir = %opts.pin_dir.display(),
             "stopping, data plane kept: programs stay attached and maps pinned for the next nilb to adopt"
         );
         d.dp.keep_on_exit();
+        // `nilb status` keeps answering from the last state, marked as such
+        // (the data plane still forwards with these tables).
+        d.write_state_stopped();
     } else {
         info!("stopping: detaching and removing pins");
         d.dp.detach()?;
         d.dp.unpin()?;
+        let _ = std::fs::remove_file(&opts.state_file);
     }
-    let _ = std::fs::remove_file(&opts.state_file);
     info!("stopped");
     Ok(())
 }
@@ -464,7 +477,96 @@ impl Daemon<'_, '_> {
         if let Some(s) = self.scrapers.as_mut() {
             s.sync(&loads);
         }
+        self.sync_encap();
         Ok(())
+    }
+
+    /// Encapsulated checks for the services that have them (balancers only,
+    /// like every check). Their sockets are opened once; if that fails
+    /// (no CAP_NET_RAW), the error is logged once and backends are judged
+    /// by their regular check alone.
+    fn sync_encap(&mut self) {
+        let targets = self.cp.encap_targets();
+        let gue_port = self.cp.config().cluster.gue_port;
+        if targets.is_empty() {
+            self.encap = None;
+            return;
+        }
+        if !self
+            .encap
+            .as_ref()
+            .is_some_and(|e| e.matches(self.node, gue_port))
+        {
+            self.encap = None;
+            match EncapCheckers::new(
+                self.check_runtime.handle().clone(),
+                self.node,
+                gue_port,
+                self.ifindex,
+                self.encap_results.clone(),
+            ) {
+                Ok(e) => {
+                    self.encap = Some(e);
+                    self.encap_unavailable = None;
+                }
+                Err(e) => {
+                    let why = format!("{e:#}");
+                    if self.encap_unavailable.as_deref() != Some(why.as_str()) {
+                        error!("encapsulated health checks cannot run, backends are judged by their regular check only: {why}");
+                        self.encap_unavailable = Some(why);
+                    }
+                    return;
+                }
+            }
+        }
+        if let Some(e) = self.encap.as_mut() {
+            e.sync(&targets);
+        }
+    }
+
+    fn on_encap_result(&mut self, r: EncapResult) {
+        if !self.encap.as_ref().is_some_and(|c| c.is_current(&r)) {
+            return;
+        }
+        let now = self.now_ms();
+        let encap_of = |cp: &ControlPlane| {
+            cp.service(&r.service)
+                .and_then(|s| s.backends.get(&r.dip))
+                .map(|b| b.encap.health)
+        };
+        let before = encap_of(&self.cp);
+        let error_text = r.result.as_ref().err().cloned();
+        let plan = self.cp.observe_encap(&r.service, r.dip, r.result, now);
+        let after = encap_of(&self.cp);
+        if before != after {
+            let service = self.service_name(&r.service);
+            match (after, error_text) {
+                (Some(h), Some(e)) => {
+                    warn!(%service, dip = %r.dip, encap = %h, error = %e, "backend encapsulated check changed")
+                }
+                (Some(h), None) => {
+                    info!(%service, dip = %r.dip, encap = %h, "backend encapsulated check changed")
+                }
+                _ => {}
+            }
+            self.state_dirty = true;
+        }
+        if let Some(plan) = plan {
+            self.apply(&plan, "encapsulated check");
+        }
+    }
+
+    /// Every hop in the tables (first and second hops), but this node.
+    fn hops(&self) -> std::collections::BTreeSet<Ipv4Addr> {
+        let mut hops = std::collections::BTreeSet::new();
+        for st in self.cp.services().values() {
+            for b in st.table.buckets() {
+                hops.extend(b.first);
+                hops.extend(b.second);
+            }
+        }
+        hops.remove(&self.node);
+        hops
     }
 
     fn on_load(&mut self, r: LoadResult) {
@@ -525,6 +627,11 @@ impl Daemon<'_, '_> {
         let facts = metrics::DaemonFacts {
             reloads: self.reloads,
             balancer: self.is_balancer(),
+            neighbour_refreshes: (
+                self.neighbours.refreshes,
+                self.neighbours.resolves,
+                self.neighbours.changed,
+            ),
         };
         self.metrics
             .publish(metrics::build(&self.dp, &self.cp, facts, cpu));
@@ -626,11 +733,36 @@ impl Daemon<'_, '_> {
         if self.is_balancer() {
             self.sample_connections();
         }
+        if self.last_neighbours.elapsed() >= Duration::from_secs(1) {
+            self.last_neighbours = Instant::now();
+            let hops = self.hops();
+            let now = self.now_ms();
+            self.neighbours.round(&hops, now);
+        }
         let plan = self.cp.tick(self.now_ms());
         self.apply(&plan, "paced step");
         self.publish_metrics();
         if self.state_dirty || self.state_written.elapsed() >= Duration::from_secs(5) {
             self.write_state();
+        }
+    }
+
+    /// The last state file of a daemon that stops and leaves the data plane
+    /// running: marked as stopped, kept for `nilb status`.
+    fn write_state_stopped(&mut self) {
+        let mut status = Status::of(
+            &self.cp,
+            self.node,
+            self.is_balancer(),
+            &self.opts.config,
+            self.last_reload.clone(),
+        );
+        status.stopped = Some(format!(
+            "at {} with --keep-dataplane",
+            rfc3339(SystemTime::now())
+        ));
+        if let Err(e) = status.write(&self.opts.state_file) {
+            warn!("writing the state file: {e:#}");
         }
     }
 

@@ -198,21 +198,56 @@ fn main() -> ExitCode {
     );
     let cli = Cli::parse();
     init_logging(cli.log_format);
-    match dispatch(cli.command) {
+    // libbpf's messages through the logger, in the chosen format.
+    nilb::dataplane::libbpf_log::install();
+    let format = cli.log_format;
+    match dispatch(cli.command, format) {
         Ok(code) => code,
         Err(e) => {
-            let _ = writeln!(std::io::stderr(), "nilb: error: {e:#}");
+            match format {
+                LogFormat::Text => {
+                    let _ = writeln!(std::io::stderr(), "nilb: error: {e:#}");
+                }
+                LogFormat::Json => tracing::error!(error = %format!("{e:#}"), "nilb: error"),
+            }
             ExitCode::from(1)
         }
     }
 }
 
-fn dispatch(command: Command) -> Result<ExitCode> {
+/// Report an invalid configuration on stderr: the text report, or with
+/// `--log-format json` one JSON line per problem (path, line, column,
+/// message) after a summary line.
+fn report_invalid(file: &std::path::Path, e: &nilb::config::ConfigError, format: LogFormat) {
+    match format {
+        LogFormat::Text => {
+            let _ = writeln!(std::io::stderr(), "{}: {e}", file.display());
+        }
+        LogFormat::Json => {
+            let file = file.display().to_string();
+            tracing::error!(%file, problems = e.problems.len(), "invalid configuration");
+            for p in &e.problems {
+                let (line, column) = p.position.map_or((0, 0), |p| (p.line, p.column));
+                tracing::error!(%file, path = %p.path, line, column, "{}", p.message);
+            }
+        }
+    }
+}
+
+fn dispatch(command: Command, format: LogFormat) -> Result<ExitCode> {
     let mut stdout = std::io::stdout().lock();
     match command {
         Command::Check { config } => match std::fs::read_to_string(&config) {
             Err(e) => {
-                let _ = writeln!(std::io::stderr(), "cannot read {}: {e}", config.display());
+                match format {
+                    LogFormat::Text => {
+                        let _ =
+                            writeln!(std::io::stderr(), "cannot read {}: {e}", config.display());
+                    }
+                    LogFormat::Json => {
+                        tracing::error!(file = %config.display(), error = %e, "cannot read the configuration")
+                    }
+                }
                 Ok(ExitCode::FAILURE)
             }
             Ok(src) => match Config::parse(&src) {
@@ -221,7 +256,7 @@ fn dispatch(command: Command) -> Result<ExitCode> {
                     Ok(ExitCode::SUCCESS)
                 }
                 Err(e) => {
-                    let _ = writeln!(std::io::stderr(), "{}: {e}", config.display());
+                    report_invalid(&config, &e, format);
                     Ok(ExitCode::from(2))
                 }
             },

@@ -38,7 +38,7 @@ use std::path::Path;
 pub use crate::types::{Protocol, ServiceKey};
 pub use model::{
     Backend, BackendState, Checker, Cluster, Config, DynamicWeight, HealthCheck, LoadSource,
-    Rebalance, Scheme, Service, UnknownFlow,
+    Rebalance, Scheme, Service, TlsOptions, UnknownFlow,
 };
 pub use yaml::Position;
 
@@ -80,12 +80,23 @@ pub const DEFAULT_MIN_BUCKET_AGE_MS: u64 = 300_000;
 impl Config {
     /// Read and validate the file at `path`.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let src = std::fs::read_to_string(path).map_err(|e| ConfigError {
-            problems: vec![Problem {
-                path: String::new(),
-                message: format!("cannot read {}: {e}", path.display()),
-                position: None,
-            }],
+        let src = std::fs::read_to_string(path).map_err(|e| {
+            // `nsenter --mount` and systemd start in `/`: say where a
+            // relative path was looked for.
+            let base = if path.is_relative() {
+                std::env::current_dir()
+                    .map(|d| format!(" (a relative path, looked up in {})", d.display()))
+                    .unwrap_or_default()
+            } else {
+                String::new()
+            };
+            ConfigError {
+                problems: vec![Problem {
+                    path: String::new(),
+                    message: format!("cannot read {}{base}: {e}", path.display()),
+                    position: None,
+                }],
+            }
         })?;
         Config::parse(&src)
     }

@@ -37,6 +37,7 @@ pub(super) struct RawDefaults {
     pub(super) health_check: RawTiming,
     #[serde(default)]
     pub(super) rebalance: RawRebalance,
+    pub(super) encap_check: Option<bool>,
 }
 
 /// Cadence and thresholds (in `defaults.health_check`, or next to a checker).
@@ -89,6 +90,8 @@ pub(super) struct RawHttp {
     pub(super) check_port: Option<u32>,
     pub(super) codes: Option<Vec<u32>>,
     pub(super) host: Option<String>,
+    pub(super) sni: Option<String>,
+    pub(super) ca_file: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -111,6 +114,7 @@ pub(super) struct RawService {
     pub(super) table_size: Option<u32>,
     pub(super) health_check: Option<RawHealthCheck>,
     pub(super) dynamic_weight: Option<RawDynamicWeight>,
+    pub(super) encap_check: Option<bool>,
     #[serde(default)]
     pub(super) backends: Vec<RawBackend>,
 }

@@ -9,6 +9,7 @@
 //! and needs `rise_count` successes.
 
 pub mod checker;
+pub mod encap;
 pub mod load;
 pub mod periodic;
 

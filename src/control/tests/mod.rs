@@ -3,6 +3,7 @@
 //! [`DataplaneOps`] into the recording [`fake`].
 
 mod apply;
+mod encap;
 mod fake;
 
 use super::*;
