@@ -223,6 +223,15 @@ fn main() -> ExitCode {
     init_logging(cli.log_format);
     match dispatch(cli.command) {
         Ok(code) => code,
+        // `nilb tables --json | head`: the reader went away; nothing to report.
+        Err(e)
+            if e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            }) =>
+        {
+            ExitCode::SUCCESS
+        }
         Err(e) => {
             let _ = writeln!(std::io::stderr(), "nilb: error: {e:#}");
             ExitCode::from(1)

@@ -147,8 +147,9 @@ pub const JSON_SCHEMA: u32 = 1;
 
 /// Write `doc` as one line of JSON followed by a newline.
 pub fn write_json<T: Serialize>(doc: &T, out: &mut dyn Write) -> Result<()> {
-    serde_json::to_writer(&mut *out, doc).context("encoding JSON")?;
-    writeln!(out)?;
+    let mut line = serde_json::to_vec(doc).context("encoding JSON")?;
+    line.push(b'\n');
+    out.write_all(&line)?;
     Ok(())
 }
 
@@ -606,6 +607,12 @@ pub struct StatsReport {
 pub struct ServiceStatsReport {
     /// `VIP:PORT/PROTOCOL`.
     pub key: String,
+    /// VIP.
+    pub vip: Ipv4Addr,
+    /// Port.
+    pub port: u16,
+    /// `tcp` or `udp`.
+    pub protocol: String,
     /// Index into `service_stats`.
     pub service_index: u32,
     /// Buckets.
@@ -671,6 +678,9 @@ pub fn stats_report(dir: &Path) -> Result<StatsReport> {
         }
         services.push(ServiceStatsReport {
             key: table.key,
+            vip: table.vip,
+            port: table.port,
+            protocol: table.protocol,
             service_index: table.service_index,
             table_size: table.table_size,
             buckets_with_second_hop: table
@@ -936,6 +946,14 @@ mod tests {
             assert!(st.counters.values().all(|&v| v == 0));
             assert_eq!(st.unknown_flow, "drop");
             assert_eq!(st.services.len(), 1);
+            assert_eq!(
+                (
+                    st.services[0].vip,
+                    st.services[0].port,
+                    st.services[0].protocol.as_str()
+                ),
+                (key().vip, 80, "tcp")
+            );
             let firsts: Vec<_> = st.services[0]
                 .backends
                 .iter()
