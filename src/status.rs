@@ -48,10 +48,10 @@ pub struct BackendStatus {
     /// The encapsulated check (GUE SYN to the VIP): unknown, up or down;
     /// `local` + health for this node's own backend (its TC filter is
     /// checked instead); absent when the service has no `encap_check`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub encap_health: Option<String>,
     /// Why the last encapsulated check failed, if it did.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub encap_error: Option<String>,
     /// Configured weight.
     pub weight: u32,
@@ -119,7 +119,7 @@ pub struct Status {
     /// Set when the daemon stopped and left the data plane running
     /// (`--keep-dataplane`): when, and what it left. The file then shows
     /// the tables the data plane still forwards with.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub stopped: Option<String>,
     /// Services in key order.
     pub services: Vec<ServiceStatus>,
@@ -406,6 +406,7 @@ mod tests {
                 succeeded: 3,
                 failed: 1,
             }),
+            stopped: None,
             services: vec![ServiceStatus {
                 name: "web".into(),
                 key: "10.0.0.100:80/tcp".into(),
@@ -418,6 +419,8 @@ mod tests {
                     hostname: None,
                     state: "active".into(),
                     health: "up".into(),
+                    encap_health: Some("up".into()),
+                    encap_error: None,
                     weight: 2,
                     effective_weight: 2.0,
                     load: Some(40.5),

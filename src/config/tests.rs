@@ -489,3 +489,46 @@ fn encap_check_defaults_and_udp() {
     let forced = with_check("    health_check: {none: {}}\n    encap_check: true\n");
     assert!(Config::parse(&forced).unwrap().services[0].encap_check);
 }
+
+#[test]
+fn every_shape_problem_is_reported_not_only_the_first() {
+    // Before: only `cluster.bogus` was reported.
+    let src = GOOD
+        .replace("  gue_port: 19523\n", "  gue_port: 19523\n  bogus: 1\n")
+        .replace("table_size: 4096", "table_size: big")
+        .replace("protocol: tcp", "protocol: tcpp\n    colour: red")
+        .replace(
+            "{dip: 10.0.0.11, hostname: edge-11, weight: 100}",
+            "{dip: 10.0.0.11, hostname: edge-11, weight: x}",
+        )
+        .replace("{dip: 10.0.0.13}", "{dip: 10.0.0.13, weight: 0}");
+    let p = problems(&src);
+    let paths: Vec<&str> = p.iter().map(|p| p.path.as_str()).collect();
+    for want in [
+        "cluster.bogus",
+        "defaults.table_size",
+        "services[0].protocol",
+        "services[0].colour",
+        "services[0].backends[0].weight",
+        "services[1].backends[0].weight",
+    ] {
+        assert!(paths.contains(&want), "{want} missing from {paths:?}");
+    }
+    assert_eq!(p.len(), 6, "no follow-on problems: {p:#?}");
+    assert!(p.iter().all(|p| p.position.is_some()), "{p:#?}");
+    // A syntax error stops the reading, and says so.
+    let p = problems(&GOOD.replace("port: 80", "port: [80"));
+    assert_eq!(p.len(), 1);
+    assert!(
+        p[0].message
+            .contains("cannot read the file past this point"),
+        "{p:#?}"
+    );
+    // A missing required field is reported at its mapping, once.
+    let p = problems(&GOOD.replace("    vip: 10.0.0.100\n    port: 80\n", "    port: 80\n"));
+    assert_eq!(p.len(), 1, "{p:#?}");
+    assert_eq!(
+        (p[0].path.as_str(), p[0].message.as_str()),
+        ("services[0]", "missing field `vip`")
+    );
+}
