@@ -33,13 +33,6 @@ pub struct ShapeError {
     pub position: Option<Position>,
 }
 
-/// Deserialize `src` into `T`, reporting the first error with its field path.
-#[cfg(test)]
-pub fn from_str<T: DeserializeOwned>(src: &str) -> Result<T, ShapeError> {
-    let de = serde_yaml::Deserializer::from_str(src);
-    serde_path_to_error::deserialize(de).map_err(shape_error)
-}
-
 /// The problem of a failed deserialization, with its field path and the
 /// parser's position.
 fn shape_error(e: serde_path_to_error::Error<serde_yaml::Error>) -> ShapeError {
