@@ -132,40 +132,6 @@ fn lock_interface(interface: &str) -> Result<nix::fcntl::Flock<std::fs::File>> {
     }
 }
 
-/// Mount bpffs at /sys/fs/bpf when `pin_dir` lives there and nothing is
-/// mounted (fresh machines, and `ip netns exec`, which remounts /sys).
-fn ensure_bpffs(pin_dir: &Path) -> Result<()> {
-    const BPF_FS_MAGIC: i64 = 0xcafe4a11;
-    let root = Path::new("/sys/fs/bpf");
-    let is_bpffs = |p: &Path| {
-        nix::sys::statfs::statfs(p)
-            .map(|s| s.filesystem_type().0 == BPF_FS_MAGIC)
-            .unwrap_or(false)
-    };
-    if pin_dir.starts_with(root) {
-        if !is_bpffs(root) {
-            nix::mount::mount(
-                Some("bpf"),
-                root,
-                Some("bpf"),
-                nix::mount::MsFlags::empty(),
-                None::<&str>,
-            )
-            .context("mounting bpffs at /sys/fs/bpf")?;
-            info!("mounted bpffs at /sys/fs/bpf");
-        }
-    } else {
-        let parent = pin_dir.parent().unwrap_or(pin_dir);
-        if !is_bpffs(parent) && !is_bpffs(pin_dir) {
-            bail!(
-                "pin directory {} is not on a bpffs mount",
-                pin_dir.display()
-            );
-        }
-    }
-    Ok(())
-}
-
 /// Warnings about the interface that the operator must hear at start.
 fn check_interface(interface: &str, balancer: bool) {
     let read = |p: String| {
@@ -280,7 +246,12 @@ pub fn run(opts: &RunOptions) -> Result<()> {
         warn!(%node, "this node is neither a balancer nor a backend in the config; GUE from it will be rejected by others");
     }
     check_interface(&opts.interface, balancer);
-    ensure_bpffs(&opts.pin_dir)?;
+    // Pins where a restarted daemon finds them (dataplane::pins).
+    let placement = crate::dataplane::pins::prepare(&opts.pin_dir)?;
+    let opts = &RunOptions {
+        pin_dir: placement.dir,
+        ..opts.clone()
+    };
 
     let control = tokio::runtime::Builder::new_current_thread()
         .enable_all()

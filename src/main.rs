@@ -11,14 +11,15 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use nilb::config::Config;
 use nilb::daemon::{self, RunOptions};
-use nilb::dataplane::XdpMode;
+use nilb::dataplane::{pins, XdpMode};
 use nilb::replay::{self, ReplayProgram};
 use nilb::tools::{self, TableSource};
 
-/// Default directory for the pinned maps of a running daemon.
-const DEFAULT_PIN_DIR: &str = "/sys/fs/bpf/nilb";
+/// Default directory for the pinned maps of a running daemon (with the
+/// network namespace's name outside the host's: see `dataplane::pins`).
+const DEFAULT_PIN_DIR: &str = nilb::dataplane::pins::DEFAULT_PIN_DIR;
 /// Default state file of a running daemon.
-const DEFAULT_STATE_FILE: &str = "/run/nilb/state.yaml";
+const DEFAULT_STATE_FILE: &str = nilb::dataplane::pins::DEFAULT_STATE_FILE;
 
 /// Layer-4 load balancer for edge clusters: XDP balancer, GUE encapsulation,
 /// TC second chance for established connections.
@@ -309,8 +310,8 @@ fn dispatch(command: Command, format: LogFormat) -> Result<ExitCode> {
                 interface,
                 node_address,
                 xdp_mode,
-                pin_dir,
-                state_file,
+                pin_dir: pins::pin_dir_for(&pin_dir),
+                state_file: pins::state_file_for(&state_file),
                 check_threads,
                 metrics_address: metrics_address.0,
                 keep_dataplane,
@@ -322,7 +323,7 @@ fn dispatch(command: Command, format: LogFormat) -> Result<ExitCode> {
             yaml,
             json,
         } => {
-            let status = nilb::status::Status::read(&state_file)?;
+            let status = nilb::status::Status::read(&pins::state_file_for(&state_file))?;
             if yaml {
                 write!(stdout, "{}", serde_yaml::to_string(&status)?)?;
             } else if json {
@@ -342,6 +343,7 @@ fn dispatch(command: Command, format: LogFormat) -> Result<ExitCode> {
             json,
         } => {
             let c = Config::load(&config)?;
+            let pin_dir = pins::locate(&pins::pin_dir_for(&pin_dir));
             let source = if live {
                 TableSource::Live(&pin_dir)
             } else {
@@ -356,6 +358,7 @@ fn dispatch(command: Command, format: LogFormat) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Cleanup { interface, pin_dir } => {
+            let pin_dir = pins::locate(&pins::pin_dir_for(&pin_dir));
             let done = nilb::dataplane::cleanup(ifindex(&interface)? as i32, &pin_dir)?;
             if done.is_empty() {
                 writeln!(
@@ -370,6 +373,7 @@ fn dispatch(command: Command, format: LogFormat) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Stats { pin_dir, all, json } => {
+            let pin_dir = pins::locate(&pins::pin_dir_for(&pin_dir));
             if json {
                 tools::write_json(&tools::stats_report(&pin_dir)?, &mut stdout)?;
             } else {
@@ -382,6 +386,7 @@ fn dispatch(command: Command, format: LogFormat) -> Result<ExitCode> {
             buckets,
             json,
         } => {
+            let pin_dir = pins::locate(&pins::pin_dir_for(&pin_dir));
             if json {
                 tools::write_json(&tools::tables_report(&pin_dir)?, &mut stdout)?;
             } else {

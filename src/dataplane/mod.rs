@@ -31,6 +31,7 @@ pub mod hints;
 pub mod libbpf_log;
 pub mod ops;
 pub mod pinned;
+pub mod pins;
 
 use std::collections::BTreeSet;
 use std::mem::MaybeUninit;
