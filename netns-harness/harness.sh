@@ -79,6 +79,7 @@ write_config() {
       http) echo "    health_check: {http: {uri: /healthz, codes: [200]}}" ;;
       kglb) echo "    health_check: {checker: {http: {uri: /healthz, check_port: 80}}, fall_count: $HC_FALL, interval_ms: $HC_INTERVAL_MS, rise_count: $HC_RISE}" ;;
       tcp) echo "    health_check: {tcp: {check_port: 80}}" ;;
+      none) echo "    health_check: {none: {}}" ;; # (set by a scenario for itself, e.g. neigh)
     esac
     echo "    backends:"
     for n in "${NH_NODES[@]}"; do

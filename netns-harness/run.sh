@@ -83,7 +83,7 @@ source "$HERE/harness.sh"
 
 usage() { sed -n '2,/^# shellcheck disable/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 
-ALL_SCENARIOS=(a b c d h1 h2 h3 h4 h5 h6 spoof restart dw e)
+ALL_SCENARIOS=(a b c d h1 h2 h3 h4 h5 h6 spoof encap-check neigh restart dw e)
 HEALTH_SCENARIOS=(h1 h2 h3 h4 h5 h6)
 for f in "$HERE"/scenarios/*.sh; do
   # shellcheck source=/dev/null

@@ -122,6 +122,9 @@ impl Rtnl {
                     continue;
                 }
                 match msg.payload {
+                    NetlinkPayload::Done(d) if d.code < 0 => {
+                        bail!("{}", std::io::Error::from_raw_os_error(-d.code))
+                    }
                     NetlinkPayload::Done(_) => return Ok(out),
                     NetlinkPayload::Error(e) => match e.code {
                         None => return Ok(out),
@@ -169,9 +172,11 @@ impl Rtnl {
 
     /// The IPv4 neighbour entries of interface `ifindex`.
     pub fn neighbours(&mut self, ifindex: u32) -> Result<Vec<Neighbour>> {
+        // With strict checking the kernel filters a dump by the NDA_IFINDEX
+        // attribute (the header's ifindex must be 0).
         let mut msg = NeighbourMessage::default();
         msg.header.family = AddressFamily::Inet;
-        msg.header.ifindex = ifindex;
+        msg.attributes.push(NeighbourAttribute::IfIndex(ifindex));
         let answers = self.request(
             RouteNetlinkMessage::GetNeighbour(msg),
             NLM_F_REQUEST | NLM_F_DUMP,

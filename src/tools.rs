@@ -728,9 +728,14 @@ pub fn stats(dir: &Path, all: bool, out: &mut dyn Write) -> Result<()> {
     }
     writeln!(out, "services:")?;
     for s in &r.services {
+        // The balancer counts per (service, first hop): the service's
+        // totals are the sum over its current first hops.
+        let (packets, bytes, syns) = s.backends.iter().fold((0, 0, 0), |(p, b, n), x| {
+            (p + x.packets, b + x.bytes, n + x.new_connections)
+        });
         writeln!(
             out,
-            "  {}: {} buckets ({} with second hop); balancer drops (no backend) {}; here: decapsulated {}, second-chance forwards {}, unknown-flow drops {}",
+            "  {}: {} buckets ({} with second hop); balanced (sum over its first hops): packets {packets}, bytes {bytes}, new connections {syns}; balancer drops (no backend) {}; here: decapsulated {}, second-chance forwards {}, unknown-flow drops {}",
             s.key,
             s.table_size,
             s.buckets_with_second_hop,
