@@ -75,10 +75,13 @@ scenario_neigh() {
   nums=${out##*SUMMARY }
   nums=${nums#* }
   ((rc == 0)) || ok=0
+  local fixed_at
+  fixed_at=$(awk -v t0="$t0" -v mac="$mac3" '$1 >= t0 && index($0, mac) { printf "%+.2fs", $1 - t0; exit }' "$NH_OUT/neigh-node1.log")
+  nums+="; node1's entry had node3's MAC again at ${fixed_at:-never (within the poll)}"
   entry=$(ip -n "$ns1" neigh show "${NH_NODE_IP[node3]}" dev eth0)
   echo "  node1's entry for node3 now: $entry"
   if [[ $entry == *"$mac3"* ]]; then
-    nums+="; node1's entry has node3's MAC again; nilb logged the change at $(log_rel "$out" 'MAC address changed')"
+    nums+=" (nilb logged the change at $(log_rel "$out" 'MAC address changed'))"
   else
     nums+="; node1's entry is not node3's MAC: $entry"
     ok=0

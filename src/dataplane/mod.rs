@@ -117,7 +117,9 @@ pub fn cleanup(ifindex: i32, pin_dir: &Path) -> Result<Vec<String>> {
             done.push(format!("left XDP program {name} (id {id}): not nilb's"));
         }
     }
-    if let Some(id) = abi::tc_filter_prog_id(ifindex, TC_HANDLE, TC_PRIORITY) {
+    // (no filter is a normal answer: libbpf's warning about it is not one)
+    let tc = libbpf_log::expect_failure(|| abi::tc_filter_prog_id(ifindex, TC_HANDLE, TC_PRIORITY));
+    if let Some(id) = tc {
         let name = program_name(id).unwrap_or_default();
         if name.starts_with("nilb_tc") {
             abi::tc_filter_detach(ifindex, TC_HANDLE, TC_PRIORITY)?;
@@ -388,7 +390,8 @@ impl<'obj> Dataplane<'obj> {
         if let Some(mut tc) = self.tc.take() {
             // Only our own filter: another nilb may have replaced it.
             let ours = Self::prog_id(&self.skel.progs.nilb_tc_second_chance).ok();
-            match tc.hook.query() {
+            // (a filter removed by someone else is handled below)
+            match libbpf_log::expect_failure(|| tc.hook.query()) {
                 Ok(id) if Some(id) == ours => {
                     if let Err(e) = tc.hook.detach() {
                         errors.push(format!("detaching TC from ifindex {}: {e}", tc.ifindex));
