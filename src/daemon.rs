@@ -431,6 +431,7 @@ impl Daemon<'_, '_> {
         if !self.is_balancer() {
             self.checkers = None;
             self.scrapers = None;
+            self.encap = None;
             return Ok(());
         }
         let handle = self.check_runtime.handle().clone();
