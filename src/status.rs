@@ -455,6 +455,53 @@ mod tests {
     }
 
     #[test]
+    fn unchecked_backends_say_so_and_the_encapsulated_check_is_shown() {
+        let yaml = "version: 1\ncluster: {balancers: [10.0.0.11]}\nservices:\n  - name: web\n    vip: 10.0.0.100\n    port: 80\n    protocol: tcp\n    backends:\n      - {dip: 10.0.0.11}\n      - {dip: 10.0.0.12}\n      - {dip: 10.0.0.13, state: offline}\n";
+        let mut cp = ControlPlane::new(crate::config::Config::parse(yaml).unwrap(), 0);
+        let key = cp.services().keys().next().copied().unwrap();
+        // The offline backend was up before it was set offline: its last
+        // verdict must not be shown as if it were still checked.
+        cp.observe(&key, Ipv4Addr::new(10, 0, 0, 13), Ok(()), 1);
+        cp.observe_encap(
+            &key,
+            Ipv4Addr::new(10, 0, 0, 12),
+            Err("no SYN-ACK".into()),
+            1,
+        );
+        let node = Ipv4Addr::new(10, 0, 0, 11);
+        let s = Status::of(&cp, node, true, Path::new("/x.yaml"), None);
+        let b: Vec<(&str, Option<&str>)> = s.services[0]
+            .backends
+            .iter()
+            .map(|b| (b.health.as_str(), b.encap_health.as_deref()))
+            .collect();
+        assert_eq!(
+            b,
+            [
+                ("unknown", Some("local unknown")),
+                ("unknown", Some("down")),
+                (NOT_CHECKED, Some(NOT_CHECKED)),
+            ]
+        );
+        assert_eq!(
+            s.services[0].backends[1].encap_error.as_deref(),
+            Some("no SYN-ACK")
+        );
+        // A node that is not a balancer checks nothing.
+        let s = Status::of(
+            &cp,
+            Ipv4Addr::new(10, 0, 0, 12),
+            false,
+            Path::new("/x.yaml"),
+            None,
+        );
+        assert!(s.services[0]
+            .backends
+            .iter()
+            .all(|b| b.health == NOT_CHECKED));
+    }
+
+    #[test]
     fn reads_state_files_with_or_without_null_fields() {
         let s = sample();
         let dir = std::env::temp_dir().join(format!("nilb-status-test-{}", std::process::id()));
