@@ -45,21 +45,33 @@ fn namespaces(kind: &str) -> Option<(u64, u64)> {
     Some((own, init))
 }
 
-/// The name of this process's network namespace when it is not PID 1's:
-/// its name under /run/netns (as `ip netns` gives it), else `net<inode>`.
-/// None in the host's network namespace (or when it cannot be told).
+/// The name of this process's network namespace when it is not the host's:
+/// its name under /run/netns (as `ip netns` gives it), else, when PID 1's
+/// namespace can be read and differs, `net<inode>`. None in the host's
+/// network namespace (or when it cannot be told).
 pub fn netns_name() -> Option<String> {
-    let (own, init) = namespaces("net")?;
-    if own == init {
-        return None;
-    }
+    let own = std::fs::metadata("/proc/self/ns/net").ok()?.ino();
     let named = std::fs::read_dir("/run/netns").ok().and_then(|dir| {
         dir.flatten().find_map(|e| {
             let ino = std::fs::metadata(e.path()).ok()?.ino();
             (ino == own).then(|| e.file_name().to_string_lossy().into_owned())
         })
     });
-    Some(named.unwrap_or_else(|| format!("net{own}")))
+    if named.is_some() {
+        return named;
+    }
+    let (own, init) = namespaces("net")?;
+    (own != init).then(|| format!("net{own}"))
+}
+
+/// Whether this process has a mount namespace of its own (not the host's):
+/// told by PID 1's, or, where PID 1's cannot be read, by running in a
+/// named network namespace (`ip netns exec` always unshares the mounts).
+fn private_mounts() -> bool {
+    match namespaces("mnt") {
+        Some((own, init)) => own != init,
+        None => netns_name().is_some(),
+    }
 }
 
 /// The pin directory to use for `requested`: the default gets the network
@@ -130,7 +142,7 @@ pub fn prepare(dir: &Path) -> Result<Placement> {
             lost_on_restart: None,
         });
     }
-    let private_mounts = namespaces("mnt").is_some_and(|(own, init)| own != init);
+    let private_mounts = private_mounts();
     if private_mounts && is_bpffs(&through_pid1(Path::new(BPFFS_ROOT))) {
         let host = through_pid1(dir);
         info!(
