@@ -450,7 +450,7 @@ impl DataplaneOps for Dataplane<'_> {
         } else {
             0
         };
-        let v = abi::config_value(s.node, s.hash_seed, s.gue_port, flags);
+        let v = abi::config_value(s.node, s.hash_seed, s.gue_port, flags, s.icmp_too_big_rate);
         self.skel
             .maps
             .nilb_config
