@@ -120,7 +120,11 @@ fn replay_xdp_local_first_hop_writes_the_frame_without_metadata() {
     );
     assert_eq!(results[0].verdict, XDP_PASS);
     assert_eq!(results[0].counters, vec![("xdp_encap_local", 1)]);
-    assert_eq!(results[0].meta, marked(&[]), "nilb's mark, egress ifindex 0");
+    assert_eq!(
+        results[0].meta,
+        marked(&[]),
+        "nilb's mark, egress ifindex 0"
+    );
     assert!(
         report.contains(
             "[XDP metadata: nilb mark, handed to TC on this node] out 90 bytes: GUE 10.0.0.11 > 10.0.0.11"

@@ -59,15 +59,14 @@ fn backend_packets(l: &Loaded, dip: Ipv4Addr) -> (u64, u64, u64) {
 /// Two client ports of CLIENT -> VIP:80 flows whose bucket has `first` as
 /// first hop and `second` as second hop.
 fn flows_with_hops(l: &Loaded, first: Ipv4Addr, second: Ipv4Addr) -> Vec<u16> {
-    let buckets = l
-        .dp
-        .live_tables()
-        .unwrap()
-        .into_iter()
-        .find(|(k, _)| k.port == 80)
-        .unwrap()
-        .1
-        .buckets;
+    let buckets =
+        l.dp.live_tables()
+            .unwrap()
+            .into_iter()
+            .find(|(k, _)| k.port == 80)
+            .unwrap()
+            .1
+            .buckets;
     let sports: Vec<u16> = (41100..43100u16)
         .filter(|&p| {
             let b = &buckets[hash_of((CLIENT, VIP, p, 80, IPPROTO_TCP)) as usize % buckets.len()];
@@ -234,7 +233,11 @@ fn xdp_too_big_slow_path_forwarding_off() {
     let big = client_frame(net.mac, &df_packet(41031, 1465));
     let (v, out, d) = run(&l, &big, net.ifindex);
     assert_eq!((v, d), (XDP_TX, vec![("xdp_icmp_too_big", 1)]));
-    assert_bytes("slow path, too big", &out, &icmp_frag_needed_reply(&big, 1464));
+    assert_bytes(
+        "slow path, too big",
+        &out,
+        &icmp_frag_needed_reply(&big, 1464),
+    );
     let no_df = client_frame(net.mac, &tcp_packet(CLIENT, 41032, 1465, 0, &[]));
     let (v, _, d) = run(&l, &no_df, net.ifindex);
     assert_eq!((v, d), (XDP_DROP, vec![("xdp_drop_too_big", 1)]));
@@ -252,7 +255,11 @@ fn xdp_too_big_slow_path_no_neighbour() {
     let big = client_frame(net.mac, &df_packet(41040, 1465));
     let (v, out, d) = run(&l, &big, net.ifindex);
     assert_eq!((v, d), (XDP_TX, vec![("xdp_icmp_too_big", 1)]));
-    assert_bytes("no neighbour, too big", &out, &icmp_frag_needed_reply(&big, 1464));
+    assert_bytes(
+        "no neighbour, too big",
+        &out,
+        &icmp_frag_needed_reply(&big, 1464),
+    );
 }
 
 /// This node is the first hop and a second hop is listed: our TC may
@@ -279,7 +286,14 @@ fn xdp_too_big_local_first_hop_with_a_second_hop() {
     assert_bytes(
         "local, 1460 + 40",
         &out,
-        &marked(&encapsulated(net.mac, CLIENT_MAC, NODE, &[B12], sport, &fits)),
+        &marked(&encapsulated(
+            net.mac,
+            CLIENT_MAC,
+            NODE,
+            &[B12],
+            sport,
+            &fits,
+        )),
     );
     let big = client_frame(net.mac, &df_packet(sports[1], 1461));
     let (v, out, d) = run(&l, &big, net.ifindex);

@@ -218,7 +218,10 @@ fn xdp_without_config_passes_everything() {
         ("fragment to a VIP", client_frame(net.mac, &frag)),
         ("IHL 4 to a VIP", bad_ihl),
         ("truncated TCP to a VIP", client_frame(net.mac, &short_tcp)),
-        ("TCP to a VIP", client_frame(net.mac, &l3(CLIENT, VIP, IPPROTO_TCP, &t))),
+        (
+            "TCP to a VIP",
+            client_frame(net.mac, &l3(CLIENT, VIP, IPPROTO_TCP, &t)),
+        ),
     ] {
         let before = dp.counters().unwrap();
         let (v, out) = dp.run_xdp(&f, net.ifindex).unwrap();
@@ -241,7 +244,9 @@ fn xdp_without_config_passes_everything() {
 #[test]
 fn xdp_hop_cache_is_per_cpu() {
     require_root!("BPF, network namespace");
-    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
     if cpus < 2 || !pin_to_cpu(1) {
         eprintln!("skipping xdp_hop_cache_is_per_cpu: needs two CPUs");
         return;

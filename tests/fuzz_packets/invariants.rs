@@ -49,7 +49,9 @@ pub fn check_encapsulation(frame: &[u8], tot: usize, out: &[u8]) -> Option<Strin
 /// client, quoting the packet, checksums valid. Returns what is wrong.
 pub fn check_icmp_reply(w: &World, frame: &[u8], class: &XdpClass, out: &[u8]) -> Option<String> {
     let XdpClass::Balance(flow) = class else {
-        return Some(format!("ICMP reply to a frame the reference does not balance: {class:?}"));
+        return Some(format!(
+            "ICMP reply to a frame the reference does not balance: {class:?}"
+        ));
     };
     let ip = &frame[14..];
     let ihl = (ip[0] & 15) as usize * 4;
@@ -61,26 +63,47 @@ pub fn check_icmp_reply(w: &World, frame: &[u8], class: &XdpClass, out: &[u8]) -
     let mtu = be16(icmp, 6) as usize;
     let checks: [(bool, &str); 15] = [
         (!flow.icmp, "ICMP reply about an ICMP error"),
-        (be16(ip, 6) & 0x4000 != 0, "ICMP reply to a packet without DF"),
-        (flow.tot + 40 > MTU, "ICMP reply to a packet that fits even with a hop listed"),
-        (ip[12] != 0 && ip[12] != 127 && ip[12] < 224, "ICMP reply to a source that is not unicast"),
-        (out[0..6] == frame[6..12] && out[6..12] == frame[0..6], "MACs not swapped"),
+        (
+            be16(ip, 6) & 0x4000 != 0,
+            "ICMP reply to a packet without DF",
+        ),
+        (
+            flow.tot + 40 > MTU,
+            "ICMP reply to a packet that fits even with a hop listed",
+        ),
+        (
+            ip[12] != 0 && ip[12] != 127 && ip[12] < 224,
+            "ICMP reply to a source that is not unicast",
+        ),
+        (
+            out[0..6] == frame[6..12] && out[6..12] == frame[0..6],
+            "MACs not swapped",
+        ),
         (be16(out, 12) == 0x0800, "ethertype"),
         (o[0] == 0x45 && o[1] == 0xc0, "IPv4 version/IHL/TOS"),
         (be16(o, 2) as usize == o.len(), "IPv4 total length"),
-        (o[4..10] == [0, 0, 0x40, 0, 64, 1], "IPv4 ID/DF/TTL/protocol"),
+        (
+            o[4..10] == [0, 0, 0x40, 0, 64, 1],
+            "IPv4 ID/DF/TTL/protocol",
+        ),
         (csum(&o[..20]) == 0, "IPv4 checksum"),
         (
             addr(o, 12) == addr(ip, 16) && w.is_vip(addr(o, 12)) && addr(o, 16) == addr(ip, 12),
             "not from the VIP to the client",
         ),
-        (icmp[0..2] == [3, 4] && icmp[4..6] == [0, 0], "ICMP type/code/unused"),
+        (
+            icmp[0..2] == [3, 4] && icmp[4..6] == [0, 0],
+            "ICMP type/code/unused",
+        ),
         (csum(icmp) == 0, "ICMP checksum"),
         (
             (mtu == MTU - 36 || mtu == MTU - 40) && flow.tot > mtu,
             "next-hop MTU is not the wire's minus 36 + 4N, or the packet fits it",
         ),
-        (icmp.get(8..) == Some(&ip[..ihl + 8]), "quote is not the IPv4 header + 8 bytes"),
+        (
+            icmp.get(8..) == Some(&ip[..ihl + 8]),
+            "quote is not the IPv4 header + 8 bytes",
+        ),
     ];
     checks
         .iter()

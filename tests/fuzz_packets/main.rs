@@ -663,7 +663,9 @@ fn checker_flags_tampered_results() {
         client_frame(mac, &p)
     };
     let (df, plain) = (big(0x4000, 1480), big(0, 1480));
-    let (r, d) = env.a.counted(|| env.a.dp.run_xdp(&df, env.ifindex).unwrap());
+    let (r, d) = env
+        .a
+        .counted(|| env.a.dp.run_xdp(&df, env.ifindex).unwrap());
     assert_eq!((r.0, &d[..]), (XDP_TX, &[("xdp_icmp_too_big", 1)][..]));
     assert!(check(Prog::Xdp, w, &df, r.0, &r.1, &d).bad.is_empty());
     let mut wrong_mtu = r.1.clone();

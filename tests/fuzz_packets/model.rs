@@ -36,12 +36,7 @@ pub enum Route {
 }
 
 impl World {
-    pub fn new(
-        l: &Loaded,
-        nt0: ([u8; 6], u32),
-        nt2: ([u8; 6], u32),
-        unknown_local: bool,
-    ) -> World {
+    pub fn new(l: &Loaded, nt0: ([u8; 6], u32), nt2: ([u8; 6], u32), unknown_local: bool) -> World {
         let mut services = HashMap::new();
         for (k, t) in l.dp.live_tables().expect("live tables") {
             services.insert(
@@ -332,8 +327,7 @@ pub fn expect_xdp(w: &World, f: &[u8], class: &XdpClass) -> Outcome {
             let refused = || {
                 let ip = &f[14..];
                 let src = ip[12];
-                if !flow.icmp && be16(ip, 6) & 0x4000 != 0 && src != 0 && src != 127 && src < 224
-                {
+                if !flow.icmp && be16(ip, 6) & 0x4000 != 0 && src != 0 && src != 127 && src < 224 {
                     let reply = icmp_frag_needed_reply(f, (MTU - overhead) as u16);
                     (XDP_TX, "xdp_icmp_too_big", Out::Exact(reply))
                 } else {
