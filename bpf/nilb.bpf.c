@@ -102,10 +102,10 @@ static __always_inline void *xdp_l4_service(const struct iphdr *iph, const __u16
 
 /* The hops a bucket gives a flow. */
 struct xdp_hops {
-	__u32 first;   /* IPv4 network order, non-zero */
-	__u32 second;  /* IPv4 network order; 0: none, or the same as first */
-	__u32 slot;    /* backend slot of (service, first hop) */
-	__u32 overhead; /* GUE bytes with second listed: gue_overhead(0 or 1) */
+	__u32 first;     /* IPv4 network order, non-zero */
+	__u32 second;    /* IPv4 network order; 0: none (one equal to first is not listed) */
+	__u32 slot;      /* backend slot of (service, first hop) */
+	__u32 overhead;  /* GUE bytes: gue_overhead(1 if second is listed, else 0) */
 	/* The balancer's counters of the first hop (backend_stats[slot]),
 	 * bumped once the packet is on its way; NULL if the slot has none. */
 	struct nilb_backend_stats *stats;
@@ -235,7 +235,6 @@ static __always_inline int xdp_wire_too_big(struct xdp_md *ctx, __u32 len, __u32
 	*mtu = mtu_len;
 	return 1;
 }
-
 
 /*
  * Next hop of an encapsulated packet (eth; inner_len L3 bytes inside GUE
