@@ -174,7 +174,8 @@ pub struct Plan {
     /// Services no longer configured ([`ControlPlane::apply`] removes every
     /// installed service the state does not know, these included).
     pub remove: Vec<ServiceKey>,
-    /// Node settings changed (hash seed, GUE port, unknown_flow).
+    /// Node settings changed (hash seed, GUE port, unknown_flow,
+    /// icmp_too_big_rate).
     pub settings_changed: bool,
     /// Services whose fail-open state changed, with the new state.
     pub fail_open_changed: Vec<(ServiceKey, bool)>,
@@ -377,7 +378,8 @@ impl ControlPlane {
         let mut plan = Plan {
             settings_changed: config.cluster.hash_seed != self.config.cluster.hash_seed
                 || config.cluster.gue_port != self.config.cluster.gue_port
-                || config.cluster.unknown_flow != self.config.cluster.unknown_flow,
+                || config.cluster.unknown_flow != self.config.cluster.unknown_flow
+                || config.cluster.icmp_too_big_rate != self.config.cluster.icmp_too_big_rate,
             ..Plan::default()
         };
         let keys: BTreeSet<ServiceKey> = config.services.iter().map(Service::key).collect();
@@ -908,6 +910,7 @@ impl ControlPlane {
             hash_seed: self.config.cluster.hash_seed,
             gue_port: self.config.cluster.gue_port,
             unknown_flow_local: self.config.cluster.unknown_flow == UnknownFlow::Local,
+            icmp_too_big_rate: self.config.cluster.icmp_too_big_rate,
         }
     }
 
