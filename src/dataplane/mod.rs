@@ -42,7 +42,7 @@ use libbpf_rs::{MapCore, MapFlags, OpenObject, TcHook, TcHookBuilder, Xdp, XdpFl
 use tracing::warn;
 
 use crate::table::Table;
-use crate::types::ServiceKey;
+use crate::types::{ServiceKey, UnknownFlow};
 use abi::skel::{NilbSkel, NilbSkelBuilder};
 pub use ops::{DataplaneOps, NodeSettings, TableInstall};
 use pinned::read_tables;
@@ -445,10 +445,10 @@ impl<'obj> Dataplane<'obj> {
 /// The BPF maps behind the control plane's writes.
 impl DataplaneOps for Dataplane<'_> {
     fn set_settings(&mut self, s: &NodeSettings) -> Result<()> {
-        let flags = if s.unknown_flow_local {
-            abi::sys::nilb_config_flags::NILB_F_UNKNOWN_FLOW_LOCAL
-        } else {
-            0
+        let flags = match s.unknown_flow {
+            UnknownFlow::Drop => 0,
+            UnknownFlow::Local => abi::sys::nilb_config_flags::NILB_F_UNKNOWN_FLOW_LOCAL,
+            UnknownFlow::Rst => abi::sys::nilb_config_flags::NILB_F_UNKNOWN_FLOW_RST,
         };
         let v = abi::config_value(s.node, s.hash_seed, s.gue_port, flags);
         self.skel
