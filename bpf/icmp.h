@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0 OR Apache-2.0 */
 /*
  * icmp.h: what an ICMP message addressed to a VIP is about, one rule for
- * both programs (docs/design.md "ICMP to a VIP"):
+ * both programs (docs/design.md "Packet path", ICMP to a VIP):
  *
  *   - an error that quotes a packet the VIP sent (destination unreachable
  *     of any code, time exceeded, parameter problem) is about the quoted

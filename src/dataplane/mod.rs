@@ -16,7 +16,9 @@
 //! - `counters` (per-CPU, one per event), `service_stats` (per-CPU, by
 //!   service index), `backend_stats` (per-CPU, by (service, backend) slot);
 //! - `hop_cache`: the XDP program's cached FIB and neighbour answer per
-//!   backend slot (not pinned, not written from user space).
+//!   backend slot (not pinned, not written from user space);
+//! - `rst_budget`: the TC program's RST rate limit for `unknown_flow: rst`
+//!   (per CPU, not pinned, not written from user space).
 //!
 //! A service's table is replaced by building a complete new inner array and
 //! swapping it into the outer map in one update, so the programs never see an
