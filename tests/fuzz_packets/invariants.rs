@@ -199,12 +199,12 @@ pub fn xdp_notes(frame: &[u8], flow: &Flow) -> Vec<&'static str> {
     if csum(&ip[..ihl]) != 0 {
         v.push("note: xdp encapsulates packets whose IPv4 header checksum is wrong (not verified)");
     }
+    // (An ICMP error quoting another VIP's flow is malformed for the
+    // reference: encapsulating one is a violation, not a note.)
     if flow.icmp {
-        let emb_src = addr(l4, 8 + 12);
-        if emb_src != addr(ip, 16) {
-            v.push("note: xdp balances an ICMP frag-needed sent to one VIP about a flow of another VIP");
-        }
-    } else if ip[9] == IPPROTO_TCP {
+        return v;
+    }
+    if ip[9] == IPPROTO_TCP {
         let doff = (l4[12] >> 4) as usize;
         if doff < 5 {
             v.push("note: xdp encapsulates TCP with a data offset below 5 (the backend's TC drops it as malformed)");

@@ -145,7 +145,8 @@ pub enum XdpClass {
         vip: bool,
     },
     NotService(&'static str),
-    /// ICMP to a VIP whose (frag-needed) headers are broken.
+    /// ICMP to a VIP whose headers or quote are broken, or whose quote is
+    /// not from that VIP.
     IcmpMalformed(&'static str),
     Balance(Flow),
 }
