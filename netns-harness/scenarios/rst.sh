@@ -42,7 +42,7 @@ scenario_rst() {
     before=()
     for n in "${NH_NODES[@]}"; do save_stats "$n" "$NH_OUT/stats-$n-rst-$mode-0.json"; before+=("$NH_OUT/stats-$n-rst-$mode-0.json"); done
     # shellcheck disable=SC2034 # read by write_config (harness.sh)
-    BSTATE[node3]=offline
+    BSTATE["node3"]=offline
     write_config "${WEIGHT[node1]}" "${WEIGHT[node2]}" "${WEIGHT[node3]}"
     hup_all
     t0=$HUP_T

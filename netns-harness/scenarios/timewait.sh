@@ -1,5 +1,7 @@
 # shellcheck shell=bash
-# (timewait) A TIME_WAIT socket does not steal a live connection. Eight client
+# (timewait) A TIME_WAIT socket does not steal a live connection. node3 is set
+# offline and active again first (so that it is second hop of no bucket and a
+# later return swaps back exactly the buckets it gave away). Eight client
 # source ports whose buckets' first hop is node3 (node1's live table, `nilb
 # lookup --live`): from four of them one request with "Connection: close"
 # (node3's server closes first, so node3 keeps a TIME_WAIT socket for each
@@ -18,6 +20,21 @@ scenario_timewait() {
   local nums="" ok=1 sport first tw=() ctl=() out res t0 n_tw hops i lines okc_tw=0 okc_ctl=0 moved=0
   header "(timewait) TIME_WAIT on the first hop does not take the packets of a live connection on the second hop"
   need_base timewait || return
+  # Earlier changes may have left node3 second hop of other buckets, which a
+  # return could then swap back instead of these: offline clears that.
+  BSTATE["node3"]=offline
+  write_config "${WEIGHT[node1]}" "${WEIGHT[node2]}" "${WEIGHT[node3]}"
+  hup_all
+  st_wait node1 10 "b['node3']['buckets'] == 0 and b['node3']['second_hop_buckets'] == 0" || ok=0
+  unset "BSTATE[node3]"
+  write_config "${WEIGHT[node1]}" "${WEIGHT[node2]}" "${WEIGHT[node3]}"
+  hup_all
+  if wait_settled 20 && [[ $(st get "$(state_of node1)" "b['node3']['second_hop_buckets']") == 0 ]]; then
+    echo "  node3 second hop of no bucket (offline, then active again): $WAIT_SUMMARY"
+  else
+    ok=0
+    nums+="node3 still second hop after offline/active: $WAIT_SUMMARY; "
+  fi
   for sport in $(seq 47000 47200); do
     first=$("$NILB" lookup --json --config "$CFG" --live --pin-dir "${PIN_DIR[node1]}" \
       "$NH_CLIENT_IP:$sport" "$NH_VIP:80" tcp 2>/dev/null | json - 'd["first_hop_hostname"] or d["first_hop"]')
@@ -41,7 +58,7 @@ scenario_timewait() {
   [[ $n_tw == 4 ]] || { ok=0; nums+="node3 holds $n_tw/4 TIME_WAIT sockets; "; }
 
   # shellcheck disable=SC2034 # read by write_config (harness.sh)
-  BSTATE[node3]=drained
+  BSTATE["node3"]=drained
   write_config "${WEIGHT[node1]}" "${WEIGHT[node2]}" "${WEIGHT[node3]}"
   hup_all
   t0=$HUP_T

@@ -105,7 +105,7 @@ scenario_udp() {
   [[ -n $conn_sport ]] || ok=0
 
   # drain node2
-  BSTATE[node2]=drained
+  BSTATE["node2"]=drained
   udp_write_config
   hup_all
   t0=$HUP_T
