@@ -85,9 +85,10 @@ pub fn sums(p: &[u8]) -> Option<Sums> {
     Some(Sums { ip, l4 })
 }
 
-/// Checksums of a packet a program sent (`out`, Ethernet frame) given the
-/// frame it received: every header it rewrote keeps each checksum valid
-/// that was valid, and every header it built has valid checksums.
+/// Checksums of a packet a program sent (`out`, Ethernet frame, without
+/// XDP metadata) given the frame it received: every header it rewrote keeps
+/// each checksum valid that was valid, and every header it built has valid
+/// checksums.
 /// - XDP, anything sent (TX, REDIRECT, handed to TC): the outer IPv4 and
 ///   the L4 checksum (UDP: 0, or valid) valid; a GUE packet's inner packet
 ///   with the checksums it came with.
@@ -109,12 +110,7 @@ pub fn checksum_problems(
     let l3 = |f: &[u8]| f.get(14..).map(|x| x.to_vec()).unwrap_or_default();
     match (prog, verdict, tc) {
         (Prog::Xdp, XDP_TX | XDP_REDIRECT | XDP_PASS, _) if out != frame => {
-            let o = if verdict == XDP_PASS {
-                out.get(4..).unwrap_or(&[])
-            } else {
-                out
-            };
-            let s = sums(&l3(o));
+            let s = sums(&l3(out));
             if !matches!(
                 s,
                 Some(Sums {
@@ -124,14 +120,15 @@ pub fn checksum_problems(
             ) {
                 bad.push(format!("checksum: XDP sent a packet with {s:?}"));
             }
-            let is_gue =
-                o.len() >= 14 + 28 && o[14 + 9] == IPPROTO_UDP && be16(o, 14 + 22) == GUE_PORT;
-            if is_gue && o[14 + 26..14 + 28] != [0, 0] {
+            let is_gue = out.len() >= 14 + 28
+                && out[14 + 9] == IPPROTO_UDP
+                && be16(out, 14 + 22) == GUE_PORT;
+            if is_gue && out[14 + 26..14 + 28] != [0, 0] {
                 bad.push("checksum: XDP encapsulated with a non-zero UDP checksum".into());
             }
-            if is_gue && o.len() > 14 + 36 {
-                let n = o[14 + 28 + 7] as usize;
-                let inner = o.get(14 + 36 + 4 * n..).unwrap_or(&[]);
+            if is_gue && out.len() > 14 + 36 {
+                let n = out[14 + 28 + 7] as usize;
+                let inner = out.get(14 + 36 + 4 * n..).unwrap_or(&[]);
                 if sums(inner) != sums(&l3(frame)) {
                     bad.push("checksum: the inner packet's checksums changed".into());
                 }
@@ -298,8 +295,8 @@ pub fn check(
                 }
                 _ => None,
             };
-            bad.extend(checksum_problems(prog, frame, verdict, out, None));
             if let Some(e) = encap {
+                bad.extend(checksum_problems(prog, frame, verdict, e, None));
                 match &class {
                     XdpClass::Balance(flow) => {
                         if let Some(why) = check_encapsulation(frame, flow.tot, e) {
