@@ -90,7 +90,8 @@ def load_program(path, section):
 
 # ---------------------------------------------------------------- machine
 
-HELPERS = {1: "map_lookup_elem", 5: "ktime_get_ns", 23: "redirect", 28: "csum_diff",
+HELPERS = {1: "map_lookup_elem", 5: "ktime_get_ns", 9: "skb_store_bytes", 23: "redirect", 28: "csum_diff",
+           38: "skb_change_tail",
            44: "xdp_adjust_head", 50: "skb_adjust_room", 54: "xdp_adjust_meta",
            39: "skb_pull_data", 65: "xdp_adjust_tail", 69: "fib_lookup", 84: "sk_lookup_tcp", 85: "sk_lookup_udp",
            86: "sk_release", 99: "skc_lookup_tcp", 100: "tcp_check_syncookie",
@@ -234,7 +235,7 @@ class Run:
             return 0
         if hid == 100:
             return (-1) & M64
-        if hid in (50, 39):  # skb_adjust_room, skb_pull_data
+        if hid in (50, 39, 38, 9):  # skb_adjust_room, skb_pull_data, skb_change_tail, skb_store_bytes
             return 0
         if hid in (23, 152):
             return 7 if sc["kind"] == "tc" else 4
@@ -387,15 +388,34 @@ def eth(l3):
 VIP, NODE, TC_NODE = "10.99.0.100", "10.99.0.1", "10.99.0.12"
 
 
-def gue(flags, sport=41000, hop="10.99.0.13"):
-    inner = ipv4("10.99.0.2", VIP, 6, tcp(sport, 80, flags))
-    g = bytes([2, 4, 0, 0, 0, 0, 0, 1]) + ip4(hop) + inner
-    return eth(ipv4(NODE, TC_NODE, 17, udp(0x8000 | 1234, 19523, g)))
+def gue(flags, sport=41000, hop="10.99.0.13", inner=None, next_hop=0, udp_csum=False):
+    if inner is None:
+        inner = ipv4("10.99.0.2", VIP, 6, tcp(sport, 80, flags))
+    g = bytes([2, 4, 0, 0, 0, 0, next_hop, 1]) + ip4(hop) + inner
+    u = bytearray(udp(0x8000 | 1234, 19523, g))
+    if udp_csum:
+        pseudo = ip4(NODE) + ip4(TC_NODE) + struct.pack(">BBH", 0, 17, len(u))
+        struct.pack_into(">H", u, 6, csum(pseudo + bytes(u) + bytes(len(u) % 2)) or 0xFFFF)
+    return eth(ipv4(NODE, TC_NODE, 17, bytes(u)))
 
 
-def config(node):
+def icmp_error(proto, sport, dport, typ=3, code=4):
+    """ICMP error to the VIP quoting a packet the VIP sent (VIP:sport -> client:dport)."""
+    quoted = ipv4(VIP, "10.99.0.2", proto, struct.pack(">HHI", sport, dport, 0))[:28]
+    m = bytearray(struct.pack(">BBHHH", typ, code, 0, 0, 1400) + quoted)
+    struct.pack_into(">H", m, 2, csum(bytes(m)))
+    return ipv4("10.99.0.77", VIP, 1, bytes(m))
+
+
+def echo():
+    m = bytearray(struct.pack(">BBHHH", 8, 0, 0, 1, 1) + bytes(8))
+    struct.pack_into(">H", m, 2, csum(bytes(m)))
+    return ipv4("10.99.0.2", VIP, 1, bytes(m))
+
+
+def config(node, flags=0):
     # node, hash seed, GUE port, icmp_too_big_rate 1000, flags
-    return struct.pack("<IIHHI", u32(node), 0x5EED1234, struct.unpack("<H", struct.pack(">H", 19523))[0], 1000, 0)
+    return struct.pack("<IIHHI", u32(node), 0x5EED1234, struct.unpack("<H", struct.pack(">H", 19523))[0], 1000, flags)
 
 
 def skey(port, proto=6):
@@ -408,10 +428,13 @@ def table(first, second="0.0.0.0"):
 
 
 XDP_BASE = {"kind": "xdp", "config": config(NODE), "vips": {u32(VIP)},
-            "services": {skey(80): "web"}, "tables": {"web": table("10.99.0.11")}}
+            "services": {skey(80): "web", skey(53, 17): "dns"},
+            "tables": {"web": table("10.99.0.11"), "dns": table("10.99.0.11")}}
 TC_BASE = {"kind": "tc", "config": config(TC_NODE), "vips": {u32(VIP)},
            "cluster_nodes": {u32(NODE), u32("10.99.0.11"), u32("10.99.0.13")},
-           "services": {skey(80): "web"}, "tables": {"web": table("10.99.0.12")}}
+           "services": {skey(80): "web", skey(53, 17): "dns"},
+           "tables": {"web": table("10.99.0.12"), "dns": table("10.99.0.12")}}
+DNS = ipv4("10.99.0.2", VIP, 17, udp(41000, 53, bytes(20)))
 
 SCENARIOS = [
     ("xdp", "vip", "TCP to a VIP, no second hop (XDP_TX)", eth(ipv4("10.99.0.50", VIP, 6, tcp(40000, 80, 0x10))), {}, 3),
@@ -426,6 +449,25 @@ SCENARIOS = [
     ("tc", "decap_established", "GUE, established socket: decapsulate", gue(0x10), {"socket": 1}, 0),
     ("tc", "second_chance", "GUE, listener only: forward to the second hop", gue(0x10), {"socket": 10}, 7),
     ("tc", "non_gue_pass", "TCP to the node (not GUE): pass", eth(ipv4("10.99.0.50", TC_NODE, 6, tcp(40000, 22, 0x10))), {}, 0),
+    ("xdp", "vip_udp", "UDP to a VIP, no second hop (XDP_TX)", eth(DNS), {}, 3),
+    ("xdp", "vip_udp_second_hop", "UDP to a VIP, second hop and first hop again listed", eth(DNS),
+     {"tables": {"web": table("10.99.0.11"), "dns": table("10.99.0.14", "10.99.0.11")}}, 3),
+    ("xdp", "icmp_error", "ICMP frag-needed about a TCP flow: balanced like the flow", eth(icmp_error(6, 80, 40000)), {}, 3),
+    ("tc", "time_wait_forward", "GUE, TIME_WAIT socket, hop left: forward", gue(0x10), {"socket": 6}, 7),
+    ("tc", "udp_connected", "GUE, UDP with a connected socket: decapsulate", gue(0, inner=DNS),
+     {"socket": 1, "socket_dport": 4444}, 0),
+    ("tc", "udp_listener_forward", "GUE, UDP with an unconnected socket, hop left: forward", gue(0, inner=DNS),
+     {"socket": 7}, 7),
+    ("tc", "udp_listener_last_hop", "GUE, UDP with an unconnected socket, no hop left: decapsulate",
+     gue(0, inner=DNS, next_hop=1), {"socket": 7}, 0),
+    ("tc", "icmp_error_established", "GUE, ICMP error about an established flow: decapsulate",
+     gue(0, inner=icmp_error(6, 80, 41000)), {"socket": 1}, 0),
+    ("tc", "ping", "GUE, ICMP echo request to the VIP: decapsulate", gue(0, inner=echo()), {}, 0),
+    ("tc", "unknown_drop", "GUE, no socket, no hop left, unknown_flow drop", gue(0x10, next_hop=1), {}, 2),
+    ("tc", "unknown_rst", "GUE, no socket, no hop left, unknown_flow rst: RST sent",
+     gue(0x10, next_hop=1), {"config": config(TC_NODE, 2)}, 7),
+    ("tc", "forward_udp_csum", "GUE with a UDP checksum, listener only: forward", gue(0x10, udp_csum=True),
+     {"socket": 10}, 7),
 ]
 
 

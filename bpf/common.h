@@ -113,4 +113,28 @@ static __always_inline __u16 csum_replace4(__u16 check, __u32 from, __u32 to)
 	return (__u16)~sum;
 }
 
+/* RFC 1624 incremental update of a 16-bit one's complement checksum when a
+ * 16-bit field changes from `from` to `to` (both as they sit in memory, like
+ * the checksum).
+ * Returns: the new checksum. */
+static __always_inline __u16 csum_replace2(__u16 check, __u16 from, __u16 to)
+{
+	__u32 sum = (__u16)~check;
+
+	sum += (__u16)~from;
+	sum += to;
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	return (__u16)~sum;
+}
+
+/* Returns: the one's complement checksum of an unfolded 32-bit sum of
+ * 16-bit words. */
+static __always_inline __u16 csum_fold32(__u32 sum)
+{
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	return (__u16)~sum;
+}
+
 #endif /* NILB_COMMON_H */

@@ -6,10 +6,12 @@
  *
  *   outer IPv4   20 bytes, no options, DF, TTL NILB_OUTER_TTL, proto UDP
  *   UDP          source 0x8000 | (flow hash & 0x7fff), destination the GUE
- *                port, checksum 0
+ *                port, checksum 0 (a received non-zero checksum is kept
+ *                valid when forwarding)
  *   GUE          version 0, C 0, hlen 1 + N, proto 4 (IPv4), flags 0
  *   private      type 0, next hop index, hop count N
- *   hops         N IPv4 addresses, network order
+ *   hops         N IPv4 addresses, network order: the second hop, and for
+ *                a UDP flow the first hop again after it
  *   inner IPv4 packet
  */
 #ifndef NILB_GUE_H
@@ -40,18 +42,19 @@ static __always_inline __u32 gue_overhead(__u32 nhops)
 
 /*
  * Write the Ethernet type, outer IPv4 (cfg->node_addr -> daddr), UDP and GUE
- * in front of an inner IPv4 packet of inner_len bytes, listing `second` if
- * it is non-zero. The caller has checked that the headers and one hop lie
+ * in front of an inner IPv4 packet of inner_len bytes, listing nhops hops:
+ * none, `second`, or `second` and then daddr again (the balancer's UDP
+ * rule). The caller has checked that the headers and NILB_TX_HOPS hops lie
  * within the packet; the MACs are the caller's.
  * Returns: nothing.
  */
 static __always_inline void gue_write(struct ethhdr *eth, const struct nilb_config *cfg,
-				      __u32 daddr, __u32 second, __u32 hash, __u32 inner_len)
+				      __u32 daddr, __u32 second, __u32 nhops, __u32 hash,
+				      __u32 inner_len)
 {
 	struct iphdr *oip = (void *)(eth + 1);
 	struct udphdr *udp = (void *)(oip + 1);
 	struct gue_hdr *gue = (void *)(udp + 1);
-	__u32 nhops = second ? 1 : 0;
 	__u32 len = inner_len + gue_overhead(nhops);
 	__u32 sum;
 
@@ -81,6 +84,8 @@ static __always_inline void gue_write(struct ethhdr *eth, const struct nilb_conf
 	((__u32 *)gue)[1] = bpf_htonl(nhops);
 	if (nhops)
 		gue->hops[0] = second;
+	if (nhops > 1)
+		gue->hops[1] = daddr;
 }
 
 /* Result of gue_parse. */
@@ -171,17 +176,35 @@ static __always_inline __u32 *gue_hop(struct gue_hdr *gue, __u32 idx, void *data
 }
 
 /* Second chance: readdress the outer IPv4 header from this node (`node`)
- * to `hop`, updating its checksum (RFC 1624), and move the GUE next-hop
- * index past `next`, the index of `hop`.
+ * to `hop` and move the GUE next-hop index past `next`, the index of `hop`.
+ * Every checksum stays valid: the IPv4 header's, and a non-zero UDP
+ * checksum (whose pseudo-header holds both addresses and whose data holds
+ * the index) are updated incrementally (RFC 1624), so a packet corrupted
+ * before it reached this node still fails the check at the next one. A
+ * zero UDP checksum (nilb's own) stays zero: there is nothing to keep.
  * Returns: nothing. */
 static __always_inline void gue_forward(struct iphdr *oip, struct gue_hdr *gue, __u8 next,
 					__u32 node, __u32 hop)
 {
-	oip->check = csum_replace4(oip->check, oip->saddr, node);
+	struct udphdr *udp = (void *)(oip + 1);
+	/* The 16-bit word [next hop][hop count], as in memory. */
+	__u16 *word = (__u16 *)&gue->next_hop;
+	__u32 saddr = oip->saddr, daddr = oip->daddr;
+	__u16 old_word = *word, check;
+
+	oip->check = csum_replace4(oip->check, saddr, node);
 	oip->saddr = node;
-	oip->check = csum_replace4(oip->check, oip->daddr, hop);
+	oip->check = csum_replace4(oip->check, daddr, hop);
 	oip->daddr = hop;
 	gue->next_hop = next + 1;
+	check = udp->check;
+	if (check) {
+		check = csum_replace4(check, saddr, node);
+		check = csum_replace4(check, daddr, hop);
+		check = csum_replace2(check, old_word, *word);
+		/* A computed zero is sent as all ones (RFC 768). */
+		udp->check = check ? check : 0xffff;
+	}
 }
 
 #endif /* NILB_GUE_H */

@@ -99,4 +99,14 @@ struct {
 	__type(value, struct nilb_icmp_limit);
 } icmp_limit SEC(".maps");
 
+/* Key 0: the TC program's RST rate limit (`unknown_flow: rst`) on this CPU:
+ * the theoretical arrival time, in bpf_ktime_get_coarse_ns() nanoseconds,
+ * of the next RST within the rate (GCRA). Not pinned. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} rst_budget SEC(".maps");
+
 #endif /* NILB_MAPS_H */

@@ -10,23 +10,25 @@
  *             lookups, checksum and MAC helpers
  *   gue.h     GUE: written by the balancer; parsed, hop list and forward
  *             rewrite for second chance
- *   icmp.h    ICMP "fragmentation needed" -> the flow it is about
+ *   icmp.h    ICMP to a VIP -> the flow it is about (errors), echo, none
  *   hash.h    the flow hash (twin of src/hash.rs)
  *   too_big.h the balancer's ICMP "fragmentation needed" reply to packets
  *             too big for the encapsulation
  *
  * XDP balancer (nilb_xdp_balancer), on nodes that receive VIP traffic:
  *   IPv4 TCP/UDP to a configured (VIP, port, protocol) -> flow hash -> bucket
- *   -> GUE to the bucket's first hop, listing the second hop. ICMP
- *   "fragmentation needed" about a VIP flow is hashed on the embedded flow.
- *   Fragments and malformed packets to a VIP are dropped; packets too big
- *   for the encapsulation are answered with ICMP "fragmentation needed"
- *   (DF) or dropped. Everything else passes untouched.
+ *   -> GUE to the bucket's first hop, listing the second hop (and for UDP
+ *   the first hop again after it). ICMP errors about a VIP flow are hashed
+ *   on the quoted flow. Fragments and malformed packets to a VIP are
+ *   dropped; packets too big for the encapsulation are answered with ICMP
+ *   "fragmentation needed" (DF) or dropped. Everything else passes
+ *   untouched.
  *
  * TC second chance (nilb_tc_second_chance), clsact ingress on every node:
  *   GUE for this node from a cluster address -> decapsulate if the inner
  *   packet opens or belongs to a local connection, else forward to the next
- *   listed hop; everything else passes untouched.
+ *   listed hop; at the last hop, unknown_flow decides (drop, local, or a
+ *   RST from the VIP). Everything else passes untouched.
  */
 #include "common.h"
 #include "gue.h"
@@ -104,8 +106,10 @@ static __always_inline void *xdp_l4_service(const struct iphdr *iph, const __u16
 struct xdp_hops {
 	__u32 first;     /* IPv4 network order, non-zero */
 	__u32 second;    /* IPv4 network order; 0: none (one equal to first is not listed) */
+	__u32 nhops;     /* hops listed: 0; 1 (second); 2 for UDP (second, then
+			  * first again: docs/design.md "Second chance (TC)") */
 	__u32 slot;      /* backend slot of (service, first hop) */
-	__u32 overhead;  /* GUE bytes: gue_overhead(1 if second is listed, else 0) */
+	__u32 overhead;  /* GUE bytes with the hops listed: gue_overhead(nhops) */
 	/* The balancer's counters of the first hop (backend_stats[slot]),
 	 * bumped once the packet is on its way; NULL if the slot has none. */
 	struct nilb_backend_stats *stats;
@@ -113,12 +117,15 @@ struct xdp_hops {
 
 /*
  * Bucket lookup: the bucket `hash` selects in a service's table (its header
- * gives the size).
+ * gives the size). udp: the flow is UDP, whose packets come back to the
+ * first hop when the second has no connected socket for them: the first
+ * hop is listed again after the second.
  * Returns: 0 with *hops filled, or -1 if there is no first hop (counted:
  * C_XDP_DROP_NO_BACKEND, and the service's xdp_drops unless the table has
  * no header).
  */
-static __always_inline int xdp_bucket(void *table, __u32 hash, struct xdp_hops *hops)
+static __always_inline int xdp_bucket(void *table, __u32 hash, __u8 udp,
+				      struct xdp_hops *hops)
 {
 	struct nilb_table_header *hdr;
 	struct nilb_bucket *b;
@@ -145,7 +152,8 @@ static __always_inline int xdp_bucket(void *table, __u32 hash, struct xdp_hops *
 	if (second == first)
 		second = 0;
 	hops->second = second;
-	hops->overhead = gue_overhead(second ? 1 : 0);
+	hops->nhops = second ? 1 + udp : 0;
+	hops->overhead = gue_overhead(hops->nhops);
 	hops->slot = b->first_slot;
 	hops->stats = bpf_map_lookup_elem(&backend_stats, &hops->slot);
 	return 0;
@@ -155,8 +163,8 @@ static __always_inline int xdp_bucket(void *table, __u32 hash, struct xdp_hops *
  * Encapsulation: cut Ethernet padding so that the inner packet is exactly
  * inner_len bytes (frame_len: the frame as received, eth its checked
  * Ethernet header), make room in front and write outer IPv4, UDP and GUE to
- * hops->first, listing hops->second (gue_write). macs receives the frame's
- * destination and source MACs.
+ * hops->first, listing hops->nhops hops (gue_write). macs
+ * receives the frame's destination and source MACs.
  * Returns: the new Ethernet header (MACs still to write), or NULL if the
  * packet could not be resized (counted: C_XDP_DROP_ADJUST_FAILED).
  */
@@ -179,17 +187,17 @@ static __always_inline struct ethhdr *xdp_encap(struct xdp_md *ctx, struct ethhd
 	}
 	eth = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;
-	/* Outer headers + GUE with one hop + the inner IPv4 header: always
-	 * there after adjust_head succeeded (the inner packet has at least 20
-	 * bytes of IPv4 and 8 of L4, more than the 4 of a hop not listed).
-	 * Only the verifier needs this check; should it ever fail, the drop is
-	 * counted like a failed resize. */
+	/* Outer headers + GUE with NILB_TX_HOPS hops + the inner IPv4 header:
+	 * always there after adjust_head succeeded (the inner packet has at
+	 * least 20 bytes of IPv4 and 8 of L4, more than the 4 of each hop not
+	 * listed). Only the verifier needs this check; should it ever fail,
+	 * the drop is counted like a failed resize. */
 	if ((void *)eth + sizeof(*eth) + NILB_GUE_BASE_OVERHEAD + 4 * NILB_TX_HOPS +
 		    sizeof(struct iphdr) > data_end) {
 		count(C_XDP_DROP_ADJUST_FAILED);
 		return NULL;
 	}
-	gue_write(eth, cfg, hops->first, hops->second, hash, inner_len);
+	gue_write(eth, cfg, hops->first, hops->second, hops->nhops, hash, inner_len);
 	return eth;
 }
 
@@ -374,6 +382,7 @@ int nilb_xdp_balancer(struct xdp_md *ctx)
 	struct iphdr *iph;
 	__u32 ihl_len, tot_len, frame_len, hash, what = 0;
 	__u8 macs[2 * ETH_ALEN];
+	__u8 udp = 0;
 	void *l4, *table;
 
 	if ((void *)(eth + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_IP)) {
@@ -426,22 +435,26 @@ int nilb_xdp_balancer(struct xdp_md *ctx)
 		    ihl_len + sizeof(struct udphdr) > tot_len)
 			goto malformed;
 		table = xdp_l4_service(iph, l4, IPPROTO_UDP, cfg->hash_seed, &hash);
+		udp = 1;
 		break;
 	case IPPROTO_ICMP:
 		if (!is_vip(iph->daddr))
 			goto not_service;
-		switch (icmp_frag_needed_flow(l4, tot_len - ihl_len, data_end, &flow)) {
-		case ICMP_FLOW_OK:
+		/* Errors follow the flow they quote; echo requests and the rest
+		 * are the balancer node's own (docs/design.md "Packet path"). */
+		switch (icmp_classify(l4, tot_len - ihl_len, iph->daddr, data_end, &flow)) {
+		case ICMP_FLOW:
 			break;
-		case ICMP_FLOW_MALFORMED:
+		case ICMP_MALFORMED:
 			count(C_XDP_DROP_MALFORMED);
 			return XDP_DROP;
-		default: /* ICMP_FLOW_NONE, ICMP_FLOW_NONE_SHORT */
+		default: /* ICMP_PING, ICMP_NO_FLOW */
 			goto not_service;
 		}
 		table = xdp_flow_service(&flow, cfg->hash_seed, &hash);
 		if (!table)
 			goto not_service;
+		udp = flow.proto == IPPROTO_UDP;
 		what = WHAT_ICMP; /* C_XDP_ICMP_FORWARDED once sent */
 		break;
 	default:
@@ -449,7 +462,7 @@ int nilb_xdp_balancer(struct xdp_md *ctx)
 	}
 	if (!table)
 		goto not_service;
-	if (xdp_bucket(table, hash, &hops))
+	if (xdp_bucket(table, hash, udp, &hops))
 		return XDP_DROP;
 	eth = xdp_encap(ctx, eth, cfg, &hops, hash, tot_len, frame_len, macs);
 	if (!eth)
@@ -468,137 +481,172 @@ not_service:
 
 /* ---- TC second chance ---------------------------------------------------- */
 
-/* Why tc_local_match does not accept a packet. Negative: its acceptances
- * are counters (enum nilb_counter, >= 0). */
+/* Why tc_local_match does not accept a packet at once. Negative: its
+ * acceptances are counters (enum nilb_counter, >= 0). */
 enum local_miss {
-	/* No local socket has the flow: second chance. */
+	/* No local socket owns the flow: second chance, else unknown_flow. */
 	LOCAL_UNKNOWN = -1,
-	/* Only a UDP socket bound but not connected: accepted at the last hop. */
+	/* UDP (or an ICMP error about UDP) with only an unconnected socket:
+	 * second chance, else the last hop keeps it. */
 	LOCAL_UDP_LISTENER = -2,
 	/* Inner TCP/UDP/ICMP header cut short, or the ICMP quote invalid. */
 	LOCAL_MALFORMED = -3,
-	/* Inner protocol not handled: ICMP other than frag-needed, or about a
-	 * later fragment or a protocol other than TCP/UDP. */
+	/* Inner protocol not handled, or ICMP about no flow. */
 	LOCAL_UNSUPPORTED = -4,
+	/* A TCP socket that no longer owns packets (TIME_WAIT, CLOSE): second
+	 * chance, else the last hop hands the packet to the stack. */
+	LOCAL_CLOSED = -5,
 };
+
+/* TCP states (BPF_TCP_*) in which a socket owns the packets of its 4-tuple
+ * while a hop is left: the handshake, and a connection that can still
+ * receive data or must still receive the ACK of its own FIN. Not TIME_WAIT
+ * (which also covers the kernel's orphaned FIN_WAIT2 minisockets) and not
+ * CLOSE: docs/design.md "Second chance (TC)" argues each state. */
+#define TCP_OWNING_STATES                                                                 \
+	((1u << BPF_TCP_ESTABLISHED) | (1u << BPF_TCP_SYN_SENT) | (1u << BPF_TCP_SYN_RECV) | \
+	 (1u << BPF_TCP_NEW_SYN_RECV) | (1u << BPF_TCP_FIN_WAIT1) |                          \
+	 (1u << BPF_TCP_FIN_WAIT2) | (1u << BPF_TCP_CLOSE_WAIT) | (1u << BPF_TCP_CLOSING) |  \
+	 (1u << BPF_TCP_LAST_ACK))
+
+/* struct flow4 is passed to the socket lookups as a struct bpf_sock_tuple:
+ * the IPv4 part has the same layout. */
+_Static_assert(__builtin_offsetof(struct flow4, saddr) ==
+		       __builtin_offsetof(struct bpf_sock_tuple, ipv4.saddr) &&
+	       __builtin_offsetof(struct flow4, dport) ==
+		       __builtin_offsetof(struct bpf_sock_tuple, ipv4.dport),
+	       "flow4 starts like bpf_sock_tuple.ipv4");
+
+/*
+ * What the local TCP socket of flow f (client -> VIP) makes of a packet:
+ * owned by an established or handshake socket (returns `owned`); a valid
+ * SYN-cookie ACK for a listener (th: the segment, NULL for an ICMP error;
+ * returns C_TC_DECAP_SYNCOOKIE); a socket that no longer owns packets
+ * (LOCAL_CLOSED); or nothing (LOCAL_UNKNOWN, a listener alone included).
+ * Returns: as said.
+ */
+static __always_inline int tc_tcp_socket(struct __sk_buff *skb, struct flow4 *f, int owned,
+					 struct iphdr *in, struct tcphdr *th)
+{
+	struct bpf_sock *sk;
+	__u32 state;
+	int cookie;
+
+	sk = bpf_skc_lookup_tcp(skb, (struct bpf_sock_tuple *)f, sizeof(((struct bpf_sock_tuple *)0)->ipv4),
+				BPF_F_CURRENT_NETNS, 0);
+	if (!sk)
+		return LOCAL_UNKNOWN;
+	state = sk->state;
+	if (state == BPF_TCP_LISTEN) {
+		cookie = th && th->ack && !th->syn && !th->rst &&
+			 bpf_tcp_check_syncookie(sk, in, sizeof(*in), th, sizeof(*th)) == 0;
+		bpf_sk_release(sk);
+		return cookie ? C_TC_DECAP_SYNCOOKIE : LOCAL_UNKNOWN;
+	}
+	bpf_sk_release(sk);
+	if (state < 32 && ((1u << state) & TCP_OWNING_STATES))
+		return owned;
+	return LOCAL_CLOSED;
+}
+
+/* What the local UDP socket of flow f (client -> VIP) makes of a packet:
+ * owned by a connected socket (returns `owned`), only an unconnected one
+ * (LOCAL_UDP_LISTENER), or none (LOCAL_UNKNOWN).
+ * Returns: as said. */
+static __always_inline int tc_udp_socket(struct __sk_buff *skb, struct flow4 *f, int owned)
+{
+	struct bpf_sock *sk;
+	int connected;
+
+	sk = bpf_sk_lookup_udp(skb, (struct bpf_sock_tuple *)f, sizeof(((struct bpf_sock_tuple *)0)->ipv4),
+			       BPF_F_CURRENT_NETNS, 0);
+	if (!sk)
+		return LOCAL_UNKNOWN;
+	connected = sk->dst_port != 0;
+	bpf_sk_release(sk);
+	return connected ? owned : LOCAL_UDP_LISTENER;
+}
 
 /*
  * Does a local socket make this node the right place for the inner packet
- * (in: checked IPv4 header whose tot_len fills the GUE payload)?
+ * (in: checked IPv4 header whose tot_len fills the GUE payload)? *f gets
+ * the flow the packet belongs to (client -> VIP; for an ICMP error the
+ * quoted flow), proto 0 if none.
  * Returns: the counter (enum nilb_counter, >= 0) to accept the packet under
- * (C_TC_DECAP_SYN, _ESTABLISHED, _SYNCOOKIE, _UDP or _ICMP), else a
+ * (C_TC_DECAP_SYN, _ESTABLISHED, _SYNCOOKIE, _UDP, _ICMP or _PING), else a
  * negative enum local_miss.
  */
-static __always_inline int tc_local_match(struct __sk_buff *skb, struct iphdr *in, void *data_end)
+static __always_inline int tc_local_match(struct __sk_buff *skb, struct iphdr *in, void *data_end,
+					  struct flow4 *f)
 {
 	void *l4 = (void *)in + in->ihl * 4;
 	/* L4 bytes within the inner packet (its tot_len was checked against
 	 * the GUE length, so headers must fit in them, not in what follows). */
 	__u32 l4_len = bpf_ntohs(in->tot_len) - in->ihl * 4;
-	struct bpf_sock_tuple t = {};
-	struct bpf_sock *sk;
 
+	f->proto = 0;
 	switch (in->protocol) {
 	case IPPROTO_TCP: {
 		struct tcphdr *th = l4;
-		int state;
 
 		if ((void *)(th + 1) > data_end || l4_len < sizeof(*th) || th->doff < 5)
 			return LOCAL_MALFORMED;
+		f->saddr = in->saddr;
+		f->daddr = in->daddr;
+		f->sport = th->source;
+		f->dport = th->dest;
+		f->proto = IPPROTO_TCP;
 		if (th->syn && !th->ack)
 			return C_TC_DECAP_SYN;
-		t.ipv4.saddr = in->saddr;
-		t.ipv4.daddr = in->daddr;
-		t.ipv4.sport = th->source;
-		t.ipv4.dport = th->dest;
-		sk = bpf_skc_lookup_tcp(skb, &t, sizeof(t.ipv4), BPF_F_CURRENT_NETNS, 0);
-		if (!sk)
-			return LOCAL_UNKNOWN;
-		state = sk->state;
-		if (state != BPF_TCP_LISTEN) {
-			bpf_sk_release(sk);
-			return C_TC_DECAP_ESTABLISHED;
-		}
-		if (th->ack && !th->syn && !th->rst &&
-		    bpf_tcp_check_syncookie(sk, in, sizeof(*in), th, sizeof(*th)) == 0) {
-			bpf_sk_release(sk);
-			return C_TC_DECAP_SYNCOOKIE;
-		}
-		bpf_sk_release(sk);
-		return LOCAL_UNKNOWN;
+		return tc_tcp_socket(skb, f, C_TC_DECAP_ESTABLISHED, in, th);
 	}
 	case IPPROTO_UDP: {
 		struct udphdr *uh = l4;
-		int connected;
 
 		if ((void *)(uh + 1) > data_end || l4_len < sizeof(*uh))
 			return LOCAL_MALFORMED;
-		t.ipv4.saddr = in->saddr;
-		t.ipv4.daddr = in->daddr;
-		t.ipv4.sport = uh->source;
-		t.ipv4.dport = uh->dest;
-		sk = bpf_sk_lookup_udp(skb, &t, sizeof(t.ipv4), BPF_F_CURRENT_NETNS, 0);
-		if (!sk)
-			return LOCAL_UNKNOWN;
-		connected = sk->dst_port != 0;
-		bpf_sk_release(sk);
-		return connected ? C_TC_DECAP_UDP : LOCAL_UDP_LISTENER;
+		f->saddr = in->saddr;
+		f->daddr = in->daddr;
+		f->sport = uh->source;
+		f->dport = uh->dest;
+		f->proto = IPPROTO_UDP;
+		return tc_udp_socket(skb, f, C_TC_DECAP_UDP);
 	}
-	case IPPROTO_ICMP: {
-		struct flow4 f;
-		int state, connected;
-
-		switch (icmp_frag_needed_flow(l4, l4_len, data_end, &f)) {
-		case ICMP_FLOW_OK:
+	case IPPROTO_ICMP:
+		/* An error follows the rules of the flow it quotes (a packet of
+		 * ours, VIP -> client: the connection seen from the client's
+		 * side); an echo request is answered here, the first hop. */
+		switch (icmp_classify(l4, l4_len, in->daddr, data_end, f)) {
+		case ICMP_FLOW:
 			break;
-		case ICMP_FLOW_NONE:
+		case ICMP_PING:
+			return C_TC_DECAP_PING;
+		case ICMP_NO_FLOW:
 			return LOCAL_UNSUPPORTED;
-		default: /* ICMP_FLOW_MALFORMED, ICMP_FLOW_NONE_SHORT */
+		default: /* ICMP_MALFORMED */
 			return LOCAL_MALFORMED;
 		}
-		/* The quoted packet is ours (VIP -> client): the connection
-		 * seen from the client's side. */
-		t.ipv4.saddr = f.saddr;
-		t.ipv4.daddr = f.daddr;
-		t.ipv4.sport = f.sport;
-		t.ipv4.dport = f.dport;
-		if (f.proto == IPPROTO_TCP) {
-			sk = bpf_skc_lookup_tcp(skb, &t, sizeof(t.ipv4), BPF_F_CURRENT_NETNS, 0);
-			if (!sk)
-				return LOCAL_UNKNOWN;
-			state = sk->state;
-			bpf_sk_release(sk);
-			return state == BPF_TCP_LISTEN ? LOCAL_UNKNOWN : C_TC_DECAP_ICMP;
-		}
-		sk = bpf_sk_lookup_udp(skb, &t, sizeof(t.ipv4), BPF_F_CURRENT_NETNS, 0);
-		if (!sk)
-			return LOCAL_UNKNOWN;
-		connected = sk->dst_port != 0;
-		bpf_sk_release(sk);
-		return connected ? C_TC_DECAP_ICMP : LOCAL_UNKNOWN;
-	}
+		if (f->proto == IPPROTO_TCP)
+			return tc_tcp_socket(skb, f, C_TC_DECAP_ICMP, in, NULL);
+		return tc_udp_socket(skb, f, C_TC_DECAP_ICMP);
 	default:
 		return LOCAL_UNSUPPORTED;
 	}
 }
 
-/* Per-service stats of the inner packet's service (TCP/UDP). Read before
- * the packet changes; map value pointers stay valid afterwards.
- * Returns: the service's counters, or NULL if the inner packet belongs to
- * no service. */
-static __always_inline struct nilb_service_stats *tc_service_stats(struct iphdr *in,
-								    void *data_end)
+/* Per-service stats of flow f (proto 0: none). Map value pointers stay
+ * valid after the packet changes.
+ * Returns: the service's counters, or NULL if the flow belongs to no
+ * service. */
+static __always_inline struct nilb_service_stats *tc_flow_stats(const struct flow4 *f)
 {
-	__u16 *ports = (void *)in + in->ihl * 4;
 	struct nilb_table_header *hdr;
 	__u32 zero = 0;
 	void *table;
 
-	if (in->protocol != IPPROTO_TCP && in->protocol != IPPROTO_UDP)
+	if (!f->proto)
 		return NULL;
-	if ((void *)(ports + 2) > data_end)
-		return NULL;
-	table = service_table(in->daddr, ports[1], in->protocol);
+	table = service_table(f->daddr, f->dport, f->proto);
 	if (!table)
 		return NULL;
 	hdr = bpf_map_lookup_elem(table, &zero);
@@ -624,21 +672,121 @@ static __always_inline int tc_decap(struct __sk_buff *skb, __u32 hdr_len, __u32 
 	return TC_ACT_OK;
 }
 
-/* Bytes of headers the TC program reads: Ethernet, outer IPv4, UDP, GUE with
- * NILB_MAX_GUE_HOPS hops, inner IPv4 with options, TCP. */
-#define TC_HEADERS_LEN (14 + 20 + 8 + 8 + 4 * NILB_MAX_GUE_HOPS + 60 + 20)
+/* A RST from the VIP: IPv4 and TCP, no options. */
+struct tc_rst {
+	struct iphdr ip;
+	struct tcphdr tcp;
+};
 
-/* Some drivers leave only part of the headers in the linear area: make them
- * directly readable (rarely needed; a no-op otherwise). A subprogram, so
- * that the caller reads the context's data pointers once, after it.
+/* Returns: non-zero if the RST rate limit (NILB_RST_INTERVAL_NS on
+ * average, bursts of NILB_RST_BURST, per CPU) allows one more RST now, which
+ * it then counts (GCRA on rst_budget). */
+static __always_inline int tc_rst_allowed(void)
+{
+	__u32 zero = 0;
+	__u64 now, *tat;
+
+	tat = bpf_map_lookup_elem(&rst_budget, &zero);
+	if (!tat)
+		return 0;
+	now = bpf_ktime_get_coarse_ns();
+	if (*tat < now)
+		*tat = now;
+	if (*tat - now > (__u64)(NILB_RST_BURST - 1) * NILB_RST_INTERVAL_NS)
+		return 0;
+	*tat += NILB_RST_INTERVAL_NS;
+	return 1;
+}
+
+/*
+ * unknown_flow: rst. Answer the inner TCP segment `in` (checked header,
+ * hdr_len bytes of outer headers before it) as RFC 793 says for a segment
+ * of no connection: with ACK, a RST whose sequence number is the segment's
+ * acknowledgment number; without, a RST+ACK acknowledging the segment's
+ * sequence number plus its length (data, SYN, FIN). A RST is never
+ * answered. The packet itself becomes the reply (VIP -> client, no
+ * options, both checksums computed) and leaves with bpf_redirect_neigh
+ * through the interface it came in on, as a reply would (DSR).
+ * Returns: TC_ACT_REDIRECT (C_TC_RST_SENT), or TC_ACT_SHOT (counted:
+ * C_TC_DROP_UNKNOWN_FLOW for a RST, C_TC_DROP_RST_LIMITED over the rate,
+ * C_TC_DROP_ADJUST_FAILED if the kernel refused a change).
+ */
+static __always_inline int tc_reset(struct __sk_buff *skb, struct iphdr *in, void *data_end,
+				    __u32 hdr_len)
+{
+	struct tcphdr *th = (void *)in + in->ihl * 4;
+	__u32 l4_len = bpf_ntohs(in->tot_len) - in->ihl * 4;
+	__u32 saddr, daddr, addrs, seq = 0, ack = 0, data_len, sum;
+	struct tc_rst r;
+	__u16 flags;
+
+	if ((void *)(th + 1) > data_end)
+		return TC_ACT_SHOT; /* checked before; the verifier needs it */
+	if (th->rst) {
+		count(C_TC_DROP_UNKNOWN_FLOW);
+		return TC_ACT_SHOT;
+	}
+	if (!tc_rst_allowed()) {
+		count(C_TC_DROP_RST_LIMITED);
+		return TC_ACT_SHOT;
+	}
+	if (th->ack) {
+		seq = th->ack_seq;
+		flags = 0x04; /* RST */
+	} else {
+		data_len = l4_len > th->doff * 4 ? l4_len - th->doff * 4 : 0;
+		ack = bpf_htonl(bpf_ntohl(th->seq) + data_len + th->syn + th->fin);
+		flags = 0x14; /* RST, ACK */
+	}
+	saddr = in->daddr;
+	daddr = in->saddr;
+	addrs = (saddr & 0xffff) + (saddr >> 16) + (daddr & 0xffff) + (daddr >> 16);
+
+	__builtin_memset(&r, 0, sizeof(r));
+	*(__u16 *)&r.ip = bpf_htons(0x4500); /* version 4, IHL 5, TOS 0 */
+	r.ip.tot_len = bpf_htons(sizeof(r));
+	r.ip.frag_off = bpf_htons(IP_DF);
+	r.ip.ttl = 64;
+	r.ip.protocol = IPPROTO_TCP;
+	r.ip.saddr = saddr;
+	r.ip.daddr = daddr;
+	r.ip.check = csum_fold32(bpf_htons(0x4500) + r.ip.tot_len + r.ip.frag_off +
+				 bpf_htons((64 << 8) | IPPROTO_TCP) + addrs);
+	r.tcp.source = th->dest;
+	r.tcp.dest = th->source;
+	r.tcp.seq = seq;
+	r.tcp.ack_seq = ack;
+	((__u16 *)&r.tcp)[6] = bpf_htons((5 << 12) | flags); /* data offset 5, flags */
+	/* Pseudo-header (addresses, protocol, TCP length) and the header's
+	 * non-zero words (window, checksum, urgent pointer are 0). */
+	sum = addrs + bpf_htons(IPPROTO_TCP) + bpf_htons(sizeof(r.tcp)) + r.tcp.source +
+	      r.tcp.dest + (seq & 0xffff) + (seq >> 16) + (ack & 0xffff) + (ack >> 16) +
+	      ((__u16 *)&r.tcp)[6];
+	r.tcp.check = csum_fold32(sum);
+
+	if (bpf_skb_adjust_room(skb, -(__s32)hdr_len, BPF_ADJ_ROOM_MAC, 0) ||
+	    bpf_skb_change_tail(skb, sizeof(struct ethhdr) + sizeof(r), 0) ||
+	    bpf_skb_store_bytes(skb, sizeof(struct ethhdr), &r, sizeof(r), BPF_F_RECOMPUTE_CSUM)) {
+		count(C_TC_DROP_ADJUST_FAILED);
+		return TC_ACT_SHOT;
+	}
+	count(C_TC_RST_SENT);
+	return bpf_redirect_neigh(skb->ifindex, NULL, 0, 0);
+}
+
+/* Some drivers leave only part of the headers in the linear area: make
+ * NILB_TC_HEADERS_LEN bytes directly readable (rarely needed; a no-op
+ * otherwise). A subprogram, so that the caller reads the context's data
+ * pointers once, after it.
  * Returns: 0, or bpf_skb_pull_data's error (ignored: the bounds checks that
  * follow see what is readable). */
 static __noinline int tc_linearize_headers(struct __sk_buff *skb)
 {
 	__u32 linear = skb->data_end - skb->data;
 
-	if (linear < TC_HEADERS_LEN && linear < skb->len)
-		return bpf_skb_pull_data(skb, skb->len < TC_HEADERS_LEN ? skb->len : TC_HEADERS_LEN);
+	if (linear < NILB_TC_HEADERS_LEN && linear < skb->len)
+		return bpf_skb_pull_data(skb, skb->len < NILB_TC_HEADERS_LEN ? skb->len
+									  : NILB_TC_HEADERS_LEN);
 	return 0;
 }
 
@@ -664,6 +812,7 @@ int nilb_tc_second_chance(struct __sk_buff *skb)
 	struct iphdr *oip, *in;
 	struct udphdr *udp;
 	struct gue_hdr *gue;
+	struct flow4 f;
 	__u32 node, saddr, ihl_len, hdr_len, hop, *hop_at;
 	__u8 next;
 	int verdict, marked;
@@ -738,19 +887,19 @@ int nilb_tc_second_chance(struct __sk_buff *skb)
 	gue = gue_of(oip);
 	hdr_len = gue_encap_len(gue);
 
-	st = tc_service_stats(in, data_end);
-	verdict = tc_local_match(skb, in, data_end);
-	if (verdict >= 0)
-		return tc_decap(skb, hdr_len, verdict, st);
+	verdict = tc_local_match(skb, in, data_end, &f);
 	if (verdict == LOCAL_MALFORMED)
 		goto malformed;
 	if (verdict == LOCAL_UNSUPPORTED) {
 		count(C_TC_DROP_UNSUPPORTED);
 		return TC_ACT_SHOT;
 	}
+	st = tc_flow_stats(&f);
+	if (verdict >= 0)
+		return tc_decap(skb, hdr_len, verdict, st);
 
-	/* Not known here (LOCAL_UNKNOWN or LOCAL_UDP_LISTENER): second chance
-	 * if a hop is left. */
+	/* Not owned here (LOCAL_UNKNOWN, _UDP_LISTENER or _CLOSED): second
+	 * chance if a hop is left. */
 	next = gue->next_hop;
 	if (next < gue->hop_count) {
 		hop_at = gue_hop(gue, next, data_end);
@@ -767,13 +916,21 @@ int nilb_tc_second_chance(struct __sk_buff *skb)
 			st->tc_forward++;
 		return bpf_redirect_neigh(skb->ifindex, NULL, 0, 0);
 	}
-	if (verdict == LOCAL_UDP_LISTENER)
-		return tc_decap(skb, hdr_len, C_TC_DECAP_UDP, st);
+	/* The last hop: a UDP listener serves what no connected socket owns;
+	 * the stack has what a closed TCP socket still matches. */
+	if (verdict == LOCAL_UDP_LISTENER || verdict == LOCAL_CLOSED)
+		return tc_decap(skb, hdr_len,
+				in->protocol == IPPROTO_ICMP	   ? C_TC_DECAP_ICMP
+				: verdict == LOCAL_UDP_LISTENER ? C_TC_DECAP_UDP
+								: C_TC_DECAP_TIME_WAIT,
+				st);
 	if (cfg->flags & NILB_F_UNKNOWN_FLOW_LOCAL)
 		return tc_decap(skb, hdr_len, C_TC_DECAP_UNKNOWN_LOCAL, st);
-	count(C_TC_DROP_UNKNOWN_FLOW);
 	if (st)
 		st->tc_drops++;
+	if ((cfg->flags & NILB_F_UNKNOWN_FLOW_RST) && in->protocol == IPPROTO_TCP)
+		return tc_reset(skb, in, data_end, hdr_len);
+	count(C_TC_DROP_UNKNOWN_FLOW);
 	return TC_ACT_SHOT;
 
 malformed:

@@ -26,8 +26,9 @@ enum nilb_limits {
 	/* Hops a received GUE header may list (glb-director sends at most a few). */
 	NILB_MAX_GUE_HOPS = 8,
 	/* Most hops nilb's balancer lists: the bucket's second hop, when it
-	 * has one other than the first hop. */
-	NILB_TX_HOPS = 1,
+	 * has one other than the first hop, and for a UDP flow the first hop
+	 * again after it (docs/design.md "Second chance (TC)"). */
+	NILB_TX_HOPS = 2,
 	/* (service, backend) pairs with their own balancer counters. */
 	NILB_MAX_BACKEND_SLOTS = 16384,
 };
@@ -52,6 +53,15 @@ enum nilb_wire {
 	NILB_ICMP_TOO_BIG_RATE_DEFAULT = 1000,
 	/* Largest cluster.icmp_too_big_rate (a 16-bit field). */
 	NILB_ICMP_TOO_BIG_RATE_MAX = 65535,
+	/* Bytes of headers the TC program reads, made linear before it reads
+	 * them: Ethernet 14, outer IPv4 20, UDP 8, GUE 8 + 4 x NILB_MAX_GUE_HOPS,
+	 * inner IPv4 with options 60, then the larger of TCP (20) and an ICMP
+	 * error (8) quoting IPv4 with options (60) and its ports (4). */
+	NILB_TC_HEADERS_LEN = 14 + 20 + 8 + 8 + 4 * NILB_MAX_GUE_HOPS + 60 + 8 + 60 + 4,
+	/* unknown_flow: rst: per CPU, at most one RST per NILB_RST_INTERVAL_NS
+	 * on average (1000/s), in bursts of up to NILB_RST_BURST. */
+	NILB_RST_INTERVAL_NS = 1000000,
+	NILB_RST_BURST = 100,
 };
 
 /* Flags in struct nilb_config.flags. */
@@ -59,6 +69,9 @@ enum nilb_config_flags {
 	/* The last hop accepts unknown flows locally (the stack answers RST)
 	 * instead of dropping them (`cluster.unknown_flow: local`). */
 	NILB_F_UNKNOWN_FLOW_LOCAL = 1,
+	/* The last hop answers a TCP segment (not RST, not SYN) of an unknown
+	 * flow with a RST from the VIP, rate-limited (`unknown_flow: rst`). */
+	NILB_F_UNKNOWN_FLOW_RST = 2,
 };
 
 /*
@@ -76,7 +89,7 @@ enum nilb_counter {
 	C_XDP_ENCAP_REDIRECT,       /* encapsulated, redirected to another interface */
 	C_XDP_ENCAP_LOCAL,          /* first hop is this node: passed to TC locally */
 	C_XDP_ENCAP_SLOW_PATH,      /* neighbour unknown / forwarding off: sent via TC */
-	C_XDP_ICMP_FORWARDED,       /* ICMP frag-needed sent on like the flow it quotes (a verdict is counted too) */
+	C_XDP_ICMP_FORWARDED,       /* ICMP error (unreachable, time exceeded, parameter problem) sent on like the flow it quotes (a verdict is counted too) */
 	C_XDP_DROP_FRAGMENT,        /* fragment of VIP traffic (no reassembly) */
 	C_XDP_DROP_NO_BACKEND,      /* bucket has no first hop */
 	C_XDP_DROP_MALFORMED,       /* broken IPv4/L4 header addressed to a VIP */
@@ -93,7 +106,7 @@ enum nilb_counter {
 	C_TC_DECAP_ESTABLISHED,     /* local socket (not LISTEN) for the flow */
 	C_TC_DECAP_SYNCOOKIE,       /* valid SYN-cookie ACK */
 	C_TC_DECAP_UDP,             /* UDP: connected socket, or last hop with a listener */
-	C_TC_DECAP_ICMP,            /* ICMP frag-needed for a local connection */
+	C_TC_DECAP_ICMP,            /* ICMP error about a flow kept here (the quoted flow's rules) */
 	C_TC_DECAP_LOOP_GUARD,      /* next hop is this node: accepted locally */
 	C_TC_DECAP_UNKNOWN_LOCAL,   /* no hop left, unknown_flow=local */
 	C_TC_FORWARD,               /* second chance: forwarded to the next hop */
@@ -103,9 +116,13 @@ enum nilb_counter {
 	C_TC_DROP_SELF_UNMARKED,    /* GUE from this node's address not handed over by our XDP */
 	C_TC_DROP_MALFORMED,        /* GUE header or inner packet invalid */
 	C_TC_DROP_INNER_NOT_VIP,    /* inner destination is not a configured VIP */
-	C_TC_DROP_UNSUPPORTED,      /* inner IPv6, or inner protocol not handled */
+	C_TC_DROP_UNSUPPORTED,      /* inner IPv6, inner protocol not handled, or ICMP about no flow */
 	C_TC_DROP_ADJUST_FAILED,    /* bpf_skb_adjust_room failed */
 	C_TC_PASS_NO_CONFIG,        /* config map empty: passed */
+	C_TC_DECAP_PING,            /* ICMP echo request to a VIP: answered here */
+	C_TC_DECAP_TIME_WAIT,       /* TCP socket in TIME_WAIT/CLOSE and no hop left: to the stack */
+	C_TC_RST_SENT,              /* no hop left, unknown_flow=rst: answered with a RST from the VIP */
+	C_TC_DROP_RST_LIMITED,      /* no hop left, unknown_flow=rst, over the RST rate limit */
 	NILB_COUNTER_MAX,
 };
 

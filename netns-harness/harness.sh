@@ -29,6 +29,8 @@ RB_BASE_MAX_STEP_PERCENT=$RB_MAX_STEP_PERCENT
 BASE_WEIGHTS=(1 1 2)
 HEALTH_MARGIN=${NH_HEALTH_MARGIN:-0.5}
 DW_YAML=""                # the service's dynamic_weight flow mapping (dw only), empty: none
+UNKNOWN_FLOW=drop         # cluster.unknown_flow of the generated config (rst scenario)
+EXTRA_SERVICES=""         # YAML list items appended to services: (udp scenario), empty: none
 ENCAP_YAML=""             # the service's encap_check (true|false), empty: nilb's default (on)
 RETIRED_LOGS=0
 
@@ -51,7 +53,8 @@ weights_str() { local n s=""; for n in "${NH_NODES[@]}"; do s+="${s:+,}$n=${WEIG
 weights_ratio() { local n s=""; for n in "${NH_NODES[@]}"; do s+="${s:+:}${WEIGHT[$n]}"; done; echo "$s"; }
 
 # write_config W1 W2 W3: (re)write $CFG atomically with these weights (and the
-# backend states in BSTATE, DW_YAML, ENCAP_YAML, RB_MAX_STEP_PERCENT)
+# backend states in BSTATE, DW_YAML, ENCAP_YAML, RB_MAX_STEP_PERCENT,
+# UNKNOWN_FLOW, EXTRA_SERVICES)
 write_config() {
   local i=0 n tmp=$CFG.tmp
   for n in "${NH_NODES[@]}"; do
@@ -64,7 +67,7 @@ write_config() {
     echo "  hash_seed: 0x5eed1234"
     echo "  balancers: [${NH_NODE_IP[node1]}]"
     echo "  gue_port: 19523"
-    echo "  unknown_flow: drop"
+    echo "  unknown_flow: $UNKNOWN_FLOW"
     echo "defaults:"
     echo "  table_size: 1024"
     echo "  health_check: {interval_ms: $HC_INTERVAL_MS, timeout_ms: $HC_TIMEOUT_MS, rise_count: $HC_RISE, fall_count: $HC_FALL}"
@@ -87,6 +90,7 @@ write_config() {
     for n in "${NH_NODES[@]}"; do
       echo "      - {dip: ${NH_NODE_IP[$n]}, hostname: $n, weight: ${WEIGHT[$n]}${BSTATE[$n]:+, state: ${BSTATE[$n]}}}"
     done
+    if [[ -n $EXTRA_SERVICES ]]; then printf '%s\n' "$EXTRA_SERVICES"; fi
   } >"$tmp" && mv -f "$tmp" "$CFG"
 }
 
@@ -97,6 +101,8 @@ base_config() {
   [[ -f $CFG ]] && before=$(<"$CFG")
   BSTATE=()
   DW_YAML=""
+  UNKNOWN_FLOW=drop
+  EXTRA_SERVICES=""
   ENCAP_YAML=""
   RB_MAX_STEP_PERCENT=$RB_BASE_MAX_STEP_PERCENT
   write_config "${BASE_WEIGHTS[@]}"

@@ -33,6 +33,13 @@
 #   mtu 1500-byte wire between the nodes: 30 uploads of 100 KB whose first hop is
 #      remote complete (ICMP "fragmentation needed" from the VIP), with node1's
 #      forwarding on (XDP fast path) and off (slow path); the client learns the PMTU
+#   udp UDP services follow the table: 300 queries per phase (drain, dead backend,
+#      return) all answered by their bucket's first hop; a connected-UDP flow
+#      survives a move
+#   timewait a TIME_WAIT socket on the first hop does not take the packets of a
+#      client's live connection (reused port) on the second hop
+#   rst unknown_flow drop/local/rst: a client whose backend went offline hangs,
+#      gets the stack's RST, or nilb's RST in < 1 s
 #   restart fail-static: node1's nilb SIGKILLed, then stopped with --keep-dataplane
 #      (an upgrade); traffic flows in the gaps, the restarted daemon adopts the
 #      pinned maps, no bucket moves, 30 held connections see no reset
@@ -44,7 +51,7 @@
 # backend up, nilb running everywhere, node1's table settled) and leaves it behind
 # (e leaves the daemons stopped; a later scenario starts them again), so any
 # scenario runs alone or in any order.
-# Default: all, in the order a b c d h1 h2 h3 h4 h5 h6 spoof mtu encap-check neigh restart dw e.
+# Default: all, in the order a b c d h1 h2 h3 h4 h5 h6 spoof mtu encap-check neigh udp timewait rst restart dw e.
 # SCENARIO... run in the order given; --only LIST (comma-separated) runs a subset in
 # the default order. "health" means h1,h2,h3,h4,h5,h6, "all" everything.
 # Prints "PASS <scenario>: ..." or "FAIL <scenario>: ..." per scenario and a closing
@@ -91,7 +98,7 @@ source "$HERE/harness.sh"
 
 usage() { sed -n '2,/^# shellcheck disable/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 
-ALL_SCENARIOS=(a b c d h1 h2 h3 h4 h5 h6 spoof mtu encap-check neigh restart dw e)
+ALL_SCENARIOS=(a b c d h1 h2 h3 h4 h5 h6 spoof mtu encap-check neigh udp timewait rst restart dw e)
 HEALTH_SCENARIOS=(h1 h2 h3 h4 h5 h6)
 for f in "$HERE"/scenarios/*.sh; do
   # shellcheck source=/dev/null

@@ -32,10 +32,7 @@ pub fn check_summary(config: &Config, out: &mut dyn Write) -> Result<()> {
         config.cluster_addresses().len(),
         config.cluster.hash_seed,
         config.cluster.gue_port,
-        match config.cluster.unknown_flow {
-            crate::config::UnknownFlow::Drop => "drop",
-            crate::config::UnknownFlow::Local => "local",
-        },
+        config.cluster.unknown_flow.name(),
     )?;
     let r = &config.rebalance;
     writeln!(
@@ -610,7 +607,7 @@ pub struct StatsReport {
     pub hash_seed: u32,
     /// GUE UDP port.
     pub gue_port: u16,
-    /// `drop` or `local` (`cluster.unknown_flow`).
+    /// `drop`, `local` or `rst` (`cluster.unknown_flow`).
     pub unknown_flow: &'static str,
     /// Every global counter by name (zeros included): packets since the
     /// data plane was loaded, summed over CPUs.
@@ -718,11 +715,7 @@ pub fn stats_report(dir: &Path) -> Result<StatsReport> {
         node: s.node,
         hash_seed: s.hash_seed,
         gue_port: s.gue_port,
-        unknown_flow: if s.unknown_flow_local {
-            "local"
-        } else {
-            "drop"
-        },
+        unknown_flow: s.unknown_flow.name(),
         counters: COUNTER_NAMES.iter().copied().zip(values).collect(),
         services,
     })

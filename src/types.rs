@@ -1,9 +1,10 @@
 //! Vocabulary shared across layers, with no dependencies inside nilb except
 //! the protocol numbers of [`crate::hash`]: the key of a service in the data
 //! plane and its protocol (configuration, control plane, data plane and the
-//! tools all name services by it), and a backend's load sample (produced by
-//! the load scrapes and the balancer's counters, consumed by the control
-//! plane's dynamic weights).
+//! tools all name services by it), what the last hop does with an unknown
+//! flow (configured, written into the data plane, shown by the tools), and a
+//! backend's load sample (produced by the load scrapes and the balancer's
+//! counters, consumed by the control plane's dynamic weights).
 
 use std::fmt;
 use std::net::Ipv4Addr;
@@ -18,6 +19,32 @@ pub enum Protocol {
     Tcp,
     /// UDP (IANA 17).
     Udp,
+}
+
+/// What the last hop does with a packet of a flow it does not know
+/// (`cluster.unknown_flow`; docs/config.md).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UnknownFlow {
+    /// Drop and count it (default).
+    #[default]
+    Drop,
+    /// Accept it locally; the stack answers a stray TCP segment with RST.
+    Local,
+    /// Answer a TCP segment (not a RST) with a RST from the VIP, built by
+    /// the TC program and rate-limited; drop anything else.
+    Rst,
+}
+
+impl UnknownFlow {
+    /// The name in the configuration: `drop`, `local` or `rst`.
+    pub fn name(self) -> &'static str {
+        match self {
+            UnknownFlow::Drop => "drop",
+            UnknownFlow::Local => "local",
+            UnknownFlow::Rst => "rst",
+        }
+    }
 }
 
 impl Protocol {

@@ -9,19 +9,8 @@ use std::net::Ipv4Addr;
 use serde::Deserialize;
 
 use super::{DEFAULT_MAX_STEP_PERCENT, DEFAULT_MIN_BUCKET_AGE_MS, DEFAULT_MIN_STEP_INTERVAL_MS};
+pub use crate::types::UnknownFlow;
 use crate::types::{Protocol, ServiceKey};
-
-/// What the last hop does with a packet of a flow it does not know
-/// (`cluster.unknown_flow`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum UnknownFlow {
-    /// Drop and count it (default).
-    #[default]
-    Drop,
-    /// Accept it locally; the stack answers a stray TCP segment with RST.
-    Local,
-}
 
 /// Administrative state of a backend (docs/config.md "Backend states").
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize)]

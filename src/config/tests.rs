@@ -101,6 +101,20 @@ fn syntax_error_has_position() {
 }
 
 #[test]
+fn unknown_flow_modes_parse() {
+    for (text, mode) in [
+        ("drop", UnknownFlow::Drop),
+        ("local", UnknownFlow::Local),
+        ("rst", UnknownFlow::Rst),
+    ] {
+        let src = GOOD.replace("unknown_flow: drop", &format!("unknown_flow: {text}"));
+        let c = Config::parse(&src).unwrap();
+        assert_eq!(c.cluster.unknown_flow, mode);
+        assert_eq!(mode.name(), text);
+    }
+}
+
+#[test]
 fn unknown_enum_value() {
     let src = GOOD.replace("protocol: tcp", "protocol: sctp");
     let p = one_problem(&src, "services[0].protocol");

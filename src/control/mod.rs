@@ -36,7 +36,6 @@ use anyhow::Result;
 
 use crate::config::{
     Backend, BackendState, Checker, Config, DynamicWeight, HealthCheck, Rebalance, Service,
-    UnknownFlow,
 };
 use crate::dataplane::{DataplaneOps, LiveTable, NodeSettings, TableInstall};
 use crate::health::checker::CheckTarget;
@@ -909,7 +908,7 @@ impl ControlPlane {
             node,
             hash_seed: self.config.cluster.hash_seed,
             gue_port: self.config.cluster.gue_port,
-            unknown_flow_local: self.config.cluster.unknown_flow == UnknownFlow::Local,
+            unknown_flow: self.config.cluster.unknown_flow,
             icmp_too_big_rate: self.config.cluster.icmp_too_big_rate,
         }
     }

@@ -18,7 +18,9 @@
 //! - `hop_cache`: the XDP program's cached FIB and neighbour answer per
 //!   backend slot and CPU, and `icmp_limit`: its per-CPU token bucket for
 //!   ICMP "fragmentation needed" replies (neither pinned nor written from
-//!   user space).
+//!   user space);
+//! - `rst_budget`: the TC program's RST rate limit for `unknown_flow: rst`
+//!   (per CPU, not pinned, not written from user space).
 //!
 //! A service's table is replaced by building a complete new inner array and
 //! swapping it into the outer map in one update, so the programs never see an
@@ -47,7 +49,7 @@ use libbpf_rs::{MapCore, MapFlags, OpenObject, TcHook, TcHookBuilder, Xdp, XdpFl
 use tracing::warn;
 
 use crate::table::Table;
-use crate::types::ServiceKey;
+use crate::types::{ServiceKey, UnknownFlow};
 use abi::skel::{NilbSkel, NilbSkelBuilder};
 pub use ops::{DataplaneOps, NodeSettings, TableInstall};
 use pinned::read_tables;
@@ -472,10 +474,10 @@ impl<'obj> Dataplane<'obj> {
 /// The BPF maps behind the control plane's writes.
 impl DataplaneOps for Dataplane<'_> {
     fn set_settings(&mut self, s: &NodeSettings) -> Result<()> {
-        let flags = if s.unknown_flow_local {
-            abi::sys::nilb_config_flags::NILB_F_UNKNOWN_FLOW_LOCAL
-        } else {
-            0
+        let flags = match s.unknown_flow {
+            UnknownFlow::Drop => 0,
+            UnknownFlow::Local => abi::sys::nilb_config_flags::NILB_F_UNKNOWN_FLOW_LOCAL,
+            UnknownFlow::Rst => abi::sys::nilb_config_flags::NILB_F_UNKNOWN_FLOW_RST,
         };
         let v = abi::config_value(s.node, s.hash_seed, s.gue_port, flags, s.icmp_too_big_rate);
         self.skel

@@ -11,7 +11,7 @@ use std::net::Ipv4Addr;
 use anyhow::Result;
 
 use crate::table::Table;
-use crate::types::ServiceKey;
+use crate::types::{ServiceKey, UnknownFlow};
 
 /// Per-node settings of the `nilb_config` map.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -22,8 +22,8 @@ pub struct NodeSettings {
     pub hash_seed: u32,
     /// GUE UDP port, host order.
     pub gue_port: u16,
-    /// `cluster.unknown_flow: local`.
-    pub unknown_flow_local: bool,
+    /// `cluster.unknown_flow`.
+    pub unknown_flow: UnknownFlow,
     /// `cluster.icmp_too_big_rate`: ICMP "fragmentation needed" replies
     /// per second per CPU.
     pub icmp_too_big_rate: u16,

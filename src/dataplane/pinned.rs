@@ -14,7 +14,7 @@ use libbpf_rs::{MapCore, MapFlags};
 use super::abi;
 use super::ops::NodeSettings;
 use crate::table::Bucket;
-use crate::types::ServiceKey;
+use crate::types::{ServiceKey, UnknownFlow};
 
 /// `services`: HASH_OF_MAPS from (VIP, port, protocol) to the service's
 /// bucket array.
@@ -92,8 +92,13 @@ impl PinnedMaps {
             node: abi::addr_from_be(c.node_addr),
             hash_seed: c.hash_seed,
             gue_port: u16::from_be(c.gue_port),
-            unknown_flow_local: c.flags & abi::sys::nilb_config_flags::NILB_F_UNKNOWN_FLOW_LOCAL
-                != 0,
+            unknown_flow: if c.flags & abi::sys::nilb_config_flags::NILB_F_UNKNOWN_FLOW_RST != 0 {
+                UnknownFlow::Rst
+            } else if c.flags & abi::sys::nilb_config_flags::NILB_F_UNKNOWN_FLOW_LOCAL != 0 {
+                UnknownFlow::Local
+            } else {
+                UnknownFlow::Drop
+            },
             icmp_too_big_rate: c.icmp_too_big_rate,
         })
     }

@@ -3,11 +3,14 @@
 
 use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream, UdpSocket};
 
+use nilb::config::UnknownFlow;
+
 use super::*;
 
 /// Services: web (TCP VIP:80, six backends reaching every XDP verdict: this
 /// node, two neighbours, one without neighbour entry, one behind nt2, one
-/// without route), dns (UDP VIP:53), empty (no backend), alt-dns, wild.
+/// without route), dns (UDP VIP:53), empty (no backend), alt-dns (UDP,
+/// second hops after the reload), wild.
 /// `drained`: the reload that gives buckets a second hop. ICMP "too big"
 /// replies at 65535 per second per CPU: a run never meets the limit.
 pub fn fuzz_config(unknown_flow: &str, drained: bool) -> String {
@@ -54,8 +57,8 @@ services:
     vip: 10.0.0.101
     port: 53
     protocol: udp
-    table_size: 16
-    backends: [{{dip: 10.0.0.13}}]
+    table_size: 32
+    backends: [{{dip: 10.0.0.13, state: {s13}}}, {{dip: 10.0.0.12}}]
   - name: wild
     vip: 10.0.0.102
     port: 8080
@@ -77,15 +80,18 @@ pub struct Sockets {
 }
 
 /// A worker's namespace with the data planes loaded: `a` (unknown_flow:
-/// drop) serves XDP and TC, `b` (unknown_flow: local) serves TC.
+/// drop) serves XDP and TC, `b` (unknown_flow: local) and `c`
+/// (unknown_flow: rst) serve TC.
 pub struct Env {
     pub ifindex: u32,
     pub a: Loaded,
     pub b: Loaded,
+    pub c: Loaded,
     pub wa: World,
     pub wb: World,
-    /// Counters of `a` and `b` after the last run.
-    pub last: [std::cell::RefCell<Vec<u64>>; 2],
+    pub wc: World,
+    /// Counters of `a`, `b` and `c` after the last run.
+    pub last: [std::cell::RefCell<Vec<u64>>; 3],
     pub _socks: Sockets,
 }
 
@@ -104,8 +110,11 @@ pub fn setup() -> Env {
     a.reload(&fuzz_config("drop", true), NODE);
     let mut b = load(&fuzz_config("local", false), NODE);
     b.reload(&fuzz_config("local", true), NODE);
-    let wa = World::new(&a, nt0, nt2, false);
-    let wb = World::new(&b, nt0, nt2, true);
+    let mut c = load(&fuzz_config("rst", false), NODE);
+    c.reload(&fuzz_config("rst", true), NODE);
+    let wa = World::new(&a, nt0, nt2, UnknownFlow::Drop);
+    let wb = World::new(&b, nt0, nt2, UnknownFlow::Local);
+    let wc = World::new(&c, nt0, nt2, UnknownFlow::Rst);
     // The reload must have produced buckets with a second hop.
     assert!(
         wa.services[&(VIP, 80, IPPROTO_TCP)]
@@ -125,13 +134,16 @@ pub fn setup() -> Env {
     let last = [
         std::cell::RefCell::new(a.dp.counters().unwrap()),
         std::cell::RefCell::new(b.dp.counters().unwrap()),
+        std::cell::RefCell::new(c.dp.counters().unwrap()),
     ];
     Env {
         ifindex: net.ifindex,
         a,
         b,
+        c,
         wa,
         wb,
+        wc,
         last,
         _socks: Sockets {
             _listener: listener,

@@ -274,16 +274,18 @@ impl Gen {
     }
 
     pub fn icmp_l4(&mut self) -> Vec<u8> {
-        let (ty, code) = match self.below(12) {
-            0..=6 => (3, 4),
-            7 => (8, 0),
-            8 => (0, 0),
-            9 => (3, self.rng.gen()),
-            10 => (11, 0),
+        let (ty, code) = match self.below(14) {
+            0..=5 => (3, 4),
+            6 => (8, 0),
+            7 => (0, 0),
+            8 => (3, self.rng.gen()),
+            9 => (11, self.below(2) as u8),
+            10 => (12, 0),
+            11 => (5, 1),
             _ => (self.rng.gen(), self.rng.gen()),
         };
         let mut m = vec![ty, code, 0, 0, 0, 0, 0x05, 0x78];
-        if ty == 3 || self.chance(0.2) {
+        if [3, 5, 11, 12].contains(&ty) || self.chance(0.2) {
             let e = self.embedded();
             m.extend_from_slice(&e);
         } else {

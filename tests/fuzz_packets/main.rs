@@ -145,7 +145,7 @@ struct Tally {
     /// Expected statistics: backend slot -> (packets, bytes, syns); service
     /// index -> [xdp_drops, tc_decap, tc_forward, tc_drops], per data plane.
     backend: HashMap<u32, (u64, u64, u64)>,
-    service: [HashMap<u32, [u64; 4]>; 2],
+    service: [HashMap<u32, [u64; 4]>; 3],
 }
 
 impl Tally {
@@ -202,12 +202,16 @@ struct Ctx {
 
 /// Run one frame, check it, record it.
 fn run_one(env: &Env, ctx: &Ctx, t: &mut Tally, index: u64, origin: &str, frame: &[u8]) {
-    // TC alternates between the data plane with unknown_flow drop and local.
-    let use_b = ctx.prog == Prog::Tc && index % 2 == 1;
-    let (l, w, which) = if use_b {
-        (&env.b, &env.wb, 1)
+    // TC takes turns with the data planes of unknown_flow drop, local, rst.
+    let which = if ctx.prog == Prog::Tc {
+        (index % 3) as usize
     } else {
-        (&env.a, &env.wa, 0)
+        0
+    };
+    let (l, w) = match which {
+        1 => (&env.b, &env.wb),
+        2 => (&env.c, &env.wc),
+        _ => (&env.a, &env.wa),
     };
     // `Loaded::counted` reads every counter before and after the run; here
     // the snapshot after one run is the one before the next (the data plane
@@ -286,7 +290,12 @@ fn run_one(env: &Env, ctx: &Ctx, t: &mut Tally, index: u64, origin: &str, frame:
             ctx.prog,
             ctx.seed,
             ctx.worker,
-            if use_b { ", unknown_flow: local" } else { "" },
+            match (ctx.prog, which) {
+                (Prog::Xdp, _) => "",
+                (_, 0) => ", unknown_flow: drop",
+                (_, 1) => ", unknown_flow: local",
+                _ => ", unknown_flow: rst",
+            },
             bad.join("\n    "),
             frame.len(),
             one_line_hex(frame),
@@ -329,11 +338,11 @@ fn check_stats(env: &Env, ctx: &Ctx, t: &mut Tally) {
             }
         }
     }
-    for (which, (l, w)) in [(&env.a, &env.wa), (&env.b, &env.wb)]
+    for (which, (l, w)) in [(&env.a, &env.wa), (&env.b, &env.wb), (&env.c, &env.wc)]
         .into_iter()
         .enumerate()
     {
-        if ctx.prog == Prog::Xdp && which == 1 {
+        if ctx.prog == Prog::Xdp && which > 0 {
             continue;
         }
         for (key, svc) in &w.services {
@@ -446,6 +455,10 @@ fn fuzz(prog: Prog) {
         "tc_drop_malformed",
         "tc_drop_inner_not_vip",
         "tc_drop_unsupported",
+        "tc_decap_ping",
+        "tc_decap_time_wait",
+        "tc_rst_sent",
+        "tc_drop_rst_limited",
     ] {
         assert!(COUNTER_NAMES.contains(&n), "counter {n} unknown to nilb");
     }
@@ -652,6 +665,20 @@ fn checker_flags_tampered_results() {
     let mut fwd = r.1.clone();
     fwd[33] ^= 1;
     assert!(!check(Prog::Tc, w, &good, r.0, &fwd, &d).bad.is_empty());
+    // A forward of GUE with a UDP checksum: valid after the rewrite; a stale
+    // or zeroed one is flagged by the checksum invariant.
+    let summed = with_udp_checksum(good.clone());
+    let (r, d) = env
+        .a
+        .counted(|| env.a.dp.run_tc(&summed, env.ifindex).unwrap());
+    assert_eq!(r.0, TC_ACT_REDIRECT);
+    assert!(check(Prog::Tc, w, &summed, r.0, &r.1, &d).bad.is_empty());
+    for stale in [&summed[40..42], &[0, 0][..]] {
+        let mut fwd = r.1.clone();
+        fwd[40..42].copy_from_slice(stale);
+        let bad = check(Prog::Tc, w, &summed, r.0, &fwd, &d).bad;
+        assert!(bad.iter().any(|b| b.contains("checksum")), "{bad:?}");
+    }
 
     // ICMP "fragmentation needed" for a DF packet too big for the wire: the
     // real reply passes; a wrong MTU, a reply to the same packet without

@@ -5,6 +5,8 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::Ipv4Addr;
 
+use nilb::config::UnknownFlow;
+
 use super::*;
 
 /// One table as installed in the data plane.
@@ -24,7 +26,7 @@ pub struct World {
     pub services: HashMap<(Ipv4Addr, u16, u8), Svc>,
     pub vips: HashSet<Ipv4Addr>,
     pub cluster: HashSet<Ipv4Addr>,
-    pub unknown_local: bool,
+    pub unknown_flow: UnknownFlow,
 }
 
 pub enum Route {
@@ -36,7 +38,12 @@ pub enum Route {
 }
 
 impl World {
-    pub fn new(l: &Loaded, nt0: ([u8; 6], u32), nt2: ([u8; 6], u32), unknown_local: bool) -> World {
+    pub fn new(
+        l: &Loaded,
+        nt0: ([u8; 6], u32),
+        nt2: ([u8; 6], u32),
+        unknown_flow: UnknownFlow,
+    ) -> World {
         let mut services = HashMap::new();
         for (k, t) in l.dp.live_tables().expect("live tables") {
             services.insert(
@@ -57,7 +64,7 @@ impl World {
             services,
             vips: cfg.vips().into_iter().collect(),
             cluster: cfg.cluster_addresses().into_iter().collect(),
-            unknown_local,
+            unknown_flow,
         }
     }
 
@@ -90,8 +97,10 @@ pub enum Out {
     Any,
     /// Exactly these bytes.
     Exact(Vec<u8>),
-    /// These bytes; the IPv4 checksum at [14+10, 14+12) must verify when the
-    /// input's did, and is not compared otherwise (incremental update).
+    /// These bytes, except the checksums (incremental updates): the outer
+    /// IPv4 checksum at [14+10, 14+12) must verify when the input's did;
+    /// the outer UDP checksum at [14+26, 14+28) is left to the checksum
+    /// invariant (invariants.rs).
     Rewritten(Vec<u8>, bool),
 }
 
@@ -147,7 +156,8 @@ pub enum XdpClass {
         vip: bool,
     },
     NotService(&'static str),
-    /// ICMP to a VIP whose (frag-needed) headers are broken.
+    /// ICMP to a VIP whose headers or quote are broken, or whose quote is
+    /// not from that VIP.
     IcmpMalformed(&'static str),
     Balance(Flow),
 }
@@ -233,32 +243,12 @@ pub fn parse_xdp(w: &World, f: &[u8]) -> XdpClass {
             if !vip {
                 return XdpClass::NotService("ICMP not to a VIP");
             }
-            if l4.len() < 8 {
-                return XdpClass::IcmpMalformed("ICMP header beyond the total length");
-            }
-            if l4[0] != 3 || l4[1] != 4 {
-                return XdpClass::NotService("ICMP other than frag-needed");
-            }
-            let emb = &l4[8..];
-            if emb.len() < 20 {
-                return XdpClass::IcmpMalformed("embedded IPv4 header truncated");
-            }
-            let eihl = (emb[0] & 15) as usize * 4;
-            if emb[0] >> 4 != 4 || eihl < 20 {
-                return XdpClass::IcmpMalformed("embedded IPv4 version/IHL");
-            }
-            let eproto = emb[9];
-            if eproto != IPPROTO_TCP && eproto != IPPROTO_UDP {
-                return XdpClass::NotService("embedded protocol not TCP/UDP");
-            }
-            if be16(emb, 6) & 0x1fff != 0 {
-                return XdpClass::NotService("embedded later fragment");
-            }
-            if emb.len() < eihl + 4 {
-                return XdpClass::IcmpMalformed("embedded ports truncated");
-            }
-            let (esaddr, edaddr) = (addr(emb, 12), addr(emb, 16));
-            let (esport, edport) = (be16(emb, eihl), be16(emb, eihl + 2));
+            let (esaddr, edaddr, esport, edport, eproto) = match icmp_quote(l4, daddr) {
+                IcmpQuote::Flow(q) => q,
+                IcmpQuote::Ping => return XdpClass::NotService("ICMP echo request"),
+                IcmpQuote::NoFlow(why) => return XdpClass::NotService(why),
+                IcmpQuote::Malformed(why) => return XdpClass::IcmpMalformed(why),
+            };
             let key = (esaddr, esport, eproto);
             if !w.services.contains_key(&key) {
                 return XdpClass::NotService("embedded flow of no service");
@@ -275,22 +265,86 @@ pub fn parse_xdp(w: &World, f: &[u8]) -> XdpClass {
     }
 }
 
-/// Ethernet + outer IPv4 + UDP + GUE (no hop or one) + `inner`, as the
-/// README specifies.
+/// What an ICMP message to `vip` (its L4 bytes within the total length) is
+/// about, by docs/design.md "Packet path": errors (destination unreachable,
+/// time exceeded, parameter problem) quoting a TCP/UDP packet the VIP sent
+/// are about that flow; an echo request is answered where it arrives; the
+/// rest is about no flow.
+pub enum IcmpQuote {
+    /// (quoted source = the VIP, quoted destination, quoted source port,
+    /// quoted destination port, protocol).
+    Flow((Ipv4Addr, Ipv4Addr, u16, u16, u8)),
+    Ping,
+    NoFlow(&'static str),
+    Malformed(&'static str),
+}
+
+pub fn icmp_quote(l4: &[u8], vip: Ipv4Addr) -> IcmpQuote {
+    use IcmpQuote::*;
+    if l4.len() < 8 {
+        return Malformed("ICMP header beyond the total length");
+    }
+    match l4[0] {
+        8 => return Ping,
+        3 | 11 | 12 => {}
+        _ => return NoFlow("ICMP neither an error nor an echo request"),
+    }
+    let emb = &l4[8..];
+    if emb.len() < 20 {
+        return Malformed("embedded IPv4 header truncated");
+    }
+    let eihl = (emb[0] & 15) as usize * 4;
+    if emb[0] >> 4 != 4 || eihl < 20 {
+        return Malformed("embedded IPv4 version/IHL");
+    }
+    if addr(emb, 12) != vip {
+        return Malformed("embedded source is not the VIP the error was sent to");
+    }
+    if be16(emb, 6) & 0x1fff != 0 {
+        return NoFlow("embedded later fragment");
+    }
+    let eproto = emb[9];
+    if eproto != IPPROTO_TCP && eproto != IPPROTO_UDP {
+        return NoFlow("embedded protocol not TCP/UDP");
+    }
+    if emb.len() < eihl + 4 {
+        return Malformed("embedded ports truncated");
+    }
+    Flow((
+        addr(emb, 12),
+        addr(emb, 16),
+        be16(emb, eihl),
+        be16(emb, eihl + 2),
+        eproto,
+    ))
+}
+
+/// The hops the balancer lists for a bucket (first, second) and a flow of
+/// `proto`: none without a second hop; the second; for UDP the second and
+/// then the first again.
+pub fn listed_hops(first: Ipv4Addr, second: Option<Ipv4Addr>, proto: u8) -> Vec<Ipv4Addr> {
+    match second.filter(|s| *s != first) {
+        None => vec![],
+        Some(s) if proto == IPPROTO_UDP => vec![s, first],
+        Some(s) => vec![s],
+    }
+}
+
+/// Ethernet + outer IPv4 + UDP + GUE listing `hops` + `inner`, as the README
+/// specifies.
 pub fn encapsulation(
     dmac: &[u8],
     smac: &[u8],
     first: Ipv4Addr,
-    second: Option<Ipv4Addr>,
+    hops: &[Ipv4Addr],
     hash: u32,
     inner: &[u8],
 ) -> Vec<u8> {
-    let hops: Vec<Ipv4Addr> = second.into_iter().collect();
     encapsulated(
         dmac[..6].try_into().unwrap(),
         smac[..6].try_into().unwrap(),
         first,
-        &hops,
+        hops,
         gue_sport(hash),
         inner,
     )
@@ -318,8 +372,8 @@ pub fn expect_xdp(w: &World, f: &[u8], class: &XdpClass) -> Outcome {
                     stat: Stat::XdpServiceDrop(svc.index),
                 };
             };
-            let second = second.filter(|s| *s != first);
-            let overhead = 36 + if second.is_some() { 4 } else { 0 };
+            let hops = listed_hops(first, second, flow.tuple.4);
+            let overhead = 36 + 4 * hops.len();
             let inner = &f[14..14 + flow.tot];
             // Does not fit the 1500-byte wire with GUE: answered (DF, not an
             // ICMP error, unicast source) or dropped.
@@ -335,25 +389,25 @@ pub fn expect_xdp(w: &World, f: &[u8], class: &XdpClass) -> Outcome {
                 }
             };
             let (verdict, counter, out) = if first == NODE {
-                if second.is_some() && too_big {
+                if !hops.is_empty() && too_big {
                     refused()
                 } else {
-                    let e = encapsulation(&f[0..6], &f[6..12], first, second, hash, inner);
+                    let e = encapsulation(&f[0..6], &f[6..12], first, &hops, hash, inner);
                     (XDP_PASS, "xdp_encap_local", Out::Exact(marked(&e)))
                 }
             } else {
                 match w.route(first) {
                     _ if too_big && !matches!(w.route(first), Route::Unroutable) => refused(),
                     Route::Tx(mac) => {
-                        let e = encapsulation(&mac, &w.nt0_mac, first, second, hash, inner);
+                        let e = encapsulation(&mac, &w.nt0_mac, first, &hops, hash, inner);
                         (XDP_TX, "xdp_encap_tx", Out::Exact(e))
                     }
                     Route::Redirect(mac) => {
-                        let e = encapsulation(&mac, &w.nt2_mac, first, second, hash, inner);
+                        let e = encapsulation(&mac, &w.nt2_mac, first, &hops, hash, inner);
                         (XDP_REDIRECT, "xdp_encap_redirect", Out::Exact(e))
                     }
                     Route::NoNeigh(ifindex) => {
-                        let e = encapsulation(&f[0..6], &f[6..12], first, second, hash, inner);
+                        let e = encapsulation(&f[0..6], &f[6..12], first, &hops, hash, inner);
                         (
                             XDP_PASS,
                             "xdp_encap_slow_path",
@@ -397,6 +451,10 @@ pub enum Local {
     UdpConnected,
     UdpListener,
     IcmpKnown,
+    /// An ICMP error about a UDP flow with only an unconnected socket.
+    IcmpUdpListener,
+    /// An echo request: answered by the first hop.
+    Ping,
     Unknown,
 }
 
@@ -408,6 +466,8 @@ pub struct Gue {
     pub hdr_len: usize,
     pub stats: Option<u32>,
     pub local: Local,
+    /// The inner packet's protocol.
+    pub proto: u8,
 }
 
 #[derive(Clone, Debug)]
@@ -587,7 +647,7 @@ pub fn parse_tc(w: &World, f: &[u8]) -> TcClass {
     }
     let proto = inner[9];
     let l4 = &inner[iihl..itot];
-    let stats = if (proto == IPPROTO_TCP || proto == IPPROTO_UDP) && l4.len() >= 4 {
+    let mut stats = if (proto == IPPROTO_TCP || proto == IPPROTO_UDP) && l4.len() >= 4 {
         w.services.get(&(id, be16(l4, 2), proto)).map(|s| s.index)
     } else {
         None
@@ -620,44 +680,36 @@ pub fn parse_tc(w: &World, f: &[u8]) -> TcClass {
             }
         }
         IPPROTO_ICMP => {
-            if l4.len() < 8 {
-                return Malformed("inner ICMP header");
-            }
-            if l4[0] != 3 || l4[1] != 4 {
-                return Unsupported("inner ICMP other than frag-needed");
-            }
-            let emb = &l4[8..];
-            if emb.len() < 20 {
-                return Malformed("embedded IPv4 header truncated");
-            }
-            let eihl = (emb[0] & 15) as usize * 4;
-            if emb[0] >> 4 != 4 || eihl < 20 {
-                return Malformed("embedded version/IHL");
-            }
-            if be16(emb, 6) & 0x1fff != 0 {
-                return Unsupported("embedded later fragment");
-            }
-            if emb.len() < eihl + 4 {
-                return Malformed("embedded ports truncated");
-            }
-            let (es, ed) = (addr(emb, 12), addr(emb, 16));
-            let (esp, edp) = (be16(emb, eihl), be16(emb, eihl + 2));
-            match emb[9] {
-                IPPROTO_TCP => {
-                    if tcp_lookup(ed, es, edp, esp) == Sock::Established {
-                        Local::IcmpKnown
-                    } else {
-                        Local::Unknown
-                    }
+            let (es, ed, esp, edp, eproto) = match icmp_quote(l4, id) {
+                IcmpQuote::Flow(q) => q,
+                IcmpQuote::Ping => {
+                    return Valid(Gue {
+                        n,
+                        next,
+                        hops,
+                        hdr_len: 28 + gue_len,
+                        stats: None,
+                        local: Local::Ping,
+                        proto,
+                    })
                 }
-                IPPROTO_UDP => {
-                    if udp_lookup(ed, es, edp, esp) == USock::Connected {
-                        Local::IcmpKnown
-                    } else {
-                        Local::Unknown
-                    }
+                IcmpQuote::NoFlow(why) => return Unsupported(why),
+                IcmpQuote::Malformed(why) => return Malformed(why),
+            };
+            // Counted for the quoted flow's service.
+            stats = w.services.get(&(es, esp, eproto)).map(|s| s.index);
+            if eproto == IPPROTO_TCP {
+                if tcp_lookup(ed, es, edp, esp) == Sock::Established {
+                    Local::IcmpKnown
+                } else {
+                    Local::Unknown
                 }
-                _ => return Unsupported("embedded protocol not TCP/UDP"),
+            } else {
+                match udp_lookup(ed, es, edp, esp) {
+                    USock::Connected => Local::IcmpKnown,
+                    USock::Unconnected => Local::IcmpUdpListener,
+                    USock::None => Local::Unknown,
+                }
             }
         }
         _ => return Unsupported("inner protocol not TCP/UDP/ICMP"),
@@ -669,6 +721,7 @@ pub fn parse_tc(w: &World, f: &[u8]) -> TcClass {
         hdr_len: 28 + gue_len,
         stats,
         local,
+        proto,
     })
 }
 
@@ -699,7 +752,8 @@ pub fn expect_tc(w: &World, f: &[u8], class: &TcClass) -> Outcome {
                 Local::Established => return decap("tc_decap_established"),
                 Local::UdpConnected => return decap("tc_decap_udp"),
                 Local::IcmpKnown => return decap("tc_decap_icmp"),
-                Local::UdpListener | Local::Unknown => {}
+                Local::Ping => return decap("tc_decap_ping"),
+                Local::UdpListener | Local::IcmpUdpListener | Local::Unknown => {}
             }
             if g.next < g.n {
                 let hop = g.hops[g.next];
@@ -727,8 +781,21 @@ pub fn expect_tc(w: &World, f: &[u8], class: &TcClass) -> Outcome {
             if g.local == Local::UdpListener {
                 return decap("tc_decap_udp");
             }
-            if w.unknown_local {
+            if g.local == Local::IcmpUdpListener {
+                return decap("tc_decap_icmp");
+            }
+            if w.unknown_flow == UnknownFlow::Local {
                 return decap("tc_decap_unknown_local");
+            }
+            if w.unknown_flow == UnknownFlow::Rst && g.proto == IPPROTO_TCP {
+                if let Some(reply) = rst_reply(f, g.hdr_len) {
+                    return Outcome {
+                        verdict: TC_ACT_REDIRECT,
+                        counters: vec!["tc_rst_sent"],
+                        out: Out::Exact(reply),
+                        stat: Stat::TcDrop(g.stats),
+                    };
+                }
             }
             Outcome {
                 verdict: TC_ACT_SHOT,
@@ -740,47 +807,77 @@ pub fn expect_tc(w: &World, f: &[u8], class: &TcClass) -> Outcome {
     }
 }
 
+/// The RST (RFC 793) that `unknown_flow: rst` sends for the inner TCP
+/// segment of GUE frame `f` (outer headers `hdr_len` bytes): the frame's
+/// Ethernet header, IPv4 VIP -> client (ID 0, DF, TTL 64), TCP without
+/// options, window 0, both checksums valid. None for a RST (not answered).
+pub fn rst_reply(f: &[u8], hdr_len: usize) -> Option<Vec<u8>> {
+    let inner = &f[14 + hdr_len..];
+    let iihl = (inner[0] & 15) as usize * 4;
+    let itot = be16(inner, 2) as usize;
+    let t = &inner[iihl..itot];
+    let flags = t[13];
+    if flags & RST != 0 {
+        return None;
+    }
+    let (seq, ack, out_flags) = if flags & ACK != 0 {
+        (u32::from_be_bytes([t[8], t[9], t[10], t[11]]), 0u32, RST)
+    } else {
+        let data = t.len().saturating_sub((t[12] >> 4) as usize * 4) as u32;
+        let seq = u32::from_be_bytes([t[4], t[5], t[6], t[7]]);
+        let len = data + (flags & SYN != 0) as u32 + (flags & FIN != 0) as u32;
+        (0, seq.wrapping_add(len), RST | ACK)
+    };
+    let (client, vip) = (addr(inner, 12), addr(inner, 16));
+    let mut tcp_h = Vec::with_capacity(20);
+    tcp_h.extend_from_slice(&t[2..4]);
+    tcp_h.extend_from_slice(&t[0..2]);
+    tcp_h.extend_from_slice(&seq.to_be_bytes());
+    tcp_h.extend_from_slice(&ack.to_be_bytes());
+    tcp_h.extend_from_slice(&[0x50, out_flags, 0, 0, 0, 0, 0, 0]);
+    let mut pseudo = vip.octets().to_vec();
+    pseudo.extend_from_slice(&client.octets());
+    pseudo.extend_from_slice(&[0, IPPROTO_TCP, 0, 20]);
+    pseudo.extend_from_slice(&tcp_h);
+    let c = csum(&pseudo);
+    put16(&mut tcp_h, 16, c);
+    let mut ip = vec![0x45, 0, 0, 40, 0, 0, 0x40, 0, 64, IPPROTO_TCP, 0, 0];
+    ip.extend_from_slice(&vip.octets());
+    ip.extend_from_slice(&client.octets());
+    let c = csum(&ip);
+    put16(&mut ip, 10, c);
+    let mut out = f[..14].to_vec();
+    out.extend_from_slice(&ip);
+    out.extend_from_slice(&tcp_h);
+    Some(out)
+}
+
 // ---- tolerated deviations ---------------------------------------------------------------------
 
-/// Where nilb is known to differ from the reference without forwarding
-/// anything it should not, the outcome it produces instead and a name for
-/// the deviation (reported as an observation with an example, not as a
-/// violation). Both concern headers nilb reads from bytes past the end of
-/// the packet's own length (Ethernet padding): their verdict or counter
-/// then depends on the padding.
-pub fn tolerated(prog: Prog, f: &[u8], class_label: &str) -> Option<(Outcome, &'static str)> {
+/// Where nilb may differ from the reference without forwarding anything it
+/// should not, the outcome it produces instead and a name for the deviation
+/// (reported as an observation with an example, not as a violation): a RST
+/// over the rate limit (the outcome depends on time), and a GUE header read
+/// from bytes past the end of the packet's own length (Ethernet padding),
+/// whose counter then depends on the padding. (ICMP quotes are read within
+/// the ICMP message's length only, in both programs: no deviation.)
+pub fn tolerated(
+    prog: Prog,
+    w: &World,
+    f: &[u8],
+    class_label: &str,
+) -> Option<(Outcome, &'static str)> {
     match prog {
-        Prog::Xdp if class_label == "ICMP malformed (embedded IPv4 header truncated)" => {
-            // nilb bounds the embedded header by the frame, not by the ICMP
-            // payload; a "later fragment" or non-TCP/UDP protocol read from
-            // the padding makes it pass instead of drop.
-            let ihl = (f[14] & 15) as usize * 4;
-            let emb = f.get(14 + ihl + 8..)?;
-            if emb.len() >= 20
-                && emb[0] >> 4 == 4
-                && emb[0] & 15 >= 5
-                && (![IPPROTO_TCP, IPPROTO_UDP].contains(&emb[9]) || be16(emb, 6) & 0x1fff != 0)
-            {
-                return Some((
-                    outcome(XDP_PASS, &["xdp_pass_not_service"], Out::Unchanged),
-                    "tolerated: xdp: ICMP frag-needed to a VIP with its embedded header cut by the IP total length passes (header read from the padding)",
-                ));
-            }
-            None
-        }
-        Prog::Tc if class_label == "malformed (embedded IPv4 header truncated)" => {
-            let n = f[49] as usize;
-            let inner = 14 + 28 + 8 + 4 * n;
-            let iihl = (f[inner] & 15) as usize * 4;
-            let emb = f.get(inner + iihl + 8..)?;
-            if emb.len() >= 20 && emb[0] >> 4 == 4 && emb[0] & 15 >= 5 && be16(emb, 6) & 0x1fff != 0
-            {
-                return Some((
-                    outcome(TC_ACT_SHOT, &["tc_drop_unsupported"], Out::Any),
-                    "tolerated: tc: inner ICMP with its embedded header cut by the inner length counted unsupported, not malformed (header read from the padding)",
-                ));
-            }
-            None
+        Prog::Tc
+            if w.unknown_flow == UnknownFlow::Rst
+                && class_label == "valid Unknown, no hop left" =>
+        {
+            // Over the RST rate limit (NILB_RST_BURST at once, then one per
+            // NILB_RST_INTERVAL_NS per CPU): dropped and counted instead.
+            Some((
+                outcome(TC_ACT_SHOT, &["tc_drop_rst_limited"], Out::Any),
+                "tolerated: tc: unknown_flow rst over the RST rate limit (dropped and counted)",
+            ))
         }
         Prog::Tc if class_label == "malformed (GUE header beyond the UDP length)" => {
             let g = f.get(42..50)?;

@@ -12,6 +12,20 @@ pub fn icmp_frag_needed(
     sp: u16,
     dp: u16,
 ) -> Vec<u8> {
+    icmp_error(3, 4, emb_src, emb_dst, proto, sp, dp)
+}
+
+/// An ICMP error of `ty`/`code` quoting a TCP/UDP packet emb_src:sp ->
+/// emb_dst:dp (its IPv4 header and first 8 L4 bytes).
+pub fn icmp_error(
+    ty: u8,
+    code: u8,
+    emb_src: Ipv4Addr,
+    emb_dst: Ipv4Addr,
+    proto: u8,
+    sp: u16,
+    dp: u16,
+) -> Vec<u8> {
     let l4 = if proto == IPPROTO_TCP {
         tcp(sp, dp, ACK, &[])
     } else {
@@ -19,7 +33,7 @@ pub fn icmp_frag_needed(
     };
     let mut emb = ipv4(emb_src, emb_dst, proto, l4.len(), 0x4000, &[]);
     emb.extend_from_slice(&l4[..8]);
-    let mut icmp = vec![3, 4, 0, 0, 0, 0, 0x05, 0x78];
+    let mut icmp = vec![ty, code, 0, 0, 0, 0, 0x05, 0x78];
     icmp.extend_from_slice(&emb);
     let c = csum(&icmp);
     put16(&mut icmp, 2, c);
@@ -81,6 +95,34 @@ pub fn xdp_seeds(mac: [u8; 6]) -> Vec<(String, Vec<u8>)> {
                     &icmp_frag_needed(VIP, CLIENT, IPPROTO_UDP, 53, 5353),
                 ),
             ),
+        ),
+        (
+            "icmp time exceeded tcp".into(),
+            client_frame(
+                mac,
+                &l3(
+                    ROUTER,
+                    VIP,
+                    IPPROTO_ICMP,
+                    &icmp_error(11, 0, VIP, CLIENT, IPPROTO_TCP, 80, 41000),
+                ),
+            ),
+        ),
+        (
+            "icmp port unreachable udp, quote of another VIP".into(),
+            client_frame(
+                mac,
+                &l3(
+                    ROUTER,
+                    VIP,
+                    IPPROTO_ICMP,
+                    &icmp_error(3, 3, VIP2, CLIENT, IPPROTO_UDP, 53, 5353),
+                ),
+            ),
+        ),
+        (
+            "udp VIP2:53 (second hop, first again)".into(),
+            client_frame(mac, &l3(CLIENT, VIP2, IPPROTO_UDP, &udp(5354, 53, b"q"))),
         ),
         (
             "icmp echo VIP".into(),
@@ -230,6 +272,52 @@ pub fn tc_seeds(mac: [u8; 6]) -> Vec<(String, Vec<u8>)> {
         ("icmp connected udp".into(), g(B12, 0, &[B13], &icmp_udp)),
         ("icmp listener".into(), g(B12, 0, &[B13], &icmp_listener)),
         ("icmp echo".into(), g(B12, 0, &[], &echo)),
+        ("icmp echo 1 hop".into(), g(B12, 0, &[B13], &echo)),
+        (
+            "icmp time exceeded established".into(),
+            g(
+                B12,
+                0,
+                &[B13],
+                &l3(
+                    ROUTER,
+                    VIP,
+                    IPPROTO_ICMP,
+                    &icmp_error(11, 0, VIP, NODE, IPPROTO_TCP, 80, EST_PORT),
+                ),
+            ),
+        ),
+        (
+            "icmp udp listener last hop".into(),
+            g(
+                B12,
+                1,
+                &[B13],
+                &l3(
+                    ROUTER,
+                    VIP,
+                    IPPROTO_ICMP,
+                    &icmp_error(3, 4, VIP, CLIENT, IPPROTO_UDP, 53, 5353),
+                ),
+            ),
+        ),
+        (
+            "udp listener 2 hops (second, first)".into(),
+            g(B12, 0, &[B13, B12], &dns),
+        ),
+        (
+            "data with UDP checksum (forward)".into(),
+            with_udp_checksum(g(B12, 0, &[B13], &data)),
+        ),
+        (
+            "fin no ack last hop".into(),
+            g(
+                B12,
+                1,
+                &[B13],
+                &l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40011, 80, FIN, b"bye")),
+            ),
+        ),
         ("inner not VIP".into(), g(B12, 0, &[], &not_vip)),
         ("from outsider".into(), g(OUTSIDER, 0, &[], &syn)),
         ("from node".into(), g(NODE, 0, &[], &syn)),
@@ -261,8 +349,30 @@ pub fn tc_seeds(mac: [u8; 6]) -> Vec<(String, Vec<u8>)> {
             ),
         ),
     ];
-    v.push(("arp".into(), xdp_seeds(mac)[11].1.clone()));
+    let arp = xdp_seeds(mac)
+        .into_iter()
+        .find(|(n, _)| n == "arp")
+        .expect("arp seed");
+    v.push(arp);
     v
+}
+
+/// A GUE frame with its outer UDP checksum computed (nilb sends 0; other
+/// senders may not).
+pub fn with_udp_checksum(mut f: Vec<u8>) -> Vec<u8> {
+    put16(&mut f, 14 + 26, 0);
+    let o = &f[14..];
+    let len = be16(o, 24) as usize;
+    let mut p = o[12..20].to_vec();
+    p.extend_from_slice(&[0, IPPROTO_UDP]);
+    p.extend_from_slice(&(len as u16).to_be_bytes());
+    p.extend_from_slice(&o[20..20 + len]);
+    let c = match csum(&p) {
+        0 => 0xffff,
+        c => c,
+    };
+    put16(&mut f, 14 + 26, c);
+    f
 }
 
 /// Systematic variants of the XDP seeds.
