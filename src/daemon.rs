@@ -28,7 +28,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
 use tracing::{error, info, warn};
 
-use crate::config::{Config, ServiceKey};
+use crate::config::{Config, Protocol, ServiceKey};
 use crate::control::{ControlPlane, Plan};
 use crate::dataplane::{Dataplane, XdpMode};
 use crate::health::checker::{CheckResult, Checkers};
@@ -132,8 +132,42 @@ fn lock_interface(interface: &str) -> Result<nix::fcntl::Flock<std::fs::File>> {
     }
 }
 
-/// Warnings about the interface that the operator must hear at start.
-fn check_interface(interface: &str, balancer: bool) {
+/// The warning for an interface MTU that cannot carry a 1500-byte client
+/// packet with GUE: a TCP flow's packets list at most one hop, a UDP flow's
+/// two (`udp`: the config has a UDP service). None if it can.
+fn mtu_warning(mtu: u32, udp: bool) -> Option<String> {
+    let overhead = if udp {
+        limits::GUE_OVERHEAD_MAX
+    } else {
+        limits::GUE_OVERHEAD
+    };
+    let need = 1500 + overhead;
+    if mtu >= need {
+        return None;
+    }
+    let what = if udp {
+        " (a UDP flow whose bucket has a second hop lists two hops)"
+    } else {
+        ""
+    };
+    let mut s = format!(
+        "MTU {mtu} cannot carry a 1500-byte client packet plus {overhead} bytes of GUE{what}: raise the MTU between nodes to {need}"
+    );
+    if mtu < 1500 + limits::GUE_OVERHEAD {
+        s += &format!(
+            " or clamp the TCP MSS of the VIPs to {}",
+            mtu.saturating_sub(limits::GUE_OVERHEAD + 40)
+        );
+    }
+    if udp {
+        s += "; until then too big UDP datagrams are answered with ICMP \"fragmentation needed\"";
+    }
+    Some(s)
+}
+
+/// Warnings about the interface that the operator must hear at start
+/// (`udp`: the config has a UDP service).
+fn check_interface(interface: &str, balancer: bool, udp: bool) {
     let read = |p: String| {
         std::fs::read_to_string(p)
             .ok()
@@ -142,15 +176,8 @@ fn check_interface(interface: &str, balancer: bool) {
     if let Some(mtu) =
         read(format!("/sys/class/net/{interface}/mtu")).and_then(|m| m.parse::<u32>().ok())
     {
-        let need = 1500 + limits::GUE_OVERHEAD;
-        if mtu < need {
-            warn!(
-                interface,
-                mtu,
-                "MTU {mtu} cannot carry a 1500-byte client packet plus {} bytes of GUE: raise the MTU between nodes to {need} or clamp the TCP MSS of the VIPs to {}",
-                limits::GUE_OVERHEAD,
-                mtu.saturating_sub(limits::GUE_OVERHEAD + 40)
-            );
+        if let Some(w) = mtu_warning(mtu, udp) {
+            warn!(interface, mtu, "{w}");
         }
     }
     if balancer {
@@ -245,7 +272,8 @@ pub fn run(opts: &RunOptions) -> Result<()> {
     if !config.cluster_addresses().contains(&node) {
         warn!(%node, "this node is neither a balancer nor a backend in the config; GUE from it will be rejected by others");
     }
-    check_interface(&opts.interface, balancer);
+    let udp = config.services.iter().any(|s| s.protocol == Protocol::Udp);
+    check_interface(&opts.interface, balancer, udp);
     // Pins where a restarted daemon finds them (dataplane::pins).
     let placement = crate::dataplane::pins::prepare(&opts.pin_dir)?;
     let opts = &RunOptions {
@@ -842,5 +870,27 @@ impl Daemon<'_, '_> {
             elapsed_us = started.elapsed().as_micros() as u64,
             "reload applied"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::mtu_warning;
+
+    #[test]
+    fn mtu_warning_counts_two_hops_for_udp_services() {
+        // TCP only: one hop at most, 1540 carries a 1500-byte packet.
+        assert_eq!(mtu_warning(1540, false), None);
+        let w = mtu_warning(1500, false).unwrap();
+        assert!(w.contains("raise the MTU between nodes to 1540"), "{w}");
+        assert!(w.contains("clamp the TCP MSS of the VIPs to 1420"), "{w}");
+        // A UDP service: [second, first] adds 44 bytes; 1540 is 4 short.
+        let w = mtu_warning(1540, true).unwrap();
+        assert!(w.contains("plus 44 bytes of GUE"), "{w}");
+        assert!(w.contains("raise the MTU between nodes to 1544"), "{w}");
+        assert!(!w.contains("MSS"), "TCP fits at 1540: {w}");
+        assert_eq!(mtu_warning(1544, true), None);
+        let w = mtu_warning(1500, true).unwrap();
+        assert!(w.contains("clamp the TCP MSS of the VIPs to 1420"), "{w}");
     }
 }

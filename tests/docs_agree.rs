@@ -332,6 +332,7 @@ fn documented_defaults_are_the_loaders() {
             "cluster.hash_seed" => c.cluster.hash_seed.to_string(),
             "cluster.gue_port" => c.cluster.gue_port.to_string(),
             "cluster.unknown_flow" => format!("{:?}", c.cluster.unknown_flow).to_lowercase(),
+            "cluster.icmp_too_big_rate" => c.cluster.icmp_too_big_rate.to_string(),
             "defaults.table_size" => s.table_size.to_string(),
             "defaults.health_check.interval_ms" => s.health_check.interval_ms.to_string(),
             "defaults.health_check.timeout_ms" => s.health_check.timeout_ms.to_string(),
