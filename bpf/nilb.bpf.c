@@ -102,6 +102,15 @@ struct {
 	__type(value, struct nilb_backend_stats);
 } backend_stats SEC(".maps");
 
+/* The control plane's state per backend slot (struct nilb_control_state):
+ * pinned so it survives a daemon restart; never read by the programs. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, NILB_MAX_BACKEND_SLOTS);
+	__type(key, __u32);
+	__type(value, struct nilb_control_state);
+} control_state SEC(".maps");
+
 /* Shared by all CPUs: a racing refresh writes the same answer. Not pinned:
  * a restarted daemon starts with an empty cache. */
 struct {

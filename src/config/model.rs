@@ -198,6 +198,9 @@ pub struct Service {
     pub health_check: HealthCheck,
     /// Load-aware weights, if configured.
     pub dynamic_weight: Option<DynamicWeight>,
+    /// Below this share (percent) of healthy active weight the service
+    /// panics and uses every active backend by weight (0: never), 0-100.
+    pub panic_threshold_percent: u32,
     /// Backends in file order.
     pub backends: Vec<Backend>,
 }

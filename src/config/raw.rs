@@ -37,6 +37,7 @@ pub(super) struct RawDefaults {
     pub(super) health_check: RawTiming,
     #[serde(default)]
     pub(super) rebalance: RawRebalance,
+    pub(super) panic_threshold_percent: Option<u32>,
 }
 
 /// Cadence and thresholds (in `defaults.health_check`, or next to a checker).
@@ -111,6 +112,7 @@ pub(super) struct RawService {
     pub(super) table_size: Option<u32>,
     pub(super) health_check: Option<RawHealthCheck>,
     pub(super) dynamic_weight: Option<RawDynamicWeight>,
+    pub(super) panic_threshold_percent: Option<u32>,
     #[serde(default)]
     pub(super) backends: Vec<RawBackend>,
 }
