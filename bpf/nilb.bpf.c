@@ -1,9 +1,17 @@
 // SPDX-License-Identifier: GPL-2.0 OR Apache-2.0
 /*
  * nilb data plane: the XDP balancer and the TC second-chance program, in one
- * object so that they share maps. Packet rules and the GUE wire format are
- * those of DESIGN.md ("Packet path", "GUE wire format (glb-director
- * compatible)"); map layouts are in nilb.h.
+ * object so that they share maps. Packet rules: docs/design.md "Packet path",
+ * "Balancer (XDP)" and "Second chance (TC)". Headers, one per concern:
+ *
+ *   nilb.h    map keys and values, counters, limits (shared with Rust)
+ *   maps.h    the maps
+ *   common.h  constants, flow tuple, counters, configuration and service
+ *             lookups, checksum and MAC helpers
+ *   gue.h     GUE: written by the balancer; parsed, hop list and forward
+ *             rewrite for second chance
+ *   icmp.h    ICMP "fragmentation needed" -> the flow it is about
+ *   hash.h    the flow hash (twin of src/hash.rs)
  *
  * XDP balancer (nilb_xdp_balancer), on nodes that receive VIP traffic:
  *   IPv4 TCP/UDP to a configured (VIP, port, protocol) -> flow hash -> bucket
@@ -17,165 +25,20 @@
  *   packet opens or belongs to a local connection, else forward to the next
  *   listed hop; everything else passes untouched.
  */
-#include "vmlinux.h"
-#include <bpf/bpf_helpers.h>
-#include <bpf/bpf_endian.h>
-#include "nilb.h"
+#include "common.h"
+#include "gue.h"
+#include "icmp.h"
 #include "hash.h"
 
-#define ETH_P_IP 0x0800
-#define ETH_P_IPV6 0x86DD
-#define ETH_ALEN 6
-#define TC_ACT_OK 0
-#define TC_ACT_SHOT 2
-#define IP_MF 0x2000
-#define IP_OFFSET 0x1FFF
-#define IP_DF 0x4000
-#define AF_INET 2
-#define PACKET_HOST 0
-#define ICMP_DEST_UNREACH 3
-#define ICMP_FRAG_NEEDED 4
-#define GUE_PROTO_IPV4 4
-#define GUE_PROTO_IPV6 41
-
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
-
-/* ---- maps ---------------------------------------------------------------- */
-
-/* Template of a service's bucket array. BPF_F_INNER_MAP lets each service
- * have its own table size; BPF_F_MMAPABLE lets the control plane fill a new
- * array with one memory copy. Element 0 is struct nilb_table_header. */
-struct inner_table {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 2);
-	__uint(map_flags, BPF_F_INNER_MAP | BPF_F_MMAPABLE);
-	__uint(key_size, sizeof(__u32));
-	__uint(value_size, sizeof(struct nilb_bucket));
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH_OF_MAPS);
-	__uint(max_entries, NILB_MAX_SERVICES);
-	__type(key, struct nilb_service_key);
-	__array(values, struct inner_table);
-} services SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, NILB_MAX_CLUSTER_NODES);
-	__type(key, __u32);
-	__type(value, struct nilb_addr_info);
-} cluster_nodes SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, NILB_MAX_VIPS);
-	__type(key, __u32);
-	__type(value, struct nilb_addr_info);
-} vips SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct nilb_config);
-} nilb_config SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, NILB_COUNTER_MAX);
-	__type(key, __u32);
-	__type(value, __u64);
-} counters SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, NILB_MAX_SERVICES);
-	__type(key, __u32);
-	__type(value, struct nilb_service_stats);
-} service_stats SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, NILB_MAX_BACKEND_SLOTS);
-	__type(key, __u32);
-	__type(value, struct nilb_backend_stats);
-} backend_stats SEC(".maps");
-
-/* The control plane's state per backend slot (struct nilb_control_state):
- * pinned so it survives a daemon restart; never read by the programs. */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, NILB_MAX_BACKEND_SLOTS);
-	__type(key, __u32);
-	__type(value, struct nilb_control_state);
-} control_state SEC(".maps");
-
-/* Shared by all CPUs: a racing refresh writes the same answer. Not pinned:
- * a restarted daemon starts with an empty cache. */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, NILB_MAX_BACKEND_SLOTS);
-	__type(key, __u32);
-	__type(value, struct nilb_hop_cache);
-} hop_cache SEC(".maps");
-
-/* ---- helpers ------------------------------------------------------------- */
-
-static __always_inline void count(__u32 idx)
-{
-	__u64 *v = bpf_map_lookup_elem(&counters, &idx);
-
-	if (v)
-		*v += 1;
-}
-
-static __always_inline struct nilb_config *get_config(void)
-{
-	__u32 zero = 0;
-
-	return bpf_map_lookup_elem(&nilb_config, &zero);
-}
-
-static __always_inline int is_vip(__u32 addr)
-{
-	return bpf_map_lookup_elem(&vips, &addr) != NULL;
-}
-
-static __always_inline int is_fragment(const struct iphdr *iph)
-{
-	return (iph->frag_off & bpf_htons(IP_MF | IP_OFFSET)) != 0;
-}
-
-/* Copy the 12 MAC bytes of an Ethernet header as three 32-bit words (the
- * verifier allows unaligned packet access on this architecture). */
-static __always_inline void copy_macs(void *dst, const void *src)
-{
-	((__u32 *)dst)[0] = ((const __u32 *)src)[0];
-	((__u32 *)dst)[1] = ((const __u32 *)src)[1];
-	((__u32 *)dst)[2] = ((const __u32 *)src)[2];
-}
-
-/* RFC 1624 incremental update of a 16-bit one's complement checksum when a
- * 32-bit field changes from `from` to `to`. */
-static __always_inline __u16 csum_replace4(__u16 check, __u32 from, __u32 to)
-{
-	__u32 sum = (__u16)~check;
-
-	sum += (__u16)~(from & 0xffff);
-	sum += (__u16)~(from >> 16);
-	sum += to & 0xffff;
-	sum += to >> 16;
-	sum = (sum & 0xffff) + (sum >> 16);
-	sum = (sum & 0xffff) + (sum >> 16);
-	return (__u16)~sum;
-}
 
 /* ---- XDP balancer -------------------------------------------------------- */
 
 /* Hand a GUE packet built here to our own TC program (XDP_PASS), marked with
  * NILB_XDP_MARK in the XDP metadata so that TC can tell it from a forged
- * packet claiming this node's address. */
+ * packet claiming this node's address.
+ * Returns: XDP_PASS (counted as `counter`), or XDP_DROP if the driver has no
+ * room for metadata (counted: C_XDP_DROP_NO_META). */
 static __always_inline int xdp_to_tc(struct xdp_md *ctx, __u32 counter)
 {
 	void *data, *meta;
@@ -195,171 +58,147 @@ static __always_inline int xdp_to_tc(struct xdp_md *ctx, __u32 counter)
 	return XDP_PASS;
 }
 
-/* A flow chosen for balancing: the service's table and the hash. */
-struct xdp_flow {
-	void *table;
-	__u32 hash;
-	__u8 syn;
+/*
+ * Service lookup and hash of a flow (client -> VIP).
+ * Returns: the service's bucket array, with *hash set to the flow hash; or
+ * NULL if the flow is for no service.
+ */
+static __always_inline void *xdp_flow_service(const struct flow4 *flow, __u32 seed, __u32 *hash)
+{
+	void *table = service_table(flow->daddr, flow->dport, flow->proto);
+
+	if (table)
+		*hash = nilb_flow_hash(flow->saddr, flow->daddr, flow->sport, flow->dport,
+				       flow->proto, seed);
+	return table;
+}
+
+/*
+ * xdp_flow_service of a TCP or UDP packet (iph; l4: its L4 header, whose
+ * first 4 bytes, the ports in both, are checked to lie in the packet).
+ * Callers pass proto as a constant, so that the hash folds it.
+ * Returns: as xdp_flow_service.
+ */
+static __always_inline void *xdp_l4_service(const struct iphdr *iph, const __u16 *ports,
+					    __u8 proto, __u32 seed, __u32 *hash)
+{
+	struct flow4 flow = {
+		.saddr = iph->saddr,
+		.daddr = iph->daddr,
+		.sport = ports[0],
+		.dport = ports[1],
+		.proto = proto,
+	};
+
+	return xdp_flow_service(&flow, seed, hash);
+}
+
+/* The hops a bucket gives a flow. */
+struct xdp_hops {
+	__u32 first;   /* IPv4 network order, non-zero */
+	__u32 second;  /* IPv4 network order; 0: none, or the same as first */
+	__u32 slot;    /* backend slot of (service, first hop) */
 };
 
 /*
- * Parse the embedded header of an ICMP "fragmentation needed" sent to a VIP.
- * The embedded packet is one the backend sent (VIP:port -> client:port), so
- * the service key uses its source and the hash the reversed tuple, which is
- * the client's original flow. Returns 0 and fills *flow if it is about a
- * service, 1 if not, -1 if malformed.
+ * Bucket lookup: the bucket `hash` selects in a service's table (its header
+ * gives the size), and the balancer's counters of the bucket's first hop
+ * (one packet of inner_len L3 bytes; syn: a TCP SYN without ACK).
+ * Returns: 0 with *hops filled, or -1 if there is no first hop (counted:
+ * C_XDP_DROP_NO_BACKEND, and the service's xdp_drops unless the table has
+ * no header).
  */
-static __always_inline int xdp_icmp_flow(void *l4, __u32 l4_len, void *data_end, __u32 seed,
-					 struct xdp_flow *flow)
+static __always_inline int xdp_bucket(void *table, __u32 hash, __u32 inner_len, __u8 syn,
+				      struct xdp_hops *hops)
 {
-	struct icmphdr *icmp = l4;
-	struct iphdr *emb;
-	__u16 *ports;
-	struct nilb_service_key key = {};
-
-	if ((void *)(icmp + 1) > data_end || l4_len < sizeof(*icmp))
-		return -1;
-	if (icmp->type != ICMP_DEST_UNREACH || icmp->code != ICMP_FRAG_NEEDED)
-		return 1;
-	emb = (void *)(icmp + 1);
-	if ((void *)(emb + 1) > data_end || l4_len < sizeof(*icmp) + sizeof(*emb))
-		return -1;
-	if (emb->version != 4 || emb->ihl < 5)
-		return -1;
-	if (emb->protocol != IPPROTO_TCP && emb->protocol != IPPROTO_UDP)
-		return 1;
-	/* A later fragment carries no ports: nothing to steer by. */
-	if (emb->frag_off & bpf_htons(IP_OFFSET))
-		return 1;
-	ports = (void *)emb + emb->ihl * 4;
-	if ((void *)(ports + 2) > data_end ||
-	    sizeof(*icmp) + emb->ihl * 4 + 2 * sizeof(__u16) > l4_len)
-		return -1;
-	key.vip = emb->saddr;
-	key.port = ports[0];
-	key.proto = emb->protocol;
-	flow->table = bpf_map_lookup_elem(&services, &key);
-	if (!flow->table)
-		return 1;
-	flow->hash = nilb_flow_hash(emb->daddr, emb->saddr, ports[1], ports[0],
-				    emb->protocol, seed);
-	flow->syn = 0;
-	return 0;
-}
-
-/* Encapsulate the packet (Ethernet + IPv4 at `data`, L3 length inner_len)
- * to the first hop of its bucket and choose the XDP verdict. */
-static __always_inline int xdp_encap(struct xdp_md *ctx, const struct nilb_config *cfg,
-				     struct xdp_flow *flow, __u32 inner_len, __u32 frame_len)
-{
-	void *data, *data_end;
-	struct ethhdr *eth;
-	struct iphdr *oip;
-	struct udphdr *udp;
-	__u8 *gue;
 	struct nilb_table_header *hdr;
-	struct nilb_bucket *b;
 	struct nilb_backend_stats *bs;
-	struct bpf_fib_lookup fib;
-	__u8 macs[2 * ETH_ALEN];
-	__u32 zero = 0, idx, first, second, nhops, overhead, node, slot, out_len;
-	struct nilb_hop_cache *hc;
-	__u64 now;
-	__u16 gue_port;
-	int rc;
+	struct nilb_bucket *b;
+	__u32 zero = 0, idx, first, second;
 
-	hdr = bpf_map_lookup_elem(flow->table, &zero);
+	hdr = bpf_map_lookup_elem(table, &zero);
 	if (!hdr) {
 		count(C_XDP_DROP_NO_BACKEND);
-		return XDP_DROP;
+		return -1;
 	}
-	idx = 1 + (flow->hash & hdr->table_mask);
-	b = bpf_map_lookup_elem(flow->table, &idx);
+	idx = 1 + (hash & hdr->table_mask);
+	b = bpf_map_lookup_elem(table, &idx);
 	if (!b || !b->first_hop) {
-		struct nilb_service_stats *st;
+		struct nilb_service_stats *st = service_stats_of(hdr);
 
-		idx = hdr->service_index;
-		st = bpf_map_lookup_elem(&service_stats, &idx);
 		if (st)
 			st->xdp_drops++;
 		count(C_XDP_DROP_NO_BACKEND);
-		return XDP_DROP;
+		return -1;
 	}
 	first = b->first_hop;
 	second = b->second_hop;
-	if (second == first)
-		second = 0;
-	nhops = second ? 1 : 0;
-	overhead = NILB_GUE_BASE_OVERHEAD + 4 * nhops;
-	node = cfg->node_addr;
-	gue_port = cfg->gue_port;
-	slot = b->first_slot;
-	bs = bpf_map_lookup_elem(&backend_stats, &slot);
+	hops->first = first;
+	hops->second = second == first ? 0 : second;
+	hops->slot = b->first_slot;
+	bs = bpf_map_lookup_elem(&backend_stats, &hops->slot);
 	if (bs) {
 		bs->packets++;
 		bs->bytes += inner_len;
-		bs->syns += flow->syn;
+		bs->syns += syn;
 	}
+	return 0;
+}
 
-	data = (void *)(long)ctx->data;
-	data_end = (void *)(long)ctx->data_end;
-	eth = data;
-	if ((void *)(eth + 1) > data_end)
-		return XDP_DROP;
+/*
+ * Encapsulation: cut Ethernet padding so that the inner packet is exactly
+ * inner_len bytes (frame_len: the frame as received, eth its checked
+ * Ethernet header), make room in front and write outer IPv4, UDP and GUE to
+ * hops->first, listing hops->second (gue_write). macs receives the frame's
+ * destination and source MACs.
+ * Returns: the new Ethernet header (MACs still to write), or NULL if the
+ * packet could not be resized (counted: C_XDP_DROP_ADJUST_FAILED).
+ */
+static __always_inline struct ethhdr *xdp_encap(struct xdp_md *ctx, struct ethhdr *eth,
+						const struct nilb_config *cfg,
+						const struct xdp_hops *hops, __u32 hash,
+						__u32 inner_len, __u32 frame_len, __u8 *macs)
+{
+	void *data_end;
+
 	copy_macs(macs, eth);
-
-	/* Cut Ethernet padding so that the inner packet is exactly tot_len. */
-	if (frame_len > sizeof(struct ethhdr) + inner_len) {
-		if (bpf_xdp_adjust_tail(ctx, (int)(sizeof(struct ethhdr) + inner_len) - (int)frame_len)) {
-			count(C_XDP_DROP_ADJUST_FAILED);
-			return XDP_DROP;
-		}
-	}
-	if (bpf_xdp_adjust_head(ctx, -(int)overhead)) {
+	if (frame_len > sizeof(*eth) + inner_len &&
+	    bpf_xdp_adjust_tail(ctx, (int)(sizeof(*eth) + inner_len) - (int)frame_len)) {
 		count(C_XDP_DROP_ADJUST_FAILED);
-		return XDP_DROP;
+		return NULL;
 	}
-	data = (void *)(long)ctx->data;
+	if (bpf_xdp_adjust_head(ctx, -(int)gue_overhead(hops->second ? 1 : 0))) {
+		count(C_XDP_DROP_ADJUST_FAILED);
+		return NULL;
+	}
+	eth = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;
-	eth = data;
-	oip = (void *)(eth + 1);
-	udp = (void *)(oip + 1);
-	gue = (void *)(udp + 1);
-	/* Outer headers + GUE with one hop + the inner IPv4 header. */
+	/* Outer headers + GUE with one hop + the inner IPv4 header (always
+	 * there after adjust_head succeeded; the verifier needs the check). */
 	if ((void *)eth + sizeof(*eth) + NILB_GUE_BASE_OVERHEAD + 4 * NILB_TX_HOPS +
 		    sizeof(struct iphdr) > data_end)
-		return XDP_DROP;
+		return NULL;
+	gue_write(eth, cfg, hops->first, hops->second, hash, inner_len);
+	return eth;
+}
 
-	eth->h_proto = bpf_htons(ETH_P_IP);
-
-	*(__u16 *)oip = bpf_htons(0x4500); /* version 4, IHL 5, TOS 0 */
-	oip->tot_len = bpf_htons(inner_len + overhead);
-	oip->id = 0;
-	oip->frag_off = bpf_htons(IP_DF);
-	oip->ttl = NILB_OUTER_TTL;
-	oip->protocol = IPPROTO_UDP;
-	oip->saddr = node;
-	oip->daddr = first;
-	{
-		/* The constant words' sum comes precomputed (nilb_config). */
-		__u32 sum = cfg->outer_csum_base + oip->tot_len + (first & 0xffff) + (first >> 16);
-
-		sum = (sum & 0xffff) + (sum >> 16);
-		sum = (sum & 0xffff) + (sum >> 16);
-		oip->check = (__u16)~sum;
-	}
-
-	udp->source = bpf_htons(0x8000 | (flow->hash & 0x7fff));
-	udp->dest = gue_port;
-	udp->len = bpf_htons(inner_len + overhead - sizeof(struct iphdr));
-	udp->check = 0;
-
-	/* [version 0, C 0, hlen = 1 + N] [inner protocol] [flags 0 0]
-	 * [private type 0 0] [next hop index 0] [hop count N] */
-	*(__u32 *)gue = bpf_htonl(((1 + nhops) << 24) | (GUE_PROTO_IPV4 << 16));
-	*(__u32 *)(gue + 4) = bpf_htonl(nhops);
-	if (nhops)
-		*(__u32 *)(gue + 8) = second;
+/*
+ * Next-hop resolution for an encapsulated packet (eth, out_len L3 bytes) to
+ * hops->first: our own TC program if this node is the first hop; else the
+ * slot's hop cache entry if it is fresh; else a FIB lookup (which refreshes
+ * the entry); without a neighbour entry or with forwarding off, the slow
+ * path through our TC program. Packets that go up to TC keep the original
+ * MACs (macs); the others get the next hop's.
+ * Returns: the XDP verdict (counted).
+ */
+static __always_inline int xdp_next_hop(struct xdp_md *ctx, struct ethhdr *eth, __u32 node,
+					const struct xdp_hops *hops, __u32 out_len,
+					const __u8 *macs)
+{
+	__u32 first = hops->first, slot = hops->slot;
+	struct bpf_fib_lookup fib;
+	struct nilb_hop_cache *hc;
+	__u64 now;
 
 	if (first == node) {
 		/* This node is the first hop: hand the GUE packet to our own TC
@@ -371,7 +210,6 @@ static __always_inline int xdp_encap(struct xdp_md *ctx, const struct nilb_confi
 	/* Most packets reuse the hop's recent FIB answer: a FIB and
 	 * neighbour lookup costs more than all the rest of the path. Larger
 	 * packets than the answer was checked for ask the FIB again (MTU). */
-	out_len = inner_len + overhead;
 	now = bpf_ktime_get_coarse_ns();
 	hc = bpf_map_lookup_elem(&hop_cache, &slot);
 	if (hc && hc->hop == first && hc->in_ifindex == ctx->ingress_ifindex &&
@@ -392,8 +230,7 @@ static __always_inline int xdp_encap(struct xdp_md *ctx, const struct nilb_confi
 	fib.ipv4_src = node;
 	fib.ipv4_dst = first;
 	fib.ifindex = ctx->ingress_ifindex;
-	rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), 0);
-	switch (rc) {
+	switch (bpf_fib_lookup(ctx, &fib, sizeof(fib), 0)) {
 	case BPF_FIB_LKUP_RET_SUCCESS:
 		__builtin_memcpy(eth->h_dest, fib.dmac, ETH_ALEN);
 		__builtin_memcpy(eth->h_source, fib.smac, ETH_ALEN);
@@ -418,12 +255,12 @@ static __always_inline int xdp_encap(struct xdp_md *ctx, const struct nilb_confi
 		return bpf_redirect(fib.ifindex, 0);
 	case BPF_FIB_LKUP_RET_NO_NEIGH:
 	case BPF_FIB_LKUP_RET_FWD_DISABLED:
-		/* Decision (DESIGN.md "L2 for the outer packet"): XDP cannot
-		 * queue a packet while ARP resolves, so the encapsulated packet
-		 * goes up to our TC program, which sends it with
-		 * bpf_redirect_neigh (the kernel resolves and queues). The
+		/* XDP cannot queue a packet while ARP resolves, so the
+		 * encapsulated packet goes up to our TC program, which sends it
+		 * with bpf_redirect_neigh (the kernel resolves and queues). The
 		 * same slow path serves interfaces without forwarding enabled,
-		 * where bpf_fib_lookup refuses to answer. */
+		 * where bpf_fib_lookup refuses to answer (docs/design.md
+		 * "Balancer (XDP)"). */
 		copy_macs(eth, macs);
 		return xdp_to_tc(ctx, C_XDP_ENCAP_SLOW_PATH);
 	case BPF_FIB_LKUP_RET_FRAG_NEEDED:
@@ -441,13 +278,14 @@ int nilb_xdp_balancer(struct xdp_md *ctx)
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	struct ethhdr *eth = data;
-	struct nilb_service_key key = {};
-	struct xdp_flow flow = {};
 	struct nilb_config *cfg;
+	struct xdp_hops hops;
+	struct flow4 flow;
 	struct iphdr *iph;
-	__u32 ihl_len, tot_len, frame_len;
-	void *l4;
-	int rc;
+	__u32 ihl_len, tot_len, frame_len, hash;
+	__u8 macs[2 * ETH_ALEN];
+	__u8 syn = 0;
+	void *l4, *table;
 
 	if ((void *)(eth + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_IP)) {
 		count(C_XDP_PASS_NON_IP);
@@ -478,56 +316,53 @@ int nilb_xdp_balancer(struct xdp_md *ctx)
 		return XDP_PASS;
 	}
 
+	/* The L4 header must lie within the frame and within tot_len (not in
+	 * Ethernet padding); a short one is only a VIP's business. */
 	switch (iph->protocol) {
 	case IPPROTO_TCP: {
 		struct tcphdr *th = l4;
 
-		/* The header must lie within the frame and within tot_len (not
-		 * in Ethernet padding); a short one is only a VIP's business. */
 		if ((void *)(th + 1) > data_end || ihl_len + sizeof(*th) > tot_len)
 			goto malformed;
-		key.vip = iph->daddr;
-		key.port = th->dest;
-		key.proto = IPPROTO_TCP;
-		flow.table = bpf_map_lookup_elem(&services, &key);
-		if (!flow.table)
-			goto not_service;
-		flow.hash = nilb_flow_hash(iph->saddr, iph->daddr, th->source, th->dest,
-					   IPPROTO_TCP, cfg->hash_seed);
-		flow.syn = th->syn && !th->ack;
+		table = xdp_l4_service(iph, l4, IPPROTO_TCP, cfg->hash_seed, &hash);
+		syn = th->syn && !th->ack;
 		break;
 	}
-	case IPPROTO_UDP: {
-		struct udphdr *uh = l4;
-
-		if ((void *)(uh + 1) > data_end || ihl_len + sizeof(*uh) > tot_len)
+	case IPPROTO_UDP:
+		if (l4 + sizeof(struct udphdr) > data_end ||
+		    ihl_len + sizeof(struct udphdr) > tot_len)
 			goto malformed;
-		key.vip = iph->daddr;
-		key.port = uh->dest;
-		key.proto = IPPROTO_UDP;
-		flow.table = bpf_map_lookup_elem(&services, &key);
-		if (!flow.table)
-			goto not_service;
-		flow.hash = nilb_flow_hash(iph->saddr, iph->daddr, uh->source, uh->dest,
-					   IPPROTO_UDP, cfg->hash_seed);
+		table = xdp_l4_service(iph, l4, IPPROTO_UDP, cfg->hash_seed, &hash);
 		break;
-	}
 	case IPPROTO_ICMP:
 		if (!is_vip(iph->daddr))
 			goto not_service;
-		rc = xdp_icmp_flow(l4, tot_len - ihl_len, data_end, cfg->hash_seed, &flow);
-		if (rc > 0)
-			goto not_service;
-		if (rc < 0) {
+		switch (icmp_frag_needed_flow(l4, tot_len - ihl_len, data_end, &flow)) {
+		case ICMP_FLOW_OK:
+			break;
+		case ICMP_FLOW_MALFORMED:
 			count(C_XDP_DROP_MALFORMED);
 			return XDP_DROP;
+		default: /* ICMP_FLOW_NONE, ICMP_FLOW_NONE_SHORT */
+			goto not_service;
 		}
+		table = xdp_flow_service(&flow, cfg->hash_seed, &hash);
+		if (!table)
+			goto not_service;
 		count(C_XDP_ICMP_FORWARDED);
 		break;
 	default:
 		goto not_service;
 	}
-	return xdp_encap(ctx, cfg, &flow, tot_len, frame_len);
+	if (!table)
+		goto not_service;
+	if (xdp_bucket(table, hash, tot_len, syn, &hops))
+		return XDP_DROP;
+	eth = xdp_encap(ctx, eth, cfg, &hops, hash, tot_len, frame_len, macs);
+	if (!eth)
+		return XDP_DROP;
+	return xdp_next_hop(ctx, eth, cfg->node_addr, &hops,
+			    tot_len + gue_overhead(hops.second ? 1 : 0), macs);
 
 malformed:
 	if (is_vip(iph->daddr)) {
@@ -541,14 +376,28 @@ not_service:
 
 /* ---- TC second chance ---------------------------------------------------- */
 
+/* Why tc_local_match does not accept a packet. Negative: its acceptances
+ * are counters (enum nilb_counter, >= 0). */
+enum local_miss {
+	/* No local socket has the flow: second chance. */
+	LOCAL_UNKNOWN = -1,
+	/* Only a UDP socket bound but not connected: accepted at the last hop. */
+	LOCAL_UDP_LISTENER = -2,
+	/* Inner TCP/UDP/ICMP header cut short, or the ICMP quote invalid. */
+	LOCAL_MALFORMED = -3,
+	/* Inner protocol not handled: ICMP other than frag-needed, or about a
+	 * later fragment or a protocol other than TCP/UDP. */
+	LOCAL_UNSUPPORTED = -4,
+};
 
 /*
- * Does a local socket make this node the right place for the inner packet?
- * Returns the counter to bump on acceptance, or -1 if not known here.
- * *udp_listener is set when a UDP socket is bound but not connected.
+ * Does a local socket make this node the right place for the inner packet
+ * (in: checked IPv4 header whose tot_len fills the GUE payload)?
+ * Returns: the counter (enum nilb_counter, >= 0) to accept the packet under
+ * (C_TC_DECAP_SYN, _ESTABLISHED, _SYNCOOKIE, _UDP or _ICMP), else a
+ * negative enum local_miss.
  */
-static __always_inline int tc_local_match(struct __sk_buff *skb, struct iphdr *in,
-					  void *data_end, int *udp_listener)
+static __always_inline int tc_local_match(struct __sk_buff *skb, struct iphdr *in, void *data_end)
 {
 	void *l4 = (void *)in + in->ihl * 4;
 	/* L4 bytes within the inner packet (its tot_len was checked against
@@ -563,7 +412,7 @@ static __always_inline int tc_local_match(struct __sk_buff *skb, struct iphdr *i
 		int state;
 
 		if ((void *)(th + 1) > data_end || l4_len < sizeof(*th) || th->doff < 5)
-			return -2;
+			return LOCAL_MALFORMED;
 		if (th->syn && !th->ack)
 			return C_TC_DECAP_SYN;
 		t.ipv4.saddr = in->saddr;
@@ -572,7 +421,7 @@ static __always_inline int tc_local_match(struct __sk_buff *skb, struct iphdr *i
 		t.ipv4.dport = th->dest;
 		sk = bpf_skc_lookup_tcp(skb, &t, sizeof(t.ipv4), BPF_F_CURRENT_NETNS, 0);
 		if (!sk)
-			return -1;
+			return LOCAL_UNKNOWN;
 		state = sk->state;
 		if (state != BPF_TCP_LISTEN) {
 			bpf_sk_release(sk);
@@ -584,108 +433,92 @@ static __always_inline int tc_local_match(struct __sk_buff *skb, struct iphdr *i
 			return C_TC_DECAP_SYNCOOKIE;
 		}
 		bpf_sk_release(sk);
-		return -1;
+		return LOCAL_UNKNOWN;
 	}
 	case IPPROTO_UDP: {
 		struct udphdr *uh = l4;
 		int connected;
 
 		if ((void *)(uh + 1) > data_end || l4_len < sizeof(*uh))
-			return -2;
+			return LOCAL_MALFORMED;
 		t.ipv4.saddr = in->saddr;
 		t.ipv4.daddr = in->daddr;
 		t.ipv4.sport = uh->source;
 		t.ipv4.dport = uh->dest;
 		sk = bpf_sk_lookup_udp(skb, &t, sizeof(t.ipv4), BPF_F_CURRENT_NETNS, 0);
 		if (!sk)
-			return -1;
+			return LOCAL_UNKNOWN;
 		connected = sk->dst_port != 0;
 		bpf_sk_release(sk);
-		if (connected)
-			return C_TC_DECAP_UDP;
-		*udp_listener = 1;
-		return -1;
+		return connected ? C_TC_DECAP_UDP : LOCAL_UDP_LISTENER;
 	}
 	case IPPROTO_ICMP: {
-		struct icmphdr *icmp = l4;
-		struct iphdr *emb;
-		__u16 *ports;
-		int state;
+		struct flow4 f;
+		int state, connected;
 
-		if ((void *)(icmp + 1) > data_end || l4_len < sizeof(*icmp))
-			return -2;
-		if (icmp->type != ICMP_DEST_UNREACH || icmp->code != ICMP_FRAG_NEEDED)
-			return -3;
-		emb = (void *)(icmp + 1);
-		if ((void *)(emb + 1) > data_end || l4_len < sizeof(*icmp) + sizeof(*emb) ||
-		    emb->version != 4 || emb->ihl < 5)
-			return -2;
-		if (emb->frag_off & bpf_htons(IP_OFFSET))
-			return -3;
-		ports = (void *)emb + emb->ihl * 4;
-		if ((void *)(ports + 2) > data_end ||
-		    sizeof(*icmp) + emb->ihl * 4 + 2 * sizeof(__u16) > l4_len)
-			return -2;
-		/* The embedded packet is ours (VIP -> client): look up the
-		 * connection from the client's side. */
-		t.ipv4.saddr = emb->daddr;
-		t.ipv4.daddr = emb->saddr;
-		t.ipv4.sport = ports[1];
-		t.ipv4.dport = ports[0];
-		if (emb->protocol == IPPROTO_TCP) {
+		switch (icmp_frag_needed_flow(l4, l4_len, data_end, &f)) {
+		case ICMP_FLOW_OK:
+			break;
+		case ICMP_FLOW_NONE:
+			return LOCAL_UNSUPPORTED;
+		default: /* ICMP_FLOW_MALFORMED, ICMP_FLOW_NONE_SHORT */
+			return LOCAL_MALFORMED;
+		}
+		/* The quoted packet is ours (VIP -> client): the connection
+		 * seen from the client's side. */
+		t.ipv4.saddr = f.saddr;
+		t.ipv4.daddr = f.daddr;
+		t.ipv4.sport = f.sport;
+		t.ipv4.dport = f.dport;
+		if (f.proto == IPPROTO_TCP) {
 			sk = bpf_skc_lookup_tcp(skb, &t, sizeof(t.ipv4), BPF_F_CURRENT_NETNS, 0);
 			if (!sk)
-				return -1;
+				return LOCAL_UNKNOWN;
 			state = sk->state;
 			bpf_sk_release(sk);
-			return state == BPF_TCP_LISTEN ? -1 : C_TC_DECAP_ICMP;
+			return state == BPF_TCP_LISTEN ? LOCAL_UNKNOWN : C_TC_DECAP_ICMP;
 		}
-		if (emb->protocol == IPPROTO_UDP) {
-			int connected;
-
-			sk = bpf_sk_lookup_udp(skb, &t, sizeof(t.ipv4), BPF_F_CURRENT_NETNS, 0);
-			if (!sk)
-				return -1;
-			connected = sk->dst_port != 0;
-			bpf_sk_release(sk);
-			return connected ? C_TC_DECAP_ICMP : -1;
-		}
-		return -3;
+		sk = bpf_sk_lookup_udp(skb, &t, sizeof(t.ipv4), BPF_F_CURRENT_NETNS, 0);
+		if (!sk)
+			return LOCAL_UNKNOWN;
+		connected = sk->dst_port != 0;
+		bpf_sk_release(sk);
+		return connected ? C_TC_DECAP_ICMP : LOCAL_UNKNOWN;
 	}
 	default:
-		return -3;
+		return LOCAL_UNSUPPORTED;
 	}
 }
 
-/* Per-service stats of the inner packet's service (TCP/UDP), or NULL. Read
- * before the packet changes; map value pointers stay valid afterwards. */
+/* Per-service stats of the inner packet's service (TCP/UDP). Read before
+ * the packet changes; map value pointers stay valid afterwards.
+ * Returns: the service's counters, or NULL if the inner packet belongs to
+ * no service. */
 static __always_inline struct nilb_service_stats *tc_service_stats(struct iphdr *in,
 								    void *data_end)
 {
-	struct nilb_service_key key = {};
-	struct nilb_table_header *hdr;
 	__u16 *ports = (void *)in + in->ihl * 4;
-	__u32 zero = 0, idx;
+	struct nilb_table_header *hdr;
+	__u32 zero = 0;
 	void *table;
 
 	if (in->protocol != IPPROTO_TCP && in->protocol != IPPROTO_UDP)
 		return NULL;
 	if ((void *)(ports + 2) > data_end)
 		return NULL;
-	key.vip = in->daddr;
-	key.port = ports[1];
-	key.proto = in->protocol;
-	table = bpf_map_lookup_elem(&services, &key);
+	table = service_table(in->daddr, ports[1], in->protocol);
 	if (!table)
 		return NULL;
 	hdr = bpf_map_lookup_elem(table, &zero);
 	if (!hdr)
 		return NULL;
-	idx = hdr->service_index;
-	return bpf_map_lookup_elem(&service_stats, &idx);
+	return service_stats_of(hdr);
 }
 
-/* Remove outer IPv4 + UDP + GUE (hdr_len bytes after Ethernet). */
+/* Remove outer IPv4 + UDP + GUE (hdr_len bytes after Ethernet) and count
+ * the packet as `counter` (and in st's tc_decap if st).
+ * Returns: TC_ACT_OK, or TC_ACT_SHOT if the kernel refused (counted:
+ * C_TC_DROP_ADJUST_FAILED). */
 static __always_inline int tc_decap(struct __sk_buff *skb, __u32 hdr_len, __u32 counter,
 				    struct nilb_service_stats *st)
 {
@@ -705,7 +538,9 @@ static __always_inline int tc_decap(struct __sk_buff *skb, __u32 hdr_len, __u32 
 
 /* Some drivers leave only part of the headers in the linear area: make them
  * directly readable (rarely needed; a no-op otherwise). A subprogram, so
- * that the caller reads the context's data pointers once, after it. */
+ * that the caller reads the context's data pointers once, after it.
+ * Returns: 0, or bpf_skb_pull_data's error (ignored: the bounds checks that
+ * follow see what is readable). */
 static __noinline int tc_linearize_headers(struct __sk_buff *skb)
 {
 	__u32 linear = skb->data_end - skb->data;
@@ -718,21 +553,20 @@ static __noinline int tc_linearize_headers(struct __sk_buff *skb)
 SEC("tc")
 int nilb_tc_second_chance(struct __sk_buff *skb)
 {
+	struct nilb_service_stats *st;
+	struct nilb_config *cfg;
 	void *data, *data_end, *meta;
+	struct ethhdr *eth;
+	struct iphdr *oip, *in;
+	struct udphdr *udp;
+	struct gue_hdr *gue;
+	__u32 node, saddr, ihl_len, hdr_len, hop, *hop_at;
+	__u8 next;
+	int verdict, marked;
 
 	tc_linearize_headers(skb);
 	data = (void *)(long)skb->data;
 	data_end = (void *)(long)skb->data_end;
-	meta = (void *)(long)skb->data_meta;
-	struct ethhdr *eth;
-	struct nilb_service_stats *st;
-	struct nilb_config *cfg;
-	struct iphdr *oip, *in;
-	struct udphdr *udp;
-	__u8 *gue;
-	__u32 node, saddr, ihl_len, tot_len, udp_len, gue_len, hop, hdr_len;
-	__u8 hlen, nhops, next;
-	int verdict, udp_listener = 0, marked;
 
 	eth = data;
 	if ((void *)(eth + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_IP))
@@ -756,7 +590,9 @@ int nilb_tc_second_chance(struct __sk_buff *skb)
 	node = cfg->node_addr;
 	saddr = oip->saddr;
 	/* Packets claiming this node's address must come from our own XDP
-	 * program, which marks them in the XDP metadata. */
+	 * program, which marks them in the XDP metadata. (Read here, not
+	 * with data: fewer registers live on the path of other traffic.) */
+	meta = (void *)(long)skb->data_meta;
 	marked = meta + sizeof(__u32) <= data && *(__u32 *)meta == NILB_XDP_MARK;
 	if (oip->daddr != node) {
 		/* Our own XDP balancer's slow path: GUE from this node to a hop
@@ -780,79 +616,52 @@ int nilb_tc_second_chance(struct __sk_buff *skb)
 	/* nilb and glb-director never send outer IP options. */
 	if (ihl_len != sizeof(*oip))
 		goto malformed;
-	udp = (void *)(oip + 1);
-	if ((void *)(udp + 1) > data_end)
-		goto malformed;
-	tot_len = bpf_ntohs(oip->tot_len);
-	udp_len = bpf_ntohs(udp->len);
-	if (oip->version != 4 || is_fragment(oip) || udp_len != tot_len - sizeof(*oip) ||
-	    sizeof(*eth) + tot_len > skb->len)
-		goto malformed;
-	gue = (void *)(udp + 1);
-	if ((void *)(gue + 8) > data_end)
-		goto malformed;
-	hlen = gue[0] & 0x1f;
-	nhops = gue[7];
-	next = gue[6];
-	/* version 0, C 0, flags 0, private type 0, hlen = 1 + N, index <= N */
-	if ((gue[0] & 0xe0) || gue[2] || gue[3] || gue[4] || gue[5] ||
-	    nhops > NILB_MAX_GUE_HOPS || hlen != 1 + nhops || next > nhops)
-		goto malformed;
-	if (gue[1] == GUE_PROTO_IPV6) {
+	switch (gue_parse(oip, data_end, skb->len, &in)) {
+	case GUE_OK:
+		break;
+	case GUE_INNER_IPV6:
 		count(C_TC_DROP_UNSUPPORTED);
 		return TC_ACT_SHOT;
+	default:
+		goto malformed;
 	}
-	if (gue[1] != GUE_PROTO_IPV4)
-		goto malformed;
-	gue_len = 8 + 4 * (__u32)nhops;
-	hdr_len = sizeof(*oip) + sizeof(*udp) + gue_len;
-	in = (void *)gue + gue_len;
-	if ((void *)(in + 1) > data_end)
-		goto malformed;
-	if (in->version != 4 || in->ihl < 5 || is_fragment(in) ||
-	    bpf_ntohs(in->tot_len) != udp_len - sizeof(*udp) - gue_len ||
-	    bpf_ntohs(in->tot_len) < in->ihl * 4)
-		goto malformed;
 	if (!is_vip(in->daddr)) {
 		count(C_TC_DROP_INNER_NOT_VIP);
 		return TC_ACT_SHOT;
 	}
+	gue = gue_of(oip);
+	hdr_len = gue_encap_len(gue);
 
 	st = tc_service_stats(in, data_end);
-	verdict = tc_local_match(skb, in, data_end, &udp_listener);
+	verdict = tc_local_match(skb, in, data_end);
 	if (verdict >= 0)
 		return tc_decap(skb, hdr_len, verdict, st);
-	if (verdict == -2)
+	if (verdict == LOCAL_MALFORMED)
 		goto malformed;
-	if (verdict == -3) {
+	if (verdict == LOCAL_UNSUPPORTED) {
 		count(C_TC_DROP_UNSUPPORTED);
 		return TC_ACT_SHOT;
 	}
 
-	/* Not known here. */
-	if (next < nhops) {
-		__u32 *hops = (void *)(gue + 8);
-
-		if (next >= NILB_MAX_GUE_HOPS || (void *)(hops + next + 1) > data_end)
+	/* Not known here (LOCAL_UNKNOWN or LOCAL_UDP_LISTENER): second chance
+	 * if a hop is left. */
+	next = gue->next_hop;
+	if (next < gue->hop_count) {
+		hop_at = gue_hop(gue, next, data_end);
+		if (!hop_at)
 			goto malformed;
-		hop = hops[next];
+		hop = *hop_at;
 		if (hop == node)
 			return tc_decap(skb, hdr_len, C_TC_DECAP_LOOP_GUARD, st);
 		if (!hop)
 			goto malformed;
-		/* Second chance: outer source := this node, destination := the
-		 * next hop, index + 1, IPv4 checksum updated (RFC 1624). */
-		oip->check = csum_replace4(oip->check, oip->saddr, node);
-		oip->saddr = node;
-		oip->check = csum_replace4(oip->check, oip->daddr, hop);
-		oip->daddr = hop;
-		gue[6] = next + 1;
+		gue_forward(oip, gue, next, node, hop);
 		count(C_TC_FORWARD);
 		if (st)
 			st->tc_forward++;
 		return bpf_redirect_neigh(skb->ifindex, NULL, 0, 0);
 	}
-	if (udp_listener)
+	if (verdict == LOCAL_UDP_LISTENER)
 		return tc_decap(skb, hdr_len, C_TC_DECAP_UDP, st);
 	if (cfg->flags & NILB_F_UNKNOWN_FLOW_LOCAL)
 		return tc_decap(skb, hdr_len, C_TC_DECAP_UNKNOWN_LOCAL, st);

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * nilb.h: the one header shared by the BPF programs (bpf/nilb.bpf.c) and Rust
- * (src/dataplane/abi.rs). Every struct here is a map key or value; Rust gets
- * the same layouts from the skeleton's BTF-generated `types` module.
+ * nilb.h: the one header shared by the BPF programs (bpf/nilb.bpf.c) and Rust.
+ * build.rs runs bindgen on it (src/dataplane/abi.rs `sys`: the structs, limits
+ * and counters) and generates the counter names from enum nilb_counter. Every
+ * struct here is a map key or value, except the hash probe's input record.
+ * Layouts are an ABI: change comments freely, layouts only with Rust.
  *
  * Byte order: every IPv4 address and port stored in a map is in network byte
  * order (as on the wire). Counters and indexes are host order.
@@ -23,7 +25,8 @@ enum nilb_limits {
 	NILB_MAX_TABLE_SIZE = 65536,
 	/* Hops a received GUE header may list (glb-director sends at most a few). */
 	NILB_MAX_GUE_HOPS = 8,
-	/* Hops nilb's balancer lists: the second hop only. */
+	/* Most hops nilb's balancer lists: the bucket's second hop, when it
+	 * has one other than the first hop. */
 	NILB_TX_HOPS = 1,
 	/* (service, backend) pairs with their own balancer counters. */
 	NILB_MAX_BACKEND_SLOTS = 16384,
@@ -52,8 +55,10 @@ enum nilb_config_flags {
 
 /*
  * Per-CPU counters, index into the `counters` map (PERCPU_ARRAY of __u64).
- * Every verdict and every drop reason of both programs has one. Names in
- * Rust: src/dataplane/abi.rs COUNTER_NAMES (same order; keep in sync).
+ * Every verdict and every drop reason of both programs has one. build.rs
+ * generates Rust's COUNTER_NAMES and COUNTER_HELP from this enum: each
+ * `C_NAME,` line gives a name (lower case, without C_) and its trailing
+ * comment the help text, so keep one counter per line, commented.
  */
 enum nilb_counter {
 	/* XDP balancer */
@@ -63,7 +68,7 @@ enum nilb_counter {
 	C_XDP_ENCAP_REDIRECT,       /* encapsulated, redirected to another interface */
 	C_XDP_ENCAP_LOCAL,          /* first hop is this node: passed to TC locally */
 	C_XDP_ENCAP_SLOW_PATH,      /* neighbour unknown / forwarding off: sent via TC */
-	C_XDP_ICMP_FORWARDED,       /* ICMP frag-needed matched to a VIP flow */
+	C_XDP_ICMP_FORWARDED,       /* ICMP frag-needed balanced like the flow it quotes (a verdict is counted too) */
 	C_XDP_DROP_FRAGMENT,        /* fragment of VIP traffic (no reassembly) */
 	C_XDP_DROP_NO_BACKEND,      /* bucket has no first hop */
 	C_XDP_DROP_MALFORMED,       /* broken IPv4/L4 header addressed to a VIP */
@@ -112,7 +117,8 @@ struct nilb_service_key {
 struct nilb_bucket {
 	__u32 first_hop;   /* IPv4 network order; 0 = none (drop) */
 	__u32 second_hop;  /* IPv4 network order; 0 = none */
-	__u32 first_slot;  /* index into `backend_stats` of (service, first hop) */
+	__u32 first_slot;  /* (service, first hop) slot: index into `backend_stats`
+			    * and `hop_cache` */
 	__u32 moved_at_s;  /* control plane only: last first-hop change,
 			    * CLOCK_BOOTTIME seconds (0 = never), so a restarted
 			    * daemon keeps the history that paces voluntary

@@ -10,7 +10,9 @@
                          --max-step-percent P --deadband-percent D [--weights W] [--min-weight W]
     dynweight.py plot    --csv CSV --out PNG [--title T] [--mark T:LABEL]...
 
-(Python 3 stdlib only; `plot` needs gnuplot.)
+(Python 3 stdlib only; `plot` needs gnuplot.)  STATE is node1's --state-file;
+it is read through `nilb status --json` (state.py: the nilb binary from
+$NH_NILB), never parsed here.
 
 Load model.  Every node's metrics endpoint (`serve`, in the node's namespace on
 0.0.0.0:P, path /metrics) answers with nilb's own gauge
@@ -65,7 +67,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import state as statemod  # noqa: E402 - the harness's own state-file parser
+import state as statemod  # noqa: E402 - reads the state through `nilb status --json`
 
 NODES = ("node1", "node2", "node3")
 GAUGE = "nilb_host_cpu_utilization_ratio"
@@ -83,7 +85,7 @@ def shares_of(state_path):
     """{name: fraction of first-hop buckets}, pending_moves, the backends; None if unreadable."""
     try:
         v = statemod.View(statemod.load(state_path))
-    except (OSError, statemod.ParseError, KeyError, TypeError, ValueError):
+    except (statemod.StateError, KeyError, TypeError, ValueError):
         return None
     size = int(v.svc["table_size"])
     return ({n: x["buckets"] / size for n, x in v.b.items()}, int(v.svc.get("pending_moves", 0) or 0), v.b)

@@ -139,13 +139,13 @@ nh_build_topology() {
 
   for peer in to-client "${NH_NODES[@]/#/to-}"; do
     nh_run ip -n "$sw" link set "$peer" master br0 || return 1
-    # TOOLCHAIN: XDP_TX out of a veth is dropped unless the peer has GRO on
+    # XDP_TX out of a veth needs the peer's NAPI running: GRO on (and XDP_PASS below)
     nh_run ip netns exec "$sw" ethtool -K "$peer" gro on || return 1
     nh_run ip -n "$sw" link set "$peer" up || return 1
   done
-  # TOOLCHAIN says GRO on the peer is enough for XDP_TX out of a veth; on 6.18 it
-  # is not: with GRO only, XDP_TX frames wait in the peer's queue until other
-  # traffic kicks the peer's NAPI (connections time out). An XDP program on the
+  # GRO on the peer alone is not enough for XDP_TX out of a veth on 6.18: with
+  # GRO only, XDP_TX frames wait in the peer's queue until other traffic kicks
+  # the peer's NAPI (connections time out). An XDP program on the
   # peer makes veth kick it at once, so every bridge-side end gets XDP_PASS.
   # NH_PEER_XDP=0 skips this (to reproduce the problem).
   if [[ ${NH_PEER_XDP:-1} == 1 ]]; then

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Read nilb's state file (`nilb run --state-file`) for the harness (Python 3 stdlib only).
+"""Read a nilb daemon's state for the harness through `nilb status --json` (Python 3 stdlib only).
 
     state.py json    FILE                       the state as JSON on stdout
     state.py summary FILE [--service NAME]      one line: per backend state/health/weight/buckets
@@ -9,8 +9,14 @@
                      {"ok": bool, "elapsed_s": s, "at": epoch, "polls": n, "summary": "..."}
                      and exits 0 when it became true, 1 on timeout
 
+FILE is the daemon's --state-file. It is read with
+`nilb status --json --state-file FILE` (the nilb binary from --nilb, else
+$NH_NILB, else `nilb` on PATH); this module only parses JSON.  The document
+is the state file's content plus "schema": 1 (docs/operations.md,
+"Machine-readable output").
+
 Names available in EXPR:
-    d          the whole state (dict, as in the YAML file)
+    d          the whole document (dict)
     svc        the service (--service NAME, default: the first one)
     b          svc's backends by hostname (falling back to the address)
     reload     d["last_reload"] or {} (keys at, ok, error, succeeded, failed)
@@ -23,203 +29,47 @@ Names available in EXPR:
     fits(tol=1)  every backend's buckets within tol of quotas()
     settled(tol=1)  pending_moves == 0 and fits(tol)
 
-The file is YAML as serde_yaml writes it; a small parser for that subset (block
-mappings and sequences, plain/quoted scalars, block scalars) is used so that no
-third-party module is needed.  A missing or half-readable file counts as "not yet"
-for wait and as an error (exit 2) for the other commands.
+A missing state file (daemon not started yet, or stopped) or one that
+`nilb status` cannot read counts as "not yet" for wait and as an error
+(exit 2) for the other commands.
 """
 
 import argparse
 import ipaddress
 import json
+import os
+import subprocess
 import sys
 import time
 
-
-class ParseError(Exception):
-    pass
+SCHEMA = 1
 
 
-def _scalar(text):
-    t = text.strip()
-    if t == "" or t in ("~", "null", "Null", "NULL"):
-        return None
-    if t in ("true", "True", "TRUE"):
-        return True
-    if t in ("false", "False", "FALSE"):
-        return False
-    if t.startswith("'"):
-        if not t.endswith("'") or len(t) < 2:
-            raise ParseError("unterminated single-quoted scalar: %r" % t[:60])
-        return t[1:-1].replace("''", "'")
-    if t.startswith('"'):
-        try:
-            return json.loads(t)
-        except ValueError:
-            return t[1:-1]
-    if t == "[]":
-        return []
-    if t == "{}":
-        return {}
-    if t.startswith("[") and t.endswith("]"):
-        return [_scalar(x) for x in t[1:-1].split(",") if x.strip()]
-    for conv in (int, float):
-        try:
-            return conv(t)
-        except ValueError:
-            pass
-    if " #" in t:
-        t = t.split(" #", 1)[0].rstrip()
-    return t
+class StateError(Exception):
+    """The state could not be read (no file yet, nilb failed, unexpected JSON)."""
 
 
-def _lines(text):
-    out = []
-    for raw in text.splitlines():
-        body = raw.rstrip()
-        stripped = body.lstrip(" ")
-        if stripped == "" or stripped.startswith("#") or stripped in ("---", "..."):
-            out.append((None, raw))  # kept for block scalars
-            continue
-        out.append((len(body) - len(stripped), stripped))
-    return out
+def nilb_path(explicit=None):
+    return explicit or os.environ.get("NH_NILB") or "nilb"
 
 
-def parse_yaml(text):
-    """Parse the block-style YAML subset that serde_yaml emits."""
-    lines = _lines(text)
-    n = len(lines)
-
-    def skip(i):
-        while i < n and lines[i][0] is None:
-            i += 1
-        return i
-
-    def block_scalar(i, parent_indent, header):
-        # lines[i] is the first line after the "key: |-" line
-        body = []
-        ind = None
-        while i < n:
-            indent, content = lines[i]
-            if indent is None:
-                body.append("")
-                i += 1
-                continue
-            if indent <= parent_indent:
-                break
-            if ind is None:
-                ind = indent
-            raw = lines[i][1]
-            body.append(" " * (indent - ind) + raw)
-            i += 1
-        while body and body[-1] == "":
-            body.pop()
-        if header.startswith(">"):
-            textv = " ".join(x.strip() for x in body)
-        else:
-            textv = "\n".join(body)
-        if "-" not in header:
-            textv += "\n"
-        return textv, i
-
-    def value_after_key(i, indent, rest):
-        # rest: text after "key:"; i: index of the next line
-        rest = rest.strip()
-        if rest.startswith("|") or rest.startswith(">"):
-            return block_scalar(i, indent, rest)
-        if rest != "":
-            return _scalar(rest), i
-        j = skip(i)
-        if j >= n:
-            return None, j
-        nind, ncontent = lines[j]
-        if nind > indent or (nind == indent and (ncontent == "-" or ncontent.startswith("- "))):
-            return node(j, nind)
-        return None, j
-
-    def split_key(content):
-        if content.startswith(("'", '"')):
-            q = content[0]
-            end = content.find(q, 1)
-            if end < 0:
-                raise ParseError("bad quoted key %r" % content[:60])
-            key = content[1:end]
-            after = content[end + 1:]
-        else:
-            pos = content.find(": ")
-            if pos < 0:
-                if content.endswith(":"):
-                    return content[:-1], ""
-                raise ParseError("expected 'key: value', got %r" % content[:60])
-            key, after = content[:pos], content[pos:]
-        if not after.startswith(":"):
-            raise ParseError("expected ':' after key in %r" % content[:60])
-        return key, after[1:]
-
-    def mapping(i, indent, first=None):
-        out = {}
-        if first is not None:
-            key, rest = split_key(first)
-            out[key], i = value_after_key(i, indent, rest)
-        while True:
-            i = skip(i)
-            if i >= n:
-                break
-            ind, content = lines[i]
-            if ind != indent or content == "-" or content.startswith("- "):
-                break
-            key, rest = split_key(content)
-            out[key], i = value_after_key(i + 1, indent, rest)
-        return out, i
-
-    def sequence(i, indent):
-        out = []
-        while True:
-            i = skip(i)
-            if i >= n:
-                break
-            ind, content = lines[i]
-            if ind != indent or not (content == "-" or content.startswith("- ")):
-                break
-            item = content[1:].lstrip(" ")
-            if item == "":
-                j = skip(i + 1)
-                if j < n and lines[j][0] > indent:
-                    v, i = node(j, lines[j][0])
-                else:
-                    v, i = None, j
-                out.append(v)
-                continue
-            item_indent = indent + (len(content) - len(item))
-            if item.startswith(("'", '"', "[", "{")) or (": " not in item and not item.endswith(":")):
-                out.append(_scalar(item))
-                i += 1
-                continue
-            v, i = mapping(i + 1, item_indent, first=item)
-            out.append(v)
-        return out, i
-
-    def node(i, indent):
-        content = lines[i][1]
-        if content == "-" or content.startswith("- "):
-            return sequence(i, indent)
-        if ": " not in content and not content.endswith(":"):
-            return _scalar(content), i + 1
-        return mapping(i, indent)
-
-    i = skip(0)
-    if i >= n:
-        return None
-    v, i = node(i, lines[i][0])
-    i = skip(i)
-    if i < n:
-        raise ParseError("unexpected content at line %d: %r" % (i + 1, lines[i][1][:60]))
-    return v
-
-
-def load(path):
-    with open(path) as f:
-        return parse_yaml(f.read())
+def load(path, nilb=None, timeout=10):
+    """The state of the daemon writing `path`, as `nilb status --json` prints it."""
+    cmd = [nilb_path(nilb), "status", "--json", "--state-file", path]
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise StateError("%s: %s" % (" ".join(cmd[:3]), e)) from e
+    if p.returncode != 0:
+        raise StateError((p.stderr.strip().splitlines() or ["nilb status exited %d" % p.returncode])[-1])
+    try:
+        d = json.loads(p.stdout)
+    except ValueError as e:
+        raise StateError("nilb status --json printed no JSON: %s" % e) from e
+    if not isinstance(d, dict) or d.get("schema") != SCHEMA:
+        raise StateError("nilb status --json: schema %r, expected %d" % (
+            d.get("schema") if isinstance(d, dict) else None, SCHEMA))
+    return d
 
 
 def largest_remainder(size, items):
@@ -242,7 +92,7 @@ class View:
         if service:
             svcs = [s for s in svcs if s.get("name") == service]
         if not svcs:
-            raise KeyError("no service%s in the state file" % (" " + service if service else ""))
+            raise KeyError("no service%s in the state" % (" " + service if service else ""))
         self.svc = svcs[0]
         self.backends = self.svc.get("backends") or []
         self.b = {(x.get("hostname") or str(x["dip"])): x for x in self.backends}
@@ -289,13 +139,20 @@ class View:
         }
 
 
-def evaluate(path, expr, service):
-    v = View(load(path), service)
-    return eval(expr, {"__builtins__": __builtins__}, v.env()), v  # noqa: S307 - harness-internal
+def evaluate(path, expr, service, nilb=None):
+    d = load(path, nilb)
+    try:
+        v = View(d, service)
+        env = v.env()
+    except KeyError:
+        # no service (e.g. a stand-in daemon): only d is available
+        v, env = None, {"d": d, "reload": d.get("last_reload") or {}, "json": json}
+    return eval(expr, {"__builtins__": __builtins__}, env), v  # noqa: S307 - harness-internal
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--nilb", help="nilb binary (default: $NH_NILB, else nilb on PATH)")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("json")
     p.add_argument("file")
@@ -309,22 +166,23 @@ def main():
             p.add_argument("--timeout", type=float, required=True)
             p.add_argument("--interval", type=float, default=0.1)
     a = ap.parse_args()
+    errors = (StateError, KeyError, TypeError, ValueError, IndexError)
 
     if a.cmd == "wait":
         t0 = time.monotonic()
         end = t0 + a.timeout
         polls = 0
-        last = "state file not read yet"
+        last = "state not read yet"
         ok = False
         while True:
             polls += 1
             try:
-                val, v = evaluate(a.file, a.expr, a.service)
-                last = v.summary()
+                val, v = evaluate(a.file, a.expr, a.service, a.nilb)
+                last = v.summary() if v is not None else "no service in the state"
                 if val:
                     ok = True
                     break
-            except (OSError, ParseError, KeyError, TypeError, ValueError) as e:
+            except errors as e:
                 last = "%s: %s" % (type(e).__name__, e)
             if time.monotonic() >= end:
                 break
@@ -335,13 +193,13 @@ def main():
 
     try:
         if a.cmd == "json":
-            print(json.dumps(load(a.file), sort_keys=True))
+            print(json.dumps(load(a.file, a.nilb), sort_keys=True))
         elif a.cmd == "summary":
-            print(View(load(a.file), a.service).summary())
+            print(View(load(a.file, a.nilb), a.service).summary())
         else:
-            val, _ = evaluate(a.file, a.expr, a.service)
+            val, _ = evaluate(a.file, a.expr, a.service, a.nilb)
             print(val if not isinstance(val, (dict, list)) else json.dumps(val, sort_keys=True))
-    except (OSError, ParseError, KeyError, TypeError, ValueError) as e:
+    except errors as e:
         print("state.py: %s: %s" % (a.file, e), file=sys.stderr)
         return 2
     return 0

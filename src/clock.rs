@@ -72,6 +72,17 @@ pub fn adopted_move_time(
     Some(boot_now_ms.saturating_sub(age))
 }
 
+/// Wall-clock time (Unix ms) of a bucket move time as stored (seconds, in
+/// ms here), for people to read: boot-time values are placed by their age,
+/// Unix values of older daemons (see [`adopted_move_time`]) taken as they
+/// are.
+pub fn move_time_on_wall(stored_ms: u64, boot_now_ms: u64, wall_now_ms: u64) -> u64 {
+    if stored_ms > boot_now_ms + 1000 {
+        return stored_ms;
+    }
+    wall_now_ms.saturating_sub(boot_now_ms.saturating_sub(stored_ms))
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -121,6 +132,13 @@ pub(crate) mod tests {
         // Boot time is far below Unix time (decades apart).
         assert!(w > a + 1_000_000_000_000, "boot {a} wall {w}");
         assert_eq!(control_ms(&c) / 1000, c.boot_ms() / 1000);
+    }
+
+    #[test]
+    fn move_times_read_on_the_wall_clock() {
+        let (boot, wall) = (3_600_000, 1_750_000_000_000);
+        assert_eq!(move_time_on_wall(3_000_000, boot, wall), wall - 600_000);
+        assert_eq!(move_time_on_wall(wall - 5000, boot, wall), wall - 5000);
     }
 
     #[test]

@@ -90,8 +90,11 @@ enum Command {
         #[arg(long, default_value = DEFAULT_STATE_FILE)]
         state_file: PathBuf,
         /// Print the raw YAML state instead of tables.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "json")]
         yaml: bool,
+        /// Print the state as one line of JSON (schema in docs/operations.md).
+        #[arg(long)]
+        json: bool,
     },
     /// Show the bucket and first/second hop a client flow maps to.
     Lookup {
@@ -112,6 +115,9 @@ enum Command {
         /// Pin directory of the running daemon (with --live).
         #[arg(long, default_value = DEFAULT_PIN_DIR)]
         pin_dir: PathBuf,
+        /// Print the answer as one line of JSON (schema in docs/operations.md).
+        #[arg(long)]
+        json: bool,
     },
     /// Remove nilb's programs from an interface and its pinned maps (after
     /// `run --keep-dataplane` or a crash). Other programs are left alone.
@@ -131,6 +137,23 @@ enum Command {
         /// Also print counters that are zero.
         #[arg(long)]
         all: bool,
+        /// Print every counter as one line of JSON (schema in docs/operations.md).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the live tables of the running data plane: per service the
+    /// backends' bucket shares and, with --buckets or --json, every bucket
+    /// (first hop, second hop, counter slot, move time).
+    Tables {
+        /// Pin directory of the running daemon.
+        #[arg(long, default_value = DEFAULT_PIN_DIR)]
+        pin_dir: PathBuf,
+        /// Also list every bucket.
+        #[arg(long)]
+        buckets: bool,
+        /// Print everything as one line of JSON (schema in docs/operations.md).
+        #[arg(long)]
+        json: bool,
     },
     /// Run each packet of a pcap through the real BPF program (BPF_PROG_TEST_RUN)
     /// and report verdicts, counters and resulting packets.
@@ -200,6 +223,15 @@ fn main() -> ExitCode {
     init_logging(cli.log_format);
     match dispatch(cli.command) {
         Ok(code) => code,
+        // `nilb tables --json | head`: the reader went away; nothing to report.
+        Err(e)
+            if e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            }) =>
+        {
+            ExitCode::SUCCESS
+        }
         Err(e) => {
             let _ = writeln!(std::io::stderr(), "nilb: error: {e:#}");
             ExitCode::from(1)
@@ -250,10 +282,16 @@ fn dispatch(command: Command) -> Result<ExitCode> {
             })?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Status { state_file, yaml } => {
+        Command::Status {
+            state_file,
+            yaml,
+            json,
+        } => {
             let status = nilb::status::Status::read(&state_file)?;
             if yaml {
                 write!(stdout, "{}", serde_yaml::to_string(&status)?)?;
+            } else if json {
+                writeln!(stdout, "{}", status.to_json()?)?;
             } else {
                 status.print(&mut stdout)?;
             }
@@ -266,6 +304,7 @@ fn dispatch(command: Command) -> Result<ExitCode> {
             protocol,
             live,
             pin_dir,
+            json,
         } => {
             let c = Config::load(&config)?;
             let source = if live {
@@ -273,7 +312,12 @@ fn dispatch(command: Command) -> Result<ExitCode> {
             } else {
                 TableSource::Config
             };
-            tools::lookup(&c, src, dst, protocol, source, &mut stdout)?;
+            if json {
+                let r = tools::lookup_report(&c, src, dst, protocol, source)?;
+                tools::write_json(&r, &mut stdout)?;
+            } else {
+                tools::lookup(&c, src, dst, protocol, source, &mut stdout)?;
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Cleanup { interface, pin_dir } => {
@@ -290,8 +334,24 @@ fn dispatch(command: Command) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Stats { pin_dir, all } => {
-            tools::stats(&pin_dir, all, &mut stdout)?;
+        Command::Stats { pin_dir, all, json } => {
+            if json {
+                tools::write_json(&tools::stats_report(&pin_dir)?, &mut stdout)?;
+            } else {
+                tools::stats(&pin_dir, all, &mut stdout)?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Tables {
+            pin_dir,
+            buckets,
+            json,
+        } => {
+            if json {
+                tools::write_json(&tools::tables_report(&pin_dir)?, &mut stdout)?;
+            } else {
+                tools::tables(&pin_dir, buckets, &mut stdout)?;
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Replay {

@@ -1,8 +1,11 @@
 //! The daemon's state as operators and tools see it: per service, each
 //! backend's state, health, weight and bucket shares, the service's mode
 //! (normal, drained-fallback, panic, fail-open), the node's role as it runs,
-//! and the last reload. The daemon writes it atomically (temp file + rename) to a YAML
-//! state file; `nilb status` reads that file and prints it as a table.
+//! and the last reload. The daemon writes it atomically (temp file + rename)
+//! to a YAML state file; `nilb status` reads that file and prints it as a
+//! table, and `nilb status --json` prints the same content as JSON. Optional
+//! values are written as `null` rather than left out, so that every field is
+//! always present in both forms.
 
 use std::io::Write;
 use std::net::Ipv4Addr;
@@ -22,9 +25,9 @@ pub struct ReloadStatus {
     /// Whether it was applied.
     pub ok: bool,
     /// Why it was rejected or failed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub error: Option<String>,
-    /// Reloads so far, applied and rejected.
+    /// Reloads applied so far.
     pub succeeded: u64,
     /// Rejected or failed reloads so far.
     pub failed: u64,
@@ -36,7 +39,7 @@ pub struct BackendStatus {
     /// Backend address.
     pub dip: Ipv4Addr,
     /// Name from the config.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub hostname: Option<String>,
     /// active, drained, offline, or removing (gone from the file, draining out).
     pub state: String,
@@ -49,7 +52,7 @@ pub struct BackendStatus {
     pub effective_weight: f64,
     /// Last load reading: CPU utilisation percent or new connections per
     /// second (dynamic weights only).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub load: Option<f64>,
     /// Load readings that failed so far.
     #[serde(default)]
@@ -65,7 +68,7 @@ pub struct BackendStatus {
     /// Up/down transitions since the daemon started.
     pub transitions: u64,
     /// Why the last check failed, if it did.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub last_error: Option<String>,
 }
 
@@ -110,7 +113,7 @@ pub struct ServiceStatus {
     /// Voluntary bucket moves still to be done (paced by `rebalance`).
     pub pending_moves: usize,
     /// Dynamic weights source (cpu or qps), if enabled.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub dynamic_weight: Option<String>,
     /// Backends, including ones being removed.
     pub backends: Vec<BackendStatus>,
@@ -135,7 +138,7 @@ pub struct Status {
     /// Daemon process id.
     pub pid: u32,
     /// Last reload, if any since start.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub last_reload: Option<ReloadStatus>,
     /// Services in key order.
     pub services: Vec<ServiceStatus>,
@@ -239,6 +242,23 @@ impl Status {
             .with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))
     }
 
+    /// The state as one line of JSON: a top-level `schema` field
+    /// ([`crate::tools::JSON_SCHEMA`]) followed by the fields of the state
+    /// file, with the same names and values.
+    pub fn to_json(&self) -> Result<String> {
+        #[derive(Serialize)]
+        struct Doc<'a> {
+            schema: u32,
+            #[serde(flatten)]
+            status: &'a Status,
+        }
+        serde_json::to_string(&Doc {
+            schema: crate::tools::JSON_SCHEMA,
+            status: self,
+        })
+        .context("encoding the state as JSON")
+    }
+
     /// Read a state file.
     pub fn read(path: &Path) -> Result<Status> {
         let text = std::fs::read_to_string(path).with_context(|| {
@@ -330,5 +350,92 @@ impl Status {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Status {
+        Status {
+            node: Ipv4Addr::new(10, 0, 0, 11),
+            balancer: true,
+            balancer_configured: true,
+            config_file: "/etc/nilb/nilb.yaml".into(),
+            written_at: "2025-01-01T00:00:00Z".into(),
+            pid: 42,
+            last_reload: Some(ReloadStatus {
+                at: "2025-01-01T00:00:00Z".into(),
+                ok: false,
+                error: Some("services[0]: bad".into()),
+                succeeded: 3,
+                failed: 1,
+            }),
+            services: vec![ServiceStatus {
+                name: "web".into(),
+                key: "10.0.0.100:80/tcp".into(),
+                table_size: 1024,
+                fail_open: false,
+                mode: "normal".into(),
+                exiting: false,
+                pending_moves: 7,
+                dynamic_weight: None,
+                backends: vec![BackendStatus {
+                    dip: Ipv4Addr::new(10, 0, 0, 12),
+                    hostname: None,
+                    state: "active".into(),
+                    health: "up".into(),
+                    weight: 2,
+                    effective_weight: 2.0,
+                    load: Some(40.5),
+                    load_errors: 0,
+                    buckets: 512,
+                    share_percent: 50.0,
+                    second_hop_buckets: 3,
+                    second_hop_percent: 0.3,
+                    transitions: 1,
+                    last_error: None,
+                }],
+            }],
+        }
+    }
+
+    #[test]
+    fn json_is_the_state_file_plus_schema() {
+        let s = sample();
+        let json: serde_json::Value = serde_json::from_str(&s.to_json().unwrap()).unwrap();
+        assert_eq!(json["schema"], crate::tools::JSON_SCHEMA);
+        let yaml: serde_json::Value =
+            serde_yaml::from_str(&serde_yaml::to_string(&s).unwrap()).unwrap();
+        let mut without = json.clone();
+        without.as_object_mut().unwrap().remove("schema");
+        assert_eq!(without, yaml);
+        // absent values are present as null
+        let b = &json["services"][0]["backends"][0];
+        assert!(b.get("hostname").unwrap().is_null());
+        assert!(b.get("last_error").unwrap().is_null());
+        assert!(json["services"][0].get("dynamic_weight").unwrap().is_null());
+        assert_eq!(json["last_reload"]["failed"], 1);
+    }
+
+    #[test]
+    fn reads_state_files_with_or_without_null_fields() {
+        let s = sample();
+        let dir = std::env::temp_dir().join(format!("nilb-status-test-{}", std::process::id()));
+        let path = dir.join("state.yaml");
+        s.write(&path).unwrap();
+        assert_eq!(Status::read(&path).unwrap(), s);
+        // a file from a daemon that left optional fields out
+        let text = std::fs::read_to_string(&path).unwrap();
+        let older: String = text
+            .lines()
+            .filter(|l| !l.trim_end().ends_with(": null"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert_ne!(older, text);
+        std::fs::write(&path, older).unwrap();
+        assert_eq!(Status::read(&path).unwrap(), s);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -1,0 +1,187 @@
+/* SPDX-License-Identifier: GPL-2.0 OR Apache-2.0 */
+/*
+ * gue.h: glb-director's GUE encapsulation, as the balancer writes it and the
+ * second-chance program reads and forwards it (docs/design.md "GUE wire
+ * format"):
+ *
+ *   outer IPv4   20 bytes, no options, DF, TTL NILB_OUTER_TTL, proto UDP
+ *   UDP          source 0x8000 | (flow hash & 0x7fff), destination the GUE
+ *                port, checksum 0
+ *   GUE          version 0, C 0, hlen 1 + N, proto 4 (IPv4), flags 0
+ *   private      type 0, next hop index, hop count N
+ *   hops         N IPv4 addresses, network order
+ *   inner IPv4 packet
+ */
+#ifndef NILB_GUE_H
+#define NILB_GUE_H
+
+#include "common.h"
+
+#define GUE_PROTO_IPV4 4
+#define GUE_PROTO_IPV6 41
+
+/* GUE base header and glb-director's private word; the hop list follows. */
+struct gue_hdr {
+	__u8 hlen;        /* version (2 bits), C (1), hlen: 32-bit words after
+			   * the base header (1 + hop count) */
+	__u8 proto;       /* inner protocol: GUE_PROTO_IPV4 or _IPV6 */
+	__u16 flags;      /* 0 */
+	__u16 priv_type;  /* 0 */
+	__u8 next_hop;    /* index in hops of the next hop to try */
+	__u8 hop_count;   /* hops listed */
+	__u32 hops[];
+};
+
+/* Returns: the bytes outer IPv4 + UDP + GUE take with nhops hops listed. */
+static __always_inline __u32 gue_overhead(__u32 nhops)
+{
+	return NILB_GUE_BASE_OVERHEAD + 4 * nhops;
+}
+
+/*
+ * Write the Ethernet type, outer IPv4 (cfg->node_addr -> daddr), UDP and GUE
+ * in front of an inner IPv4 packet of inner_len bytes, listing `second` if
+ * it is non-zero. The caller has checked that the headers and one hop lie
+ * within the packet; the MACs are the caller's.
+ * Returns: nothing.
+ */
+static __always_inline void gue_write(struct ethhdr *eth, const struct nilb_config *cfg,
+				      __u32 daddr, __u32 second, __u32 hash, __u32 inner_len)
+{
+	struct iphdr *oip = (void *)(eth + 1);
+	struct udphdr *udp = (void *)(oip + 1);
+	struct gue_hdr *gue = (void *)(udp + 1);
+	__u32 nhops = second ? 1 : 0;
+	__u32 len = inner_len + gue_overhead(nhops);
+	__u32 sum;
+
+	eth->h_proto = bpf_htons(ETH_P_IP);
+
+	*(__u16 *)oip = bpf_htons(0x4500); /* version 4, IHL 5, TOS 0 */
+	oip->tot_len = bpf_htons(len);
+	oip->id = 0;
+	oip->frag_off = bpf_htons(IP_DF);
+	oip->ttl = NILB_OUTER_TTL;
+	oip->protocol = IPPROTO_UDP;
+	oip->saddr = cfg->node_addr;
+	oip->daddr = daddr;
+	/* The constant words' sum comes precomputed (nilb_config). */
+	sum = cfg->outer_csum_base + oip->tot_len + (daddr & 0xffff) + (daddr >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	oip->check = (__u16)~sum;
+
+	udp->source = bpf_htons(0x8000 | (hash & 0x7fff));
+	udp->dest = cfg->gue_port;
+	udp->len = bpf_htons(len - sizeof(struct iphdr));
+	udp->check = 0;
+
+	/* [hlen][proto][flags 0 0] [private type 0 0][next hop 0][hop count] */
+	((__u32 *)gue)[0] = bpf_htonl(((1 + nhops) << 24) | (GUE_PROTO_IPV4 << 16));
+	((__u32 *)gue)[1] = bpf_htonl(nhops);
+	if (nhops)
+		gue->hops[0] = second;
+}
+
+/* Result of gue_parse. */
+enum gue_parse_result {
+	/* A valid GUE packet; *inner is set. */
+	GUE_OK,
+	/* Outer IPv4 version, fragment or lengths, the GUE header, or the
+	 * inner IPv4 header invalid or cut short. */
+	GUE_MALFORMED,
+	/* A valid GUE header around IPv6, which nilb does not handle. */
+	GUE_INNER_IPV6,
+};
+
+/* Returns: the GUE header of a packet whose outer IPv4 header oip has no
+ * options (the UDP header comes between them). */
+static __always_inline struct gue_hdr *gue_of(struct iphdr *oip)
+{
+	return (void *)(oip + 1) + sizeof(struct udphdr);
+}
+
+/*
+ * Validate a received GUE packet: outer IPv4 header oip (20 bytes, no
+ * options, both checked by the caller) and UDP to the GUE port, the GUE
+ * header as glb-director and nilb write it, and an unfragmented inner IPv4
+ * packet filling the UDP payload exactly. frame_len: the frame's length
+ * (the outer packet must lie within it).
+ * Returns: enum gue_parse_result (*inner is set only with GUE_OK: the
+ * inner IPv4 header, its 20 bytes within the packet).
+ */
+static __always_inline enum gue_parse_result gue_parse(struct iphdr *oip, void *data_end,
+							__u32 frame_len,
+							struct iphdr **inner)
+{
+	struct udphdr *udp = (void *)(oip + 1);
+	struct gue_hdr *gue = gue_of(oip);
+	struct iphdr *in;
+	__u32 tot_len, udp_len, gue_len;
+	__u8 hlen, nhops, next;
+
+	if ((void *)(udp + 1) > data_end)
+		return GUE_MALFORMED;
+	tot_len = bpf_ntohs(oip->tot_len);
+	udp_len = bpf_ntohs(udp->len);
+	if (oip->version != 4 || is_fragment(oip) || udp_len != tot_len - sizeof(*oip) ||
+	    sizeof(struct ethhdr) + tot_len > frame_len)
+		return GUE_MALFORMED;
+	if ((void *)(gue + 1) > data_end)
+		return GUE_MALFORMED;
+	hlen = gue->hlen & 0x1f;
+	nhops = gue->hop_count;
+	next = gue->next_hop;
+	if ((gue->hlen & 0xe0) || gue->flags || gue->priv_type ||
+	    nhops > NILB_MAX_GUE_HOPS || hlen != 1 + nhops || next > nhops)
+		return GUE_MALFORMED;
+	if (gue->proto == GUE_PROTO_IPV6)
+		return GUE_INNER_IPV6;
+	if (gue->proto != GUE_PROTO_IPV4)
+		return GUE_MALFORMED;
+	gue_len = sizeof(*gue) + 4 * (__u32)nhops;
+	in = (void *)gue + gue_len;
+	if ((void *)(in + 1) > data_end)
+		return GUE_MALFORMED;
+	if (in->version != 4 || in->ihl < 5 || is_fragment(in) ||
+	    bpf_ntohs(in->tot_len) != udp_len - sizeof(*udp) - gue_len ||
+	    bpf_ntohs(in->tot_len) < in->ihl * 4)
+		return GUE_MALFORMED;
+	*inner = in;
+	return GUE_OK;
+}
+
+/* Returns: the bytes outer IPv4 + UDP + GUE take in a packet gue_parse
+ * accepted (what decapsulation removes). */
+static __always_inline __u32 gue_encap_len(const struct gue_hdr *gue)
+{
+	return gue_overhead(gue->hop_count);
+}
+
+/* Returns: where hop `idx` of the GUE header's list lies, or NULL if beyond
+ * NILB_MAX_GUE_HOPS or the packet (never for idx < hop_count after
+ * gue_parse; the verifier needs the check). */
+static __always_inline __u32 *gue_hop(struct gue_hdr *gue, __u32 idx, void *data_end)
+{
+	__u32 *hop = gue->hops + idx;
+
+	if (idx >= NILB_MAX_GUE_HOPS || (void *)(hop + 1) > data_end)
+		return NULL;
+	return hop;
+}
+
+/* Second chance: readdress the outer IPv4 header from this node (`node`)
+ * to `hop`, updating its checksum (RFC 1624), and move the GUE next-hop
+ * index past `next`, the index of `hop`.
+ * Returns: nothing. */
+static __always_inline void gue_forward(struct iphdr *oip, struct gue_hdr *gue, __u8 next,
+					__u32 node, __u32 hop)
+{
+	oip->check = csum_replace4(oip->check, oip->saddr, node);
+	oip->saddr = node;
+	oip->check = csum_replace4(oip->check, oip->daddr, hop);
+	oip->daddr = hop;
+	gue->next_hop = next + 1;
+}
+
+#endif /* NILB_GUE_H */

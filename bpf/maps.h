@@ -1,0 +1,101 @@
+/* SPDX-License-Identifier: GPL-2.0 OR Apache-2.0 */
+/*
+ * maps.h: every map of bpf/nilb.bpf.c, shared by its two programs (keys and
+ * values in nilb.h; what fills them: docs/design.md "Maps"). This header
+ * defines the maps, so exactly one BPF object includes it.
+ */
+#ifndef NILB_MAPS_H
+#define NILB_MAPS_H
+
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include "nilb.h"
+
+/* Template of a service's bucket array. BPF_F_INNER_MAP lets each service
+ * have its own table size; BPF_F_MMAPABLE lets the control plane fill a new
+ * array with one memory copy. Element 0 is struct nilb_table_header. */
+struct inner_table {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2);
+	__uint(map_flags, BPF_F_INNER_MAP | BPF_F_MMAPABLE);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(struct nilb_bucket));
+};
+
+/* (VIP, port, protocol) -> the service's bucket array. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH_OF_MAPS);
+	__uint(max_entries, NILB_MAX_SERVICES);
+	__type(key, struct nilb_service_key);
+	__array(values, struct inner_table);
+} services SEC(".maps");
+
+/* Addresses allowed to send GUE to this node. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, NILB_MAX_CLUSTER_NODES);
+	__type(key, __u32);
+	__type(value, struct nilb_addr_info);
+} cluster_nodes SEC(".maps");
+
+/* Every configured VIP address. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, NILB_MAX_VIPS);
+	__type(key, __u32);
+	__type(value, struct nilb_addr_info);
+} vips SEC(".maps");
+
+/* Key 0: this node's struct nilb_config. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct nilb_config);
+} nilb_config SEC(".maps");
+
+/* enum nilb_counter -> packets, per CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, NILB_COUNTER_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} counters SEC(".maps");
+
+/* nilb_table_header.service_index -> per-service counters. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, NILB_MAX_SERVICES);
+	__type(key, __u32);
+	__type(value, struct nilb_service_stats);
+} service_stats SEC(".maps");
+
+/* nilb_bucket.first_slot -> what the balancer sent to that backend. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, NILB_MAX_BACKEND_SLOTS);
+	__type(key, __u32);
+	__type(value, struct nilb_backend_stats);
+} backend_stats SEC(".maps");
+
+/* nilb_bucket.first_slot -> the balancer's last FIB answer for that hop.
+ * Shared by all CPUs: a racing refresh writes the same answer. Not pinned:
+ * a restarted daemon starts with an empty cache. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, NILB_MAX_BACKEND_SLOTS);
+	__type(key, __u32);
+	__type(value, struct nilb_hop_cache);
+} hop_cache SEC(".maps");
+
+/* backend slot -> the control plane's state of that (service, backend)
+ * (struct nilb_control_state): pinned so it survives a daemon restart;
+ * never read by the programs. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, NILB_MAX_BACKEND_SLOTS);
+	__type(key, __u32);
+	__type(value, struct nilb_control_state);
+} control_state SEC(".maps");
+
+#endif /* NILB_MAPS_H */
