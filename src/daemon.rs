@@ -700,18 +700,21 @@ impl Daemon<'_, '_> {
             return;
         }
         let now = self.now_ms();
-        let before = self
-            .cp
-            .service(&r.service)
-            .and_then(|s| s.backends.get(&r.dip))
-            .map(|b| b.health.health);
+        let seen = |cp: &ControlPlane| {
+            cp.service(&r.service)
+                .and_then(|s| s.backends.get(&r.dip))
+                .map(|b| (b.health.health, b.health.last_error.clone()))
+        };
+        let before = seen(&self.cp);
         let error_text = r.result.as_ref().err().cloned();
         let plan = self.cp.observe(&r.service, r.dip, r.result, now);
-        let after = self
-            .cp
-            .service(&r.service)
-            .and_then(|s| s.backends.get(&r.dip))
-            .map(|b| b.health.health);
+        let seen_after = seen(&self.cp);
+        // A new error text (a first failure, or another reason) is news for
+        // the state file even when the verdict stays.
+        if before.as_ref().map(|b| &b.1) != seen_after.as_ref().map(|b| &b.1) {
+            self.state_dirty = true;
+        }
+        let (before, after) = (before.map(|b| b.0), seen_after.map(|b| b.0));
         if before != after {
             let service = self.service_name(&r.service);
             match (after, error_text) {
