@@ -218,7 +218,7 @@ struct nilb_control_state {
 	__u8 health;          /* enum nilb_control_health */
 	__u8 admin;           /* enum nilb_control_admin */
 	__u8 flags;           /* enum nilb_control_flags */
-	__u8 pad;
+	__u8 encap_health;    /* enum nilb_control_health: the encapsulated check */
 	__u32 transitions;    /* up/down transitions so far */
 	__u64 since_ms;       /* the health verdict holds since */
 	__u64 removed_at_ms;  /* left the file (NILB_CS_REMOVED_AT) */

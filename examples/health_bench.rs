@@ -1,13 +1,19 @@
 //! CPU cost of nilb's health checkers: N targets checked every second, for
-//! TCP-connect and HTTP checks, measured with getrusage over a fixed window.
+//! TCP-connect, HTTP and encapsulated checks (`encap_check`: a GUE packet
+//! with a TCP SYN to the VIP, the SYN-ACK caught by a packet socket, a RST
+//! after), measured with getrusage over a fixed window.
 //!
 //! Runs in a private network namespace it creates for itself (unshare): the
 //! targets are N distinct loopback addresses 127.1.x.y on one port, served by
 //! a minimal HTTP responder in a child process (so its CPU is not counted).
+//! For encapsulated checks the child also plays the backends' TC program and
+//! stack: it receives the GUE datagrams on UDP 19523 and answers each SYN with
+//! a SYN-ACK from the VIP to the checker's node address (127.0.0.1) through a
+//! raw socket.
 //! The checkers are nilb's own (`nilb::health::checker::Checkers`) on a tokio
 //! runtime with `--threads` workers, as in `nilb run --check-threads`.
 //!
-//!   cargo run --release --example health_bench -- --targets 1000,10000 --seconds 10
+//!   cargo run --release --example health_bench -- --targets 1000,10000 --seconds 10 [--kinds tcp,http,encap]
 //!
 //! Needs root (unshare, addresses on lo). Prints one line per case: checks
 //! per second achieved, failures, CPU of the checker process as percent of
@@ -65,6 +71,45 @@ fn serve() -> ! {
     unreachable!()
 }
 
+/// The GUE port the encapsulated checks send to.
+const GUE_PORT: u16 = 19523;
+/// The checker's node address.
+const NODE: Ipv4Addr = Ipv4Addr::LOCALHOST;
+
+/// The GUE side of the responder: answer each encapsulated SYN with a
+/// SYN-ACK from its destination (the VIP) to its source, as a backend's
+/// stack would after its TC program decapsulated it.
+fn serve_gue() {
+    use nilb::health::encap::{gue_tcp_packet, parse_reply, Segment};
+    use socket2::{Domain, Protocol as P, SockAddr, Socket, Type};
+    let udp = std::net::UdpSocket::bind(("0.0.0.0", GUE_PORT)).expect("bind GUE responder");
+    // IPPROTO_RAW: the packets carry their own IP header.
+    let raw = Socket::new(Domain::IPV4, Type::RAW, Some(P::from(255))).expect("raw socket");
+    let mut buf = [0u8; 2048];
+    loop {
+        let Ok(n) = udp.recv(&mut buf) else { continue };
+        if n < 8 + 40 {
+            continue;
+        }
+        let Some(syn) = parse_reply(&buf[8..n]) else {
+            continue;
+        };
+        if syn.flags != 0x02 {
+            continue; // the checker's RST
+        }
+        let answer = Segment {
+            src: syn.dst,
+            dst: syn.src,
+            seq: 7,
+            ack: syn.seq.wrapping_add(1),
+            flags: 0x12,
+        };
+        let pkt = gue_tcp_packet(&answer, 1);
+        let to = SockAddr::from(std::net::SocketAddrV4::new(*syn.src.ip(), 0));
+        let _ = raw.send_to(&pkt[8..], &to);
+    }
+}
+
 fn sh(cmd: &str) {
     let st = Command::new("sh").arg("-c").arg(cmd).status().expect("sh");
     assert!(st.success(), "{cmd} failed");
@@ -87,8 +132,13 @@ fn addr(i: usize) -> Ipv4Addr {
 
 fn main() {
     if std::env::args().any(|a| a == "--serve") {
+        std::thread::spawn(serve_gue);
         serve();
     }
+    let kinds: Vec<String> = arg("--kinds", "tcp,http,encap")
+        .split(',')
+        .map(str::to_string)
+        .collect();
     let targets: Vec<usize> = arg("--targets", "1000,10000")
         .split(',')
         .map(|s| s.parse().expect("--targets N[,N]"))
@@ -137,7 +187,7 @@ fn main() {
         protocol: Protocol::Tcp,
     };
     for &n in &targets {
-        for kind in ["tcp", "http"] {
+        for kind in kinds.iter().map(String::as_str) {
             let checker = match kind {
                 "tcp" => Checker::Tcp { port: PORT },
                 _ => Checker::Http {
@@ -146,6 +196,7 @@ fn main() {
                     port: PORT,
                     codes: vec![200],
                     host: None,
+                    tls: Default::default(),
                 },
             };
             let check = HealthCheck {
@@ -168,8 +219,23 @@ fn main() {
                 .build()
                 .unwrap();
             let (tx, mut rx) = tokio::sync::mpsc::channel(65536);
+            let (etx, mut erx) = tokio::sync::mpsc::channel(65536);
             let mut checkers = Checkers::new(rt.handle().clone(), tx).unwrap();
-            checkers.sync(&list);
+            let mut encap = None;
+            if kind == "encap" {
+                let mut e = nilb::health::encap::EncapCheckers::new(
+                    rt.handle().clone(),
+                    NODE,
+                    GUE_PORT,
+                    1,
+                    etx,
+                )
+                .expect("encapsulated checkers (root: packet socket)");
+                e.sync(&list);
+                encap = Some(e);
+            } else {
+                checkers.sync(&list);
+            }
             // Drain results on this thread; count after the warm-up.
             let warm = Instant::now() + Duration::from_secs(2);
             let end = warm + Duration::from_secs(seconds);
@@ -177,13 +243,17 @@ fn main() {
             let mut cpu0 = None;
             let mut sample_error = None;
             while Instant::now() < end {
-                match rx.try_recv() {
-                    Ok(r) => {
+                let next = rx
+                    .try_recv()
+                    .map(|r| r.result)
+                    .or_else(|_| erx.try_recv().map(|r| r.result));
+                match next {
+                    Ok(result) => {
                         if Instant::now() >= warm {
                             if cpu0.is_none() {
                                 cpu0 = Some(cpu_seconds());
                             }
-                            match r.result {
+                            match result {
                                 Ok(()) => ok += 1,
                                 Err(e) => {
                                     failed += 1;
@@ -209,6 +279,7 @@ fn main() {
                 println!("       e.g. {e}");
             }
             drop(checkers);
+            drop(encap);
             rt.shutdown_timeout(Duration::from_secs(2));
         }
     }

@@ -55,7 +55,6 @@ import argparse
 import csv
 import datetime
 import json
-import math
 import os
 import re
 import shutil
@@ -277,7 +276,7 @@ def cmd_analyze(a):
     t0 = a.t0
     ctl_hot = read_json(a.control_hot, {})
     size = a.table_size
-    limit = math.ceil(size * a.max_step_percent / 100)
+    limit = max(1, size * a.max_step_percent // 100)  # at most: rounded down, at least one bucket
     ok = True
     notes = []
 

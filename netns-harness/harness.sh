@@ -29,6 +29,7 @@ RB_BASE_MAX_STEP_PERCENT=$RB_MAX_STEP_PERCENT
 BASE_WEIGHTS=(1 1 2)
 HEALTH_MARGIN=${NH_HEALTH_MARGIN:-0.5}
 DW_YAML=""                # the service's dynamic_weight flow mapping (dw only), empty: none
+ENCAP_YAML=""             # the service's encap_check (true|false), empty: nilb's default (on)
 RETIRED_LOGS=0
 
 # json FILE EXPR: evaluate a Python expression over the JSON document d (FILE "-": stdin)
@@ -50,7 +51,7 @@ weights_str() { local n s=""; for n in "${NH_NODES[@]}"; do s+="${s:+,}$n=${WEIG
 weights_ratio() { local n s=""; for n in "${NH_NODES[@]}"; do s+="${s:+:}${WEIGHT[$n]}"; done; echo "$s"; }
 
 # write_config W1 W2 W3: (re)write $CFG atomically with these weights (and the
-# backend states in BSTATE, DW_YAML, RB_MAX_STEP_PERCENT)
+# backend states in BSTATE, DW_YAML, ENCAP_YAML, RB_MAX_STEP_PERCENT)
 write_config() {
   local i=0 n tmp=$CFG.tmp
   for n in "${NH_NODES[@]}"; do
@@ -75,10 +76,12 @@ write_config() {
     echo "    port: 80"
     echo "    protocol: tcp"
     [[ -n $DW_YAML ]] && echo "    dynamic_weight: $DW_YAML"
+    [[ -n $ENCAP_YAML ]] && echo "    encap_check: $ENCAP_YAML"
     case $NH_HEALTH_CHECK in
       http) echo "    health_check: {http: {uri: /healthz, codes: [200]}}" ;;
       kglb) echo "    health_check: {checker: {http: {uri: /healthz, check_port: 80}}, fall_count: $HC_FALL, interval_ms: $HC_INTERVAL_MS, rise_count: $HC_RISE}" ;;
       tcp) echo "    health_check: {tcp: {check_port: 80}}" ;;
+      none) echo "    health_check: {none: {}}" ;; # (set by a scenario for itself, e.g. neigh)
     esac
     echo "    backends:"
     for n in "${NH_NODES[@]}"; do
@@ -94,6 +97,7 @@ base_config() {
   [[ -f $CFG ]] && before=$(<"$CFG")
   BSTATE=()
   DW_YAML=""
+  ENCAP_YAML=""
   RB_MAX_STEP_PERCENT=$RB_BASE_MAX_STEP_PERCENT
   write_config "${BASE_WEIGHTS[@]}"
   [[ $(<"$CFG") != "$before" ]]

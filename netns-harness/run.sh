@@ -25,6 +25,11 @@
 #   spoof   hand-built GUE to node2 from outside the cluster and claiming node2's own
 #      address: dropped and counted (tc_drop_not_cluster, tc_drop_self_unmarked),
 #      no SYN-ACK on the wire; the same packets from node1's address are accepted
+#   encap-check  node3's TC program removed: node1's encapsulated check takes node3
+#      out within fall x interval + timeout, 60/60 new connections succeed; back after
+#      node3's nilb restarts
+#   neigh  node1's neighbour entry for node3 set STALE with a wrong MAC (node3 silent,
+#      health checks off): nilb re-resolves it; connections to node3 recover within 5 s
 #   restart fail-static: node1's nilb SIGKILLed, then stopped with --keep-dataplane
 #      (an upgrade); traffic flows in the gaps, the restarted daemon adopts the
 #      pinned maps, no bucket moves, 30 held connections see no reset
@@ -49,8 +54,8 @@
 # backend up, nilb running everywhere, node1's table settled) and leaves it behind
 # (e leaves the daemons stopped; a later scenario starts them again), so any
 # scenario runs alone or in any order.
-# Default: all, in the order a b c d h1 h2 h3 h4 h5 h6 spoof restart downrestart
-# removerestart offlinecheck drainedfallback panic xdpfail clockstep dw e.
+# Default: all, in the order a b c d h1 h2 h3 h4 h5 h6 spoof encap-check neigh restart
+# downrestart removerestart offlinecheck drainedfallback panic xdpfail clockstep dw e.
 # SCENARIO... run in the order given; --only LIST (comma-separated) runs a subset in
 # the default order. "health" means h1,h2,h3,h4,h5,h6, "all" everything.
 # Prints "PASS <scenario>: ..." or "FAIL <scenario>: ..." per scenario and a closing
@@ -97,8 +102,8 @@ source "$HERE/harness.sh"
 
 usage() { sed -n '2,/^# shellcheck disable/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 
-ALL_SCENARIOS=(a b c d h1 h2 h3 h4 h5 h6 spoof restart downrestart removerestart offlinecheck
-  drainedfallback panic xdpfail clockstep dw e)
+ALL_SCENARIOS=(a b c d h1 h2 h3 h4 h5 h6 spoof encap-check neigh restart downrestart removerestart
+  offlinecheck drainedfallback panic xdpfail clockstep dw e)
 HEALTH_SCENARIOS=(h1 h2 h3 h4 h5 h6)
 for f in "$HERE"/scenarios/*.sh; do
   # shellcheck source=/dev/null

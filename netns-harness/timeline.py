@@ -5,6 +5,7 @@
                       [--log F --log-match RE]...
     timeline.py up    --result S.json --node node3 --t0 EPOCH --window SECS [--log F --log-match RE]...
     timeline.py avoid --result S.json --node node2 [--t0 EPOCH]
+    timeline.py recover --result S.json --node node3 --t0 EPOCH --window SECS
 
 Times are wall-clock (time.time()) seconds; each request of the stream carries
 the time it was started (connect() called, SYN sent).
@@ -20,6 +21,11 @@ up     NODE started accepting at T0.  Reports the first request answered by NODE
        relative to T0.  PASS when that is within WINDOW and no request failed.
 avoid  PASS when no request was answered by NODE and none failed (requests
        started before T0, if given, are ignored).
+recover  something broke the way to NODE at T0 (e.g. a wrong MAC address).
+       Reports the last failed request relative to T0 (the recovery time) and
+       NODE's answers after it.  PASS when no request failed before T0 or
+       after T0 + WINDOW, and NODE answered at least one request started
+       after T0 + WINDOW (it is reached again, not only avoided).
 
 --log FILE --log-match REGEX (repeatable, pairs): also print the time of the
 first line of FILE after T0 matching REGEX (nilb's RFC 3339 timestamps), e.g.
@@ -57,7 +63,7 @@ def log_time(path, pattern, t0):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("mode", choices=("down", "up", "avoid"))
+    ap.add_argument("mode", choices=("down", "up", "avoid", "recover"))
     ap.add_argument("--result", required=True)
     ap.add_argument("--node", required=True)
     ap.add_argument("--t0", type=float)
@@ -66,7 +72,7 @@ def main():
     ap.add_argument("--log", action="append", default=[])
     ap.add_argument("--log-match", action="append", default=[])
     a = ap.parse_args()
-    if a.mode in ("down", "up") and (a.t0 is None or a.window is None):
+    if a.mode in ("down", "up", "recover") and (a.t0 is None or a.window is None):
         ap.error("%s needs --t0 and --window" % a.mode)
     if len(a.log) != len(a.log_match):
         ap.error("--log and --log-match come in pairs")
@@ -114,7 +120,29 @@ def main():
         rel = [(r[0] - t0, r[1], r[2], r[3]) for r in reqs]
         before = [r for r in rel if r[0] < 0]
         after = [r for r in rel if r[0] >= 0]
-        if a.mode == "down":
+        if a.mode == "recover":
+            failed = [r for r in rel if r[3] is not None]
+            fail_before = [r for r in before if r[3] is not None]
+            fail_after = [r for r in after if r[3] is not None]
+            late = [r for r in rel if r[0] > a.window]
+            late_fail = [r for r in late if r[3] is not None]
+            late_node = [r for r in late if r[2] == node]
+            last_fail = max((r[0] for r in fail_after), default=None)
+            kinds = sorted({r[3] for r in failed})
+            out.append("  stream: %d requests, %d before t0, %d after (%.1f/s); %d failed after t0 %s" % (
+                len(rel), len(before), len(after), d.get("rate", 0), len(fail_after), ",".join(kinds)))
+            nums = ("recovered_after=%s window=%.2fs failed_before=%d failed_after_t0=%d failed_after_window=%d "
+                    "%s_after_window=%d total=%d") % (
+                fmt(last_fail) if last_fail is not None else "+0.000s(no failure)", a.window, len(fail_before),
+                len(fail_after), len(late_fail), node, len(late_node), len(rel))
+            if fail_before:
+                why.append("%d requests failed before t0" % len(fail_before))
+            if late_fail:
+                why.append("%d requests failed after the window (last %+.3fs %s)" % (
+                    len(late_fail), late_fail[-1][0], late_fail[-1][3]))
+            if not late_node:
+                why.append("%s answered no request after the window" % node)
+        elif a.mode == "down":
             to_node = [r for r in rel if r[2] == node or r[3] is not None]
             answered = [r for r in rel if r[2] == node]
             failed = [r for r in rel if r[3] is not None]

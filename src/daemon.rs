@@ -43,6 +43,7 @@ use crate::config::{Config, ServiceKey};
 use crate::control::{ControlPlane, Mode, Plan};
 use crate::dataplane::{Dataplane, DataplaneOps, XdpMode};
 use crate::health::checker::{CheckResult, Checkers};
+use crate::health::encap::{EncapCheckers, EncapResult};
 use crate::health::load::{LoadResult, Scrapers};
 use crate::limits;
 use crate::metrics::{self, HostCpu};
@@ -142,40 +143,6 @@ fn lock_interface(interface: &str) -> Result<nix::fcntl::Flock<std::fs::File>> {
     }
 }
 
-/// Mount bpffs at /sys/fs/bpf when `pin_dir` lives there and nothing is
-/// mounted (fresh machines, and `ip netns exec`, which remounts /sys).
-fn ensure_bpffs(pin_dir: &Path) -> Result<()> {
-    const BPF_FS_MAGIC: i64 = 0xcafe4a11;
-    let root = Path::new("/sys/fs/bpf");
-    let is_bpffs = |p: &Path| {
-        nix::sys::statfs::statfs(p)
-            .map(|s| s.filesystem_type().0 == BPF_FS_MAGIC)
-            .unwrap_or(false)
-    };
-    if pin_dir.starts_with(root) {
-        if !is_bpffs(root) {
-            nix::mount::mount(
-                Some("bpf"),
-                root,
-                Some("bpf"),
-                nix::mount::MsFlags::empty(),
-                None::<&str>,
-            )
-            .context("mounting bpffs at /sys/fs/bpf")?;
-            info!("mounted bpffs at /sys/fs/bpf");
-        }
-    } else {
-        let parent = pin_dir.parent().unwrap_or(pin_dir);
-        if !is_bpffs(parent) && !is_bpffs(pin_dir) {
-            bail!(
-                "pin directory {} is not on a bpffs mount",
-                pin_dir.display()
-            );
-        }
-    }
-    Ok(())
-}
-
 /// Warnings about the interface that the operator must hear at start.
 fn check_interface(interface: &str, balancer: bool) {
     let read = |p: String| {
@@ -212,22 +179,30 @@ fn check_interface(interface: &str, balancer: bool) {
 /// The periodic probes of a balancer: health checks and load scrapes.
 struct Probes<'a> {
     node: Ipv4Addr,
+    ifindex: i32,
     checkers: Option<Checkers>,
     scrapers: Option<Scrapers>,
+    /// Encapsulated checks (None: no service has them, not a balancer, or
+    /// the packet socket could not be opened).
+    encap: Option<EncapCheckers>,
+    encap_results: mpsc::Sender<EncapResult>,
+    /// Why the encapsulated checks cannot run, once logged.
+    encap_unavailable: Option<String>,
     runtime: &'a tokio::runtime::Runtime,
     results: mpsc::Sender<CheckResult>,
     loads: mpsc::Sender<LoadResult>,
 }
 
 impl Probes<'_> {
-    /// Make the probes match `cp`: on a balancer, a check per backend in
-    /// the file that is not offline and a scrape per dynamic-weights
-    /// backend; on other nodes none (backends do not build tables from
-    /// health).
+    /// Make the probes match `cp`: on a balancer, a check (and an
+    /// encapsulated check where configured) per backend in the file that is
+    /// not offline and a scrape per dynamic-weights backend; on other nodes
+    /// none (backends do not build tables from health).
     fn sync(&mut self, cp: &ControlPlane) -> Result<()> {
         if !cp.is_balancer(self.node) {
             self.checkers = None;
             self.scrapers = None;
+            self.encap = None;
             return Ok(());
         }
         let handle = self.runtime.handle().clone();
@@ -245,7 +220,51 @@ impl Probes<'_> {
         if let Some(s) = self.scrapers.as_mut() {
             s.sync(&loads);
         }
+        self.sync_encap(cp);
         Ok(())
+    }
+
+    /// Encapsulated checks for the services that have them (balancers only,
+    /// like every check). Their sockets are opened once; if that fails
+    /// (no CAP_NET_RAW), the error is logged once and backends are judged
+    /// by their regular check alone.
+    fn sync_encap(&mut self, cp: &ControlPlane) {
+        let targets = cp.encap_targets();
+        let gue_port = cp.config().cluster.gue_port;
+        if targets.is_empty() {
+            self.encap = None;
+            return;
+        }
+        if !self
+            .encap
+            .as_ref()
+            .is_some_and(|e| e.matches(self.node, gue_port))
+        {
+            self.encap = None;
+            match EncapCheckers::new(
+                self.runtime.handle().clone(),
+                self.node,
+                gue_port,
+                self.ifindex,
+                self.encap_results.clone(),
+            ) {
+                Ok(e) => {
+                    self.encap = Some(e);
+                    self.encap_unavailable = None;
+                }
+                Err(e) => {
+                    let why = format!("{e:#}");
+                    if self.encap_unavailable.as_deref() != Some(why.as_str()) {
+                        error!("encapsulated health checks cannot run, backends are judged by their regular check only: {why}");
+                        self.encap_unavailable = Some(why);
+                    }
+                    return;
+                }
+            }
+        }
+        if let Some(e) = self.encap.as_mut() {
+            e.sync(&targets);
+        }
     }
 }
 
@@ -257,6 +276,9 @@ struct Daemon<'a, 'obj> {
     dp: Dataplane<'obj>,
     cp: ControlPlane,
     probes: Probes<'a>,
+    /// Keeps the hops' neighbour entries fresh (once a second).
+    neighbours: crate::neighbours::Refresher,
+    last_neighbours: Instant,
     metrics: metrics::Shared,
     host_cpu: HostCpu,
     last_snapshot: Instant,
@@ -278,28 +300,15 @@ fn preflight() -> Result<()> {
     Ok(())
 }
 
-/// Turn kernel errors at load/attach time into the one-line explanation an
-/// operator needs.
-fn explain(e: anyhow::Error, interface: &str, mode: XdpMode) -> anyhow::Error {
-    let errno = e.chain().find_map(|c| {
-        c.downcast_ref::<std::io::Error>()
-            .and_then(|io| io.raw_os_error())
-            .or_else(|| {
-                c.downcast_ref::<libbpf_rs::Error>()
-                    .map(|l| l.kind() as i32)
-            })
-    });
+/// Turn a permission error at load/attach time into the one-line
+/// explanation an operator needs (XDP attach failures carry their own hint,
+/// see [`crate::dataplane::hints`]).
+fn explain(e: anyhow::Error) -> anyhow::Error {
     let text = format!("{e:#}");
-    let hint = if text.contains("Operation not supported") && mode == XdpMode::Native {
-        Some(format!("the driver of {interface} has no native XDP: run with --xdp-mode generic (slower), or use a NIC driver with XDP support"))
-    } else if text.contains("Operation not permitted") || errno == Some(1) {
-        Some("permission denied: run as root, or with CAP_BPF, CAP_PERFMON, CAP_NET_ADMIN and CAP_SYS_ADMIN".to_string())
+    if text.contains("Operation not permitted") {
+        e.context("permission denied: run as root, or with CAP_BPF, CAP_PERFMON, CAP_NET_ADMIN and CAP_SYS_ADMIN")
     } else {
-        None
-    };
-    match hint {
-        Some(h) => e.context(h),
-        None => e,
+        e
     }
 }
 
@@ -323,7 +332,12 @@ pub fn run(opts: &RunOptions) -> Result<()> {
         warn!(%node, "this node is neither a balancer nor a backend in the config; GUE from it will be rejected by others");
     }
     check_interface(&opts.interface, balancer);
-    ensure_bpffs(&opts.pin_dir)?;
+    // Pins where a restarted daemon finds them (dataplane::pins).
+    let placement = crate::dataplane::pins::prepare(&opts.pin_dir)?;
+    let opts = &RunOptions {
+        pin_dir: placement.dir,
+        ..opts.clone()
+    };
 
     let control = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -337,7 +351,7 @@ pub fn run(opts: &RunOptions) -> Result<()> {
         .context("starting the health-check runtime")?;
     let result = control
         .block_on(serve(opts, config, ifindex, node, &checks))
-        .map_err(|e| explain(e, &opts.interface, opts.xdp_mode));
+        .map_err(explain);
     // Remove the lock file while still holding the lock (a daemon that
     // starts now opens a fresh file).
     let _ = std::fs::remove_file(lock_path(&opts.interface));
@@ -414,6 +428,7 @@ async fn serve(
     }
     let (tx, mut rx) = mpsc::channel::<CheckResult>(4096);
     let (load_tx, mut load_rx) = mpsc::channel::<LoadResult>(4096);
+    let (encap_tx, mut encap_rx) = mpsc::channel::<EncapResult>(4096);
     let shared = metrics::Shared::default();
     if let Some(addr) = opts.metrics_address {
         metrics::serve(checks, addr, shared.clone())?;
@@ -426,12 +441,18 @@ async fn serve(
         cp,
         probes: Probes {
             node,
+            ifindex,
             checkers: None,
             scrapers: None,
+            encap: None,
+            encap_results: encap_tx,
+            encap_unavailable: None,
             runtime: checks,
             results: tx,
             loads: load_tx,
         },
+        neighbours: crate::neighbours::Refresher::new(ifindex as u32),
+        last_neighbours: Instant::now(),
         metrics: shared,
         host_cpu: HostCpu::default(),
         last_snapshot: Instant::now() - Duration::from_secs(10),
@@ -474,6 +495,12 @@ async fn serve(
                     d.on_result(r);
                 }
             }
+            Some(first) = encap_rx.recv() => {
+                d.on_encap_result(first);
+                while let Ok(r) = encap_rx.try_recv() {
+                    d.on_encap_result(r);
+                }
+            }
             Some(first) = load_rx.recv() => {
                 d.on_load(first);
                 while let Ok(r) = load_rx.try_recv() {
@@ -486,18 +513,22 @@ async fn serve(
 
     d.probes.checkers = None;
     d.probes.scrapers = None;
+    d.probes.encap = None;
     if opts.keep_dataplane {
         info!(
             pin_dir = %opts.pin_dir.display(),
             "stopping, data plane kept: programs stay attached and maps pinned for the next nilb to adopt"
         );
         d.dp.keep_on_exit();
+        // `nilb status` keeps answering from the last state, marked as such
+        // (the data plane still forwards with these tables).
+        d.write_state_stopped();
     } else {
         info!("stopping: detaching and removing pins");
         d.dp.detach()?;
         d.dp.unpin()?;
+        let _ = std::fs::remove_file(&opts.state_file);
     }
-    let _ = std::fs::remove_file(&opts.state_file);
     info!("stopped");
     Ok(())
 }
@@ -567,6 +598,51 @@ impl Daemon<'_, '_> {
         }
     }
 
+    fn on_encap_result(&mut self, r: EncapResult) {
+        if !self.probes.encap.as_ref().is_some_and(|c| c.is_current(&r)) {
+            return;
+        }
+        let now = self.now_ms();
+        let encap_of = |cp: &ControlPlane| {
+            cp.service(&r.service)
+                .and_then(|s| s.backends.get(&r.dip))
+                .map(|b| b.encap.health)
+        };
+        let before = encap_of(&self.cp);
+        let error_text = r.result.as_ref().err().cloned();
+        let plan = self.cp.observe_encap(&r.service, r.dip, r.result, now);
+        let after = encap_of(&self.cp);
+        if before != after {
+            let service = self.service_name(&r.service);
+            match (after, error_text) {
+                (Some(h), Some(e)) => {
+                    warn!(%service, dip = %r.dip, encap = %h, error = %e, "backend encapsulated check changed")
+                }
+                (Some(h), None) => {
+                    info!(%service, dip = %r.dip, encap = %h, "backend encapsulated check changed")
+                }
+                _ => {}
+            }
+            self.state_dirty = true;
+        }
+        if let Some(plan) = plan {
+            self.apply(&plan, "encapsulated check");
+        }
+    }
+
+    /// Every hop in the tables (first and second hops), but this node.
+    fn hops(&self) -> std::collections::BTreeSet<Ipv4Addr> {
+        let mut hops = std::collections::BTreeSet::new();
+        for st in self.cp.services().values() {
+            for b in st.table.buckets() {
+                hops.extend(b.first);
+                hops.extend(b.second);
+            }
+        }
+        hops.remove(&self.node);
+        hops
+    }
+
     fn on_load(&mut self, r: LoadResult) {
         if !self
             .probes
@@ -632,6 +708,11 @@ impl Daemon<'_, '_> {
             balancer: self.xdp_running(),
             balancer_configured: self.is_balancer(),
             last_reload_ok: self.last_reload.as_ref().map(|r| r.ok),
+            neighbour_refreshes: (
+                self.neighbours.refreshes,
+                self.neighbours.resolves,
+                self.neighbours.changed,
+            ),
         };
         self.metrics
             .publish(metrics::build(&self.dp, &self.cp, facts, cpu));
@@ -737,11 +818,39 @@ impl Daemon<'_, '_> {
         if self.is_balancer() {
             self.sample_connections();
         }
+        if self.last_neighbours.elapsed() >= Duration::from_secs(1) {
+            self.last_neighbours = Instant::now();
+            let hops = self.hops();
+            let now = self.now_ms();
+            self.neighbours.round(&hops, now);
+        }
         let plan = self.cp.tick(self.now_ms());
         self.apply(&plan, "paced step");
         self.publish_metrics();
         if self.state_dirty || self.state_written.elapsed() >= Duration::from_secs(5) {
             self.write_state();
+        }
+    }
+
+    /// The last state file of a daemon that stops and leaves the data plane
+    /// running: marked as stopped, kept for `nilb status`.
+    fn write_state_stopped(&mut self) {
+        let mut status = Status::of(
+            &self.cp,
+            self.node,
+            crate::status::Role {
+                running: self.xdp_running(),
+                configured: self.is_balancer(),
+            },
+            &self.opts.config,
+            self.last_reload.clone(),
+        );
+        status.stopped = Some(format!(
+            "at {} with --keep-dataplane",
+            rfc3339(SystemTime::now())
+        ));
+        if let Err(e) = status.write(&self.opts.state_file) {
+            warn!("writing the state file: {e:#}");
         }
     }
 

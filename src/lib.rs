@@ -9,6 +9,8 @@
 //! - [`control`]: running config, tables and their application through
 //!   [`dataplane::DataplaneOps`];
 //! - [`dataplane`]: loading, attaching and filling the BPF programs;
+//!   [`neighbours`]: fresh neighbour entries for the hops, over
+//!   [`netlink`];
 //!   [`health`]: backend health checks and load scrapes; [`weights`]: the
 //!   dynamic-weights controller;
 //! - [`config`]: YAML schema and validation (pure);
@@ -32,6 +34,8 @@ pub mod hash;
 pub mod health;
 pub mod limits;
 pub mod metrics;
+pub mod neighbours;
+pub mod netlink;
 pub mod packet;
 pub mod quic_lb;
 pub mod replay;

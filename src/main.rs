@@ -11,14 +11,15 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use nilb::config::Config;
 use nilb::daemon::{self, RunOptions};
-use nilb::dataplane::XdpMode;
+use nilb::dataplane::{pins, XdpMode};
 use nilb::replay::{self, ReplayProgram};
 use nilb::tools::{self, TableSource};
 
-/// Default directory for the pinned maps of a running daemon.
-const DEFAULT_PIN_DIR: &str = "/sys/fs/bpf/nilb";
+/// Default directory for the pinned maps of a running daemon (with the
+/// network namespace's name outside the host's: see `dataplane::pins`).
+const DEFAULT_PIN_DIR: &str = nilb::dataplane::pins::DEFAULT_PIN_DIR;
 /// Default state file of a running daemon.
-const DEFAULT_STATE_FILE: &str = "/run/nilb/state.yaml";
+const DEFAULT_STATE_FILE: &str = nilb::dataplane::pins::DEFAULT_STATE_FILE;
 
 /// Layer-4 load balancer for edge clusters: XDP balancer, GUE encapsulation,
 /// TC second chance for established connections.
@@ -221,7 +222,10 @@ fn main() -> ExitCode {
     );
     let cli = Cli::parse();
     init_logging(cli.log_format);
-    match dispatch(cli.command) {
+    // libbpf's messages through the logger, in the chosen format.
+    nilb::dataplane::libbpf_log::install();
+    let format = cli.log_format;
+    match dispatch(cli.command, format) {
         Ok(code) => code,
         // `nilb tables --json | head`: the reader went away; nothing to report.
         Err(e)
@@ -233,18 +237,50 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            let _ = writeln!(std::io::stderr(), "nilb: error: {e:#}");
+            match format {
+                LogFormat::Text => {
+                    let _ = writeln!(std::io::stderr(), "nilb: error: {e:#}");
+                }
+                LogFormat::Json => tracing::error!(error = %format!("{e:#}"), "nilb: error"),
+            }
             ExitCode::from(1)
         }
     }
 }
 
-fn dispatch(command: Command) -> Result<ExitCode> {
+/// Report an invalid configuration on stderr: the text report, or with
+/// `--log-format json` one JSON line per problem (path, line, column,
+/// message) after a summary line.
+fn report_invalid(file: &std::path::Path, e: &nilb::config::ConfigError, format: LogFormat) {
+    match format {
+        LogFormat::Text => {
+            let _ = writeln!(std::io::stderr(), "{}: {e}", file.display());
+        }
+        LogFormat::Json => {
+            let file = file.display().to_string();
+            tracing::error!(%file, problems = e.problems.len(), "invalid configuration");
+            for p in &e.problems {
+                let (line, column) = p.position.map_or((0, 0), |p| (p.line, p.column));
+                tracing::error!(%file, path = %p.path, line, column, "{}", p.message);
+            }
+        }
+    }
+}
+
+fn dispatch(command: Command, format: LogFormat) -> Result<ExitCode> {
     let mut stdout = std::io::stdout().lock();
     match command {
         Command::Check { config } => match std::fs::read_to_string(&config) {
             Err(e) => {
-                let _ = writeln!(std::io::stderr(), "cannot read {}: {e}", config.display());
+                match format {
+                    LogFormat::Text => {
+                        let _ =
+                            writeln!(std::io::stderr(), "cannot read {}: {e}", config.display());
+                    }
+                    LogFormat::Json => {
+                        tracing::error!(file = %config.display(), error = %e, "cannot read the configuration")
+                    }
+                }
                 Ok(ExitCode::FAILURE)
             }
             Ok(src) => match Config::parse(&src) {
@@ -253,7 +289,7 @@ fn dispatch(command: Command) -> Result<ExitCode> {
                     Ok(ExitCode::SUCCESS)
                 }
                 Err(e) => {
-                    let _ = writeln!(std::io::stderr(), "{}: {e}", config.display());
+                    report_invalid(&config, &e, format);
                     Ok(ExitCode::from(2))
                 }
             },
@@ -274,8 +310,8 @@ fn dispatch(command: Command) -> Result<ExitCode> {
                 interface,
                 node_address,
                 xdp_mode,
-                pin_dir,
-                state_file,
+                pin_dir: pins::pin_dir_for(&pin_dir),
+                state_file: pins::state_file_for(&state_file),
                 check_threads,
                 metrics_address: metrics_address.0,
                 keep_dataplane,
@@ -287,7 +323,7 @@ fn dispatch(command: Command) -> Result<ExitCode> {
             yaml,
             json,
         } => {
-            let status = nilb::status::Status::read(&state_file)?;
+            let status = nilb::status::Status::read(&pins::state_file_for(&state_file))?;
             if yaml {
                 write!(stdout, "{}", serde_yaml::to_string(&status)?)?;
             } else if json {
@@ -307,6 +343,7 @@ fn dispatch(command: Command) -> Result<ExitCode> {
             json,
         } => {
             let c = Config::load(&config)?;
+            let pin_dir = pins::locate(&pins::pin_dir_for(&pin_dir));
             let source = if live {
                 TableSource::Live(&pin_dir)
             } else {
@@ -321,6 +358,7 @@ fn dispatch(command: Command) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Cleanup { interface, pin_dir } => {
+            let pin_dir = pins::locate(&pins::pin_dir_for(&pin_dir));
             let done = nilb::dataplane::cleanup(ifindex(&interface)? as i32, &pin_dir)?;
             if done.is_empty() {
                 writeln!(
@@ -335,6 +373,7 @@ fn dispatch(command: Command) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Stats { pin_dir, all, json } => {
+            let pin_dir = pins::locate(&pins::pin_dir_for(&pin_dir));
             if json {
                 tools::write_json(&tools::stats_report(&pin_dir)?, &mut stdout)?;
             } else {
@@ -347,6 +386,7 @@ fn dispatch(command: Command) -> Result<ExitCode> {
             buckets,
             json,
         } => {
+            let pin_dir = pins::locate(&pins::pin_dir_for(&pin_dir));
             if json {
                 tools::write_json(&tools::tables_report(&pin_dir)?, &mut stdout)?;
             } else {

@@ -342,12 +342,38 @@ pub struct DaemonFacts {
     pub balancer_configured: bool,
     /// Whether the last reload took effect (None: none since start).
     pub last_reload_ok: Option<bool>,
+    /// Neighbour entries of hops refreshed, resolved, and found changed
+    /// (see [`crate::neighbours`]).
+    pub neighbour_refreshes: (u64, u64, u64),
+}
+
+/// Where a snapshot reads the data plane's counters: the BPF maps of the
+/// running data plane, or a fake in tests.
+pub trait StatsSource {
+    /// All counters, in `COUNTER_NAMES` order.
+    fn counters(&self) -> Result<Vec<u64>>;
+    /// Stats of the service with stats index `index`, summed over CPUs.
+    fn service_stats(&self, index: u32) -> Result<crate::abi_sys::nilb_service_stats>;
+    /// Balancer stats of backend slot `slot`, summed over CPUs.
+    fn backend_stats(&self, slot: u32) -> Result<crate::abi_sys::nilb_backend_stats>;
+}
+
+impl StatsSource for crate::dataplane::Dataplane<'_> {
+    fn counters(&self) -> Result<Vec<u64>> {
+        crate::dataplane::Dataplane::counters(self)
+    }
+    fn service_stats(&self, index: u32) -> Result<crate::abi_sys::nilb_service_stats> {
+        crate::dataplane::Dataplane::service_stats(self, index)
+    }
+    fn backend_stats(&self, slot: u32) -> Result<crate::abi_sys::nilb_backend_stats> {
+        crate::dataplane::Dataplane::backend_stats(self, slot)
+    }
 }
 
 /// Build the snapshot of everything exported: data-plane counters (global,
 /// per service, per backend), health and table state, reloads, host CPU.
 pub fn build(
-    dp: &crate::dataplane::Dataplane<'_>,
+    dp: &dyn StatsSource,
     cp: &crate::control::ControlPlane,
     facts: DaemonFacts,
     cpu: Option<(CpuTimes, Option<f64>)>,
@@ -375,15 +401,17 @@ pub fn build(
         vec![],
         if facts.balancer_configured { 1.0 } else { 0.0 },
     );
-    if let Some(ok) = facts.last_reload_ok {
-        s.add(
-            "nilb_last_reload_success",
-            "1 when the last reload took effect, 0 when it was rejected or failed (the running configuration was kept).",
-            Kind::Gauge,
-            vec![],
-            if ok { 1.0 } else { 0.0 },
-        );
-    }
+    s.add(
+        "nilb_last_reload_success",
+        "1 when the last reload took effect (or none happened since start), 0 when it was rejected or failed (the running configuration was kept).",
+        Kind::Gauge,
+        vec![],
+        if facts.last_reload_ok == Some(false) {
+            0.0
+        } else {
+            1.0
+        },
+    );
     if let Ok(values) = dp.counters() {
         for (name, v) in COUNTER_NAMES.iter().zip(values) {
             let (family, help, result) = match name.split_once('_') {
@@ -442,6 +470,36 @@ pub fn build(
             for (n, h, v) in rows {
                 s.add(n, h, Kind::Counter, labels(&svc), v as f64);
             }
+        }
+        // The balancer counts per (service, backend); the service's totals
+        // are their sum over its current backends (a removed backend's
+        // counts leave the sum, which Prometheus reads as a reset).
+        let (mut packets, mut bytes, mut syns) = (0u64, 0u64, 0u64);
+        for b in st.backends.values() {
+            if let Ok(bs) = dp.backend_stats(b.slot) {
+                packets += bs.packets;
+                bytes += bs.bytes;
+                syns += bs.syns;
+            }
+        }
+        for (n, h, v) in [
+            (
+                "nilb_service_packets_total",
+                "Packets the balancer sent to the service's backends (sum over its current backends).",
+                packets,
+            ),
+            (
+                "nilb_service_bytes_total",
+                "L3 bytes (before encapsulation) the balancer sent to the service's backends (sum over its current backends).",
+                bytes,
+            ),
+            (
+                "nilb_service_new_connections_total",
+                "TCP SYNs the balancer sent to the service's backends (sum over its current backends).",
+                syns,
+            ),
+        ] {
+            s.add(n, h, Kind::Counter, labels(&svc), v as f64);
         }
         s.add(
             "nilb_service_fail_open",
@@ -538,6 +596,13 @@ pub fn build(
                 if healthy { 1.0 } else { 0.0 },
             );
             s.add(
+                "nilb_backend_encap_healthy",
+                "1 when the backend passes its encapsulated check (GUE SYN to the VIP), is not checked yet, or its service has none.",
+                Kind::Gauge,
+                bl.clone(),
+                if b.encap.health == crate::health::Health::Down { 0.0 } else { 1.0 },
+            );
+            s.add(
                 "nilb_backend_health_transitions_total",
                 "Up/down transitions of the backend's health.",
                 Kind::Counter,
@@ -580,6 +645,19 @@ pub fn build(
                 b.load.errors as f64,
             );
         }
+    }
+    for (kind, v) in [
+        ("refreshed", facts.neighbour_refreshes.0),
+        ("resolved", facts.neighbour_refreshes.1),
+        ("changed", facts.neighbour_refreshes.2),
+    ] {
+        s.add(
+            "nilb_neighbour_refreshes_total",
+            "Neighbour entries of hops re-resolved because the kernel had not confirmed them (refreshed), resolved because missing or failed (resolved), and refreshes that found a new MAC address (changed).",
+            Kind::Counter,
+            labels(&[("kind", kind)]),
+            v as f64,
+        );
     }
     for (result, v) in [("success", facts.reloads.0), ("failure", facts.reloads.1)] {
         s.add(

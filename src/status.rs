@@ -43,8 +43,17 @@ pub struct BackendStatus {
     pub hostname: Option<String>,
     /// active, drained, offline, or removing (gone from the file, draining out).
     pub state: String,
-    /// unknown, up or down.
+    /// unknown, up or down; `not checked` for backends that are not checked
+    /// (offline, removing; and on nodes that are not balancers).
     pub health: String,
+    /// The encapsulated check (GUE SYN to the VIP): unknown, up or down;
+    /// `local` + health for this node's own backend (its TC filter is
+    /// checked instead); absent when the service has no `encap_check`.
+    #[serde(default)]
+    pub encap_health: Option<String>,
+    /// Why the last encapsulated check failed, if it did.
+    #[serde(default)]
+    pub encap_error: Option<String>,
     /// Configured weight.
     pub weight: u32,
     /// Effective weight (differs from `weight` under dynamic weights).
@@ -140,6 +149,11 @@ pub struct Status {
     /// Last reload, if any since start.
     #[serde(default)]
     pub last_reload: Option<ReloadStatus>,
+    /// Set when the daemon stopped and left the data plane running
+    /// (`--keep-dataplane`): when, and what it left. The file then shows
+    /// the tables the data plane still forwards with.
+    #[serde(default)]
+    pub stopped: Option<String>,
     /// Services in key order.
     pub services: Vec<ServiceStatus>,
 }
@@ -148,6 +162,27 @@ pub struct Status {
 pub fn rfc3339(t: SystemTime) -> String {
     humantime::format_rfc3339_seconds(t).to_string()
 }
+
+/// What `health` says of a backend that is not checked.
+pub const NOT_CHECKED: &str = "not checked";
+
+/// The columns of a service's backend table in `nilb status`, in order
+/// (docs/operations.md lists them; a test compares the two).
+pub const BACKEND_COLUMNS: [&str; 13] = [
+    "backend",
+    "hostname",
+    "state",
+    "health",
+    "encap",
+    "weight",
+    "effective",
+    "load",
+    "buckets",
+    "share",
+    "2nd hop",
+    "share",
+    "last error",
+];
 
 fn percent(n: u32, of: u32) -> f64 {
     (1000.0 * n as f64 / of.max(1) as f64).round() / 10.0
@@ -162,6 +197,13 @@ impl Status {
         config_file: &Path,
         last_reload: Option<ReloadStatus>,
     ) -> Status {
+        // Health checks run where the configuration makes the node a
+        // balancer.
+        let checked = |b: &crate::control::BackendRuntime| {
+            role.configured
+                && b.removed_at_ms.is_none()
+                && b.config.state != crate::config::BackendState::Offline
+        };
         let mut services = Vec::new();
         for (key, st) in cp.services() {
             let svc = cp.config().service(key);
@@ -175,6 +217,7 @@ impl Status {
                     crate::config::LoadSource::Cpu => "cpu".to_string(),
                     crate::config::LoadSource::Qps => "qps".to_string(),
                 });
+            let encap_on = svc.is_some_and(|s| s.encap_check);
             let size = st.table.size();
             let firsts = st.table.shares();
             let seconds = st.table.second_shares();
@@ -188,7 +231,17 @@ impl Status {
                         dip: b.config.dip,
                         hostname: b.config.hostname.clone(),
                         state: b.admin_state().to_string(),
-                        health: b.health.health.to_string(),
+                        health: if checked(b) {
+                            b.health.health.to_string()
+                        } else {
+                            NOT_CHECKED.to_string()
+                        },
+                        encap_health: encap_on.then(|| match (checked(b), b.config.dip == node) {
+                            (false, _) => NOT_CHECKED.to_string(),
+                            (true, true) => format!("local {}", b.encap.health),
+                            (true, false) => b.encap.health.to_string(),
+                        }),
+                        encap_error: b.encap.last_error.clone().filter(|_| checked(b)),
                         weight: b.config.weight,
                         effective_weight: (b.effective_weight * 10.0).round() / 10.0,
                         load: b.load.reading.map(|(v, _)| {
@@ -201,7 +254,7 @@ impl Status {
                         second_hop_buckets: s,
                         second_hop_percent: percent(s, size),
                         transitions: b.health.transitions,
-                        last_error: b.health.last_error.clone(),
+                        last_error: b.health.last_error.clone().filter(|_| checked(b)),
                     }
                 })
                 .collect();
@@ -225,8 +278,20 @@ impl Status {
             written_at: rfc3339(SystemTime::now()),
             pid: std::process::id(),
             last_reload,
+            stopped: None,
             services,
         }
+    }
+
+    /// Whether the daemon that wrote this state still runs: its pid exists
+    /// and is a `nilb run`.
+    pub fn daemon_running(&self) -> bool {
+        std::fs::read(format!("/proc/{}/cmdline", self.pid)).is_ok_and(|c| {
+            let args: Vec<&[u8]> = c.split(|b| *b == 0).collect();
+            args.first()
+                .is_some_and(|a| a.windows(4).any(|w| w == b"nilb"))
+                && args.iter().any(|a| *a == b"run")
+        })
     }
 
     /// Write atomically to `path` (temp file in the same directory, then
@@ -271,7 +336,7 @@ impl Status {
         serde_yaml::from_str(&text).with_context(|| format!("parsing {}", path.display()))
     }
 
-    /// Human-readable table.
+    /// Human-readable table (columns: [`BACKEND_COLUMNS`]).
     pub fn print(&self, out: &mut dyn Write) -> Result<()> {
         let role = match (self.balancer, self.balancer_configured) {
             (true, true) => "balancer",
@@ -284,6 +349,18 @@ impl Status {
             "node {} ({role}), pid {}, config {}, state written {}",
             self.node, self.pid, self.config_file, self.written_at
         )?;
+        if let Some(stopped) = &self.stopped {
+            writeln!(
+                out,
+                "DAEMON STOPPED ({stopped}): this is its last state; the data plane keeps forwarding with these tables"
+            )?;
+        } else if !self.daemon_running() {
+            writeln!(
+                out,
+                "DAEMON NOT RUNNING (pid {} is gone, e.g. killed): this is its last state; a data plane it left keeps forwarding with these tables",
+                self.pid
+            )?;
+        }
         match &self.last_reload {
             None => writeln!(out, "last reload: none since start")?,
             Some(r) if r.ok => writeln!(out, "last reload: {} ok ({} applied, {} rejected so far)", r.at, r.succeeded, r.failed)?,
@@ -319,33 +396,35 @@ impl Status {
                 mode,
                 s.pending_moves
             )?;
+            let c = BACKEND_COLUMNS;
             writeln!(
                 out,
-                "  {:<15} {:<16} {:<9} {:<7} {:>6} {:>8} {:>7} {:>8} {:>7}  last error",
-                "backend",
-                "hostname",
-                "state",
-                "health",
-                "weight",
-                "buckets",
-                "share",
-                "2nd hop",
-                "share"
+                "  {:<15} {:<16} {:<9} {:<11} {:<11} {:>6} {:>9} {:>6} {:>8} {:>7} {:>8} {:>7}  {}",
+                c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9], c[10], c[11], c[12]
             )?;
             for b in &s.backends {
+                let load = b.load.map_or("-".to_string(), |l| format!("{l:.1}"));
+                let error = match (&b.last_error, &b.encap_error) {
+                    (Some(e), _) => e.clone(),
+                    (None, Some(e)) => format!("encap: {e}"),
+                    (None, None) => String::new(),
+                };
                 writeln!(
                     out,
-                    "  {:<15} {:<16} {:<9} {:<7} {:>6} {:>8} {:>6.1}% {:>8} {:>6.1}%  {}",
+                    "  {:<15} {:<16} {:<9} {:<11} {:<11} {:>6} {:>9.1} {:>6} {:>8} {:>6.1}% {:>8} {:>6.1}%  {}",
                     b.dip.to_string(),
                     b.hostname.as_deref().unwrap_or("-"),
                     b.state,
                     b.health,
+                    b.encap_health.as_deref().unwrap_or("off"),
                     b.weight,
+                    b.effective_weight,
+                    load,
                     b.buckets,
                     b.share_percent,
                     b.second_hop_buckets,
                     b.second_hop_percent,
-                    b.last_error.as_deref().unwrap_or("")
+                    error
                 )?;
             }
         }
@@ -372,6 +451,7 @@ mod tests {
                 succeeded: 3,
                 failed: 1,
             }),
+            stopped: None,
             services: vec![ServiceStatus {
                 name: "web".into(),
                 key: "10.0.0.100:80/tcp".into(),
@@ -386,6 +466,8 @@ mod tests {
                     hostname: None,
                     state: "active".into(),
                     health: "up".into(),
+                    encap_health: Some("up".into()),
+                    encap_error: None,
                     weight: 2,
                     effective_weight: 2.0,
                     load: Some(40.5),
@@ -417,6 +499,57 @@ mod tests {
         assert!(b.get("last_error").unwrap().is_null());
         assert!(json["services"][0].get("dynamic_weight").unwrap().is_null());
         assert_eq!(json["last_reload"]["failed"], 1);
+    }
+
+    #[test]
+    fn unchecked_backends_say_so_and_the_encapsulated_check_is_shown() {
+        let yaml = "version: 1\ncluster: {balancers: [10.0.0.11]}\nservices:\n  - name: web\n    vip: 10.0.0.100\n    port: 80\n    protocol: tcp\n    backends:\n      - {dip: 10.0.0.11}\n      - {dip: 10.0.0.12}\n      - {dip: 10.0.0.13, state: offline}\n";
+        let mut cp = ControlPlane::new(crate::config::Config::parse(yaml).unwrap(), 0);
+        let key = cp.services().keys().next().copied().unwrap();
+        // The offline backend was up before it was set offline: its last
+        // verdict must not be shown as if it were still checked.
+        cp.observe(&key, Ipv4Addr::new(10, 0, 0, 13), Ok(()), 1);
+        cp.observe_encap(
+            &key,
+            Ipv4Addr::new(10, 0, 0, 12),
+            Err("no SYN-ACK".into()),
+            1,
+        );
+        let node = Ipv4Addr::new(10, 0, 0, 11);
+        let role = |on: bool| Role {
+            running: on,
+            configured: on,
+        };
+        let s = Status::of(&cp, node, role(true), Path::new("/x.yaml"), None);
+        let b: Vec<(&str, Option<&str>)> = s.services[0]
+            .backends
+            .iter()
+            .map(|b| (b.health.as_str(), b.encap_health.as_deref()))
+            .collect();
+        assert_eq!(
+            b,
+            [
+                ("unknown", Some("local unknown")),
+                ("unknown", Some("down")),
+                (NOT_CHECKED, Some(NOT_CHECKED)),
+            ]
+        );
+        assert_eq!(
+            s.services[0].backends[1].encap_error.as_deref(),
+            Some("no SYN-ACK")
+        );
+        // A node that is not a balancer checks nothing.
+        let s = Status::of(
+            &cp,
+            Ipv4Addr::new(10, 0, 0, 12),
+            role(false),
+            Path::new("/x.yaml"),
+            None,
+        );
+        assert!(s.services[0]
+            .backends
+            .iter()
+            .all(|b| b.health == NOT_CHECKED));
     }
 
     #[test]

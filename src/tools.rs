@@ -56,11 +56,16 @@ pub fn check_summary(config: &Config, out: &mut dyn Write) -> Result<()> {
         let shares = table.shares();
         writeln!(
             out,
-            "service {} {} table {} buckets, health check {}",
+            "service {} {} table {} buckets, health check {}{}",
             s.name,
             key,
             s.table_size,
-            describe_check(&s.health_check)
+            describe_check(&s.health_check),
+            if s.encap_check {
+                ", plus the encapsulated check (GUE SYN to the VIP)"
+            } else {
+                ""
+            }
         )?;
         let active = s.backends.iter().any(|b| b.state == BackendState::Active);
         if s.backends.is_empty() {
@@ -107,12 +112,24 @@ pub fn describe_check(h: &crate::config::HealthCheck) -> String {
             uri,
             port,
             codes,
+            tls,
             ..
         } => format!(
-            "{} GET :{port}{uri} expecting {codes:?}",
+            "{} GET :{port}{uri} expecting {codes:?}{}",
             match scheme {
                 Scheme::Http => "http",
                 Scheme::Https => "https",
+            },
+            match (scheme, &tls.sni, &tls.ca_file) {
+                (Scheme::Http, _, _) => String::new(),
+                (_, sni, ca) => format!(
+                    " (SNI {}, certificate {})",
+                    sni.as_deref().unwrap_or("none"),
+                    ca.as_ref().map_or("not verified".to_string(), |c| format!(
+                        "verified against {}",
+                        c.display()
+                    ))
+                ),
             }
         ),
     };
@@ -729,9 +746,14 @@ pub fn stats(dir: &Path, all: bool, out: &mut dyn Write) -> Result<()> {
     }
     writeln!(out, "services:")?;
     for s in &r.services {
+        // The balancer counts per (service, first hop): the service's
+        // totals are the sum over its current first hops.
+        let (packets, bytes, syns) = s.backends.iter().fold((0, 0, 0), |(p, b, n), x| {
+            (p + x.packets, b + x.bytes, n + x.new_connections)
+        });
         writeln!(
             out,
-            "  {}: {} buckets ({} with second hop); balancer drops (no backend) {}; here: decapsulated {}, second-chance forwards {}, unknown-flow drops {}",
+            "  {}: {} buckets ({} with second hop); balanced (sum over its first hops): packets {packets}, bytes {bytes}, new connections {syns}; balancer drops (no backend) {}; here: decapsulated {}, second-chance forwards {}, unknown-flow drops {}",
             s.key,
             s.table_size,
             s.buckets_with_second_hop,

@@ -6,8 +6,8 @@ use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nilb::config::{Checker, HealthCheck, Protocol, Scheme, ServiceKey};
-use nilb::health::checker::{check_once, http_client, CheckTarget, Checkers};
+use nilb::config::{Checker, HealthCheck, Protocol, Scheme, ServiceKey, TlsOptions};
+use nilb::health::checker::{check_once, CheckTarget, Checkers};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
@@ -22,6 +22,7 @@ fn http(port: u16, scheme: Scheme, codes: Vec<u16>, timeout_ms: u64) -> HealthCh
             port,
             codes,
             host: Some("backend.example".into()),
+            tls: TlsOptions::default(),
         },
         interval_ms: 1000,
         timeout_ms,
@@ -71,9 +72,8 @@ async fn http_server(status: u16) -> (u16, tokio::sync::mpsc::UnboundedReceiver<
 
 #[tokio::test]
 async fn http_status_codes_decide() {
-    let client = http_client().unwrap();
     let (port, mut heads) = http_server(200).await;
-    check_once(&client, LOCAL, &http(port, Scheme::Http, vec![200], 1000))
+    check_once(LOCAL, &http(port, Scheme::Http, vec![200], 1000))
         .await
         .expect("200 is healthy");
     let head = heads.recv().await.unwrap();
@@ -84,13 +84,9 @@ async fn http_status_codes_decide() {
     );
 
     let (port, _) = http_server(503).await;
-    let err = check_once(
-        &client,
-        LOCAL,
-        &http(port, Scheme::Http, vec![200, 204], 1000),
-    )
-    .await
-    .unwrap_err();
+    let err = check_once(LOCAL, &http(port, Scheme::Http, vec![200, 204], 1000))
+        .await
+        .unwrap_err();
     assert!(err.contains("status 503"), "{err}");
 }
 
@@ -129,15 +125,13 @@ async fn https_works_against_a_self_signed_server() {
             });
         }
     });
-    let client = http_client().unwrap();
-    check_once(&client, LOCAL, &http(port, Scheme::Https, vec![200], 2000))
+    check_once(LOCAL, &http(port, Scheme::Https, vec![200], 2000))
         .await
         .expect("https against a self-signed certificate");
 }
 
 #[tokio::test]
 async fn tcp_connect_and_refusal() {
-    let client = http_client().unwrap();
     let l = TcpListener::bind((LOCAL, 0)).await.unwrap();
     let open = l.local_addr().unwrap().port();
     let tcp = |port| HealthCheck {
@@ -147,11 +141,9 @@ async fn tcp_connect_and_refusal() {
         rise_count: 1,
         fall_count: 1,
     };
-    check_once(&client, LOCAL, &tcp(open))
-        .await
-        .expect("listening");
+    check_once(LOCAL, &tcp(open)).await.expect("listening");
     drop(l);
-    let err = check_once(&client, LOCAL, &tcp(open)).await.unwrap_err();
+    let err = check_once(LOCAL, &tcp(open)).await.unwrap_err();
     assert!(err.contains("refused"), "{err}");
 }
 
@@ -171,10 +163,9 @@ async fn hung_server(addr: Ipv4Addr) -> (u16, tokio::task::JoinHandle<()>) {
 
 #[tokio::test]
 async fn timeouts_are_hard() {
-    let client = http_client().unwrap();
     let (port, _h) = hung_server(LOCAL).await;
     let started = Instant::now();
-    let err = check_once(&client, LOCAL, &http(port, Scheme::Http, vec![200], 300))
+    let err = check_once(LOCAL, &http(port, Scheme::Http, vec![200], 300))
         .await
         .unwrap_err();
     let took = started.elapsed();
@@ -249,4 +240,188 @@ fn a_hung_backend_does_not_delay_the_others() {
     assert!(checkers.is_empty());
     drop(checkers);
     runtime.shutdown_timeout(Duration::from_secs(1));
+}
+
+/// A CA and a server certificate for `names` signed by it: (CA PEM, server
+/// certificate DER, server key DER).
+fn ca_and_server(
+    names: &[&str],
+) -> (
+    String,
+    tokio_rustls::rustls::pki_types::CertificateDer<'static>,
+    tokio_rustls::rustls::pki_types::PrivateKeyDer<'static>,
+) {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let params =
+        rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+            .unwrap();
+    let cert = params.signed_by(&key, &ca).unwrap();
+    (
+        ca.pem(),
+        cert.der().clone(),
+        tokio_rustls::rustls::pki_types::PrivateKeyDer::try_from(key.serialize_der()).unwrap(),
+    )
+}
+
+/// Serves its certificate only to clients that send `name` as SNI (like a
+/// virtual-host TLS front end with no default certificate) and records the
+/// server names it saw.
+#[derive(Debug)]
+struct RequireSni {
+    name: String,
+    key: Arc<tokio_rustls::rustls::sign::CertifiedKey>,
+    seen: std::sync::Mutex<Vec<Option<String>>>,
+}
+
+impl tokio_rustls::rustls::server::ResolvesServerCert for RequireSni {
+    fn resolve(
+        &self,
+        hello: tokio_rustls::rustls::server::ClientHello<'_>,
+    ) -> Option<Arc<tokio_rustls::rustls::sign::CertifiedKey>> {
+        let sni = hello.server_name().map(str::to_string);
+        self.seen.lock().unwrap().push(sni.clone());
+        (sni.as_deref() == Some(self.name.as_str())).then(|| self.key.clone())
+    }
+}
+
+/// An HTTPS server on 127.0.0.1 that requires SNI `web.example` and
+/// answers 200; returns its port, the CA PEM and the resolver (for the
+/// names seen).
+async fn sni_server() -> (u16, String, Arc<RequireSni>) {
+    use tokio_rustls::rustls;
+    let (ca_pem, der, key) = ca_and_server(&["web.example"]);
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let signing = provider.key_provider.load_private_key(key).unwrap();
+    let resolver = Arc::new(RequireSni {
+        name: "web.example".into(),
+        key: Arc::new(rustls::sign::CertifiedKey::new(vec![der], signing)),
+        seen: Default::default(),
+    });
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_cert_resolver(resolver.clone());
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let l = TcpListener::bind((LOCAL, 0)).await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        loop {
+            let (s, _) = l.accept().await.unwrap();
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(s).await else {
+                    return;
+                };
+                let _ = read_head(&mut tls).await;
+                let _ = tls
+                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                    .await;
+                let _ = tls.shutdown().await;
+            });
+        }
+    });
+    (port, ca_pem, resolver)
+}
+
+fn https(port: u16, host: Option<&str>, tls: TlsOptions) -> HealthCheck {
+    HealthCheck {
+        checker: Checker::Http {
+            scheme: Scheme::Https,
+            uri: "/healthz".into(),
+            port,
+            codes: vec![200],
+            host: host.map(str::to_string),
+            tls,
+        },
+        interval_ms: 1000,
+        timeout_ms: 2000,
+        rise_count: 1,
+        fall_count: 1,
+    }
+}
+
+/// The server name a check sends: `sni`, else the host name of `host`
+/// (what `nilb check` fills in from the YAML; see the config tests).
+fn sni(name: &str) -> TlsOptions {
+    TlsOptions {
+        sni: Some(name.into()),
+        ca_file: None,
+    }
+}
+
+#[tokio::test]
+async fn https_sends_the_host_name_as_sni() {
+    let (port, _, seen) = sni_server().await;
+    check_once(LOCAL, &https(port, Some("web.example"), sni("web.example")))
+        .await
+        .expect("a server that requires SNI accepts the check's host name");
+    let err = check_once(LOCAL, &https(port, None, TlsOptions::default()))
+        .await
+        .expect_err("without a name there is no SNI and the handshake fails");
+    assert!(err.contains("TLS handshake"), "{err}");
+    let seen = seen.seen.lock().unwrap().clone();
+    assert_eq!(seen, vec![Some("web.example".to_string()), None]);
+}
+
+#[tokio::test]
+async fn https_verifies_against_a_ca_file() {
+    let (port, ca_pem, _) = sni_server().await;
+    let dir = std::env::temp_dir().join(format!("nilb-ca-{}-{port}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = dir.join("ca.pem");
+    std::fs::write(&good, &ca_pem).unwrap();
+    let (other_ca, _, _) = ca_and_server(&["web.example"]);
+    let other = dir.join("other-ca.pem");
+    std::fs::write(&other, other_ca).unwrap();
+    let with = |name: &str, ca: &std::path::Path| TlsOptions {
+        sni: Some(name.into()),
+        ca_file: Some(ca.to_path_buf()),
+    };
+    check_once(
+        LOCAL,
+        &https(port, Some("web.example"), with("web.example", &good)),
+    )
+    .await
+    .expect("signed by the CA in ca_file, for the name sent");
+    let err = check_once(
+        LOCAL,
+        &https(port, Some("web.example"), with("web.example", &other)),
+    )
+    .await
+    .expect_err("signed by another CA");
+    assert!(err.contains("TLS handshake"), "{err}");
+    assert!(err.contains("invalid peer certificate"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn default_host_header_is_exactly_as_documented() {
+    // docs/config.md: Host = the DIP, with :port unless the port is the
+    // scheme's default.
+    let (port, mut heads) = http_server(200).await;
+    let mut check = http(port, Scheme::Http, vec![200], 1000);
+    if let Checker::Http { host, .. } = &mut check.checker {
+        *host = None;
+    }
+    check_once(LOCAL, &check).await.unwrap();
+    let head = heads.recv().await.unwrap();
+    let host_line = head
+        .lines()
+        .find(|l| l.to_ascii_lowercase().starts_with("host:"))
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    assert_eq!(host_line, format!("host: 127.0.0.1:{port}"));
+    assert_eq!(
+        nilb::health::checker::default_host(LOCAL, 80, Scheme::Http),
+        "127.0.0.1"
+    );
+    assert_eq!(
+        nilb::health::checker::default_host(LOCAL, 443, Scheme::Https),
+        "127.0.0.1"
+    );
 }

@@ -8,8 +8,10 @@
 # node2 and SYN-ACKs reaching the client. Set 1 must add exactly 20 to
 # tc_drop_not_cluster, set 2 exactly 20 to tc_drop_self_unmarked, neither any
 # tc_decap_syn, other drop counter or SYN-ACK; set 3 must be decapsulated (+20
-# tc_decap_syn) and answered.
-# Needs and leaves: the base state (changes only counters).
+# tc_decap_syn) and answered. The encapsulated health checks are off for the
+# scenario (`encap_check: false`): node1's GUE SYNs to node2 would move
+# tc_decap_syn too.
+# Needs: the base state. Leaves: the base state.
 
 # tcpdump_bg ROLE LABEL FILTER: capture on ROLE's eth0 into $NH_OUT/LABEL.pcap;
 # waits (bounded) until it listens. Sets TCPDUMP_PID.
@@ -39,6 +41,16 @@ scenario_spoof() {
   SPOOF_COUNT=20
   header "(spoof) GUE to node2 from outside the cluster and claiming node2's own address"
   need_base spoof || return
+  # shellcheck disable=SC2034 # read by write_config (harness.sh)
+  ENCAP_YAML=false
+  write_config "${BASE_WEIGHTS[@]}"
+  hup_all
+  if ! wait_reload node1 10 "reload.get('ok') is True" || ! wait_reload node2 10 "reload.get('ok') is True"; then
+    fail spoof "precondition: the config without encapsulated checks was not loaded: $WAIT_SUMMARY"
+    leave_base
+    return
+  fi
+  sleep 1 # encapsulated checks in flight when the reload stopped them
   SPOOF_STATS=()
   for i in 0 1 2 3; do SPOOF_STATS+=("$NH_OUT/stats-node2-spoof$i.json"); done
   if ! save_stats node2 "${SPOOF_STATS[0]}"; then
@@ -98,6 +110,7 @@ scenario_spoof() {
   # the control proves the packets are well-formed GUE that node2 would accept
   # from a cluster member (so the drops above are the source checks)
   [[ $(spoof_delta tc_decap_syn 3) == "$SPOOF_COUNT" && ${y3:-0} -ge 1 ]] || { ok=0; nums+="; control not accepted: the test packets may be malformed"; }
+  leave_base # encapsulated checks on again
   if ((ok)); then pass spoof "$nums"; else fail spoof "$nums"; fi
 }
 

@@ -4,8 +4,9 @@
 //! [`Config::parse`] either returns a fully validated [`Config`] or a
 //! [`ConfigError`] listing every problem it found, each with the field path
 //! (`services[1].backends[0].weight`) and, where known, line and column.
-//! Shape errors (syntax, unknown or duplicate keys, wrong types, missing
-//! fields) stop at the first one; semantic checks then report all problems.
+//! Every problem is reported: shape problems (unknown keys, wrong types,
+//! missing fields) one after the other, then semantic ones; only a syntax
+//! error or a duplicate key stops the check there (the message says so).
 //!
 //! Implemented schema: `version`, `cluster` (hash_seed, balancers, gue_port,
 //! unknown_flow), `defaults` (table_size, health_check, rebalance,
@@ -39,7 +40,7 @@ use std::path::Path;
 pub use crate::types::{Protocol, ServiceKey};
 pub use model::{
     Backend, BackendState, Checker, Cluster, Config, DynamicWeight, HealthCheck, LoadSource,
-    Rebalance, Scheme, Service, UnknownFlow,
+    Rebalance, Scheme, Service, TlsOptions, UnknownFlow,
 };
 pub use yaml::Position;
 
@@ -86,12 +87,23 @@ pub const DEFAULT_MIN_BUCKET_AGE_MS: u64 = 300_000;
 impl Config {
     /// Read and validate the file at `path`.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let src = std::fs::read_to_string(path).map_err(|e| ConfigError {
-            problems: vec![Problem {
-                path: String::new(),
-                message: format!("cannot read {}: {e}", path.display()),
-                position: None,
-            }],
+        let src = std::fs::read_to_string(path).map_err(|e| {
+            // `nsenter --mount` and systemd start in `/`: say where a
+            // relative path was looked for.
+            let base = if path.is_relative() {
+                std::env::current_dir()
+                    .map(|d| format!(" (a relative path, looked up in {})", d.display()))
+                    .unwrap_or_default()
+            } else {
+                String::new()
+            };
+            ConfigError {
+                problems: vec![Problem {
+                    path: String::new(),
+                    message: format!("cannot read {}{base}: {e}", path.display()),
+                    position: None,
+                }],
+            }
         })?;
         Config::parse(&src)
     }
@@ -120,18 +132,57 @@ impl Config {
         // A byte-order mark is not part of the YAML.
         let src = src.strip_prefix('\u{feff}').unwrap_or(src);
         let positions = yaml::positions(src).map_err(shape)?;
-        let raw: RawConfig = yaml::from_str(src).map_err(shape)?;
+        let (raw, shapes) = yaml::from_str_all::<RawConfig>(src);
+        let mut problems: Vec<Problem> = shapes
+            .errors
+            .into_iter()
+            .map(|e| Problem {
+                // A missing field has no position of its own: its mapping's.
+                position: e.position.or_else(|| {
+                    let mut p = e.path.as_str();
+                    loop {
+                        if let Some(pos) = positions.get(p) {
+                            return Some(*pos);
+                        }
+                        p = &p[..p.rfind(['.', '['])?];
+                    }
+                }),
+                path: e.path,
+                message: e.message,
+            })
+            .collect();
+        if shapes.stopped {
+            if let Some(last) = problems.last_mut() {
+                last.message.push_str(
+                    " (nilb cannot read the file past this point: problems after it are not reported)",
+                );
+            }
+        }
+        let Some(raw) = raw else {
+            return Err(ConfigError { problems });
+        };
         let mut v = Validator {
             problems: Vec::new(),
             positions,
         };
         let cfg = v.config(raw);
-        if v.problems.is_empty() {
+        // Semantic problems at fields that had to be patched (or at the
+        // mapping that holds them) are consequences of the shape problems
+        // already reported.
+        let under = |path: &str| {
+            shapes.patched.iter().any(|p| {
+                let parent = p.rfind(['.', '[']).map_or("", |i| &p[..i]);
+                path == p
+                    || path == parent
+                    || path.starts_with(&format!("{p}."))
+                    || path.starts_with(&format!("{p}["))
+            })
+        };
+        problems.extend(v.problems.into_iter().filter(|p| !under(&p.path)));
+        if problems.is_empty() {
             Ok(cfg)
         } else {
-            Err(ConfigError {
-                problems: v.problems,
-            })
+            Err(ConfigError { problems })
         }
     }
 }

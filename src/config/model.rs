@@ -51,7 +51,8 @@ impl fmt::Display for BackendState {
 pub enum Scheme {
     /// Plain HTTP.
     Http,
-    /// HTTPS; certificates are not verified (backends are addressed by IP and
+    /// HTTPS: server name and certificate verification as in [`TlsOptions`]
+    /// (by default no verification: backends are addressed by IP and
     /// commonly use self-signed certificates).
     Https,
 }
@@ -69,8 +70,11 @@ pub enum Checker {
         port: u16,
         /// Accepted status codes.
         codes: Vec<u16>,
-        /// Host header; default: the DIP.
+        /// Host header; default: the DIP, with `:port` unless the port is
+        /// the scheme's default (80, 443).
         host: Option<String>,
+        /// HTTPS only: server name and certificate verification.
+        tls: TlsOptions,
     },
     /// A TCP connect to `port` on the DIP.
     Tcp {
@@ -79,6 +83,18 @@ pub enum Checker {
     },
     /// No check: every backend is always healthy.
     None,
+}
+
+/// TLS settings of an HTTPS health check.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct TlsOptions {
+    /// Server name sent in the TLS handshake (SNI) and, with `ca_file`,
+    /// the name the certificate must carry; default: the check's `host`
+    /// (none when `host` is not set: an address is never sent as SNI).
+    pub sni: Option<String>,
+    /// PEM file of the CA certificates the backend's certificate must
+    /// chain to (absolute path). None: certificates are not verified.
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 /// A service's health check (kglb style): checker, cadence and thresholds.
@@ -201,6 +217,10 @@ pub struct Service {
     /// Below this share (percent) of healthy active weight the service
     /// panics and uses every active backend by weight (0: never), 0-100.
     pub panic_threshold_percent: u32,
+    /// Encapsulated health check (`encap_check`, docs/config.md "Health
+    /// checks"): each backend must also answer a GUE-encapsulated SYN to
+    /// the VIP. TCP services only.
+    pub encap_check: bool,
     /// Backends in file order.
     pub backends: Vec<Backend>,
 }

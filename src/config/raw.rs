@@ -38,6 +38,7 @@ pub(super) struct RawDefaults {
     #[serde(default)]
     pub(super) rebalance: RawRebalance,
     pub(super) panic_threshold_percent: Option<u32>,
+    pub(super) encap_check: Option<bool>,
 }
 
 /// Cadence and thresholds (in `defaults.health_check`, or next to a checker).
@@ -90,6 +91,8 @@ pub(super) struct RawHttp {
     pub(super) check_port: Option<u32>,
     pub(super) codes: Option<Vec<u32>>,
     pub(super) host: Option<String>,
+    pub(super) sni: Option<String>,
+    pub(super) ca_file: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -113,6 +116,7 @@ pub(super) struct RawService {
     pub(super) health_check: Option<RawHealthCheck>,
     pub(super) dynamic_weight: Option<RawDynamicWeight>,
     pub(super) panic_threshold_percent: Option<u32>,
+    pub(super) encap_check: Option<bool>,
     #[serde(default)]
     pub(super) backends: Vec<RawBackend>,
 }

@@ -303,7 +303,12 @@ fn health_check_forms() {
             uri: "/healthz".into(),
             port: 9080,
             codes: vec![200, 204],
-            host: Some("web.example".into())
+            host: Some("web.example".into()),
+            // The host name is also the TLS server name (SNI).
+            tls: TlsOptions {
+                sni: Some("web.example".into()),
+                ca_file: None
+            }
         }
     );
     assert_eq!(
@@ -453,4 +458,104 @@ fn panic_threshold_defaults_to_off_and_services_override_the_default() {
         "services[0].panic_threshold_percent",
     );
     assert!(p.message.contains("outside 0-100"), "{p}");
+}
+
+#[test]
+fn tls_server_name_and_ca_file() {
+    let check = |http: &str| with_check(&format!("    health_check:\n      http: {{{http}}}\n"));
+    let tls_of = |src: &str| match &Config::parse(src).unwrap().services[0].health_check.checker {
+        Checker::Http { tls, .. } => tls.clone(),
+        other => panic!("{other:?}"),
+    };
+    // The host's name without its port; an address is never a server name.
+    let t = tls_of(&check("scheme: https, host: \"web.example:8443\""));
+    assert_eq!(t.sni.as_deref(), Some("web.example"));
+    assert_eq!(tls_of(&check("scheme: https, host: 10.0.0.5")).sni, None);
+    assert_eq!(tls_of(&check("scheme: https")).sni, None);
+    // An explicit sni wins.
+    let t = tls_of(&check("scheme: https, host: web.example, sni: api.example"));
+    assert_eq!(t.sni.as_deref(), Some("api.example"));
+    let p = one_problem(
+        &check("scheme: https, sni: 10.0.0.5"),
+        "services[0].health_check.http.sni",
+    );
+    assert!(p.message.contains("not a DNS name"), "{p}");
+    let p = one_problem(
+        &check("scheme: http, sni: web.example"),
+        "services[0].health_check.http.sni",
+    );
+    assert!(p.message.contains("only HTTPS"), "{p}");
+    let p = one_problem(
+        &check("scheme: https, ca_file: ca.pem"),
+        "services[0].health_check.http.ca_file",
+    );
+    assert!(p.message.contains("not an absolute path"), "{p}");
+    let p = one_problem(
+        &check("scheme: https, ca_file: /nonexistent/nilb-ca.pem"),
+        "services[0].health_check.http.ca_file",
+    );
+    assert!(p.message.contains("cannot read"), "{p}");
+}
+
+#[test]
+fn encap_check_defaults_and_udp() {
+    let c = Config::parse(GOOD).unwrap();
+    assert!(c.services[0].encap_check, "on by default for TCP services");
+    assert!(!c.services[1].encap_check, "never for UDP services");
+    let off = GOOD.replace("defaults:\n", "defaults:\n  encap_check: false\n");
+    let c = Config::parse(&off).unwrap();
+    assert!(!c.services[0].encap_check, "defaults.encap_check: false");
+    let src = GOOD.replace("protocol: udp", "protocol: udp\n    encap_check: true");
+    let p = one_problem(&src, "services[1].encap_check");
+    assert!(p.message.contains("UDP service"), "{p}");
+    let none = with_check("    health_check: {none: {}}\n");
+    assert!(
+        !Config::parse(&none).unwrap().services[0].encap_check,
+        "no checker: no encapsulated check either"
+    );
+    let forced = with_check("    health_check: {none: {}}\n    encap_check: true\n");
+    assert!(Config::parse(&forced).unwrap().services[0].encap_check);
+}
+
+#[test]
+fn every_shape_problem_is_reported_not_only_the_first() {
+    // Before: only `cluster.bogus` was reported.
+    let src = GOOD
+        .replace("  gue_port: 19523\n", "  gue_port: 19523\n  bogus: 1\n")
+        .replace("table_size: 4096", "table_size: big")
+        .replace("protocol: tcp", "protocol: tcpp\n    colour: red")
+        .replace(
+            "{dip: 10.0.0.11, hostname: edge-11, weight: 100}",
+            "{dip: 10.0.0.11, hostname: edge-11, weight: x}",
+        )
+        .replace("{dip: 10.0.0.13}", "{dip: 10.0.0.13, weight: 0}");
+    let p = problems(&src);
+    let paths: Vec<&str> = p.iter().map(|p| p.path.as_str()).collect();
+    for want in [
+        "cluster.bogus",
+        "defaults.table_size",
+        "services[0].protocol",
+        "services[0].colour",
+        "services[0].backends[0].weight",
+        "services[1].backends[0].weight",
+    ] {
+        assert!(paths.contains(&want), "{want} missing from {paths:?}");
+    }
+    assert_eq!(p.len(), 6, "no follow-on problems: {p:#?}");
+    assert!(p.iter().all(|p| p.position.is_some()), "{p:#?}");
+    // A syntax error stops the reading, and says so.
+    let p = problems(&GOOD.replace("port: 80", "port: [80"));
+    assert_eq!(p.len(), 1);
+    assert!(
+        p[0].message
+            .contains("cannot read the file past this point"),
+        "{p:#?}"
+    );
+    // A missing required field is reported at its mapping, once.
+    let p = problems(&GOOD.replace("    vip: 10.0.0.100\n    port: 80\n", "    port: 80\n"));
+    assert_eq!(p.len(), 1, "{p:#?}");
+    assert_eq!(
+        (p[0].path.as_str(), p[0].message.as_str()),
+        ("services[0]", "missing field `vip`")
+    );
 }

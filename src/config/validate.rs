@@ -8,7 +8,7 @@ use std::net::Ipv4Addr;
 
 use super::model::{
     Backend, Checker, Cluster, Config, DynamicWeight, HealthCheck, LoadSource, Rebalance, Scheme,
-    Service,
+    Service, TlsOptions,
 };
 use super::raw::{
     RawBackend, RawCluster, RawConfig, RawDefaults, RawDynamicWeight, RawHealthCheck, RawHttp,
@@ -34,6 +34,7 @@ struct Defaults {
     timing: RawTiming,
     rebalance: Rebalance,
     panic_threshold_percent: u32,
+    encap_check: Option<bool>,
 }
 
 /// Names and keys seen so far, to report duplicates with the first use.
@@ -68,6 +69,36 @@ fn unusable_address(a: Ipv4Addr) -> Option<&'static str> {
 /// 1-253 characters, no whitespace or control characters.
 fn is_host_name(h: &str) -> bool {
     !h.is_empty() && h.len() <= 253 && !h.chars().any(|c| c.is_whitespace() || c.is_control())
+}
+
+/// A name a TLS client may send as SNI: a DNS name, not an address literal.
+fn is_dns_name(name: &str) -> bool {
+    name.parse::<std::net::IpAddr>().is_err()
+        && rustls_pki_types::DnsName::try_from(name.to_string()).is_ok()
+}
+
+/// A CA file for HTTPS checks must be an absolute path (the daemon may run
+/// with another working directory than `nilb check`) to a readable PEM file
+/// with at least one certificate.
+fn check_ca_file(path: &std::path::Path) -> Result<(), String> {
+    use rustls_pki_types::pem::PemObject;
+    if !path.is_absolute() {
+        return Err(format!(
+            "`{}` is not an absolute path (the daemon resolves no relative paths)",
+            path.display()
+        ));
+    }
+    let iter = rustls_pki_types::CertificateDer::pem_file_iter(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let mut n = 0;
+    for cert in iter {
+        cert.map_err(|e| format!("{}: not a PEM certificate file: {e}", path.display()))?;
+        n += 1;
+    }
+    if n == 0 {
+        return Err(format!("{} holds no PEM certificate", path.display()));
+    }
+    Ok(())
 }
 
 fn valid_name(name: &str) -> bool {
@@ -408,13 +439,57 @@ impl Validator {
                 );
             }
         }
+        let tls = self.tls_options(path, h, scheme);
         Checker::Http {
             scheme,
             uri,
             port,
             codes: codes.into_iter().map(|c| c.min(999) as u16).collect(),
             host: h.host.clone(),
+            tls,
         }
+    }
+
+    /// `sni` and `ca_file` of an HTTP checker (HTTPS only). The server name
+    /// defaults to `host` without a `:port` suffix, when that is a DNS name.
+    fn tls_options(&mut self, path: &str, h: &RawHttp, scheme: Scheme) -> TlsOptions {
+        if scheme != Scheme::Https {
+            for (field, set) in [("sni", h.sni.is_some()), ("ca_file", h.ca_file.is_some())] {
+                if set {
+                    self.report(
+                        format!("{path}.{field}"),
+                        "only HTTPS checks have a TLS handshake (set scheme: https)",
+                    );
+                }
+            }
+            return TlsOptions::default();
+        }
+        let sni = match &h.sni {
+            Some(name) => {
+                if !is_dns_name(name) {
+                    self.report(
+                        format!("{path}.sni"),
+                        format!("`{name}` is not a DNS name (an address is never sent as a TLS server name)"),
+                    );
+                }
+                Some(name.clone())
+            }
+            None => h.host.as_deref().and_then(|host| {
+                let name = match host.rsplit_once(':') {
+                    Some((n, port)) if port.parse::<u16>().is_ok() => n,
+                    _ => host,
+                };
+                is_dns_name(name).then(|| name.to_string())
+            }),
+        };
+        let ca_file = h.ca_file.as_ref().map(|f| {
+            let p = std::path::PathBuf::from(f);
+            if let Err(why) = check_ca_file(&p) {
+                self.report(format!("{path}.ca_file"), why);
+            }
+            p
+        });
+        TlsOptions { sni, ca_file }
     }
 
     /// The whole file: its sections in file order, then the limits that span
@@ -499,6 +574,7 @@ impl Validator {
             timing: raw.health_check,
             rebalance: self.rebalance(&raw.rebalance),
             panic_threshold_percent,
+            encap_check: raw.encap_check,
         }
     }
 
@@ -555,6 +631,7 @@ impl Validator {
             Some(p) => self.panic_threshold(&format!("{sp}.panic_threshold_percent"), p),
             None => defaults.panic_threshold_percent,
         };
+        let encap_check = self.encap_check(&sp, &rs, &health_check, defaults.encap_check);
         let backends = self.backends(&sp, vip, rs.backends);
         Service {
             name: rs.name,
@@ -565,7 +642,35 @@ impl Validator {
             health_check,
             dynamic_weight,
             panic_threshold_percent,
+            encap_check,
             backends,
+        }
+    }
+
+    /// `encap_check`: the service's own value, else `defaults.encap_check`
+    /// (default true) for TCP services that have a checker. Asking for it
+    /// on a UDP service is an error (the check is a TCP handshake).
+    fn encap_check(
+        &mut self,
+        sp: &str,
+        rs: &RawService,
+        check: &HealthCheck,
+        default: Option<bool>,
+    ) -> bool {
+        match rs.encap_check {
+            Some(true) if rs.protocol == Protocol::Udp => {
+                self.report(
+                    format!("{sp}.encap_check"),
+                    "the encapsulated check is a TCP handshake through GUE; a UDP service cannot have it",
+                );
+                false
+            }
+            Some(own) => own,
+            None => {
+                default.unwrap_or(true)
+                    && rs.protocol == Protocol::Tcp
+                    && check.checker != Checker::None
+            }
         }
     }
 

@@ -33,39 +33,304 @@ pub struct ShapeError {
     pub position: Option<Position>,
 }
 
-/// Deserialize `src` into `T`, reporting the first error with its field path.
-pub fn from_str<T: DeserializeOwned>(src: &str) -> Result<T, ShapeError> {
-    let de = serde_yaml::Deserializer::from_str(src);
-    serde_path_to_error::deserialize(de).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner();
-        let position = inner.location().map(|l| Position {
-            line: l.line(),
-            column: l.column(),
+/// The problem of a failed deserialization, with its field path and the
+/// parser's position.
+fn shape_error(e: serde_path_to_error::Error<serde_yaml::Error>) -> ShapeError {
+    let path = e.path().to_string();
+    let inner = e.into_inner();
+    let position = inner.location().map(|l| Position {
+        line: l.line(),
+        column: l.column(),
+    });
+    // serde_yaml appends " at line L column C"; the position is kept
+    // separately so that every message has one format.
+    let mut message = inner.to_string();
+    if let Some(i) = message.find(" at line ") {
+        message.truncate(i);
+    }
+    // ... and may prefix its own (shorter) path: "services[0]: unknown field".
+    if let Some((prefix, rest)) = message.split_once(": ") {
+        if !prefix.is_empty() && !prefix.contains(' ') {
+            message = rest.to_string();
+        }
+    }
+    // The deserializer names a syntax error's unknown field `?`.
+    let path = path
+        .trim_end_matches(".?")
+        .trim_end_matches('?')
+        .to_string();
+    ShapeError {
+        path: if path == "." { String::new() } else { path },
+        message,
+        position,
+    }
+}
+
+/// Problems of shape found by [`from_str_all`], and the field paths it had
+/// to patch to go on (semantic problems at or under them are not reported:
+/// they would be consequences of the shape problems).
+#[derive(Debug, Default)]
+pub struct ShapeProblems {
+    /// Every shape problem found, in the order found.
+    pub errors: Vec<ShapeError>,
+    /// Paths removed or replaced by a placeholder.
+    pub patched: Vec<String>,
+    /// The file could not be read to its end (a syntax error or a
+    /// duplicate key): later problems are not reported.
+    pub stopped: bool,
+}
+
+/// Most shape problems collected from one file.
+const MAX_SHAPE_PROBLEMS: usize = 100;
+
+/// Deserialize `src` into `T`, collecting every shape problem: the text is
+/// parsed once into a YAML tree; each time the schema rejects a node, the
+/// problem is recorded and the node removed (or, for a required field,
+/// replaced by a placeholder of an accepted type) and deserialization runs
+/// again. Syntax errors and duplicate keys stop it (reported with
+/// [`ShapeProblems::stopped`]). Returns the value when the tree is usable,
+/// also after patches (so semantic checks can run on the rest).
+pub fn from_str_all<T: DeserializeOwned>(src: &str) -> (Option<T>, ShapeProblems) {
+    let mut out = ShapeProblems::default();
+    // The first attempt reads the text itself (messages and positions as
+    // the parser gives them); later ones read the patched tree written
+    // back as YAML, so scalars are read as leniently as in the file (a
+    // number where a string is expected is that string).
+    let mut err = match attempt::<T>(src) {
+        Ok(v) => return (Some(v), out),
+        Err(e) => e,
+    };
+    let mut tree: serde_yaml::Value = match serde_yaml::from_str(src) {
+        Ok(v) => v,
+        Err(_) => {
+            out.errors.push(err.error);
+            out.stopped = true;
+            return (None, out);
+        }
+    };
+    // Expected variants of an enum field whose value was removed, by path:
+    // candidates for its placeholder.
+    let mut variants: std::collections::HashMap<String, Vec<String>> = Default::default();
+    loop {
+        let path = err.error.path.clone();
+        let missing = err
+            .error
+            .message
+            .strip_prefix("missing field `")
+            .and_then(|m| m.split('`').next())
+            .map(str::to_string);
+        // The node to patch: the field itself (for a missing field, the
+        // one absent from the mapping at `path`).
+        let mut target = err.segs.clone();
+        if let Some(field) = &missing {
+            target.push(Seg::Key(field.clone()));
+        }
+        let target_path = path_text(&target);
+        let under_patch = out.patched.iter().any(|p| {
+            path == *p || path.starts_with(&format!("{p}.")) || path.starts_with(&format!("{p}["))
         });
-        // serde_yaml appends " at line L column C"; the position is kept
-        // separately so that every message has one format.
-        let mut message = inner.to_string();
-        if let Some(i) = message.find(" at line ") {
-            message.truncate(i);
-        }
-        // ... and may prefix its own (shorter) path: "services[0]: unknown field".
-        if let Some((prefix, rest)) = message.split_once(": ") {
-            if !prefix.is_empty() && !prefix.contains(' ') {
-                message = rest.to_string();
+        let already = out.patched.contains(&target_path);
+        if !under_patch && !already {
+            if let Some(v) = expected_variants(&err.error.message) {
+                variants.insert(target_path.clone(), v);
             }
+            out.errors.push(err.error);
         }
-        // The deserializer names a syntax error's unknown field `?`.
-        let path = path
-            .trim_end_matches(".?")
-            .trim_end_matches('?')
-            .to_string();
-        ShapeError {
-            path: if path == "." { String::new() } else { path },
-            message,
-            position,
+        if out.errors.len() >= MAX_SHAPE_PROBLEMS || out.patched.len() > 4 * MAX_SHAPE_PROBLEMS {
+            out.stopped = true;
+            return (None, out);
+        }
+        let patched = if missing.is_some() || already {
+            // A required field: give it a value the schema accepts.
+            let mut candidates: Vec<serde_yaml::Value> = variants
+                .get(&target_path)
+                .map(|v| {
+                    v.iter()
+                        .map(|s| serde_yaml::Value::String(s.clone()))
+                        .collect()
+                })
+                .unwrap_or_default();
+            candidates.extend([
+                serde_yaml::Value::String("x".into()),
+                serde_yaml::Value::Number(1.into()),
+                serde_yaml::Value::Sequence(Vec::new()),
+                serde_yaml::Value::Mapping(Default::default()),
+            ]);
+            place_first_accepted::<T>(&mut tree, &target, candidates)
+        } else {
+            remove_at(&mut tree, &target)
+        };
+        if !patched {
+            out.stopped = true;
+            return (None, out);
+        }
+        if !out.patched.contains(&target_path) {
+            out.patched.push(target_path);
+        }
+        let Ok(text) = serde_yaml::to_string(&tree) else {
+            out.stopped = true;
+            return (None, out);
+        };
+        err = match attempt::<T>(&text) {
+            Ok(v) => return (Some(v), out),
+            Err(mut e) => {
+                // Positions in the rewritten text mean nothing.
+                e.error.position = None;
+                e
+            }
+        };
+    }
+}
+
+/// A failed attempt: the problem and its path as segments.
+struct Attempt {
+    error: ShapeError,
+    segs: Vec<Seg>,
+}
+
+fn attempt<T: DeserializeOwned>(text: &str) -> Result<T, Attempt> {
+    let de = serde_yaml::Deserializer::from_str(text);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let segs: Vec<Seg> = e
+            .path()
+            .iter()
+            .filter_map(|s| match s {
+                serde_path_to_error::Segment::Seq { index } => Some(Seg::Index(*index)),
+                serde_path_to_error::Segment::Map { key } if key != "?" => {
+                    Some(Seg::Key(key.clone()))
+                }
+                _ => None,
+            })
+            .collect();
+        Attempt {
+            error: shape_error(e),
+            segs,
         }
     })
+}
+
+/// A segment of a field path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Seg {
+    Key(String),
+    Index(usize),
+}
+
+fn path_text(segs: &[Seg]) -> String {
+    let mut s = String::new();
+    for seg in segs {
+        match seg {
+            Seg::Key(k) => {
+                if !s.is_empty() {
+                    s.push('.');
+                }
+                s.push_str(k);
+            }
+            Seg::Index(i) => s.push_str(&format!("[{i}]")),
+        }
+    }
+    s
+}
+
+/// The node at `segs` (None if absent).
+fn node_mut<'a>(v: &'a mut serde_yaml::Value, segs: &[Seg]) -> Option<&'a mut serde_yaml::Value> {
+    let mut cur = v;
+    for seg in segs {
+        cur = match (seg, cur) {
+            (Seg::Key(k), serde_yaml::Value::Mapping(m)) => m.get_mut(k.as_str())?,
+            (Seg::Index(i), serde_yaml::Value::Sequence(s)) => s.get_mut(*i)?,
+            (_, serde_yaml::Value::Tagged(t)) => {
+                return node_mut(&mut t.value, std::slice::from_ref(seg))
+            }
+            _ => return None,
+        };
+    }
+    Some(cur)
+}
+
+/// Remove the node at `segs`: a mapping entry is deleted; a sequence item,
+/// the document root or a node that cannot be found gives false.
+fn remove_at(tree: &mut serde_yaml::Value, segs: &[Seg]) -> bool {
+    let Some((last, parent)) = segs.split_last() else {
+        return false;
+    };
+    match (last, node_mut(tree, parent)) {
+        (Seg::Key(k), Some(serde_yaml::Value::Mapping(m))) => m.remove(k.as_str()).is_some(),
+        // A sequence item cannot go (later paths would shift): the caller
+        // replaces it instead.
+        (Seg::Index(_), Some(serde_yaml::Value::Sequence(_))) => {
+            place(tree, segs, serde_yaml::Value::Mapping(Default::default()))
+        }
+        _ => false,
+    }
+}
+
+fn place(tree: &mut serde_yaml::Value, segs: &[Seg], value: serde_yaml::Value) -> bool {
+    let Some((last, parent)) = segs.split_last() else {
+        return false;
+    };
+    match (last, node_mut(tree, parent)) {
+        (Seg::Key(k), Some(serde_yaml::Value::Mapping(m))) => {
+            m.insert(serde_yaml::Value::String(k.clone()), value);
+            true
+        }
+        (Seg::Index(i), Some(serde_yaml::Value::Sequence(s))) if *i < s.len() => {
+            s[*i] = value;
+            true
+        }
+        _ => false,
+    }
+}
+
+/// Put the first of `candidates` that the schema accepts at `segs` (one
+/// after which deserialization no longer fails at that node).
+fn place_first_accepted<T: DeserializeOwned>(
+    tree: &mut serde_yaml::Value,
+    segs: &[Seg],
+    candidates: Vec<serde_yaml::Value>,
+) -> bool {
+    for c in candidates {
+        let mut trial = tree.clone();
+        if !place(&mut trial, segs, c) {
+            return false;
+        }
+        let Ok(text) = serde_yaml::to_string(&trial) else {
+            return false;
+        };
+        let still = match attempt::<T>(&text) {
+            Ok(_) => false,
+            Err(e) => {
+                let mut at = e.segs.clone();
+                if let Some(f) = e
+                    .error
+                    .message
+                    .strip_prefix("missing field `")
+                    .and_then(|m| m.split('`').next())
+                {
+                    at.push(Seg::Key(f.to_string()));
+                }
+                at == segs
+            }
+        };
+        if !still {
+            *tree = trial;
+            return true;
+        }
+    }
+    false
+}
+
+/// The variants an "unknown variant" message lists (`expected `a` or `b``,
+/// `expected one of `a`, `b``).
+fn expected_variants(message: &str) -> Option<Vec<String>> {
+    let rest = &message[message.find("expected")?..];
+    let v: Vec<String> = rest
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_string)
+        .collect();
+    (!v.is_empty() && message.contains("variant")).then_some(v)
 }
 
 /// Largest nesting depth accepted (real configs need about 6).

@@ -61,7 +61,7 @@ use crate::config::{
 };
 use crate::dataplane::NodeSettings;
 use crate::health::checker::CheckTarget;
-use crate::health::HealthState;
+use crate::health::{Health, HealthState};
 use crate::limits;
 use crate::table::{Moves, StepLimits, Table};
 use crate::types::{LoadSample, ServiceKey};
@@ -80,6 +80,10 @@ pub struct BackendRuntime {
     pub empty_since_ms: Option<u64>,
     /// Health for this service's check.
     pub health: HealthState,
+    /// Health for the encapsulated check (`encap_check`); `unchecked` (up)
+    /// when the service has none. Only `Down` keeps the backend out:
+    /// "unknown" does not (docs/config.md "Health checks").
+    pub encap: HealthState,
     /// Slot of this (service, backend) in the `backend_stats` and
     /// `control_state` maps.
     pub slot: u32,
@@ -111,6 +115,7 @@ impl BackendRuntime {
             config: config.clone(),
             removed_at_ms: None,
             empty_since_ms: None,
+            encap: HealthState::unchecked(health.since_ms),
             health,
             slot,
             effective_weight: config.weight as f64,
@@ -123,10 +128,23 @@ impl BackendRuntime {
         self.removed_at_ms.is_none() && self.config.state != BackendState::Offline
     }
 
+    /// The verdict the table follows: down when either check (the regular
+    /// one, or the encapsulated one) says down; else the regular check's
+    /// (an encapsulated check without a verdict keeps nobody out).
+    pub fn verdict(&self) -> Health {
+        if self.encap.health == Health::Down {
+            Health::Down
+        } else {
+            self.health.health
+        }
+    }
+
     /// Active, in the file and not known down (dynamic weights adjust
     /// these).
     fn is_weighted(&self) -> bool {
-        self.is_live() && self.config.state == BackendState::Active && !self.health.is_down()
+        self.is_live()
+            && self.config.state == BackendState::Active
+            && self.verdict() != Health::Down
     }
 
     /// State shown to operators: the configured state, or `removing`.
@@ -243,7 +261,7 @@ impl ServiceState {
         shares.keys().any(|d| {
             self.backends
                 .get(d)
-                .is_some_and(|b| b.health.is_down() && b.is_live())
+                .is_some_and(|b| b.verdict() == Health::Down && b.is_live())
         })
     }
 
@@ -570,6 +588,7 @@ impl ControlPlane {
                 plan.install.insert(key, Moves::default());
             }
         }
+        self.sync_encap(&config, now_ms);
         self.config = config;
         // Records that changed (state, weight, health, slots given out or
         // retired).
@@ -591,6 +610,81 @@ impl ControlPlane {
             plan.merge(p);
         }
         plan
+    }
+
+    /// The encapsulated checks' state after a reload (or start): backends
+    /// of services without `encap_check` hold the `unchecked` placeholder;
+    /// with it, a backend that still holds the placeholder (new, or its
+    /// service just turned the check on) starts unknown: its first result
+    /// decides, and until then its regular health alone does (the first
+    /// encapsulated check runs within a second, before a new backend can
+    /// pass `rise_count` regular checks). Others carry over.
+    fn sync_encap(&mut self, config: &Config, now_ms: u64) {
+        let placeholder = |h: &HealthState| {
+            h.health == Health::Up && h.last_check_ms.is_none() && h.transitions == 0
+        };
+        for service in &config.services {
+            let Some(state) = self.services.get_mut(&service.key()) else {
+                continue;
+            };
+            for rt in state.backends.values_mut() {
+                if !service.encap_check {
+                    if !placeholder(&rt.encap) {
+                        rt.encap = HealthState::unchecked(now_ms);
+                    }
+                } else if placeholder(&rt.encap) {
+                    rt.encap = HealthState::at_start(now_ms);
+                }
+            }
+        }
+    }
+
+    /// Record an encapsulated-check result for (`service`, `dip`)
+    /// (docs/config.md "Health checks"): rise and fall as for the regular
+    /// check; either check down takes the backend out. Returns a plan when
+    /// the result changes the table or the fail-open state.
+    pub fn observe_encap(
+        &mut self,
+        service: &ServiceKey,
+        dip: Ipv4Addr,
+        result: Result<(), String>,
+        now_ms: u64,
+    ) -> Option<Plan> {
+        let svc = self.config.service(service)?;
+        if !svc.encap_check {
+            return None;
+        }
+        let (rise, fall) = (svc.health_check.rise_count, svc.health_check.fall_count);
+        let rt = self.services.get_mut(service)?.backends.get_mut(&dip)?;
+        if rt.removed_at_ms.is_some() || !rt.encap.observe(result, rise, fall, now_ms) {
+            return None;
+        }
+        let slot = rt.slot;
+        let mut plan = self.step(service, now_ms, false);
+        if slot != OVERFLOW_SLOT {
+            plan.records.insert(slot);
+        }
+        Some(plan)
+    }
+
+    /// The encapsulated checks to run: every backend in the file that is not
+    /// offline, of services with `encap_check`, with the check's cadence.
+    pub fn encap_targets(&self) -> Vec<CheckTarget> {
+        let mut out = Vec::new();
+        for s in self.config.services.iter().filter(|s| s.encap_check) {
+            for b in s
+                .backends
+                .iter()
+                .filter(|b| b.state != BackendState::Offline)
+            {
+                out.push(CheckTarget {
+                    service: s.key(),
+                    dip: b.dip,
+                    check: s.health_check.clone(),
+                });
+            }
+        }
+        out
     }
 
     /// Record a health-check result for (`service`, `dip`). Returns a plan
@@ -834,7 +928,7 @@ impl ControlPlane {
             Some(b) => {
                 !target_set.contains(&d)
                     && (b.config.state == BackendState::Offline
-                        || (b.health.is_down() && !(exiting && b.is_live())))
+                        || (b.verdict() == Health::Down && !(exiting && b.is_live())))
             }
         };
         let second_ok = |d: Ipv4Addr| {
@@ -849,7 +943,7 @@ impl ControlPlane {
             StepLimits::NONE
         } else if allowed {
             let mut l = StepLimits {
-                max_moves: (size as usize * rebalance.max_step_percent as usize).div_ceil(100),
+                max_moves: (size as usize * rebalance.max_step_percent as usize / 100).max(1),
                 min_age_ms: rebalance.min_bucket_age_ms,
             };
             if exiting {

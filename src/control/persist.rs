@@ -53,6 +53,7 @@ impl ControlPlane {
                         weight: b.config.weight,
                         admin,
                         health: record_health(b.health.health),
+                        encap: record_health(b.encap.health),
                         first_result_decides: b.health.first_result_decides,
                         transitions: b.health.transitions,
                         since_ms: b.health.since_ms,
@@ -141,6 +142,12 @@ impl ControlPlane {
                     )
                 };
                 let mut rt = BackendRuntime::new(&cfg, health, slot);
+                // A failed encapsulated check keeps the backend out as before
+                // the restart; otherwise the check starts over (a verdict
+                // other than down keeps nobody out).
+                if r.encap == RecordHealth::Down && service.encap_check {
+                    rt.encap = HealthState::restored(Health::Down, 0, r.since_ms.min(now_ms), true);
+                }
                 if r.admin == RecordAdmin::Removing {
                     rt.removed_at_ms = Some(r.removed_at_ms.unwrap_or(now_ms).min(now_ms));
                     rt.empty_since_ms = r.empty_since_ms.map(|t| t.min(now_ms));

@@ -1,7 +1,8 @@
 //! Which backends a service's table uses, and how many buckets each should
 //! own ([`choose`]): the [`Mode`] rules of docs/design.md "Tables and
 //! pacing". Pure: a function of the service's state and its panic
-//! threshold.
+//! threshold. Health here is a backend's [`BackendRuntime::verdict`] (down
+//! if either the regular or the encapsulated check says so).
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
@@ -78,12 +79,12 @@ pub(super) fn choose(state: &ServiceState, threshold: u32) -> Choice {
     let up: Vec<&BackendRuntime> = active
         .iter()
         .copied()
-        .filter(|b| b.health.is_up())
+        .filter(|b| b.verdict() == Health::Up)
         .collect();
     let unknown: Vec<&BackendRuntime> = active
         .iter()
         .copied()
-        .filter(|b| b.health.health == Health::Unknown)
+        .filter(|b| b.verdict() == Health::Unknown)
         .collect();
     if !up.is_empty() || !unknown.is_empty() {
         let total: u64 = active.iter().map(|b| weight(b) as u64).sum();
@@ -99,7 +100,7 @@ pub(super) fn choose(state: &ServiceState, threshold: u32) -> Choice {
             let ts: Vec<Target> = all.iter().map(|b| target(b)).collect();
             let caps: Vec<Option<u32>> = all
                 .iter()
-                .map(|b| (b.health.health == Health::Unknown).then(|| owns(b)))
+                .map(|b| (b.verdict() == Health::Unknown).then(|| owns(b)))
                 .collect();
             counted(&all, &capped_quotas(size, &ts, &caps))
         } else {
@@ -121,7 +122,7 @@ pub(super) fn choose(state: &ServiceState, threshold: u32) -> Choice {
     let drained_up: Vec<&BackendRuntime> = live
         .iter()
         .copied()
-        .filter(|b| b.config.state == BackendState::Drained && b.health.is_up())
+        .filter(|b| b.config.state == BackendState::Drained && b.verdict() == Health::Up)
         .collect();
     if !drained_up.is_empty() {
         return Choice {

@@ -30,8 +30,11 @@
 //! through), [`pinned`] (the pinned maps' names and readers).
 
 pub mod abi;
+pub mod hints;
+pub mod libbpf_log;
 pub mod ops;
 pub mod pinned;
+pub mod pins;
 
 use std::collections::BTreeSet;
 use std::mem::MaybeUninit;
@@ -120,7 +123,9 @@ pub fn cleanup(ifindex: i32, pin_dir: &Path) -> Result<Vec<String>> {
             done.push(format!("left XDP program {name} (id {id}): not nilb's"));
         }
     }
-    if let Some(id) = abi::tc_filter_prog_id(ifindex, TC_HANDLE, TC_PRIORITY) {
+    // (no filter is a normal answer: libbpf's warning about it is not one)
+    let tc = libbpf_log::expect_failure(|| abi::tc_filter_prog_id(ifindex, TC_HANDLE, TC_PRIORITY));
+    if let Some(id) = tc {
         let name = program_name(id).unwrap_or_default();
         if name.starts_with("nilb_tc") {
             abi::tc_filter_detach(ifindex, TC_HANDLE, TC_PRIORITY)?;
@@ -304,15 +309,33 @@ impl<'obj> Dataplane<'obj> {
                 warn!(id, "replacing a previous nilb XDP program");
             }
         }
-        xdp.attach(ifindex, mode.flags())
-            .with_context(|| format!("attaching XDP in {mode:?} mode to ifindex {ifindex}"))?;
+        libbpf_log::clear_kernel_message();
+        if let Err(e) = xdp.attach(ifindex, mode.flags()) {
+            let name = nix::net::if_::if_indextoname(ifindex as u32)
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|_| format!("ifindex {ifindex}"));
+            let kernel = libbpf_log::take_kernel_message();
+            let driver = hints::driver_of(&name);
+            let hint = hints::xdp_attach_hint(&hints::XdpAttachFailure {
+                interface: &name,
+                errno: hints::os_error(&e.to_string()),
+                kernel_message: kernel.as_deref(),
+                driver: driver.as_deref(),
+                native: mode == XdpMode::Native,
+            });
+            return Err(anyhow::Error::new(e)
+                .context(format!("attaching XDP in {mode:?} mode to {name}"))
+                .context(hint));
+        }
         self.xdp = Some((ifindex, mode));
         Ok(())
     }
 
     /// Attach the TC second-chance program to clsact ingress of `ifindex`.
     pub fn attach_tc(&mut self, ifindex: i32) -> Result<()> {
-        let created_qdisc = abi::create_clsact(ifindex)?;
+        // An existing clsact (a restart, or another user) is expected:
+        // libbpf's warning about it is not one for the operator.
+        let created_qdisc = libbpf_log::expect_failure(|| abi::create_clsact(ifindex))?;
         let prog = &self.skel.progs.nilb_tc_second_chance;
         let mut hook = TcHookBuilder::new(prog.as_fd())
             .ifindex(ifindex)
@@ -402,7 +425,8 @@ impl<'obj> Dataplane<'obj> {
         if let Some(mut tc) = self.tc.take() {
             // Only our own filter: another nilb may have replaced it.
             let ours = Self::prog_id(&self.skel.progs.nilb_tc_second_chance).ok();
-            match tc.hook.query() {
+            // (a filter removed by someone else is handled below)
+            match libbpf_log::expect_failure(|| tc.hook.query()) {
                 Ok(id) if Some(id) == ours => {
                     if let Err(e) = tc.hook.detach() {
                         errors.push(format!("detaching TC from ifindex {}: {e}", tc.ifindex));
@@ -693,6 +717,28 @@ fn sync_set(
             .with_context(|| format!("removing {a} from {what}"))?;
     }
     Ok(())
+}
+
+/// Whether nilb's TC filter is attached to clsact ingress of `ifindex`: the
+/// encapsulated check of this node's own backend, which its XDP program
+/// hands to that filter inside the kernel.
+pub fn tc_filter_check(ifindex: i32) -> std::result::Result<(), String> {
+    let id = libbpf_log::expect_failure(|| abi::tc_filter_prog_id(ifindex, TC_HANDLE, TC_PRIORITY));
+    match id {
+        Some(id) => {
+            let name = program_name(id).unwrap_or_default();
+            if name.starts_with("nilb_tc") {
+                Ok(())
+            } else {
+                Err(format!(
+                    "the TC filter nilb uses on this node's interface runs `{name}` (id {id}), not nilb's program"
+                ))
+            }
+        }
+        None => Err(
+            "nilb's TC filter is not attached to this node's interface (clsact ingress): GUE for this node is not decapsulated".into(),
+        ),
+    }
 }
 
 /// Name of the loaded BPF program with this id.

@@ -68,6 +68,8 @@ pub struct ControlRecord {
     pub admin: RecordAdmin,
     /// Its health verdict.
     pub health: RecordHealth,
+    /// The verdict of its encapsulated check (`encap_check`).
+    pub encap: RecordHealth,
     /// While unknown: whether the first result decides (else `rise_count`
     /// passes are needed).
     pub first_result_decides: bool,

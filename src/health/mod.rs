@@ -18,6 +18,7 @@
 //! keep buckets it owns but gives it none, unless the service would
 //! otherwise have no first hop (docs/design.md "Tables and pacing").
 pub mod checker;
+pub mod encap;
 pub mod load;
 pub mod periodic;
 

@@ -4,13 +4,13 @@
 
 mod apply;
 mod clock;
+mod encap;
 mod fake;
 mod modes;
 mod reload;
 mod restart;
 
 use super::*;
-use crate::health::Health;
 
 const B11: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 11);
 const B12: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 12);

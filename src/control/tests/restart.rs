@@ -258,3 +258,34 @@ fn slots_given_out_at_adoption_are_zeroed() {
         "kept slots keep their counters"
     );
 }
+
+/// 17.1 with the encapsulated check: a backend out because its GUE path
+/// fails (its regular check passes) stays out across a restart.
+#[test]
+fn a_restart_keeps_a_failed_encapsulated_check() {
+    let now = 1_000_000;
+    let mut cp = ControlPlane::new(three(0), now);
+    for d in [B11, B12, B13] {
+        pass(&mut cp, d, now);
+        cp.observe_encap(&key(), d, Ok(()), now);
+    }
+    cp.observe_encap(&key(), B13, Err("no SYN-ACK".into()), now + 1000);
+    cp.observe_encap(&key(), B13, Err("no SYN-ACK".into()), now + 2000)
+        .expect("out");
+    assert_eq!(owned(&cp, B13), 0);
+    let (mut a, _) = ControlPlane::adopt(three(0), pinned(&cp), cp.records(), now + 10_000);
+    let b = &a.service(&key()).unwrap().backends[&B13];
+    assert_eq!(
+        (b.health.health, b.encap.health),
+        (Health::Up, Health::Down)
+    );
+    for step in 1..=20u64 {
+        a.tick(now + 10_000 + step * 200);
+        pass(&mut a, B13, now + 10_000 + step * 200);
+        assert_eq!(
+            owned(&a, B13),
+            0,
+            "regular passes alone do not bring it back"
+        );
+    }
+}

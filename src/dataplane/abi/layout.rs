@@ -110,11 +110,29 @@ pub fn inner_table_values(
     values
 }
 
+fn health_value(h: RecordHealth) -> u8 {
+    use sys::nilb_control_health as v;
+    (match h {
+        RecordHealth::Unknown => v::NILB_HEALTH_UNKNOWN,
+        RecordHealth::Up => v::NILB_HEALTH_UP,
+        RecordHealth::Down => v::NILB_HEALTH_DOWN,
+    }) as u8
+}
+
+fn health_of(v: u8) -> Option<RecordHealth> {
+    use sys::nilb_control_health as h;
+    Some(match v as u32 {
+        h::NILB_HEALTH_UNKNOWN => RecordHealth::Unknown,
+        h::NILB_HEALTH_UP => RecordHealth::Up,
+        h::NILB_HEALTH_DOWN => RecordHealth::Down,
+        _ => return None,
+    })
+}
+
 /// Value of the `control_state` map for one slot (all zero: unused).
 pub fn control_state_value(r: Option<&ControlRecord>) -> sys::nilb_control_state {
     use sys::nilb_control_admin as a;
     use sys::nilb_control_flags as f;
-    use sys::nilb_control_health as h;
     let Some(r) = r else {
         return sys::nilb_control_state::default();
     };
@@ -132,11 +150,7 @@ pub fn control_state_value(r: Option<&ControlRecord>) -> sys::nilb_control_state
         service: service_key(&r.service),
         dip: addr_be(r.dip),
         weight: r.weight,
-        health: match r.health {
-            RecordHealth::Unknown => h::NILB_HEALTH_UNKNOWN,
-            RecordHealth::Up => h::NILB_HEALTH_UP,
-            RecordHealth::Down => h::NILB_HEALTH_DOWN,
-        } as u8,
+        health: health_value(r.health),
         admin: match r.admin {
             RecordAdmin::Active => a::NILB_ADMIN_ACTIVE,
             RecordAdmin::Drained => a::NILB_ADMIN_DRAINED,
@@ -144,7 +158,7 @@ pub fn control_state_value(r: Option<&ControlRecord>) -> sys::nilb_control_state
             RecordAdmin::Removing => a::NILB_ADMIN_REMOVING,
         } as u8,
         flags: flags as u8,
-        pad: 0,
+        encap_health: health_value(r.encap),
         transitions: r.transitions.min(u32::MAX as u64) as u32,
         since_ms: r.since_ms,
         removed_at_ms: r.removed_at_ms.unwrap_or(0),
@@ -157,7 +171,6 @@ pub fn control_state_value(r: Option<&ControlRecord>) -> sys::nilb_control_state
 pub fn parse_control_state(bytes: &[u8]) -> Result<Option<ControlRecord>> {
     use sys::nilb_control_admin as a;
     use sys::nilb_control_flags as f;
-    use sys::nilb_control_health as h;
     let v: sys::nilb_control_state = read_struct(bytes)?;
     if v.dip == 0 {
         return Ok(None);
@@ -165,11 +178,8 @@ pub fn parse_control_state(bytes: &[u8]) -> Result<Option<ControlRecord>> {
     let Some(service) = parse_service_key(bytes_of(&v.service))? else {
         return Ok(None);
     };
-    let health = match v.health as u32 {
-        h::NILB_HEALTH_UNKNOWN => RecordHealth::Unknown,
-        h::NILB_HEALTH_UP => RecordHealth::Up,
-        h::NILB_HEALTH_DOWN => RecordHealth::Down,
-        _ => return Ok(None),
+    let (Some(health), Some(encap)) = (health_of(v.health), health_of(v.encap_health)) else {
+        return Ok(None);
     };
     let admin = match v.admin as u32 {
         a::NILB_ADMIN_ACTIVE => RecordAdmin::Active,
@@ -185,6 +195,7 @@ pub fn parse_control_state(bytes: &[u8]) -> Result<Option<ControlRecord>> {
         weight: v.weight,
         admin,
         health,
+        encap,
         first_result_decides: flag(f::NILB_CS_FIRST_DECIDES),
         transitions: v.transitions as u64,
         since_ms: v.since_ms,
@@ -321,6 +332,7 @@ mod tests {
             weight: 300,
             admin: RecordAdmin::Removing,
             health: RecordHealth::Down,
+            encap: RecordHealth::Up,
             first_result_decides: false,
             transitions: 7,
             since_ms: 0,

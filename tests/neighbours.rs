@@ -1,0 +1,129 @@
+//! Stale neighbour entries of the data plane's hops are corrected
+//! (`nilb::neighbours`): in a private network namespace with a veth whose
+//! peer (10.0.0.12) lives in a second namespace, the entry for the peer is
+//! set STALE with a wrong MAC address; one refresh round corrects it within
+//! a second (a broadcast ARP and its answer), and the next round reports the
+//! change. Also shows why a plain `NTF_USE` is not enough: on a STALE entry
+//! it only starts the kernel's DELAY, keeping the wrong MAC. Needs root.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::net::Ipv4Addr;
+use std::time::{Duration, Instant};
+
+use common::{ip, require_root};
+use nilb::neighbours::Refresher;
+use nilb::netlink::{Nud, Rtnl};
+
+const PEER: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 12);
+const WRONG: [u8; 6] = [0x02, 0, 0, 0, 0x0b, 0xad];
+
+/// Run `f` in a thread with a private network namespace holding veth `nn0`
+/// (10.0.0.11/24) whose peer `nn1` (10.0.0.12/24) is in the named namespace
+/// `ns`, which is deleted afterwards.
+fn with_peer(ns: &str, f: impl FnOnce(u32, Vec<u8>) + Send + 'static) {
+    let ns = ns.to_string();
+    let t = std::thread::spawn(move || {
+        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).expect("unshare");
+        ip("link set lo up");
+        ip(&format!("netns add {ns}"));
+        ip(&format!("link add nn0 type veth peer name nn1 netns {ns}"));
+        ip("addr add 10.0.0.11/24 dev nn0");
+        ip("link set nn0 up");
+        ip(&format!("-n {ns} addr add 10.0.0.12/24 dev nn1"));
+        ip(&format!("-n {ns} link set nn1 up"));
+        let peer_mac = mac_in(&ns, "nn1");
+        let ifindex = nix::net::if_::if_nametoindex("nn0").expect("nn0");
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(ifindex, peer_mac)));
+        ip(&format!("netns del {ns}"));
+        if let Err(e) = r {
+            std::panic::resume_unwind(e);
+        }
+    });
+    t.join().expect("test thread");
+}
+
+/// MAC address of `dev` in the named namespace `ns`.
+fn mac_in(ns: &str, dev: &str) -> Vec<u8> {
+    let out = std::process::Command::new("ip")
+        .args(["-n", ns, "-o", "link", "show", dev])
+        .output()
+        .expect("ip link");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mac = text
+        .split_whitespace()
+        .skip_while(|w| *w != "link/ether")
+        .nth(1)
+        .expect("link/ether in ip link output");
+    mac.split(':')
+        .map(|p| u8::from_str_radix(p, 16).expect("MAC"))
+        .collect()
+}
+
+fn entry(ifindex: u32) -> Option<(Nud, Option<Vec<u8>>)> {
+    Rtnl::open()
+        .unwrap()
+        .neighbours(ifindex)
+        .unwrap()
+        .into_iter()
+        .find(|n| n.addr == PEER)
+        .map(|n| (n.state, n.lladdr))
+}
+
+fn set_wrong() {
+    ip("neigh replace 10.0.0.12 lladdr 02:00:00:00:0b:ad dev nn0 nud stale");
+}
+
+#[test]
+fn a_stale_wrong_mac_is_corrected_within_a_second() {
+    require_root!("network namespaces, neighbour entries");
+    with_peer(
+        &format!("nilbneigh{}", std::process::id()),
+        |ifindex, peer_mac| {
+            set_wrong();
+            assert_eq!(
+                entry(ifindex),
+                Some((Nud::Stale, Some(WRONG.to_vec()))),
+                "the dump lists the entry as set"
+            );
+            // NTF_USE alone: the kernel keeps the wrong MAC (DELAY, then unicast
+            // probes to it after delay_first_probe_time).
+            Rtnl::open().unwrap().use_neighbour(ifindex, PEER).unwrap();
+            std::thread::sleep(Duration::from_millis(300));
+            let (state, mac) = entry(ifindex).unwrap();
+            assert_eq!(
+                mac,
+                Some(WRONG.to_vec()),
+                "NTF_USE alone leaves the wrong MAC ({state:?})"
+            );
+
+            set_wrong();
+            let hops: BTreeSet<Ipv4Addr> = [PEER].into();
+            let mut r = Refresher::new(ifindex);
+            let started = Instant::now();
+            r.round(&hops, 100_000);
+            assert_eq!(r.refreshes, 1);
+            let fixed = loop {
+                if let Some((Nud::Reachable, Some(mac))) = entry(ifindex) {
+                    if mac == peer_mac {
+                        break started.elapsed();
+                    }
+                }
+                assert!(
+                    started.elapsed() < Duration::from_secs(2),
+                    "not corrected: {:?}",
+                    entry(ifindex)
+                );
+                std::thread::sleep(Duration::from_millis(10));
+            };
+            println!(
+                "wrong MAC corrected {} ms after the refresh round",
+                fixed.as_millis()
+            );
+            r.round(&hops, 101_000);
+            assert_eq!(r.changed, 1, "the next round reports the changed MAC");
+            assert_eq!(r.refreshes, 1, "a REACHABLE entry is left alone");
+        },
+    );
+}
