@@ -1,12 +1,12 @@
 # shellcheck shell=bash
 # (clockstep) pacing does not follow the wall clock. Pacing for this
-# scenario: one step per 400 ms, 5 % of the buckets (52) per step, so draining
-# node3 (512 buckets) takes about 4 s. Three drains of node3 (`state:
+# scenario: one step per 400 ms, 5 % of the buckets (51) per step, so draining
+# node3 (512 buckets) takes about 4-5 s. Three drains of node3 (`state:
 # drained` + SIGHUP, undone in between): one as a reference, and two during
 # which the machine's wall clock is stepped 1 s after the SIGHUP, by -1 h and
 # by +1 h (`date -s`). Each drain must end (node1's state: node3 0 buckets,
-# no pending moves) within 4 s + 1.5 s of margin of boot time (/proc/uptime,
-# which no clock setting moves) and within 1 s of the reference.
+# no pending moves) within 7 s of boot time (/proc/uptime, which no clock
+# setting moves) and within 1 s of the reference.
 # The wall clock is system-wide: it is stepped back at once after the drain
 # (or after 15 s of polling), and an EXIT/INT/TERM trap puts it back if the
 # scenario is interrupted, so the step lasts a few seconds. Polling while the
@@ -89,7 +89,7 @@ drain_node3() {
 
 scenario_clockstep() {
   local nums="" ok=1 ref interval_before=$RB_MIN_INTERVAL_MS step
-  header "(clockstep) a paced drain of node3 (~4 s) with the wall clock stepped by -1 h and +1 h: it ends as without a step"
+  header "(clockstep) a paced drain of node3 (~4-5 s) with the wall clock stepped by -1 h and +1 h: it ends as without a step"
   need_base clockstep || return
   # shellcheck disable=SC2034 # read by write_config (harness.sh)
   RB_MIN_INTERVAL_MS=400 RB_MAX_STEP_PERCENT=5
@@ -103,7 +103,7 @@ scenario_clockstep() {
   for step in -3600 3600; do
     drain_node3 "$step"
     nums+="wall clock $step s: ${DRAIN_S:-NOT done (node3 at $DRAIN_LEFT buckets after 15 s)}s; "
-    if [[ -z $DRAIN_S || -z $ref ]] || ! awk "BEGIN { d = $DRAIN_S - $ref; exit !($DRAIN_S <= 5.5 && d <= 1.0 && d >= -1.0) }"; then
+    if [[ -z $DRAIN_S || -z $ref ]] || ! awk "BEGIN { d = $DRAIN_S - $ref; exit !($DRAIN_S <= 7.0 && d <= 1.0 && d >= -1.0) }"; then
       ok=0
     fi
   done
