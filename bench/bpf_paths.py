@@ -94,7 +94,7 @@ HELPERS = {1: "map_lookup_elem", 5: "ktime_get_ns", 23: "redirect", 28: "csum_di
            44: "xdp_adjust_head", 50: "skb_adjust_room", 54: "xdp_adjust_meta",
            39: "skb_pull_data", 65: "xdp_adjust_tail", 69: "fib_lookup", 84: "sk_lookup_tcp", 85: "sk_lookup_udp",
            86: "sk_release", 99: "skc_lookup_tcp", 100: "tcp_check_syncookie",
-           152: "redirect_neigh", 160: "ktime_get_coarse_ns"}
+           152: "redirect_neigh", 160: "ktime_get_coarse_ns", 163: "check_mtu"}
 
 
 class Fault(Exception):
@@ -212,9 +212,16 @@ class Run:
             self.mem.write(r[1] + 8, 4, self.mem.read(r[1] + 8, 4) + sx(r[2], 32))
             return 0
         if hid == 69:  # fib_lookup(ctx, params, len, flags)
+            rc = sc.get("fib_rc", 0)
+            if rc == 8:  # BPF_FIB_LKUP_RET_FRAG_NEEDED: mtu_result (union with tot_len)
+                self.mem.write(r[2] + 6, 2, sc.get("fib_mtu", 1500))
+                return rc
             self.mem.write(r[2] + 52, 6, 0x020000000001)
             self.mem.write(r[2] + 58, 6, 0x0200000000AA)
-            return sc.get("fib_rc", 0)
+            return rc
+        if hid == 163:  # check_mtu(ctx, ifindex, *mtu_len, len_diff, flags): fits
+            self.mem.write(r[3], 4, sc.get("dev_mtu", 1500))
+            return 0
         if hid in (84, 85, 99):
             st = sc.get("socket")
             if st is None:
@@ -387,7 +394,8 @@ def gue(flags, sport=41000, hop="10.99.0.13"):
 
 
 def config(node):
-    return struct.pack("<IIHHI", u32(node), 0x5EED1234, struct.unpack("<H", struct.pack(">H", 19523))[0], 0, 0)
+    # node, hash seed, GUE port, icmp_too_big_rate 1000, flags
+    return struct.pack("<IIHHI", u32(node), 0x5EED1234, struct.unpack("<H", struct.pack(">H", 19523))[0], 1000, 0)
 
 
 def skey(port, proto=6):
@@ -409,6 +417,9 @@ SCENARIOS = [
     ("xdp", "vip", "TCP to a VIP, no second hop (XDP_TX)", eth(ipv4("10.99.0.50", VIP, 6, tcp(40000, 80, 0x10))), {}, 3),
     ("xdp", "vip_second_hop", "TCP to a VIP, second hop listed", eth(ipv4("10.99.0.50", VIP, 6, tcp(40000, 80, 0x10))),
      {"tables": {"web": table("10.99.0.14", "10.99.0.11")}}, 3),
+    ("xdp", "vip_too_big", "TCP to a VIP, DF, 1480 bytes, FIB says MTU 1500: ICMP frag-needed (XDP_TX)",
+     eth(ipv4("10.99.0.50", VIP, 6, tcp(40000, 80, 0x10, 1440))),
+     {"fib_rc": 8, "fib_mtu": 1500, "prefill": {"icmp_limit": struct.pack("<QQ", 0, 10**9)}}, 3),
     ("xdp", "non_vip_pass", "UDP to the node's address (not a service): pass", eth(ipv4("10.99.0.50", NODE, 17, udp(40000, 9, bytes(22)))), {}, 2),
     ("xdp", "non_ip_pass", "ARP: pass", bytes.fromhex("ffffffffffff0200000000500806") + bytes(28), {}, 2),
     ("tc", "decap_syn", "GUE, inner SYN: decapsulate", gue(0x02), {}, 0),

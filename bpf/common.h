@@ -43,12 +43,17 @@ static __always_inline void count(__u32 idx)
 }
 
 /* Returns: this node's configuration, or NULL while the daemon has not
- * written it. */
+ * written it (an ARRAY element always exists: unwritten, it is zeros, and
+ * no node has address 0.0.0.0). */
 static __always_inline struct nilb_config *get_config(void)
 {
+	struct nilb_config *cfg;
 	__u32 zero = 0;
 
-	return bpf_map_lookup_elem(&nilb_config, &zero);
+	cfg = bpf_map_lookup_elem(&nilb_config, &zero);
+	if (cfg && !cfg->node_addr)
+		return NULL;
+	return cfg;
 }
 
 /* Returns: non-zero if addr (network order) is a configured VIP. */

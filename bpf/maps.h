@@ -78,11 +78,13 @@ struct {
 	__type(value, struct nilb_backend_stats);
 } backend_stats SEC(".maps");
 
-/* nilb_bucket.first_slot -> the balancer's last FIB answer for that hop.
- * Shared by all CPUs: a racing refresh writes the same answer. Not pinned:
- * a restarted daemon starts with an empty cache. */
+/* nilb_bucket.first_slot -> this CPU's last FIB answer for that hop. Per
+ * CPU: each entry is written only by the CPU that reads it, so no reader
+ * sees half of another CPU's update (a new hop with old MACs). Costs
+ * NILB_MAX_BACKEND_SLOTS * 40 bytes per CPU and one FIB lookup per hop, CPU
+ * and NILB_HOP_CACHE_NS. Not pinned: a restarted daemon starts cold. */
 struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, NILB_MAX_BACKEND_SLOTS);
 	__type(key, __u32);
 	__type(value, struct nilb_hop_cache);
@@ -97,5 +99,14 @@ struct {
 	__type(key, __u32);
 	__type(value, struct nilb_control_state);
 } control_state SEC(".maps");
+
+/* Key 0: this CPU's token bucket for ICMP "fragmentation needed" replies
+ * (nilb_config.icmp_too_big_rate). Not pinned. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct nilb_icmp_limit);
+} icmp_limit SEC(".maps");
 
 #endif /* NILB_MAPS_H */

@@ -12,13 +12,16 @@
  *             rewrite for second chance
  *   icmp.h    ICMP "fragmentation needed" -> the flow it is about
  *   hash.h    the flow hash (twin of src/hash.rs)
+ *   too_big.h the balancer's ICMP "fragmentation needed" reply to packets
+ *             too big for the encapsulation
  *
  * XDP balancer (nilb_xdp_balancer), on nodes that receive VIP traffic:
  *   IPv4 TCP/UDP to a configured (VIP, port, protocol) -> flow hash -> bucket
  *   -> GUE to the bucket's first hop, listing the second hop. ICMP
  *   "fragmentation needed" about a VIP flow is hashed on the embedded flow.
- *   Fragments and malformed packets to a VIP are dropped. Everything else
- *   passes untouched.
+ *   Fragments and malformed packets to a VIP are dropped; packets too big
+ *   for the encapsulation are answered with ICMP "fragmentation needed"
+ *   (DF) or dropped. Everything else passes untouched.
  *
  * TC second chance (nilb_tc_second_chance), clsact ingress on every node:
  *   GUE for this node from a cluster address -> decapsulate if the inner
@@ -29,32 +32,36 @@
 #include "gue.h"
 #include "icmp.h"
 #include "hash.h"
+#include "too_big.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 /* ---- XDP balancer -------------------------------------------------------- */
 
 /* Hand a GUE packet built here to our own TC program (XDP_PASS), marked with
- * NILB_XDP_MARK in the XDP metadata so that TC can tell it from a forged
- * packet claiming this node's address.
- * Returns: XDP_PASS (counted as `counter`), or XDP_DROP if the driver has no
- * room for metadata (counted: C_XDP_DROP_NO_META). */
-static __always_inline int xdp_to_tc(struct xdp_md *ctx, __u32 counter)
+ * struct nilb_xdp_meta so that TC can tell it from a forged packet claiming
+ * this node's address; ifindex: where TC sends it (slow path), 0 for a
+ * local first hop.
+ * Returns: XDP_PASS (not counted: the caller counts the verdict), or
+ * XDP_DROP if the driver has no room for metadata (counted:
+ * C_XDP_DROP_NO_META). */
+static __always_inline int xdp_to_tc(struct xdp_md *ctx, __u32 ifindex)
 {
-	void *data, *meta;
+	struct nilb_xdp_meta *meta;
+	void *data;
 
-	if (bpf_xdp_adjust_meta(ctx, -(int)sizeof(__u32))) {
+	if (bpf_xdp_adjust_meta(ctx, -(int)sizeof(*meta))) {
 		count(C_XDP_DROP_NO_META);
 		return XDP_DROP;
 	}
 	data = (void *)(long)ctx->data;
 	meta = (void *)(long)ctx->data_meta;
-	if (meta + sizeof(__u32) > data) {
+	if ((void *)(meta + 1) > data) {
 		count(C_XDP_DROP_NO_META);
 		return XDP_DROP;
 	}
-	*(__u32 *)meta = NILB_XDP_MARK;
-	count(counter);
+	meta->mark = NILB_XDP_MARK;
+	meta->ifindex = ifindex;
 	return XDP_PASS;
 }
 
@@ -95,24 +102,25 @@ static __always_inline void *xdp_l4_service(const struct iphdr *iph, const __u16
 
 /* The hops a bucket gives a flow. */
 struct xdp_hops {
-	__u32 first;   /* IPv4 network order, non-zero */
-	__u32 second;  /* IPv4 network order; 0: none, or the same as first */
-	__u32 slot;    /* backend slot of (service, first hop) */
+	__u32 first;     /* IPv4 network order, non-zero */
+	__u32 second;    /* IPv4 network order; 0: none (one equal to first is not listed) */
+	__u32 slot;      /* backend slot of (service, first hop) */
+	__u32 overhead;  /* GUE bytes: gue_overhead(1 if second is listed, else 0) */
+	/* The balancer's counters of the first hop (backend_stats[slot]),
+	 * bumped once the packet is on its way; NULL if the slot has none. */
+	struct nilb_backend_stats *stats;
 };
 
 /*
  * Bucket lookup: the bucket `hash` selects in a service's table (its header
- * gives the size), and the balancer's counters of the bucket's first hop
- * (one packet of inner_len L3 bytes; syn: a TCP SYN without ACK).
+ * gives the size).
  * Returns: 0 with *hops filled, or -1 if there is no first hop (counted:
  * C_XDP_DROP_NO_BACKEND, and the service's xdp_drops unless the table has
  * no header).
  */
-static __always_inline int xdp_bucket(void *table, __u32 hash, __u32 inner_len, __u8 syn,
-				      struct xdp_hops *hops)
+static __always_inline int xdp_bucket(void *table, __u32 hash, struct xdp_hops *hops)
 {
 	struct nilb_table_header *hdr;
-	struct nilb_backend_stats *bs;
 	struct nilb_bucket *b;
 	__u32 zero = 0, idx, first, second;
 
@@ -134,14 +142,12 @@ static __always_inline int xdp_bucket(void *table, __u32 hash, __u32 inner_len, 
 	first = b->first_hop;
 	second = b->second_hop;
 	hops->first = first;
-	hops->second = second == first ? 0 : second;
+	if (second == first)
+		second = 0;
+	hops->second = second;
+	hops->overhead = gue_overhead(second ? 1 : 0);
 	hops->slot = b->first_slot;
-	bs = bpf_map_lookup_elem(&backend_stats, &hops->slot);
-	if (bs) {
-		bs->packets++;
-		bs->bytes += inner_len;
-		bs->syns += syn;
-	}
+	hops->stats = bpf_map_lookup_elem(&backend_stats, &hops->slot);
 	return 0;
 }
 
@@ -167,109 +173,193 @@ static __always_inline struct ethhdr *xdp_encap(struct xdp_md *ctx, struct ethhd
 		count(C_XDP_DROP_ADJUST_FAILED);
 		return NULL;
 	}
-	if (bpf_xdp_adjust_head(ctx, -(int)gue_overhead(hops->second ? 1 : 0))) {
+	if (bpf_xdp_adjust_head(ctx, -(int)hops->overhead)) {
 		count(C_XDP_DROP_ADJUST_FAILED);
 		return NULL;
 	}
 	eth = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;
-	/* Outer headers + GUE with one hop + the inner IPv4 header (always
-	 * there after adjust_head succeeded; the verifier needs the check). */
+	/* Outer headers + GUE with one hop + the inner IPv4 header: always
+	 * there after adjust_head succeeded (the inner packet has at least 20
+	 * bytes of IPv4 and 8 of L4, more than the 4 of a hop not listed).
+	 * Only the verifier needs this check; should it ever fail, the drop is
+	 * counted like a failed resize. */
 	if ((void *)eth + sizeof(*eth) + NILB_GUE_BASE_OVERHEAD + 4 * NILB_TX_HOPS +
-		    sizeof(struct iphdr) > data_end)
+		    sizeof(struct iphdr) > data_end) {
+		count(C_XDP_DROP_ADJUST_FAILED);
 		return NULL;
+	}
 	gue_write(eth, cfg, hops->first, hops->second, hash, inner_len);
 	return eth;
 }
 
+/* What the balancer knows of the inner packet when it picks the next hop:
+ * bits of xdp_next_hop's `what`. */
+enum xdp_what {
+	/* A TCP SYN without ACK (a new connection, for backend_stats). */
+	WHAT_SYN = 1,
+	/* An ICMP error balanced like the flow it quotes. */
+	WHAT_ICMP = 2,
+};
+
+/* A packet is on its way: count `counter`, and for its first hop
+ * (backend_stats: only what is sent counts) and, if ICMP, in
+ * C_XDP_ICMP_FORWARDED. inner_len: its L3 bytes; what: enum xdp_what.
+ * Returns: verdict. */
+static __always_inline int xdp_sent(const struct xdp_hops *hops, __u32 inner_len, __u32 what,
+				    __u32 counter, int verdict)
+{
+	struct nilb_backend_stats *bs = hops->stats;
+
+	count(counter);
+	if (bs) {
+		bs->packets++;
+		bs->bytes += inner_len;
+		bs->syns += what & WHAT_SYN;
+	}
+	if (what & WHAT_ICMP)
+		count(C_XDP_ICMP_FORWARDED);
+	return verdict;
+}
+
+/* Does an IPv4 packet of len bytes exceed the MTU of the receiving
+ * interface (the wire our TC sends on: slow path with forwarding off, and
+ * second chance)? Sets *mtu to that MTU if so.
+ * Returns: non-zero if it does. */
+static __always_inline int xdp_wire_too_big(struct xdp_md *ctx, __u32 len, __u32 *mtu)
+{
+	__u32 mtu_len = len;
+
+	if (bpf_check_mtu(ctx, 0, &mtu_len, 0, 0) != BPF_MTU_CHK_RET_FRAG_NEEDED)
+		return 0;
+	*mtu = mtu_len;
+	return 1;
+}
+
 /*
- * Next-hop resolution for an encapsulated packet (eth, out_len L3 bytes) to
- * hops->first: our own TC program if this node is the first hop; else the
- * slot's hop cache entry if it is fresh; else a FIB lookup (which refreshes
- * the entry); without a neighbour entry or with forwarding off, the slow
- * path through our TC program. Packets that go up to TC keep the original
- * MACs (macs); the others get the next hop's.
+ * Next hop of an encapsulated packet (eth; inner_len L3 bytes inside GUE
+ * for hops->first): our own TC program if this node is the first hop; else
+ * this CPU's hop cache entry of the slot if it is fresh; else a FIB lookup
+ * (which refreshes the entry); without a neighbour entry or with forwarding
+ * off, the slow path through our TC program, which sends it out of the
+ * interface the FIB chose (or the receiving one). Packets that go up to TC
+ * keep the client's MACs (macs); the others get the next hop's.
+ *
+ * Every way checks the MTU the packet will meet: the FIB's (route or
+ * interface MTU, checked also before it looks for a neighbour); the
+ * cache's (outer lengths up to max_len fit; longer ones than the MTU the
+ * FIB reported are too big; the common case is one compare); the
+ * receiving interface's where our TC sends it on (forwarding off; a local
+ * first hop with a hop listed, which TC may forward). Too big: xdp_too_big.
+ * Sent packets count for their first hop (backend_stats) and, if ICMP, in
+ * C_XDP_ICMP_FORWARDED; what: enum xdp_what bits.
  * Returns: the XDP verdict (counted).
  */
-static __always_inline int xdp_next_hop(struct xdp_md *ctx, struct ethhdr *eth, __u32 node,
-					const struct xdp_hops *hops, __u32 out_len,
-					const __u8 *macs)
+static __always_inline int xdp_next_hop(struct xdp_md *ctx, struct ethhdr *eth,
+					const struct nilb_config *cfg, const struct xdp_hops *hops,
+					__u32 inner_len, __u32 what, const __u8 *macs)
 {
-	__u32 first = hops->first, slot = hops->slot;
+	__u32 first = hops->first, in = ctx->ingress_ifindex;
+	__u32 overhead = hops->overhead;
+	__u32 out_len = inner_len + overhead;
+	__u32 counter, mtu = 0, out;
 	struct bpf_fib_lookup fib;
 	struct nilb_hop_cache *hc;
+	int verdict;
 	__u64 now;
 
-	if (first == node) {
+	if (first == cfg->node_addr) {
 		/* This node is the first hop: hand the GUE packet to our own TC
 		 * program, which applies second chance like on any backend. */
+		if (hops->second && xdp_wire_too_big(ctx, out_len, &mtu))
+			goto too_big;
 		copy_macs(eth, macs);
-		return xdp_to_tc(ctx, C_XDP_ENCAP_LOCAL);
+		counter = C_XDP_ENCAP_LOCAL;
+		out = 0;
+		goto to_tc;
 	}
 
 	/* Most packets reuse the hop's recent FIB answer: a FIB and
-	 * neighbour lookup costs more than all the rest of the path. Larger
-	 * packets than the answer was checked for ask the FIB again (MTU). */
+	 * neighbour lookup costs more than all the rest of the path. */
 	now = bpf_ktime_get_coarse_ns();
-	hc = bpf_map_lookup_elem(&hop_cache, &slot);
-	if (hc && hc->hop == first && hc->in_ifindex == ctx->ingress_ifindex &&
-	    hc->expires_ns > now && out_len <= hc->max_len) {
-		copy_macs(eth, hc->macs);
-		if (hc->out_ifindex == ctx->ingress_ifindex) {
-			count(C_XDP_ENCAP_TX);
-			return XDP_TX;
+	hc = bpf_map_lookup_elem(&hop_cache, &hops->slot);
+	if (!hc) {
+		/* Slots lie within the map: only the verifier needs this. */
+		count(C_XDP_DROP_NO_ROUTE);
+		return XDP_DROP;
+	}
+	if (hc->hop == first && hc->in_ifindex == in && hc->expires_ns > now) {
+		if (out_len <= hc->max_len)
+			goto wire;
+		if (hc->mtu) {
+			mtu = hc->mtu;
+			goto too_big;
 		}
-		count(C_XDP_ENCAP_REDIRECT);
-		return bpf_redirect(hc->out_ifindex, 0);
 	}
 
 	__builtin_memset(&fib, 0, sizeof(fib));
 	fib.family = AF_INET;
 	fib.l4_protocol = IPPROTO_UDP;
 	fib.tot_len = out_len;
-	fib.ipv4_src = node;
+	fib.ipv4_src = cfg->node_addr;
 	fib.ipv4_dst = first;
-	fib.ifindex = ctx->ingress_ifindex;
+	fib.ifindex = in;
 	switch (bpf_fib_lookup(ctx, &fib, sizeof(fib), 0)) {
 	case BPF_FIB_LKUP_RET_SUCCESS:
-		__builtin_memcpy(eth->h_dest, fib.dmac, ETH_ALEN);
-		__builtin_memcpy(eth->h_source, fib.smac, ETH_ALEN);
-		if (hc) {
-			__u32 max_len = out_len;
-
-			if (hc->hop == first && hc->expires_ns > now && hc->max_len > max_len)
-				max_len = hc->max_len;
-			hc->hop = first;
-			hc->in_ifindex = ctx->ingress_ifindex;
-			hc->out_ifindex = fib.ifindex;
-			hc->max_len = max_len;
-			__builtin_memcpy(hc->macs, fib.dmac, ETH_ALEN);
-			__builtin_memcpy(hc->macs + ETH_ALEN, fib.smac, ETH_ALEN);
-			hc->expires_ns = now + NILB_HOP_CACHE_NS;
-		}
-		if (fib.ifindex == ctx->ingress_ifindex) {
-			count(C_XDP_ENCAP_TX);
-			return XDP_TX;
-		}
-		count(C_XDP_ENCAP_REDIRECT);
-		return bpf_redirect(fib.ifindex, 0);
+		/* A fresh entry for the hop held a smaller max_len (else it had
+		 * answered): this length is the new one. */
+		hc->hop = first;
+		hc->in_ifindex = in;
+		hc->out_ifindex = fib.ifindex;
+		hc->max_len = out_len;
+		hc->mtu = 0;
+		__builtin_memcpy(hc->macs, fib.dmac, ETH_ALEN);
+		__builtin_memcpy(hc->macs + ETH_ALEN, fib.smac, ETH_ALEN);
+		hc->expires_ns = now + NILB_HOP_CACHE_NS;
+		goto wire;
 	case BPF_FIB_LKUP_RET_NO_NEIGH:
-	case BPF_FIB_LKUP_RET_FWD_DISABLED:
 		/* XDP cannot queue a packet while ARP resolves, so the
 		 * encapsulated packet goes up to our TC program, which sends it
-		 * with bpf_redirect_neigh (the kernel resolves and queues). The
-		 * same slow path serves interfaces without forwarding enabled,
-		 * where bpf_fib_lookup refuses to answer (docs/design.md
-		 * "Balancer (XDP)"). */
-		copy_macs(eth, macs);
-		return xdp_to_tc(ctx, C_XDP_ENCAP_SLOW_PATH);
+		 * with bpf_redirect_neigh out of the interface the FIB chose
+		 * (the kernel resolves and queues). The FIB checked the MTU
+		 * before it looked for the neighbour. */
+		out = fib.ifindex;
+		break;
+	case BPF_FIB_LKUP_RET_FWD_DISABLED:
+		/* The FIB refuses to answer on an interface without forwarding
+		 * (docs/design.md "Balancer (XDP)"): the same slow path, out of
+		 * the receiving interface, whose MTU is checked here. */
+		if (xdp_wire_too_big(ctx, out_len, &mtu))
+			goto too_big;
+		out = in;
+		break;
 	case BPF_FIB_LKUP_RET_FRAG_NEEDED:
-		count(C_XDP_DROP_TOO_BIG);
-		return XDP_DROP;
+		/* Longer than the route's MTU: a fresh entry remembers it, so
+		 * that the next such packets are answered without the FIB. */
+		mtu = fib.mtu_result;
+		if (hc->hop == first && hc->in_ifindex == in && hc->expires_ns > now) {
+			hc->mtu = mtu;
+			hc->max_len = mtu;
+		}
+		goto too_big;
 	default:
 		count(C_XDP_DROP_NO_ROUTE);
 		return XDP_DROP;
 	}
+	copy_macs(eth, macs);
+	counter = C_XDP_ENCAP_SLOW_PATH;
+to_tc:
+	if (xdp_to_tc(ctx, out) == XDP_DROP)
+		return XDP_DROP;
+	return xdp_sent(hops, inner_len, what, counter, XDP_PASS);
+wire:
+	copy_macs(eth, hc->macs);
+	if (hc->out_ifindex == in)
+		return xdp_sent(hops, inner_len, what, C_XDP_ENCAP_TX, XDP_TX);
+	verdict = bpf_redirect(hc->out_ifindex, 0);
+	return xdp_sent(hops, inner_len, what, C_XDP_ENCAP_REDIRECT, verdict);
+too_big:
+	return xdp_too_big(ctx, mtu, overhead, what & WHAT_ICMP, macs);
 }
 
 SEC("xdp")
@@ -282,9 +372,8 @@ int nilb_xdp_balancer(struct xdp_md *ctx)
 	struct xdp_hops hops;
 	struct flow4 flow;
 	struct iphdr *iph;
-	__u32 ihl_len, tot_len, frame_len, hash;
+	__u32 ihl_len, tot_len, frame_len, hash, what = 0;
 	__u8 macs[2 * ETH_ALEN];
-	__u8 syn = 0;
 	void *l4, *table;
 
 	if ((void *)(eth + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_IP)) {
@@ -294,6 +383,13 @@ int nilb_xdp_balancer(struct xdp_md *ctx)
 	iph = (void *)(eth + 1);
 	if ((void *)(iph + 1) > data_end) {
 		count(C_XDP_PASS_NON_IP);
+		return XDP_PASS;
+	}
+	/* Without its configuration the balancer does nothing to IPv4, not
+	 * even drop fragments or malformed packets to VIPs. */
+	cfg = get_config();
+	if (!cfg) {
+		count(C_XDP_PASS_NO_CONFIG);
 		return XDP_PASS;
 	}
 	frame_len = data_end - data;
@@ -310,22 +406,19 @@ int nilb_xdp_balancer(struct xdp_md *ctx)
 	}
 	l4 = (void *)iph + ihl_len;
 
-	cfg = get_config();
-	if (!cfg) {
-		count(C_XDP_PASS_NO_CONFIG);
-		return XDP_PASS;
-	}
-
 	/* The L4 header must lie within the frame and within tot_len (not in
 	 * Ethernet padding); a short one is only a VIP's business. */
 	switch (iph->protocol) {
 	case IPPROTO_TCP: {
 		struct tcphdr *th = l4;
 
-		if ((void *)(th + 1) > data_end || ihl_len + sizeof(*th) > tot_len)
+		/* A data offset below 5 words (the byte holding it below 0x50):
+		 * the backend's TC would drop it. */
+		if ((void *)(th + 1) > data_end || ihl_len + sizeof(*th) > tot_len ||
+		    ((__u8 *)th)[12] < 5 << 4)
 			goto malformed;
 		table = xdp_l4_service(iph, l4, IPPROTO_TCP, cfg->hash_seed, &hash);
-		syn = th->syn && !th->ack;
+		what = th->syn && !th->ack ? WHAT_SYN : 0;
 		break;
 	}
 	case IPPROTO_UDP:
@@ -349,20 +442,19 @@ int nilb_xdp_balancer(struct xdp_md *ctx)
 		table = xdp_flow_service(&flow, cfg->hash_seed, &hash);
 		if (!table)
 			goto not_service;
-		count(C_XDP_ICMP_FORWARDED);
+		what = WHAT_ICMP; /* C_XDP_ICMP_FORWARDED once sent */
 		break;
 	default:
 		goto not_service;
 	}
 	if (!table)
 		goto not_service;
-	if (xdp_bucket(table, hash, tot_len, syn, &hops))
+	if (xdp_bucket(table, hash, &hops))
 		return XDP_DROP;
 	eth = xdp_encap(ctx, eth, cfg, &hops, hash, tot_len, frame_len, macs);
 	if (!eth)
 		return XDP_DROP;
-	return xdp_next_hop(ctx, eth, cfg->node_addr, &hops,
-			    tot_len + gue_overhead(hops.second ? 1 : 0), macs);
+	return xdp_next_hop(ctx, eth, cfg, &hops, tot_len, what, macs);
 
 malformed:
 	if (is_vip(iph->daddr)) {
@@ -550,6 +642,18 @@ static __noinline int tc_linearize_headers(struct __sk_buff *skb)
 	return 0;
 }
 
+/* The interface a marked slow-path packet leaves through: the one our XDP
+ * program's FIB lookup chose (struct nilb_xdp_meta), else the receiving one.
+ * Returns: an ifindex. */
+static __always_inline __u32 tc_slow_path_ifindex(struct __sk_buff *skb, void *meta, void *data)
+{
+	struct nilb_xdp_meta *m = meta;
+
+	if ((void *)(m + 1) <= data && m->ifindex)
+		return m->ifindex;
+	return skb->ifindex;
+}
+
 SEC("tc")
 int nilb_tc_second_chance(struct __sk_buff *skb)
 {
@@ -598,8 +702,10 @@ int nilb_tc_second_chance(struct __sk_buff *skb)
 		/* Our own XDP balancer's slow path: GUE from this node to a hop
 		 * whose neighbour entry the FIB lookup could not give. */
 		if (saddr == node && marked && ihl_len == sizeof(*oip)) {
+			__u32 out = tc_slow_path_ifindex(skb, meta, data);
+
 			count(C_TC_SLOW_PATH_SENT);
-			return bpf_redirect_neigh(skb->ifindex, NULL, 0, 0);
+			return bpf_redirect_neigh(out, NULL, 0, 0);
 		}
 		goto pass;
 	}

@@ -41,9 +41,17 @@ enum nilb_wire {
 	NILB_OUTER_TTL = 64,
 	/* How long the balancer reuses a hop's FIB/neighbour answer (ns). */
 	NILB_HOP_CACHE_NS = 250000000,
-	/* XDP metadata (4 bytes before the frame) that marks a GUE packet our
-	 * own XDP program handed to our TC program ("nilb"). */
+	/* First word of the XDP metadata (struct nilb_xdp_meta) that marks a
+	 * GUE packet our own XDP program handed to our TC program ("nilb"). */
 	NILB_XDP_MARK = 0x6e696c62,
+	/* Smallest MTU an IPv4 link may have (RFC 791); the lowest next-hop
+	 * MTU the balancer's ICMP "fragmentation needed" reports. */
+	NILB_MIN_IPV4_MTU = 68,
+	/* Default of cluster.icmp_too_big_rate: ICMP "fragmentation needed"
+	 * replies per second per CPU (and the burst: one second's worth). */
+	NILB_ICMP_TOO_BIG_RATE_DEFAULT = 1000,
+	/* Largest cluster.icmp_too_big_rate (a 16-bit field). */
+	NILB_ICMP_TOO_BIG_RATE_MAX = 65535,
 };
 
 /* Flags in struct nilb_config.flags. */
@@ -68,15 +76,17 @@ enum nilb_counter {
 	C_XDP_ENCAP_REDIRECT,       /* encapsulated, redirected to another interface */
 	C_XDP_ENCAP_LOCAL,          /* first hop is this node: passed to TC locally */
 	C_XDP_ENCAP_SLOW_PATH,      /* neighbour unknown / forwarding off: sent via TC */
-	C_XDP_ICMP_FORWARDED,       /* ICMP frag-needed balanced like the flow it quotes (a verdict is counted too) */
+	C_XDP_ICMP_FORWARDED,       /* ICMP frag-needed sent on like the flow it quotes (a verdict is counted too) */
 	C_XDP_DROP_FRAGMENT,        /* fragment of VIP traffic (no reassembly) */
 	C_XDP_DROP_NO_BACKEND,      /* bucket has no first hop */
 	C_XDP_DROP_MALFORMED,       /* broken IPv4/L4 header addressed to a VIP */
 	C_XDP_DROP_NO_ROUTE,        /* FIB has no route to the hop */
-	C_XDP_DROP_TOO_BIG,         /* packet + GUE exceeds the egress MTU */
-	C_XDP_DROP_ADJUST_FAILED,   /* bpf_xdp_adjust_head/tail failed */
+	C_XDP_DROP_TOO_BIG,         /* packet + GUE exceeds the MTU, no ICMP reply (no DF, ICMP error, source not unicast): dropped */
+	C_XDP_DROP_ADJUST_FAILED,   /* bpf_xdp_adjust_head/tail failed (or the resized frame is short: never seen) */
 	C_XDP_DROP_NO_META,         /* driver lacks XDP metadata: local/slow path impossible */
-	C_XDP_PASS_NO_CONFIG,       /* config map empty (daemon not ready): passed */
+	C_XDP_PASS_NO_CONFIG,       /* config map empty (daemon not ready): every IPv4 packet passed */
+	C_XDP_ICMP_TOO_BIG,         /* DF packet + GUE exceeds the MTU: ICMP frag-needed sent back from the VIP */
+	C_XDP_DROP_TOO_BIG_LIMITED, /* DF packet too big, its ICMP reply over icmp_too_big_rate: dropped */
 	/* TC second chance */
 	C_TC_PASS_OTHER,            /* not GUE addressed to this node: passed untouched */
 	C_TC_DECAP_SYN,             /* TCP SYN: accepted (new connection) */
@@ -137,7 +147,10 @@ struct nilb_config {
 	__u32 node_addr;   /* this node's IPv4 address (outer source, "me") */
 	__u32 hash_seed;   /* cluster.hash_seed (host order) */
 	__u16 gue_port;    /* network order */
-	__u16 pad;
+	/* cluster.icmp_too_big_rate: ICMP "fragmentation needed" replies per
+	 * second per CPU, also the burst; 0: never reply. (Was padding: the
+	 * layout, and so the pinned map, is unchanged.) */
+	__u16 icmp_too_big_rate;
 	__u32 flags;       /* enum nilb_config_flags */
 	/* One's complement sum (not folded) of the outer IPv4 header's constant
 	 * 16-bit words as they sit in memory: version/IHL/TOS, ID, DF, TTL and
@@ -163,18 +176,37 @@ struct nilb_backend_stats {
 	__u64 syns;      /* TCP SYN without ACK among them (new connections) */
 };
 
-/* Value of the `hop_cache` map (ARRAY, key backend slot): the balancer's
- * recent bpf_fib_lookup answer for the slot's hop, so that most packets skip
- * the FIB and neighbour lookup. Entries expire after NILB_HOP_CACHE_NS and
- * are checked against the hop and the ingress interface. */
+/* Value of the `hop_cache` map (PERCPU_ARRAY, key backend slot): this
+ * CPU's recent bpf_fib_lookup answer for the slot's hop, so that most
+ * packets skip the FIB and neighbour lookup. Per CPU so that an entry is
+ * only ever written by the CPU that reads it (never torn). Entries expire
+ * after NILB_HOP_CACHE_NS and are checked against the hop and the ingress
+ * interface. */
 struct nilb_hop_cache {
 	__u64 expires_ns;   /* bpf_ktime_get_coarse_ns() deadline */
 	__u32 hop;          /* IPv4 network order this answer is for */
 	__u32 in_ifindex;   /* interface the packets came in on */
 	__u32 out_ifindex;  /* interface the FIB chose */
-	__u32 max_len;      /* largest outer length the FIB accepted (MTU) */
+	__u32 max_len;      /* outer lengths up to this are known to fit */
 	__u8 macs[12];      /* destination then source MAC, as in Ethernet */
-	__u32 pad;
+	__u32 mtu;          /* the route's MTU once the FIB reported it (too
+			     * big), then also max_len; 0: not known */
+};
+
+/* XDP metadata in front of a frame the balancer hands to its own TC
+ * program (XDP_PASS): this node is the first hop, or the slow path. */
+struct nilb_xdp_meta {
+	__u32 mark;      /* NILB_XDP_MARK */
+	__u32 ifindex;   /* slow path: interface TC sends it out of (the one
+			  * the FIB chose); 0 for a local first hop */
+};
+
+/* Value of the `icmp_limit` map (PERCPU_ARRAY, key 0): the token bucket of
+ * the balancer's ICMP "fragmentation needed" replies on this CPU. */
+struct nilb_icmp_limit {
+	__u64 last_ns;     /* bpf_ktime_get_ns() of the last update */
+	__u64 credit_ns;   /* saved credit, at most one second; a reply costs
+			    * 1e9 / icmp_too_big_rate ns of it */
 };
 
 /* Value of the `cluster_nodes` and `vips` maps (HASH, key IPv4 __u32). */

@@ -14,7 +14,9 @@ Usage (inside a node namespace):
 Binds 0.0.0.0 by default, so both the VIP (held on lo) and the node address
 answer.  Keep-alive is supported (HTTP/1.1, Content-Length on every reply);
 idle connections are closed after --idle-timeout seconds.  GET and HEAD on any
-path work; /healthz answers "ok" for future health checks.  Request logging is
+path work; /healthz answers "ok" for future health checks.  POST reads its
+Content-Length body (uploads, harness scenario mtu) and answers like GET, with
+"X-Received: <bytes>".  Request logging is
 off; one line per listener is printed at start ("listening on ...") so a
 harness can wait for it.  SIGTERM (and SIGINT unless it was ignored at start)
 stops the server and exits 0.
@@ -50,7 +52,7 @@ def make_handler(name, idle_timeout):
         sys_version = ""
         timeout = idle_timeout  # idle keep-alive connections are closed after this
 
-        def _reply(self, send_body):
+        def _reply(self, send_body, received=None):
             if self.path.split("?", 1)[0] == "/healthz":
                 payload = b"ok\n"
             else:
@@ -59,6 +61,8 @@ def make_handler(name, idle_timeout):
             self.send_header("Content-Type", "text/plain")
             self.send_header("Content-Length", str(len(payload)))
             self.send_header("X-Backend", name)
+            if received is not None:
+                self.send_header("X-Received", str(received))
             self.end_headers()
             if send_body:
                 self.wfile.write(payload)
@@ -68,6 +72,18 @@ def make_handler(name, idle_timeout):
 
         def do_HEAD(self):  # noqa: N802
             self._reply(False)
+
+        def do_POST(self):  # noqa: N802
+            left = int(self.headers.get("Content-Length") or 0)
+            received = 0
+            while left > 0:
+                chunk = self.rfile.read(min(left, 65536))
+                if not chunk:
+                    self.close_connection = True
+                    return
+                received += len(chunk)
+                left -= len(chunk)
+            self._reply(True, received)
 
         def log_message(self, fmt, *args):  # quiet
             pass

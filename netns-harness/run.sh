@@ -30,6 +30,9 @@
 #      node3's nilb restarts
 #   neigh  node1's neighbour entry for node3 set STALE with a wrong MAC (node3 silent,
 #      health checks off): nilb re-resolves it; connections to node3 recover within 5 s
+#   mtu 1500-byte wire between the nodes: 30 uploads of 100 KB whose first hop is
+#      remote complete (ICMP "fragmentation needed" from the VIP), with node1's
+#      forwarding on (XDP fast path) and off (slow path); the client learns the PMTU
 #   restart fail-static: node1's nilb SIGKILLed, then stopped with --keep-dataplane
 #      (an upgrade); traffic flows in the gaps, the restarted daemon adopts the
 #      pinned maps, no bucket moves, 30 held connections see no reset
@@ -54,7 +57,7 @@
 # backend up, nilb running everywhere, node1's table settled) and leaves it behind
 # (e leaves the daemons stopped; a later scenario starts them again), so any
 # scenario runs alone or in any order.
-# Default: all, in the order a b c d h1 h2 h3 h4 h5 h6 spoof encap-check neigh restart
+# Default: all, in the order a b c d h1 h2 h3 h4 h5 h6 spoof mtu encap-check neigh restart
 # downrestart removerestart offlinecheck drainedfallback panic xdpfail clockstep dw e.
 # SCENARIO... run in the order given; --only LIST (comma-separated) runs a subset in
 # the default order. "health" means h1,h2,h3,h4,h5,h6, "all" everything.
@@ -102,8 +105,8 @@ source "$HERE/harness.sh"
 
 usage() { sed -n '2,/^# shellcheck disable/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 
-ALL_SCENARIOS=(a b c d h1 h2 h3 h4 h5 h6 spoof encap-check neigh restart downrestart removerestart
-  offlinecheck drainedfallback panic xdpfail clockstep dw e)
+ALL_SCENARIOS=(a b c d h1 h2 h3 h4 h5 h6 spoof mtu encap-check neigh restart downrestart
+  removerestart offlinecheck drainedfallback panic xdpfail clockstep dw e)
 HEALTH_SCENARIOS=(h1 h2 h3 h4 h5 h6)
 for f in "$HERE"/scenarios/*.sh; do
   # shellcheck source=/dev/null

@@ -17,3 +17,8 @@ pub const MAX_TABLE_SIZE: u32 = l::NILB_MAX_TABLE_SIZE;
 pub const MAX_BACKEND_SLOTS: u32 = l::NILB_MAX_BACKEND_SLOTS;
 /// Bytes added by GUE with one listed hop (outer IPv4 + UDP + GUE + hop).
 pub const GUE_OVERHEAD: u32 = nilb_wire::NILB_GUE_BASE_OVERHEAD + 4;
+/// Default ICMP "fragmentation needed" replies per second per CPU
+/// (`cluster.icmp_too_big_rate`).
+pub const ICMP_TOO_BIG_RATE_DEFAULT: u16 = nilb_wire::NILB_ICMP_TOO_BIG_RATE_DEFAULT as u16;
+/// Largest `cluster.icmp_too_big_rate`: the data plane keeps 16 bits.
+pub const ICMP_TOO_BIG_RATE_MAX: u32 = nilb_wire::NILB_ICMP_TOO_BIG_RATE_MAX;

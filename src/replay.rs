@@ -58,11 +58,29 @@ pub struct Replayed {
     pub verdict: u32,
     /// The frame after the program ran (without XDP metadata).
     pub output: Vec<u8>,
-    /// XDP metadata the program left in front of the frame (nilb's mark on
-    /// packets handed to TC); empty for TC and for other XDP results.
+    /// XDP metadata the program left in front of the frame (nilb's mark and
+    /// egress ifindex on packets handed to TC); empty for TC and for other
+    /// XDP results.
     pub meta: Vec<u8>,
     /// Counters this packet moved, by name.
     pub counters: Vec<(&'static str, u64)>,
+}
+
+/// The report's note on XDP metadata: nilb's (`struct nilb_xdp_meta`:
+/// mark, then the interface TC sends a slow-path packet out of, 0 for a
+/// local first hop) or anything else by its length.
+fn describe_meta(meta: &[u8]) -> String {
+    let word = |i: usize| u32::from_ne_bytes(meta[i..i + 4].try_into().expect("4 bytes"));
+    match meta.len() {
+        0 => String::new(),
+        8 if word(0) == NILB_XDP_MARK => match word(4) {
+            0 => " [XDP metadata: nilb mark, handed to TC on this node]".to_string(),
+            ifindex => format!(
+                " [XDP metadata: nilb mark, slow path: TC sends it out of ifindex {ifindex}]"
+            ),
+        },
+        n => format!(" [XDP metadata: {n} bytes]"),
+    }
 }
 
 /// Whether a verdict drops the packet.
@@ -184,13 +202,7 @@ pub fn replay(
                 counted.join(", ")
             )?;
         } else {
-            let meta = match meta.as_slice() {
-                [] => String::new(),
-                m if m == NILB_XDP_MARK.to_ne_bytes() => {
-                    " [XDP metadata: nilb mark, handed to TC on this node]".to_string()
-                }
-                m => format!(" [XDP metadata: {} bytes]", m.len()),
-            };
+            let meta = describe_meta(&meta);
             writeln!(
                 report,
                 "   -> {} ({}){meta} out {} bytes: {}",

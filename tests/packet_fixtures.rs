@@ -495,7 +495,7 @@ fn xdp_unknown_neighbour_takes_the_tc_slow_path() {
     assert_eq!(deltas, vec![("xdp_encap_slow_path", 1)]);
     let sport = sport_of(CLIENT, VIP, 40000, 80, IPPROTO_TCP);
     let want = encapsulated(net.mac, CLIENT_MAC, b14, &[], sport, &inner);
-    assert_bytes("slow path", &out, &marked(&want));
+    assert_bytes("slow path", &out, &marked_via(net.ifindex, &want));
     // Unmarked, the same frame is not relayed: TC is no open relay for
     // packets that merely claim this node's address.
     let ((v, out), deltas) = l.counted(|| l.dp.run_tc(&want, net.ifindex).unwrap());

@@ -122,9 +122,8 @@ fn replay_xdp_local_first_hop_writes_the_frame_without_metadata() {
     assert_eq!(results[0].counters, vec![("xdp_encap_local", 1)]);
     assert_eq!(
         results[0].meta,
-        nilb::dataplane::abi::sys::nilb_wire::NILB_XDP_MARK
-            .to_ne_bytes()
-            .to_vec()
+        marked(&[]),
+        "nilb's mark, egress ifindex 0"
     );
     assert!(
         report.contains(

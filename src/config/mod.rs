@@ -49,6 +49,8 @@ use validate::Validator;
 
 /// GUE UDP port when `cluster.gue_port` is absent (glb-director's).
 pub const DEFAULT_GUE_PORT: u16 = 19523;
+/// `cluster.icmp_too_big_rate` when absent: replies per second per CPU.
+pub const DEFAULT_ICMP_TOO_BIG_RATE: u16 = crate::limits::ICMP_TOO_BIG_RATE_DEFAULT;
 /// Buckets per service when neither the service nor `defaults` say.
 pub const DEFAULT_TABLE_SIZE: u32 = 4096;
 /// Smallest table a service may have.

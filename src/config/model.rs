@@ -194,6 +194,10 @@ pub struct Cluster {
     pub gue_port: u16,
     /// Last-hop policy for unknown flows.
     pub unknown_flow: UnknownFlow,
+    /// ICMP "fragmentation needed" replies a balancer sends per second and
+    /// CPU to packets too big for the encapsulation (also the burst); 0:
+    /// none, such packets are only dropped.
+    pub icmp_too_big_rate: u16,
 }
 
 /// One (VIP, port, protocol) with its backends.

@@ -27,6 +27,7 @@ pub(super) struct RawCluster {
     pub(super) gue_port: Option<u32>,
     #[serde(default)]
     pub(super) unknown_flow: UnknownFlow,
+    pub(super) icmp_too_big_rate: Option<u32>,
 }
 
 #[derive(Deserialize, Default)]

@@ -240,6 +240,21 @@ fn empty_service_list_is_valid() {
     assert!(c.services.is_empty());
     assert_eq!(c.cluster.gue_port, DEFAULT_GUE_PORT);
     assert_eq!(c.cluster.hash_seed, 0);
+    assert_eq!(c.cluster.icmp_too_big_rate, 1000);
+}
+
+#[test]
+fn icmp_too_big_rate_is_16_bits() {
+    let rate = |v: &str| {
+        Config::parse(&format!(
+            "version: 1\ncluster: {{balancers: [10.0.0.1], icmp_too_big_rate: {v}}}\n"
+        ))
+        .map(|c| c.cluster.icmp_too_big_rate)
+    };
+    assert_eq!(rate("0").unwrap(), 0);
+    assert_eq!(rate("65535").unwrap(), 65535);
+    let e = rate("65536").unwrap_err();
+    assert_eq!(e.problems[0].path, "cluster.icmp_too_big_rate", "{e:?}");
 }
 
 #[test]

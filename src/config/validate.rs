@@ -15,9 +15,9 @@ use super::raw::{
     RawNone, RawRebalance, RawService, RawTcp, RawTiming,
 };
 use super::{
-    Position, Problem, DEFAULT_GUE_PORT, DEFAULT_INTERVAL_MS, DEFAULT_PANIC_THRESHOLD_PERCENT,
-    DEFAULT_RISE_FALL, DEFAULT_TABLE_SIZE, DEFAULT_TIMEOUT_MS, DEFAULT_WEIGHT, MAX_TOTAL_BUCKETS,
-    MIN_BUCKETS_PER_BACKEND, MIN_INTERVAL_MS, MIN_TABLE_SIZE,
+    Position, Problem, DEFAULT_GUE_PORT, DEFAULT_ICMP_TOO_BIG_RATE, DEFAULT_INTERVAL_MS,
+    DEFAULT_PANIC_THRESHOLD_PERCENT, DEFAULT_RISE_FALL, DEFAULT_TABLE_SIZE, DEFAULT_TIMEOUT_MS,
+    DEFAULT_WEIGHT, MAX_TOTAL_BUCKETS, MIN_BUCKETS_PER_BACKEND, MIN_INTERVAL_MS, MIN_TABLE_SIZE,
 };
 use crate::limits;
 use crate::types::Protocol;
@@ -536,11 +536,26 @@ impl Validator {
             Some(p) => self.port("cluster.gue_port", p),
             None => DEFAULT_GUE_PORT,
         };
+        let icmp_too_big_rate = match raw.icmp_too_big_rate {
+            Some(r) if r > limits::ICMP_TOO_BIG_RATE_MAX => {
+                let max = limits::ICMP_TOO_BIG_RATE_MAX;
+                self.report(
+                    "cluster.icmp_too_big_rate",
+                    format!(
+                        "{r} replies per second is more than {max} (per CPU; 0 turns the replies off)"
+                    ),
+                );
+                0
+            }
+            Some(r) => r as u16,
+            None => DEFAULT_ICMP_TOO_BIG_RATE,
+        };
         Cluster {
             hash_seed: raw.hash_seed,
             balancers,
             gue_port,
             unknown_flow: raw.unknown_flow,
+            icmp_too_big_rate,
         }
     }
 

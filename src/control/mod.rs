@@ -297,8 +297,9 @@ pub struct Plan {
     /// Services no longer configured ([`ControlPlane::apply`] removes every
     /// installed service the state does not know, these included).
     pub remove: Vec<ServiceKey>,
-    /// Node settings changed (hash seed, GUE port, unknown_flow): only then
-    /// does [`ControlPlane::apply`] write `nilb_config`.
+    /// Node settings changed (hash seed, GUE port, unknown_flow,
+    /// icmp_too_big_rate): only then does [`ControlPlane::apply`] write
+    /// `nilb_config`.
     pub settings_changed: bool,
     /// Services whose mode changed, with the new mode.
     pub mode_changed: Vec<(ServiceKey, Mode)>,
@@ -469,7 +470,8 @@ impl ControlPlane {
         let mut plan = Plan {
             settings_changed: config.cluster.hash_seed != self.config.cluster.hash_seed
                 || config.cluster.gue_port != self.config.cluster.gue_port
-                || config.cluster.unknown_flow != self.config.cluster.unknown_flow,
+                || config.cluster.unknown_flow != self.config.cluster.unknown_flow
+                || config.cluster.icmp_too_big_rate != self.config.cluster.icmp_too_big_rate,
             ..Plan::default()
         };
         let records_before = self.records();
@@ -1052,6 +1054,7 @@ impl ControlPlane {
             hash_seed: self.config.cluster.hash_seed,
             gue_port: self.config.cluster.gue_port,
             unknown_flow_local: self.config.cluster.unknown_flow == UnknownFlow::Local,
+            icmp_too_big_rate: self.config.cluster.icmp_too_big_rate,
         }
     }
 }

@@ -11,15 +11,17 @@
 //!   second hop, the first hop's `backend_stats` slot, when it last moved);
 //! - `cluster_nodes`, `vips`: address sets (who may send GUE; which
 //!   addresses are VIPs);
-//! - `nilb_config`: this node's address, the hash seed, the GUE port, flags
-//!   and the outer checksum base;
+//! - `nilb_config`: this node's address, the hash seed, the GUE port, the
+//!   ICMP too-big rate, flags and the outer checksum base;
 //! - `counters` (per-CPU, one per event), `service_stats` (per-CPU, by
 //!   service index), `backend_stats` (per-CPU, by (service, backend) slot);
 //! - `control_state`: the control plane's own state per (service, backend)
 //!   slot (health verdict, administrative state, removal times), pinned so
 //!   a restarted daemon keeps it; the programs never read it;
 //! - `hop_cache`: the XDP program's cached FIB and neighbour answer per
-//!   backend slot (not pinned, not written from user space).
+//!   backend slot and CPU, and `icmp_limit`: its per-CPU token bucket for
+//!   ICMP "fragmentation needed" replies (neither pinned nor written from
+//!   user space).
 //!
 //! A service's table is replaced by building a complete new inner array and
 //! swapping it into the outer map in one update, so the programs never see an
@@ -490,7 +492,8 @@ impl<'obj> Dataplane<'obj> {
     }
 
     /// Run the XDP program on one frame, with the XDP metadata (nilb's mark
-    /// on packets handed to TC) split off the resulting frame.
+    /// and egress ifindex on packets handed to TC) split off the resulting
+    /// frame.
     pub fn run_xdp_split(&self, frame: &[u8], ingress_ifindex: u32) -> Result<abi::XdpRun> {
         abi::test_run_xdp_split(&self.skel.progs.nilb_xdp_balancer, frame, ingress_ifindex)
     }
@@ -509,7 +512,7 @@ impl DataplaneOps for Dataplane<'_> {
         } else {
             0
         };
-        let v = abi::config_value(s.node, s.hash_seed, s.gue_port, flags);
+        let v = abi::config_value(s.node, s.hash_seed, s.gue_port, flags, s.icmp_too_big_rate);
         self.skel
             .maps
             .nilb_config

@@ -24,6 +24,9 @@ pub struct NodeSettings {
     pub gue_port: u16,
     /// `cluster.unknown_flow: local`.
     pub unknown_flow_local: bool,
+    /// `cluster.icmp_too_big_rate`: ICMP "fragmentation needed" replies
+    /// per second per CPU.
+    pub icmp_too_big_rate: u16,
 }
 
 /// Health verdict as kept in a [`ControlRecord`].

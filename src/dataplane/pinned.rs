@@ -104,6 +104,7 @@ impl PinnedMaps {
             gue_port: u16::from_be(c.gue_port),
             unknown_flow_local: c.flags & abi::sys::nilb_config_flags::NILB_F_UNKNOWN_FLOW_LOCAL
                 != 0,
+            icmp_too_big_rate: c.icmp_too_big_rate,
         })
     }
 

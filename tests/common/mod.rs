@@ -72,7 +72,8 @@ pub const CLIENT_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
 pub const GUE_PORT: u16 = 19523;
 /// `cluster.hash_seed` of the test configurations.
 pub const HASH_SEED: u32 = 0x5eed1234;
-/// `NILB_XDP_MARK` of bpf/nilb.h ("nilb"), in the 4 bytes of XDP metadata.
+/// `NILB_XDP_MARK` of bpf/nilb.h ("nilb"), the first 4 bytes of nilb's XDP
+/// metadata.
 pub const MARK: u32 = 0x6e69_6c62;
 
 /// A private network namespace for the calling thread: veth `nt0` (this
@@ -363,12 +364,61 @@ pub fn encapsulated(
     f
 }
 
-/// What XDP test runs return for packets handed to TC: nilb's 4-byte mark
-/// in the metadata, then the frame.
+/// What XDP test runs return for a local first hop's packet: nilb's XDP
+/// metadata (`struct nilb_xdp_meta`: the mark, then egress ifindex 0), then
+/// the frame.
 pub fn marked(frame: &[u8]) -> Vec<u8> {
+    marked_via(0, frame)
+}
+
+/// What XDP test runs return for a slow-path packet our TC must send out of
+/// `ifindex`: the mark and that ifindex in the metadata, then the frame.
+pub fn marked_via(ifindex: u32, frame: &[u8]) -> Vec<u8> {
     let mut v = MARK.to_ne_bytes().to_vec();
+    v.extend_from_slice(&ifindex.to_ne_bytes());
     v.extend_from_slice(frame);
     v
+}
+
+/// Pin the calling thread to `cpu`, so that per-CPU state of the programs
+/// (hop cache, ICMP rate limit) is the same one across test runs. Returns
+/// false if that CPU is not available.
+pub fn pin_to_cpu(cpu: usize) -> bool {
+    let mut set = nix::sched::CpuSet::new();
+    if set.set(cpu).is_err() {
+        return false;
+    }
+    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).is_ok()
+}
+
+/// The ICMP "fragmentation needed" (type 3, code 4) the balancer must send
+/// back for the client frame `frame` with next-hop MTU `mtu`, as
+/// docs/design.md "Balancer (XDP)" specifies: MACs swapped; IPv4 header of
+/// 20 bytes (TOS 0xc0, ID 0, DF, TTL 64, protocol 1) from the packet's
+/// destination (the VIP) to its source; ICMP with the MTU in its second
+/// word, quoting the packet's IPv4 header (options included) and the first
+/// 8 bytes after it.
+pub fn icmp_frag_needed_reply(frame: &[u8], mtu: u16) -> Vec<u8> {
+    let ip = &frame[14..];
+    let ihl = (ip[0] & 15) as usize * 4;
+    let mut icmp = vec![3, 4, 0, 0, 0, 0];
+    icmp.extend_from_slice(&mtu.to_be_bytes());
+    icmp.extend_from_slice(&ip[..ihl + 8]);
+    let c = csum(&icmp);
+    icmp[2..4].copy_from_slice(&c.to_be_bytes());
+    let mut h = vec![0x45, 0xc0];
+    h.extend_from_slice(&((20 + icmp.len()) as u16).to_be_bytes());
+    h.extend_from_slice(&[0, 0, 0x40, 0, 64, 1, 0, 0]);
+    h.extend_from_slice(&ip[16..20]);
+    h.extend_from_slice(&ip[12..16]);
+    let c = csum(&h);
+    h[10..12].copy_from_slice(&c.to_be_bytes());
+    let mut f = frame[6..12].to_vec();
+    f.extend_from_slice(&frame[0..6]);
+    f.extend_from_slice(&[0x08, 0x00]);
+    f.extend_from_slice(&h);
+    f.extend_from_slice(&icmp);
+    f
 }
 
 /// A loaded data plane with its control state.

@@ -8,7 +8,8 @@ use super::*;
 /// Services: web (TCP VIP:80, six backends reaching every XDP verdict: this
 /// node, two neighbours, one without neighbour entry, one behind nt2, one
 /// without route), dns (UDP VIP:53), empty (no backend), alt-dns, wild.
-/// `drained`: the reload that gives buckets a second hop.
+/// `drained`: the reload that gives buckets a second hop. ICMP "too big"
+/// replies at 65535 per second per CPU: a run never meets the limit.
 pub fn fuzz_config(unknown_flow: &str, drained: bool) -> String {
     let (s13, s12) = if drained {
         ("drained", "drained")
@@ -21,6 +22,7 @@ cluster:
   hash_seed: {HASH_SEED:#x}
   balancers: [10.0.0.11]
   unknown_flow: {unknown_flow}
+  icmp_too_big_rate: 65535
 defaults:
   rebalance: {{min_interval_ms: 0, max_step_percent: 100, min_bucket_age_ms: 0}}
 services:
@@ -95,13 +97,15 @@ pub fn setup() -> Env {
     ip("link set nt3 up");
     ip("neigh replace 10.1.0.5 lladdr 02:00:00:00:01:05 dev nt2 nud permanent");
     let nt2_mac = mac_from_ip_link("nt2");
+    let nt2 = (nt2_mac, nix::net::if_::if_nametoindex("nt2").unwrap());
+    let nt0 = (net.mac, net.ifindex);
 
     let mut a = load(&fuzz_config("drop", false), NODE);
     a.reload(&fuzz_config("drop", true), NODE);
     let mut b = load(&fuzz_config("local", false), NODE);
     b.reload(&fuzz_config("local", true), NODE);
-    let wa = World::new(&a, net.mac, nt2_mac, false);
-    let wb = World::new(&b, net.mac, nt2_mac, true);
+    let wa = World::new(&a, nt0, nt2, false);
+    let wb = World::new(&b, nt0, nt2, true);
     // The reload must have produced buckets with a second hop.
     assert!(
         wa.services[&(VIP, 80, IPPROTO_TCP)]

@@ -11,7 +11,10 @@
 //!   reference parser calls malformed is encapsulated (XDP), decapsulated or
 //!   forwarded (TC); TC passes a frame untouched only when it is not GUE for
 //!   this node; every run moves exactly one verdict counter by one (XDP may
-//!   also move `xdp_icmp_forwarded`);
+//!   also move `xdp_icmp_forwarded`, only with a verdict that sent it); an
+//!   ICMP "fragmentation needed" the balancer sends back is well-formed,
+//!   from the VIP, quotes the packet, and answers only a DF packet that does
+//!   not fit the wire with GUE;
 //! - the model: the exact verdict, counters and output bytes the reference
 //!   predicts (encapsulation byte for byte, decapsulation, second-chance
 //!   rewrite), and at the end of each worker the per-service and per-backend
@@ -427,6 +430,8 @@ fn fuzz(prog: Prog) {
         "xdp_drop_malformed",
         "xdp_drop_no_route",
         "xdp_drop_too_big",
+        "xdp_icmp_too_big",
+        "xdp_drop_too_big_limited",
         "tc_pass_other",
         "tc_decap_syn",
         "tc_decap_established",
@@ -647,4 +652,29 @@ fn checker_flags_tampered_results() {
     let mut fwd = r.1.clone();
     fwd[33] ^= 1;
     assert!(!check(Prog::Tc, w, &good, r.0, &fwd, &d).bad.is_empty());
+
+    // ICMP "fragmentation needed" for a DF packet too big for the wire: the
+    // real reply passes; a wrong MTU, a reply to the same packet without
+    // DF, or to one that fits, is flagged as a hard violation.
+    let big = |frag: u16, tot: usize| {
+        let t = tcp(50001, 80, ACK, &vec![0x55; tot - 40]);
+        let mut p = ipv4(CLIENT, VIP, IPPROTO_TCP, t.len(), frag, &[]);
+        p.extend_from_slice(&t);
+        client_frame(mac, &p)
+    };
+    let (df, plain) = (big(0x4000, 1480), big(0, 1480));
+    let (r, d) = env
+        .a
+        .counted(|| env.a.dp.run_xdp(&df, env.ifindex).unwrap());
+    assert_eq!((r.0, &d[..]), (XDP_TX, &[("xdp_icmp_too_big", 1)][..]));
+    assert!(check(Prog::Xdp, w, &df, r.0, &r.1, &d).bad.is_empty());
+    let mut wrong_mtu = r.1.clone();
+    wrong_mtu[14 + 20 + 7] ^= 1;
+    let bad = check(Prog::Xdp, w, &df, r.0, &wrong_mtu, &d).bad;
+    assert!(bad.iter().any(|b| b.contains("bad ICMP reply")), "{bad:?}");
+    let bad = check(Prog::Xdp, w, &plain, r.0, &r.1, &d).bad;
+    assert!(bad.iter().any(|b| b.contains("without DF")), "{bad:?}");
+    let small = big(0x4000, 1400);
+    let bad = check(Prog::Xdp, w, &small, r.0, &r.1, &d).bad;
+    assert!(bad.iter().any(|b| b.contains("fits")), "{bad:?}");
 }

@@ -18,6 +18,9 @@ pub struct Svc {
 pub struct World {
     pub nt0_mac: [u8; 6],
     pub nt2_mac: [u8; 6],
+    /// Interface indexes of nt0 (where frames come in) and nt2.
+    pub nt0_ifindex: u32,
+    pub nt2_ifindex: u32,
     pub services: HashMap<(Ipv4Addr, u16, u8), Svc>,
     pub vips: HashSet<Ipv4Addr>,
     pub cluster: HashSet<Ipv4Addr>,
@@ -27,12 +30,13 @@ pub struct World {
 pub enum Route {
     Tx([u8; 6]),
     Redirect([u8; 6]),
-    NoNeigh,
+    /// On-link through the interface with this ifindex, no neighbour entry.
+    NoNeigh(u32),
     Unroutable,
 }
 
 impl World {
-    pub fn new(l: &Loaded, nt0_mac: [u8; 6], nt2_mac: [u8; 6], unknown_local: bool) -> World {
+    pub fn new(l: &Loaded, nt0: ([u8; 6], u32), nt2: ([u8; 6], u32), unknown_local: bool) -> World {
         let mut services = HashMap::new();
         for (k, t) in l.dp.live_tables().expect("live tables") {
             services.insert(
@@ -46,8 +50,10 @@ impl World {
         }
         let cfg = l.cp.config();
         World {
-            nt0_mac,
-            nt2_mac,
+            nt0_mac: nt0.0,
+            nt2_mac: nt2.0,
+            nt0_ifindex: nt0.1,
+            nt2_ifindex: nt2.1,
             services,
             vips: cfg.vips().into_iter().collect(),
             cluster: cfg.cluster_addresses().into_iter().collect(),
@@ -66,9 +72,9 @@ impl World {
         match (o[0], o[1], o[2], o[3]) {
             (10, 0, 0, 12) => Route::Tx(MAC12),
             (10, 0, 0, 13) => Route::Tx(MAC13),
-            (10, 0, 0, _) => Route::NoNeigh,
+            (10, 0, 0, _) => Route::NoNeigh(self.nt0_ifindex),
             (10, 1, 0, 5) => Route::Redirect(MAC_R5),
-            (10, 1, 0, _) => Route::NoNeigh,
+            (10, 1, 0, _) => Route::NoNeigh(self.nt2_ifindex),
             _ => Route::Unroutable,
         }
     }
@@ -206,6 +212,9 @@ pub fn parse_xdp(w: &World, f: &[u8]) -> XdpClass {
             if l4.len() < need {
                 return bad("L4 header beyond the total length");
             }
+            if proto == IPPROTO_TCP && l4[12] >> 4 < 5 {
+                return bad("TCP data offset below 5");
+            }
             let (sport, dport) = (be16(l4, 0), be16(l4, 2));
             let key = (daddr, dport, proto);
             if !w.services.contains_key(&key) {
@@ -301,15 +310,10 @@ pub fn expect_xdp(w: &World, f: &[u8], class: &XdpClass) -> Outcome {
             let svc = &w.services[&flow.key];
             let hash = hash_of(flow.tuple);
             let (first, second) = svc.buckets[(hash as usize) & (svc.buckets.len() - 1)];
-            let mut counters = vec![];
-            if flow.icmp {
-                counters.push("xdp_icmp_forwarded");
-            }
             let Some(first) = first else {
-                counters.push("xdp_drop_no_backend");
                 return Outcome {
                     verdict: XDP_DROP,
-                    counters,
+                    counters: vec!["xdp_drop_no_backend"],
                     out: Out::Any,
                     stat: Stat::XdpServiceDrop(svc.index),
                 };
@@ -317,20 +321,29 @@ pub fn expect_xdp(w: &World, f: &[u8], class: &XdpClass) -> Outcome {
             let second = second.filter(|s| *s != first);
             let overhead = 36 + if second.is_some() { 4 } else { 0 };
             let inner = &f[14..14 + flow.tot];
-            let stat = Stat::XdpBackend {
-                slot: svc.slots[&first],
-                bytes: flow.tot as u64,
-                syn: flow.syn,
-            };
+            // Does not fit the 1500-byte wire with GUE: answered (DF, not an
+            // ICMP error, unicast source) or dropped.
             let too_big = flow.tot + overhead > MTU;
+            let refused = || {
+                let ip = &f[14..];
+                let src = ip[12];
+                if !flow.icmp && be16(ip, 6) & 0x4000 != 0 && src != 0 && src != 127 && src < 224 {
+                    let reply = icmp_frag_needed_reply(f, (MTU - overhead) as u16);
+                    (XDP_TX, "xdp_icmp_too_big", Out::Exact(reply))
+                } else {
+                    (XDP_DROP, "xdp_drop_too_big", Out::Any)
+                }
+            };
             let (verdict, counter, out) = if first == NODE {
-                let e = encapsulation(&f[0..6], &f[6..12], first, second, hash, inner);
-                (XDP_PASS, "xdp_encap_local", Out::Exact(marked(&e)))
+                if second.is_some() && too_big {
+                    refused()
+                } else {
+                    let e = encapsulation(&f[0..6], &f[6..12], first, second, hash, inner);
+                    (XDP_PASS, "xdp_encap_local", Out::Exact(marked(&e)))
+                }
             } else {
                 match w.route(first) {
-                    _ if too_big && !matches!(w.route(first), Route::Unroutable) => {
-                        (XDP_DROP, "xdp_drop_too_big", Out::Any)
-                    }
+                    _ if too_big && !matches!(w.route(first), Route::Unroutable) => refused(),
                     Route::Tx(mac) => {
                         let e = encapsulation(&mac, &w.nt0_mac, first, second, hash, inner);
                         (XDP_TX, "xdp_encap_tx", Out::Exact(e))
@@ -339,14 +352,32 @@ pub fn expect_xdp(w: &World, f: &[u8], class: &XdpClass) -> Outcome {
                         let e = encapsulation(&mac, &w.nt2_mac, first, second, hash, inner);
                         (XDP_REDIRECT, "xdp_encap_redirect", Out::Exact(e))
                     }
-                    Route::NoNeigh => {
+                    Route::NoNeigh(ifindex) => {
                         let e = encapsulation(&f[0..6], &f[6..12], first, second, hash, inner);
-                        (XDP_PASS, "xdp_encap_slow_path", Out::Exact(marked(&e)))
+                        (
+                            XDP_PASS,
+                            "xdp_encap_slow_path",
+                            Out::Exact(marked_via(ifindex, &e)),
+                        )
                     }
                     Route::Unroutable => (XDP_DROP, "xdp_drop_no_route", Out::Any),
                 }
             };
-            counters.push(counter);
+            // Only what is sent counts for the backend and as forwarded ICMP.
+            let sent = counter.starts_with("xdp_encap_");
+            let mut counters = vec![counter];
+            if sent && flow.icmp {
+                counters.push("xdp_icmp_forwarded");
+            }
+            let stat = if sent {
+                Stat::XdpBackend {
+                    slot: svc.slots[&first],
+                    bytes: flow.tot as u64,
+                    syn: flow.syn,
+                }
+            } else {
+                Stat::None
+            };
             Outcome {
                 verdict,
                 counters,

@@ -375,13 +375,28 @@ pub fn xdp_sweeps(seeds: &[(String, Vec<u8>)]) -> Vec<(String, Vec<u8>)> {
         out.push((format!("icmp type 3 code {code}"), f));
     }
     // Sizes around the MTU (1500 - 36 without a listed hop, - 40 with one),
-    // over many flows so that every kind of first hop is met.
+    // over many flows so that every kind of first hop is met; without DF
+    // (dropped when too big) and with DF (ICMP "fragmentation needed"),
+    // from the client and from sources that get no reply.
     for sport in 50000..50048u16 {
         for tot in [1458usize, 1459, 1460, 1461, 1463, 1464, 1465, 1480, 1500] {
             let t = tcp(sport, 80, ACK, &vec![0x55; tot - 40]);
             out.push((
                 format!("TCP VIP:80 from port {sport}, total length {tot}"),
                 client_frame(MAC12, &l3(CLIENT, VIP, IPPROTO_TCP, &t)),
+            ));
+            let src = match sport % 8 {
+                0 => Ipv4Addr::new(0, 1, 2, 3),
+                1 => Ipv4Addr::new(224, 0, 0, 9),
+                _ => CLIENT,
+            };
+            let opts: &[u8] = if sport % 3 == 0 { &[1, 1, 1, 0] } else { &[] };
+            let t = tcp(sport, 80, ACK, &vec![0x55; tot - 40 - opts.len()]);
+            let mut p = ipv4(src, VIP, IPPROTO_TCP, t.len(), 0x4000, opts);
+            p.extend_from_slice(&t);
+            out.push((
+                format!("TCP VIP:80 from {src}:{sport}, DF, total length {tot}"),
+                client_frame(MAC12, &p),
             ));
         }
     }

@@ -204,13 +204,20 @@ pub fn parse_control_state(bytes: &[u8]) -> Result<Option<ControlRecord>> {
     }))
 }
 
-/// Value of the `nilb_config` map.
-pub fn config_value(node: Ipv4Addr, hash_seed: u32, gue_port: u16, flags: u32) -> sys::nilb_config {
+/// Value of the `nilb_config` map (`icmp_too_big_rate`: replies per
+/// second per CPU).
+pub fn config_value(
+    node: Ipv4Addr,
+    hash_seed: u32,
+    gue_port: u16,
+    flags: u32,
+    icmp_too_big_rate: u16,
+) -> sys::nilb_config {
     sys::nilb_config {
         node_addr: addr_be(node),
         hash_seed,
         gue_port: gue_port.to_be(),
-        pad: 0,
+        icmp_too_big_rate,
         flags,
         outer_csum_base: outer_csum_base(node),
     }

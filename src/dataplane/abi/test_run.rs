@@ -37,8 +37,10 @@ pub struct XdpRun {
     /// The program's verdict (`XDP_*`).
     pub verdict: u32,
     /// XDP metadata the program left in front of the frame (`data_meta` to
-    /// `data`); nilb's is [`nilb_wire::NILB_XDP_MARK`](super::sys::nilb_wire::NILB_XDP_MARK)
-    /// in host byte order on packets it hands to TC, else empty.
+    /// `data`); nilb's is a `struct nilb_xdp_meta` on packets it hands to
+    /// TC ([`nilb_wire::NILB_XDP_MARK`](super::sys::nilb_wire::NILB_XDP_MARK),
+    /// then the ifindex TC sends a slow-path packet out of, 0 for a local
+    /// first hop; host byte order), else empty.
     pub meta: Vec<u8>,
     /// The frame from `data` to `data_end`: what the stack or the wire gets.
     pub frame: Vec<u8>,
