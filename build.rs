@@ -47,7 +47,9 @@ fn main() {
         .allowlist_type("nilb_.*")
         .allowlist_var("NILB_.*")
         .rustified_enum("nilb_counter")
-        .constified_enum_module("nilb_(limits|wire|config_flags)")
+        .constified_enum_module(
+            "nilb_(limits|wire|config_flags|control_health|control_admin|control_flags)",
+        )
         .derive_default(true)
         .derive_debug(true)
         .layout_tests(true)

@@ -90,6 +90,16 @@ struct {
 	__type(value, struct nilb_hop_cache);
 } hop_cache SEC(".maps");
 
+/* backend slot -> the control plane's state of that (service, backend)
+ * (struct nilb_control_state): pinned so it survives a daemon restart;
+ * never read by the programs. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, NILB_MAX_BACKEND_SLOTS);
+	__type(key, __u32);
+	__type(value, struct nilb_control_state);
+} control_state SEC(".maps");
+
 /* Key 0: this CPU's token bucket for ICMP "fragmentation needed" replies
  * (nilb_config.icmp_too_big_rate). Not pinned. */
 struct {

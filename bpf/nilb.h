@@ -146,9 +146,10 @@ struct nilb_bucket {
 	__u32 second_hop;  /* IPv4 network order; 0 = none */
 	__u32 first_slot;  /* (service, first hop) slot: index into `backend_stats`
 			    * and `hop_cache` */
-	__u32 moved_at_s;  /* control plane only: last first-hop change, Unix
-			    * seconds (0 = never), so a restarted daemon keeps
-			    * the history that paces voluntary moves */
+	__u32 moved_at_s;  /* control plane only: last first-hop change,
+			    * CLOCK_BOOTTIME seconds (0 = never), so a restarted
+			    * daemon keeps the history that paces voluntary
+			    * moves (older daemons wrote Unix seconds) */
 };
 
 struct nilb_table_header {
@@ -228,6 +229,49 @@ struct nilb_icmp_limit {
 /* Value of the `cluster_nodes` and `vips` maps (HASH, key IPv4 __u32). */
 struct nilb_addr_info {
 	__u32 flags;     /* reserved, 0 */
+};
+
+/* Values of struct nilb_control_state.health. */
+enum nilb_control_health {
+	NILB_HEALTH_UNKNOWN = 0,
+	NILB_HEALTH_UP = 1,
+	NILB_HEALTH_DOWN = 2,
+};
+
+/* Values of struct nilb_control_state.admin. */
+enum nilb_control_admin {
+	NILB_ADMIN_ACTIVE = 0,
+	NILB_ADMIN_DRAINED = 1,
+	NILB_ADMIN_OFFLINE = 2,
+	NILB_ADMIN_REMOVING = 3,   /* gone from the file, draining out */
+};
+
+/* Bits of struct nilb_control_state.flags. */
+enum nilb_control_flags {
+	NILB_CS_REMOVED_AT = 1,     /* removed_at_ms is set */
+	NILB_CS_EMPTY_SINCE = 2,    /* empty_since_ms is set */
+	NILB_CS_FIRST_DECIDES = 4,  /* unknown: the first result decides */
+};
+
+/* Value of the `control_state` map (ARRAY, key backend slot): what the
+ * control plane owes one (service, backend) pair across a restart of the
+ * daemon (health verdict, administrative state, removal times), so that a
+ * daemon killed with -9 and restarted on the pinned maps moves no bucket and
+ * forgets no backend still serving connections. Written and read by the
+ * daemon only; the BPF programs never read it. Times are CLOCK_BOOTTIME
+ * milliseconds. A slot with dip 0 is unused. 48 bytes. */
+struct nilb_control_state {
+	struct nilb_service_key service;
+	__u32 dip;            /* network order; 0 = unused */
+	__u32 weight;         /* configured weight */
+	__u8 health;          /* enum nilb_control_health */
+	__u8 admin;           /* enum nilb_control_admin */
+	__u8 flags;           /* enum nilb_control_flags */
+	__u8 encap_health;    /* enum nilb_control_health: the encapsulated check */
+	__u32 transitions;    /* up/down transitions so far */
+	__u64 since_ms;       /* the health verdict holds since */
+	__u64 removed_at_ms;  /* left the file (NILB_CS_REMOVED_AT) */
+	__u64 empty_since_ms; /* removing and owning no bucket since (NILB_CS_EMPTY_SINCE) */
 };
 
 /* Input record of the hash probe program (bpf/hash_probe.bpf.c), used by

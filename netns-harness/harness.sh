@@ -640,3 +640,39 @@ leave_base() {
   nums+="; restoring the base state failed: $WAIT_SUMMARY"
   return 1
 }
+
+# ------------------------------------------------------------------ control-plane scenarios (restarts, modes, reload failures, clock)
+
+# cfg_edit SED_EXPR: edit $CFG (after write_config) atomically with one sed
+# expression, e.g. to add a key write_config does not know; base_config
+# rewrites the file, so leave_base undoes it
+cfg_edit() { sed "$1" "$CFG" >"$CFG.tmp" && mv -f "$CFG.tmp" "$CFG"; }
+
+# uptime_s: seconds since boot (/proc/uptime, CLOCK_BOOTTIME): unlike
+# nh_now and bash's SECONDS it does not jump when the wall clock is set
+uptime_s() { local u _; read -r u _ </proc/uptime; echo "$u"; }
+
+# watch_bg LABEL NODE: tablewatch.py on NODE's pins in the background (the
+# first-hop buckets of every backend, every 50 ms, on the monotonic clock);
+# waits (bounded) for its first sample. Sets WATCH_PID, WATCH_RES, WATCH_STOP.
+watch_bg() {
+  local started=$NH_OUT/watch-$1.started
+  WATCH_RES=$NH_OUT/watch-$1.json WATCH_STOP=$NH_OUT/watch-$1.stop
+  rm -f "$WATCH_RES" "$WATCH_STOP" "$started"
+  # in the harness's own namespace, where the pins are (like dump_tables)
+  "$NH_PY" "$HERE/tablewatch.py" --pin-dir "${PIN_DIR[$2]}" --stop-file "$WATCH_STOP" \
+    --started "$started" --max-seconds 90 --out "$WATCH_RES" </dev/null >"$NH_OUT/watch-$1.log" 2>&1 7>&- 8>&- &
+  WATCH_PID=$!
+  NH_PID_DESC["$WATCH_PID"]="table watch ($1)"
+  NH_STARTED=$((NH_STARTED + 1))
+  nh_wait_until 10 test -e "$started"
+}
+# watch_stop: stop the last watch_bg (bounded) and wait for its result
+watch_stop() {
+  touch "$WATCH_STOP"
+  nh_wait_until 10 nh_not_alive "$WATCH_PID" || echo "  table watch still running; stopping it"
+  nh_stop "$WATCH_PID" TERM 3
+}
+# watch_get EXPR: a Python expression over the last watch's result (d), e.g.
+# 'd["buckets"].get("10.77.0.13", [0, 0, 0])[1]' (the most buckets .13 had)
+watch_get() { json "$WATCH_RES" "$1"; }

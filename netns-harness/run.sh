@@ -43,6 +43,19 @@
 #   restart fail-static: node1's nilb SIGKILLed, then stopped with --keep-dataplane
 #      (an upgrade); traffic flows in the gaps, the restarted daemon adopts the
 #      pinned maps, no bucket moves, 30 held connections see no reset
+#   downrestart  node3 down; node1's nilb killed (-9) and restarted 3 times: node3 gets
+#      no bucket before (or after) its first check, no new connection fails
+#   removerestart  node3 removed from the file with 10 held connections on it; node1's
+#      nilb killed and restarted: node3 still removing and second hop, 0 time-outs
+#   offlinecheck  node3 offline, its server stopped, active again: unknown, 0 buckets
+#   drainedfallback  node1 drained and healthy, node2/node3 failing: node1 serves
+#      everything (mode drained-fallback), no fail-open onto the dead ones
+#   panic  panic_threshold_percent 50 with 1 of 3 healthy: spread over all; fail-open
+#      left in paced steps (node1's buckets at most double per step)
+#   xdpfail  node2 made a balancer by reload while a foreign XDP program holds its
+#      eth0: a failed reload in state, status and metrics; role shown as running
+#   clockstep  paced drains with the wall clock stepped -1 h / +1 h (restored at
+#      once, also by trap): they end as without a step
 #   dw  dynamic weights (cpu): node2's reported CPU rises to 95 %, its bucket share
 #      falls in paced steps while the others rise, then returns; 36 held
 #      connections see no reset; CSV + PNG of the shares over time
@@ -51,7 +64,8 @@
 # backend up, nilb running everywhere, node1's table settled) and leaves it behind
 # (e leaves the daemons stopped; a later scenario starts them again), so any
 # scenario runs alone or in any order.
-# Default: all, in the order a b c d h1 h2 h3 h4 h5 h6 spoof mtu encap-check neigh udp timewait rst restart dw e.
+# Default: all, in the order a b c d h1 h2 h3 h4 h5 h6 spoof mtu encap-check neigh udp timewait
+# rst restart downrestart removerestart offlinecheck drainedfallback panic xdpfail clockstep dw e.
 # SCENARIO... run in the order given; --only LIST (comma-separated) runs a subset in
 # the default order. "health" means h1,h2,h3,h4,h5,h6, "all" everything.
 # Prints "PASS <scenario>: ..." or "FAIL <scenario>: ..." per scenario and a closing
@@ -98,7 +112,8 @@ source "$HERE/harness.sh"
 
 usage() { sed -n '2,/^# shellcheck disable/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 
-ALL_SCENARIOS=(a b c d h1 h2 h3 h4 h5 h6 spoof mtu encap-check neigh udp timewait rst restart dw e)
+ALL_SCENARIOS=(a b c d h1 h2 h3 h4 h5 h6 spoof mtu encap-check neigh udp timewait rst restart
+  downrestart removerestart offlinecheck drainedfallback panic xdpfail clockstep dw e)
 HEALTH_SCENARIOS=(h1 h2 h3 h4 h5 h6)
 for f in "$HERE"/scenarios/*.sh; do
   # shellcheck source=/dev/null

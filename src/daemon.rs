@@ -6,8 +6,11 @@
 //! - SIGHUP: re-read and validate the whole file; on any problem keep the
 //!   running config and tables untouched, log every problem and record the
 //!   failed reload in the state file; otherwise apply the difference service
-//!   by service (one atomic swap each). Signals that arrive during a reload
-//!   are merged into one more reload.
+//!   by service (one atomic swap each), then the node's role (XDP attached
+//!   or detached) and the health checks, as one transaction: if any part
+//!   fails the running state is restored and the reload is recorded as
+//!   failed with its reason (state file, `nilb status`, metrics). Signals
+//!   that arrive during a reload are merged into one more reload.
 //! - a health-check result: update the backend's state machine; a failure
 //!   moves buckets at once, a recovery in paced steps.
 //! - a tick (every 200 ms): paced voluntary steps, removals of drained-out
@@ -16,12 +19,20 @@
 //!   pins, exit 0.
 //!
 //! XDP is attached and health checks run only when this node's address is one
-//! of `cluster.balancers`; the TC program is attached on every node.
+//! of `cluster.balancers`; the TC program is attached on every node. The role
+//! shown in the state file and metrics is the one the kernel reports (our XDP
+//! program attached or not), not the one the file asks for.
+//!
+//! Time: the control plane runs on the boot-time clock ([`crate::clock`]), so
+//! a step of the wall clock changes no pacing, and the move times and
+//! removal times kept in the pinned maps mean the same to the next daemon.
 
 use std::mem::MaybeUninit;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
+
+use crate::clock::{self, Clock, SystemClock};
 
 use anyhow::{bail, Context, Result};
 use tokio::signal::unix::{signal, SignalKind};
@@ -29,8 +40,8 @@ use tokio::sync::mpsc;
 use tracing::{error, info, warn};
 
 use crate::config::{Config, Protocol, ServiceKey};
-use crate::control::{ControlPlane, Plan};
-use crate::dataplane::{Dataplane, XdpMode};
+use crate::control::{ControlPlane, Mode, Plan};
+use crate::dataplane::{Dataplane, DataplaneOps, XdpMode};
 use crate::health::checker::{CheckResult, Checkers};
 use crate::health::encap::{EncapCheckers, EncapResult};
 use crate::health::load::{LoadResult, Scrapers};
@@ -192,20 +203,10 @@ fn check_interface(interface: &str, balancer: bool, udp: bool) {
     }
 }
 
-/// Unix time in milliseconds.
-fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
-/// Everything the control loop owns.
-struct Daemon<'a, 'obj> {
-    opts: &'a RunOptions,
-    ifindex: i32,
+/// The periodic probes of a balancer: health checks and load scrapes.
+struct Probes<'a> {
     node: Ipv4Addr,
-    dp: Dataplane<'obj>,
-    cp: ControlPlane,
+    ifindex: i32,
     checkers: Option<Checkers>,
     scrapers: Option<Scrapers>,
     /// Encapsulated checks (None: no service has them, not a balancer, or
@@ -214,12 +215,97 @@ struct Daemon<'a, 'obj> {
     encap_results: mpsc::Sender<EncapResult>,
     /// Why the encapsulated checks cannot run, once logged.
     encap_unavailable: Option<String>,
+    runtime: &'a tokio::runtime::Runtime,
+    results: mpsc::Sender<CheckResult>,
+    loads: mpsc::Sender<LoadResult>,
+}
+
+impl Probes<'_> {
+    /// Make the probes match `cp`: on a balancer, a check (and an
+    /// encapsulated check where configured) per backend in the file that is
+    /// not offline and a scrape per dynamic-weights backend; on other nodes
+    /// none (backends do not build tables from health).
+    fn sync(&mut self, cp: &ControlPlane) -> Result<()> {
+        if !cp.is_balancer(self.node) {
+            self.checkers = None;
+            self.scrapers = None;
+            self.encap = None;
+            return Ok(());
+        }
+        let handle = self.runtime.handle().clone();
+        if self.checkers.is_none() {
+            self.checkers = Some(Checkers::new(handle.clone(), self.results.clone())?);
+        }
+        if self.scrapers.is_none() {
+            self.scrapers = Some(Scrapers::new(handle, self.loads.clone())?);
+        }
+        let targets = cp.check_targets();
+        if let Some(c) = self.checkers.as_mut() {
+            c.sync(&targets);
+        }
+        let loads = cp.load_targets();
+        if let Some(s) = self.scrapers.as_mut() {
+            s.sync(&loads);
+        }
+        self.sync_encap(cp);
+        Ok(())
+    }
+
+    /// Encapsulated checks for the services that have them (balancers only,
+    /// like every check). Their sockets are opened once; if that fails
+    /// (no CAP_NET_RAW), the error is logged once and backends are judged
+    /// by their regular check alone.
+    fn sync_encap(&mut self, cp: &ControlPlane) {
+        let targets = cp.encap_targets();
+        let gue_port = cp.config().cluster.gue_port;
+        if targets.is_empty() {
+            self.encap = None;
+            return;
+        }
+        if !self
+            .encap
+            .as_ref()
+            .is_some_and(|e| e.matches(self.node, gue_port))
+        {
+            self.encap = None;
+            match EncapCheckers::new(
+                self.runtime.handle().clone(),
+                self.node,
+                gue_port,
+                self.ifindex,
+                self.encap_results.clone(),
+            ) {
+                Ok(e) => {
+                    self.encap = Some(e);
+                    self.encap_unavailable = None;
+                }
+                Err(e) => {
+                    let why = format!("{e:#}");
+                    if self.encap_unavailable.as_deref() != Some(why.as_str()) {
+                        error!("encapsulated health checks cannot run, backends are judged by their regular check only: {why}");
+                        self.encap_unavailable = Some(why);
+                    }
+                    return;
+                }
+            }
+        }
+        if let Some(e) = self.encap.as_mut() {
+            e.sync(&targets);
+        }
+    }
+}
+
+/// Everything the control loop owns.
+struct Daemon<'a, 'obj> {
+    opts: &'a RunOptions,
+    node: Ipv4Addr,
+    clock: SystemClock,
+    dp: Dataplane<'obj>,
+    cp: ControlPlane,
+    probes: Probes<'a>,
     /// Keeps the hops' neighbour entries fresh (once a second).
     neighbours: crate::neighbours::Refresher,
     last_neighbours: Instant,
-    check_runtime: &'a tokio::runtime::Runtime,
-    results: mpsc::Sender<CheckResult>,
-    loads: mpsc::Sender<LoadResult>,
     metrics: metrics::Shared,
     host_cpu: HostCpu,
     last_snapshot: Instant,
@@ -315,21 +401,45 @@ async fn serve(
     let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
 
     let balancer = config.cluster.balancers.contains(&node);
+    let clock = SystemClock;
     let mut storage = MaybeUninit::uninit();
     let mut dp = Dataplane::load_pinned(&mut storage, Some(&opts.pin_dir))?;
-    let cp = if dp.adopted() {
-        let live = dp.live_tables().context("reading the adopted tables")?;
-        let cp = ControlPlane::adopt(config, live, unix_ms());
+    dp.set_interface(ifindex, opts.xdp_mode);
+    let now = clock::control_ms(&clock);
+    let (cp, plan) = if dp.adopted() {
+        let mut live = dp.live_tables().context("reading the adopted tables")?;
+        // Move times written by an older daemon are Unix seconds.
+        let (boot, wall) = (clock.boot_ms(), clock.wall_ms());
+        for (_, lt) in &mut live {
+            for m in &mut lt.moved_at {
+                *m = clock::adopted_move_time(*m, boot, wall);
+            }
+        }
+        let records = dp
+            .control_state()
+            .context("reading the adopted control state")?;
+        let n_records = records.len();
+        let (cp, plan) = ControlPlane::adopt(config, live, records, now);
+        let removing: usize = cp
+            .services()
+            .values()
+            .flat_map(|s| s.backends.values())
+            .filter(|b| b.removed_at_ms.is_some())
+            .count();
         info!(
             services = cp.services().len(),
-            "adopted the pinned maps of an earlier daemon: tables, counters and cluster set carry over"
+            records = n_records,
+            removing,
+            "adopted the pinned maps of an earlier daemon: tables, health verdicts, backends being removed, counters and cluster set carry over"
         );
-        cp
+        (cp, plan)
     } else {
-        ControlPlane::new(config, unix_ms())
+        let cp = ControlPlane::new(config, now);
+        let plan = cp.full_plan();
+        (cp, plan)
     };
     // Re-installing adopted tables writes the same buckets: no flow moves.
-    cp.apply(&mut dp, node, &cp.full_plan())
+    cp.apply(&mut dp, node, &plan)
         .context("filling the data plane maps")?;
     // New programs replace the old ones atomically; the maps stay.
     dp.attach_tc(ifindex)?;
@@ -353,20 +463,24 @@ async fn serve(
     }
     let mut d = Daemon {
         opts,
-        ifindex,
         node,
+        clock,
         dp,
         cp,
-        checkers: None,
-        scrapers: None,
-        encap: None,
-        encap_results: encap_tx,
-        encap_unavailable: None,
+        probes: Probes {
+            node,
+            ifindex,
+            checkers: None,
+            scrapers: None,
+            encap: None,
+            encap_results: encap_tx,
+            encap_unavailable: None,
+            runtime: checks,
+            results: tx,
+            loads: load_tx,
+        },
         neighbours: crate::neighbours::Refresher::new(ifindex as u32),
         last_neighbours: Instant::now(),
-        check_runtime: checks,
-        results: tx,
-        loads: load_tx,
         metrics: shared,
         host_cpu: HostCpu::default(),
         last_snapshot: Instant::now() - Duration::from_secs(10),
@@ -376,14 +490,19 @@ async fn serve(
         state_dirty: true,
         state_written: Instant::now(),
     };
-    d.sync_checkers()?;
+    d.probes.sync(&d.cp)?;
+    for (key, st) in d.cp.services() {
+        if st.mode != Mode::Normal || st.exiting {
+            d.log_mode(key, st.mode, st.exiting);
+        }
+    }
     d.write_state();
     info!(
         %node,
         interface = %opts.interface,
         balancer,
         services = d.cp.config().services.len(),
-        checks = d.checkers.as_ref().map_or(0, |c| c.len()),
+        checks = d.probes.checkers.as_ref().map_or(0, |c| c.len()),
         pin_dir = %opts.pin_dir.display(),
         state_file = %opts.state_file.display(),
         "ready: {}",
@@ -420,9 +539,9 @@ async fn serve(
         }
     }
 
-    d.checkers = None;
-    d.scrapers = None;
-    d.encap = None;
+    d.probes.checkers = None;
+    d.probes.scrapers = None;
+    d.probes.encap = None;
     if opts.keep_dataplane {
         info!(
             pin_dir = %opts.pin_dir.display(),
@@ -443,89 +562,72 @@ async fn serve(
 }
 
 impl Daemon<'_, '_> {
-    /// The control plane's clock: Unix time in ms, so that bucket move
-    /// times kept in the maps survive a restart.
+    /// The control plane's clock: boot-time ms, so that a step of the wall
+    /// clock changes nothing and the times kept in the maps survive a
+    /// restart.
     fn now_ms(&self) -> u64 {
-        unix_ms()
+        clock::control_ms(&self.clock)
     }
 
+    /// Whether the running config makes this node a balancer.
     fn is_balancer(&self) -> bool {
-        self.cp.config().cluster.balancers.contains(&self.node)
+        self.cp.is_balancer(self.node)
     }
 
-    /// Health checks and load scrapes run on balancers only (backends do
-    /// not build tables).
-    fn sync_checkers(&mut self) -> Result<()> {
-        if !self.is_balancer() {
-            self.checkers = None;
-            self.scrapers = None;
-            self.encap = None;
-            return Ok(());
-        }
-        let handle = self.check_runtime.handle().clone();
-        if self.checkers.is_none() {
-            self.checkers = Some(Checkers::new(handle.clone(), self.results.clone())?);
-        }
-        if self.scrapers.is_none() {
-            self.scrapers = Some(Scrapers::new(handle, self.loads.clone())?);
-        }
-        let targets = self.cp.check_targets();
-        if let Some(c) = self.checkers.as_mut() {
-            c.sync(&targets);
-        }
-        let loads = self.cp.load_targets();
-        if let Some(s) = self.scrapers.as_mut() {
-            s.sync(&loads);
-        }
-        self.sync_encap();
-        Ok(())
-    }
-
-    /// Encapsulated checks for the services that have them (balancers only,
-    /// like every check). Their sockets are opened once; if that fails
-    /// (no CAP_NET_RAW), the error is logged once and backends are judged
-    /// by their regular check alone.
-    fn sync_encap(&mut self) {
-        let targets = self.cp.encap_targets();
-        let gue_port = self.cp.config().cluster.gue_port;
-        if targets.is_empty() {
-            self.encap = None;
-            return;
-        }
-        if !self
-            .encap
-            .as_ref()
-            .is_some_and(|e| e.matches(self.node, gue_port))
-        {
-            self.encap = None;
-            match EncapCheckers::new(
-                self.check_runtime.handle().clone(),
-                self.node,
-                gue_port,
-                self.ifindex,
-                self.encap_results.clone(),
-            ) {
-                Ok(e) => {
-                    self.encap = Some(e);
-                    self.encap_unavailable = None;
-                }
-                Err(e) => {
-                    let why = format!("{e:#}");
-                    if self.encap_unavailable.as_deref() != Some(why.as_str()) {
-                        error!("encapsulated health checks cannot run, backends are judged by their regular check only: {why}");
-                        self.encap_unavailable = Some(why);
-                    }
-                    return;
-                }
+    /// Whether our XDP balancer is attached, as the kernel says (false if
+    /// it cannot be asked).
+    fn xdp_running(&self) -> bool {
+        match self.dp.xdp_attached() {
+            Ok(a) => a,
+            Err(e) => {
+                warn!("asking whether XDP is attached: {e:#}");
+                false
             }
         }
-        if let Some(e) = self.encap.as_mut() {
-            e.sync(&targets);
+    }
+
+    /// Log what a service's mode means for its traffic.
+    fn log_mode(&self, key: &ServiceKey, mode: Mode, exiting: bool) {
+        let service = self.service_name(key);
+        let st = self.cp.service(key);
+        let names = |f: &dyn Fn(&crate::control::BackendRuntime) -> bool| -> String {
+            st.map(|s| {
+                s.backends
+                    .values()
+                    .filter(|b| f(b))
+                    .map(|b| b.config.label())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .unwrap_or_default()
+        };
+        match mode {
+            Mode::FailOpen => {
+                error!(%service, %key, "FAIL-OPEN: no backend is healthy; using every backend not offline")
+            }
+            Mode::Panic => {
+                let threshold = self
+                    .cp
+                    .config()
+                    .service(key)
+                    .map_or(0, |s| s.panic_threshold_percent);
+                error!(%service, %key, threshold, "PANIC: healthy active backends hold less than panic_threshold_percent of the weight; using every active backend, healthy or not")
+            }
+            Mode::DrainedFallback => warn!(
+                %service,
+                %key,
+                serving = %names(&|b| b.config.state == crate::config::BackendState::Drained && b.health.is_up()),
+                "no active backend is healthy: healthy drained backends serve instead of failing open onto failing ones"
+            ),
+            Mode::Normal if exiting => {
+                warn!(%service, %key, "healthy backends again: leaving fail-open/panic in paced steps (what the healthy backends own at most doubles per step)")
+            }
+            Mode::Normal => info!(%service, %key, "healthy backends again: normal mode"),
         }
     }
 
     fn on_encap_result(&mut self, r: EncapResult) {
-        if !self.encap.as_ref().is_some_and(|c| c.is_current(&r)) {
+        if !self.probes.encap.as_ref().is_some_and(|c| c.is_current(&r)) {
             return;
         }
         let now = self.now_ms();
@@ -570,7 +672,12 @@ impl Daemon<'_, '_> {
     }
 
     fn on_load(&mut self, r: LoadResult) {
-        if !self.scrapers.as_ref().is_some_and(|s| s.is_current(&r)) {
+        if !self
+            .probes
+            .scrapers
+            .as_ref()
+            .is_some_and(|s| s.is_current(&r))
+        {
             return;
         }
         if let Err(e) = &r.sample {
@@ -626,7 +733,9 @@ impl Daemon<'_, '_> {
             .map(|t| (t, self.host_cpu.utilisation()));
         let facts = metrics::DaemonFacts {
             reloads: self.reloads,
-            balancer: self.is_balancer(),
+            balancer: self.xdp_running(),
+            balancer_configured: self.is_balancer(),
+            last_reload_ok: self.last_reload.as_ref().map(|r| r.ok),
             neighbour_refreshes: (
                 self.neighbours.refreshes,
                 self.neighbours.resolves,
@@ -639,16 +748,12 @@ impl Daemon<'_, '_> {
 
     /// Apply `plan`; on failure re-install the full running state.
     fn apply(&mut self, plan: &Plan, why: &str) {
-        if plan.is_empty() && plan.fail_open_changed.is_empty() && plan.reweighted.is_empty() {
+        if plan.is_idle() {
             return;
         }
-        for (key, open) in &plan.fail_open_changed {
-            let name = self.service_name(key);
-            if *open {
-                error!(service = %name, %key, "FAIL-OPEN: no healthy backend; using every backend not offline");
-            } else {
-                warn!(service = %name, %key, "fail-open over: healthy backends again");
-            }
+        for (key, mode) in &plan.mode_changed {
+            let exiting = self.cp.service(key).is_some_and(|s| s.exiting);
+            self.log_mode(key, *mode, exiting);
         }
         for (key, changes) in &plan.reweighted {
             let service = self.service_name(key);
@@ -695,22 +800,30 @@ impl Daemon<'_, '_> {
     }
 
     fn on_result(&mut self, r: CheckResult) {
-        if !self.checkers.as_ref().is_some_and(|c| c.is_current(&r)) {
+        if !self
+            .probes
+            .checkers
+            .as_ref()
+            .is_some_and(|c| c.is_current(&r))
+        {
             return;
         }
         let now = self.now_ms();
-        let before = self
-            .cp
-            .service(&r.service)
-            .and_then(|s| s.backends.get(&r.dip))
-            .map(|b| b.health.health);
+        let seen = |cp: &ControlPlane| {
+            cp.service(&r.service)
+                .and_then(|s| s.backends.get(&r.dip))
+                .map(|b| (b.health.health, b.health.last_error.clone()))
+        };
+        let before = seen(&self.cp);
         let error_text = r.result.as_ref().err().cloned();
         let plan = self.cp.observe(&r.service, r.dip, r.result, now);
-        let after = self
-            .cp
-            .service(&r.service)
-            .and_then(|s| s.backends.get(&r.dip))
-            .map(|b| b.health.health);
+        let seen_after = seen(&self.cp);
+        // A new error text (a first failure, or another reason) is news for
+        // the state file even when the verdict stays.
+        if before.as_ref().map(|b| &b.1) != seen_after.as_ref().map(|b| &b.1) {
+            self.state_dirty = true;
+        }
+        let (before, after) = (before.map(|b| b.0), seen_after.map(|b| b.0));
         if before != after {
             let service = self.service_name(&r.service);
             match (after, error_text) {
@@ -753,7 +866,10 @@ impl Daemon<'_, '_> {
         let mut status = Status::of(
             &self.cp,
             self.node,
-            self.is_balancer(),
+            crate::status::Role {
+                running: self.xdp_running(),
+                configured: self.is_balancer(),
+            },
             &self.opts.config,
             self.last_reload.clone(),
         );
@@ -770,7 +886,10 @@ impl Daemon<'_, '_> {
         let status = Status::of(
             &self.cp,
             self.node,
-            self.is_balancer(),
+            crate::status::Role {
+                running: self.xdp_running(),
+                configured: self.is_balancer(),
+            },
             &self.opts.config,
             self.last_reload.clone(),
         );
@@ -805,7 +924,9 @@ impl Daemon<'_, '_> {
         self.state_dirty = true;
     }
 
-    /// One SIGHUP: validate, build, apply; on any error keep everything.
+    /// One SIGHUP: validate, then [`ControlPlane::reload`] (tables, role,
+    /// health checks as one transaction); on any error keep everything and
+    /// record the failure with its reason.
     fn reload(&mut self) {
         let started = Instant::now();
         let config = match Config::load(&self.opts.config) {
@@ -821,35 +942,32 @@ impl Daemon<'_, '_> {
                 return;
             }
         };
-        let was_balancer = self.is_balancer();
-        let is_balancer = config.cluster.balancers.contains(&self.node);
-        let mut next = self.cp.clone();
-        let plan = next.update(config, self.now_ms());
-        if let Err(e) = next.apply(&mut self.dp, self.node, &plan) {
-            error!("reload failed while applying: {e:#}; restoring the previous tables");
-            if let Err(e) = self.cp.apply(&mut self.dp, self.node, &self.cp.full_plan()) {
-                error!("restoring the previous tables failed too: {e:#}");
+        let was_balancer = self.xdp_running();
+        let now = self.now_ms();
+        let probes = &mut self.probes;
+        let result = self
+            .cp
+            .reload(config, now, &mut self.dp, self.node, &mut |cp| {
+                probes.sync(cp)
+            });
+        let plan = match result {
+            Ok((next, plan)) => {
+                self.cp = next;
+                plan
             }
-            self.record_reload(Some(format!("applying failed: {e:#}")));
-            self.write_state();
-            return;
-        }
-        self.cp = next;
-        if is_balancer && !was_balancer {
-            match self.dp.attach_xdp(self.ifindex, self.opts.xdp_mode) {
-                Ok(()) => info!(node = %self.node, "this node became a balancer: XDP attached"),
-                Err(e) => error!("this node became a balancer but attaching XDP failed: {e:#}"),
+            Err(e) => {
+                error!(stage = ?e.stage, "reload failed, running configuration kept: {e}");
+                self.record_reload(Some(e.to_string()));
+                self.write_state();
+                return;
             }
-        } else if was_balancer && !is_balancer {
-            match self.dp.detach_xdp() {
-                Ok(()) => {
-                    info!(node = %self.node, "this node is no longer a balancer: XDP detached")
-                }
-                Err(e) => error!("detaching XDP failed: {e:#}"),
+        };
+        match (was_balancer, self.xdp_running()) {
+            (false, true) => info!(node = %self.node, "this node became a balancer: XDP attached"),
+            (true, false) => {
+                info!(node = %self.node, "this node is no longer a balancer: XDP detached")
             }
-        }
-        if let Err(e) = self.sync_checkers() {
-            error!("updating health checks: {e:#}");
+            _ => {}
         }
         for (key, moves) in &plan.install {
             info!(service = %self.service_name(key), %key, moved = moves.moved, forced = moves.forced, swapped = moves.swapped, pending = moves.pending, reason = "reload", "table installed");
@@ -857,10 +975,9 @@ impl Daemon<'_, '_> {
         for key in &plan.remove {
             info!(%key, "service removed");
         }
-        for (key, open) in &plan.fail_open_changed {
-            if *open {
-                error!(service = %self.service_name(key), "FAIL-OPEN: no healthy backend; using every backend not offline");
-            }
+        for (key, mode) in &plan.mode_changed {
+            let exiting = self.cp.service(key).is_some_and(|s| s.exiting);
+            self.log_mode(key, *mode, exiting);
         }
         self.record_reload(None);
         self.write_state();

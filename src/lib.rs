@@ -19,11 +19,13 @@
 //!   [`quic_lb`]: QUIC-LB connection IDs for servers and the balancer (pure);
 //! - leaves: [`types`] (service keys, load samples), [`limits`] (the data
 //!   plane's compiled-in capacities), [`abi_sys`] (the generated mirror of
-//!   `bpf/nilb.h`).
+//!   `bpf/nilb.h`), [`clock`] (the boot-time clock the control plane runs
+//!   on).
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod abi_sys;
+pub mod clock;
 pub mod config;
 pub mod control;
 pub mod daemon;

@@ -335,8 +335,13 @@ mod tests {
 pub struct DaemonFacts {
     /// Applied and rejected reloads since start.
     pub reloads: (u64, u64),
-    /// Whether this node runs the XDP balancer.
+    /// Whether this node runs the XDP balancer (attached, as the kernel
+    /// reports it).
     pub balancer: bool,
+    /// Whether the config makes this node a balancer.
+    pub balancer_configured: bool,
+    /// Whether the last reload took effect (None: none since start).
+    pub last_reload_ok: Option<bool>,
     /// Neighbour entries of hops refreshed, resolved, and found changed
     /// (see [`crate::neighbours`]).
     pub neighbour_refreshes: (u64, u64, u64),
@@ -384,10 +389,28 @@ pub fn build(
     );
     s.add(
         "nilb_balancer",
-        "1 when this node runs the XDP balancer.",
+        "1 when this node runs the XDP balancer (attached, as the kernel reports it).",
         Kind::Gauge,
         vec![],
         if facts.balancer { 1.0 } else { 0.0 },
+    );
+    s.add(
+        "nilb_balancer_configured",
+        "1 when the config makes this node a balancer (differs from nilb_balancer when attaching or detaching XDP failed).",
+        Kind::Gauge,
+        vec![],
+        if facts.balancer_configured { 1.0 } else { 0.0 },
+    );
+    s.add(
+        "nilb_last_reload_success",
+        "1 when the last reload took effect (or none happened since start), 0 when it was rejected or failed (the running configuration was kept).",
+        Kind::Gauge,
+        vec![],
+        if facts.last_reload_ok == Some(false) {
+            0.0
+        } else {
+            1.0
+        },
     );
     if let Ok(values) = dp.counters() {
         for (name, v) in COUNTER_NAMES.iter().zip(values) {
@@ -483,7 +506,30 @@ pub fn build(
             "1 when no backend is healthy and every backend not offline is used.",
             Kind::Gauge,
             labels(&svc),
-            if st.fail_open { 1.0 } else { 0.0 },
+            if st.fail_open() { 1.0 } else { 0.0 },
+        );
+        for mode in [
+            crate::control::Mode::Normal,
+            crate::control::Mode::DrainedFallback,
+            crate::control::Mode::Panic,
+            crate::control::Mode::FailOpen,
+        ] {
+            let mut l = labels(&svc);
+            l.push(("mode".into(), mode.name().into()));
+            s.add(
+                "nilb_service_mode",
+                "1 for the mode the service's table is in: normal, drained-fallback (healthy drained backends serve), panic (below panic_threshold_percent) or fail-open.",
+                Kind::Gauge,
+                l,
+                if st.mode == mode { 1.0 } else { 0.0 },
+            );
+        }
+        s.add(
+            "nilb_service_exiting_fail_open",
+            "1 while the service leaves panic or fail-open in paced steps.",
+            Kind::Gauge,
+            labels(&svc),
+            if st.exiting { 1.0 } else { 0.0 },
         );
         s.add(
             "nilb_service_pending_bucket_moves",
@@ -541,10 +587,10 @@ pub fn build(
                     bs.syns as f64,
                 );
             }
-            let healthy = b.health.eligible();
+            let healthy = b.health.is_up();
             s.add(
                 "nilb_backend_healthy",
-                "1 when the backend passes its health check (or is not checked yet).",
+                "1 when the backend passes its health check (0 when failing or not checked yet).",
                 Kind::Gauge,
                 bl.clone(),
                 if healthy { 1.0 } else { 0.0 },

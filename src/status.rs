@@ -1,10 +1,11 @@
 //! The daemon's state as operators and tools see it: per service, each
-//! backend's state, health, weight and bucket shares, fail-open, and the last
-//! reload. The daemon writes it atomically (temp file + rename) to a YAML
-//! state file; `nilb status` reads that file and prints it as a table, and
-//! `nilb status --json` prints the same content as JSON. Optional values are
-//! written as `null` rather than left out, so that every field is always
-//! present in both forms.
+//! backend's state, health, weight and bucket shares, the service's mode
+//! (normal, drained-fallback, panic, fail-open), the node's role as it runs,
+//! and the last reload. The daemon writes it atomically (temp file + rename)
+//! to a YAML state file; `nilb status` reads that file and prints it as a
+//! table, and `nilb status --json` prints the same content as JSON. Optional
+//! values are written as `null` rather than left out, so that every field is
+//! always present in both forms.
 
 use std::io::Write;
 use std::net::Ipv4Addr;
@@ -80,6 +81,23 @@ pub struct BackendStatus {
     pub last_error: Option<String>,
 }
 
+/// The node's role: what the config asks for and what actually runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Role {
+    /// Our XDP balancer is attached (as the kernel reports it).
+    pub running: bool,
+    /// The config lists this node in `cluster.balancers`.
+    pub configured: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn normal() -> String {
+    "normal".into()
+}
+
 /// One service.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ServiceStatus {
@@ -91,6 +109,16 @@ pub struct ServiceStatus {
     pub table_size: u32,
     /// No backend is healthy; all backends not offline are used.
     pub fail_open: bool,
+    /// Which backends the table uses: normal, drained-fallback (no active
+    /// backend healthy: healthy drained ones serve), panic (healthy weight
+    /// below `panic_threshold_percent`: every active backend) or fail-open
+    /// (no backend healthy: every backend not offline).
+    #[serde(default = "normal")]
+    pub mode: String,
+    /// Leaving panic or fail-open: failed backends still own buckets and
+    /// give them up in paced steps.
+    #[serde(default)]
+    pub exiting: bool,
     /// Voluntary bucket moves still to be done (paced by `rebalance`).
     pub pending_moves: usize,
     /// Dynamic weights source (cpu or qps), if enabled.
@@ -105,8 +133,13 @@ pub struct ServiceStatus {
 pub struct Status {
     /// This node's address.
     pub node: Ipv4Addr,
-    /// Whether this node runs the XDP balancer.
+    /// Whether this node runs the XDP balancer (our program attached, as
+    /// the kernel reports it).
     pub balancer: bool,
+    /// Whether the config makes this node a balancer (differs from
+    /// `balancer` only when attaching or detaching failed).
+    #[serde(default = "yes")]
+    pub balancer_configured: bool,
     /// Configuration file in use.
     pub config_file: String,
     /// When this state was written (RFC 3339, UTC).
@@ -156,16 +189,18 @@ fn percent(n: u32, of: u32) -> f64 {
 }
 
 impl Status {
-    /// Snapshot of `cp` for the node at `node`.
+    /// Snapshot of `cp` for the node at `node` in `role`.
     pub fn of(
         cp: &ControlPlane,
         node: Ipv4Addr,
-        balancer: bool,
+        role: Role,
         config_file: &Path,
         last_reload: Option<ReloadStatus>,
     ) -> Status {
+        // Health checks run where the configuration makes the node a
+        // balancer.
         let checked = |b: &crate::control::BackendRuntime| {
-            balancer
+            role.configured
                 && b.removed_at_ms.is_none()
                 && b.config.state != crate::config::BackendState::Offline
         };
@@ -227,7 +262,9 @@ impl Status {
                 name,
                 key: key.to_string(),
                 table_size: size,
-                fail_open: st.fail_open,
+                fail_open: st.fail_open(),
+                mode: st.mode.name().to_string(),
+                exiting: st.exiting,
                 pending_moves: st.pending,
                 dynamic_weight: dynamic,
                 backends,
@@ -235,7 +272,8 @@ impl Status {
         }
         Status {
             node,
-            balancer,
+            balancer: role.running,
+            balancer_configured: role.configured,
             config_file: config_file.display().to_string(),
             written_at: rfc3339(SystemTime::now()),
             pid: std::process::id(),
@@ -300,18 +338,16 @@ impl Status {
 
     /// Human-readable table (columns: [`BACKEND_COLUMNS`]).
     pub fn print(&self, out: &mut dyn Write) -> Result<()> {
+        let role = match (self.balancer, self.balancer_configured) {
+            (true, true) => "balancer",
+            (false, false) => "backend only",
+            (false, true) => "configured as balancer, but XDP is NOT attached: backend only",
+            (true, false) => "configured as backend only, but XDP is still attached: balancer",
+        };
         writeln!(
             out,
-            "node {} ({}), pid {}, config {}, state written {}",
-            self.node,
-            if self.balancer {
-                "balancer"
-            } else {
-                "backend only"
-            },
-            self.pid,
-            self.config_file,
-            self.written_at
+            "node {} ({role}), pid {}, config {}, state written {}",
+            self.node, self.pid, self.config_file, self.written_at
         )?;
         if let Some(stopped) = &self.stopped {
             writeln!(
@@ -339,17 +375,25 @@ impl Status {
         }
         for s in &self.services {
             writeln!(out)?;
+            let mode = match s.mode.as_str() {
+                "fail-open" => "FAIL-OPEN (no healthy backend: every backend not offline)",
+                "panic" => {
+                    "PANIC (healthy weight below panic_threshold_percent: every active backend)"
+                }
+                "drained-fallback" => {
+                    "drained-fallback (no healthy active backend: healthy drained backends serve)"
+                }
+                _ if s.exiting => "normal, leaving fail-open/panic in paced steps",
+                _ => "normal",
+            };
             writeln!(
                 out,
-                "service {} {}  table {}  fail-open {}  pending moves {}",
+                "service {} {}  table {}  fail-open {}  mode {}  pending moves {}",
                 s.name,
                 s.key,
                 s.table_size,
-                if s.fail_open {
-                    "YES (no healthy backend)"
-                } else {
-                    "no"
-                },
+                if s.fail_open { "YES" } else { "no" },
+                mode,
                 s.pending_moves
             )?;
             let c = BACKEND_COLUMNS;
@@ -396,6 +440,7 @@ mod tests {
         Status {
             node: Ipv4Addr::new(10, 0, 0, 11),
             balancer: true,
+            balancer_configured: true,
             config_file: "/etc/nilb/nilb.yaml".into(),
             written_at: "2025-01-01T00:00:00Z".into(),
             pid: 42,
@@ -412,6 +457,8 @@ mod tests {
                 key: "10.0.0.100:80/tcp".into(),
                 table_size: 1024,
                 fail_open: false,
+                mode: "normal".into(),
+                exiting: false,
                 pending_moves: 7,
                 dynamic_weight: None,
                 backends: vec![BackendStatus {
@@ -469,7 +516,11 @@ mod tests {
             1,
         );
         let node = Ipv4Addr::new(10, 0, 0, 11);
-        let s = Status::of(&cp, node, true, Path::new("/x.yaml"), None);
+        let role = |on: bool| Role {
+            running: on,
+            configured: on,
+        };
+        let s = Status::of(&cp, node, role(true), Path::new("/x.yaml"), None);
         let b: Vec<(&str, Option<&str>)> = s.services[0]
             .backends
             .iter()
@@ -491,7 +542,7 @@ mod tests {
         let s = Status::of(
             &cp,
             Ipv4Addr::new(10, 0, 0, 12),
-            false,
+            role(false),
             Path::new("/x.yaml"),
             None,
         );

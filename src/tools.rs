@@ -443,8 +443,9 @@ pub struct BucketReport {
     /// `backend_stats` slot the balancer counts this bucket's packets in
     /// (`null` without a first hop).
     pub counter_slot: Option<u32>,
-    /// When the first hop last changed, Unix seconds; `null`: never since
-    /// the table was first built.
+    /// When the first hop last changed, as stored: seconds of the kernel's
+    /// boot-time clock (`CLOCK_BOOTTIME`; tables written by older daemons
+    /// hold Unix seconds); `null`: never since the table was first built.
     pub moved_at_s: Option<u32>,
 }
 
@@ -513,6 +514,14 @@ pub fn tables_report(dir: &Path) -> Result<TablesReport> {
     })
 }
 
+/// A stored bucket move time (boot-time seconds) as an RFC 3339 wall time.
+fn wall_time(stored_s: u32) -> String {
+    use crate::clock::Clock;
+    let c = crate::clock::SystemClock;
+    let ms = crate::clock::move_time_on_wall(stored_s as u64 * 1000, c.boot_ms(), c.wall_ms());
+    crate::status::rfc3339(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms))
+}
+
 /// Print the live tables of the data plane pinned under `dir`: per service
 /// the backends' shares, and with `buckets` every bucket.
 pub fn tables(dir: &Path, buckets: bool, out: &mut dyn Write) -> Result<()> {
@@ -535,12 +544,7 @@ pub fn tables(dir: &Path, buckets: bool, out: &mut dyn Write) -> Result<()> {
             s.buckets.iter().filter(|b| b.second_hop.is_some()).count(),
             moved,
             match last {
-                Some(t) => format!(
-                    " (last {})",
-                    crate::status::rfc3339(
-                        std::time::UNIX_EPOCH + std::time::Duration::from_secs(t.into())
-                    )
-                ),
+                Some(t) => format!(" (last {})", wall_time(t)),
                 None => String::new(),
             }
         )?;
@@ -583,10 +587,7 @@ pub fn tables(dir: &Path, buckets: bool, out: &mut dyn Write) -> Result<()> {
                     a(b.first_hop),
                     a(b.second_hop),
                     b.counter_slot.map_or("-".to_string(), |x| x.to_string()),
-                    b.moved_at_s
-                        .map_or("-".to_string(), |t| crate::status::rfc3339(
-                            std::time::UNIX_EPOCH + std::time::Duration::from_secs(t.into())
-                        ))
+                    b.moved_at_s.map_or("-".to_string(), wall_time)
                 )?;
             }
         }
@@ -914,6 +915,10 @@ mod tests {
             let mut storage = std::mem::MaybeUninit::uninit();
             let mut dp = Dataplane::load_pinned(&mut storage, Some(pins)).unwrap();
             let mut cp = ControlPlane::new(cfg([1, 1, 2]), now);
+            // Up (unknown backends gain no buckets from a weight change).
+            for i in 0..3u8 {
+                cp.observe(&key(), Ipv4Addr::new(10, 0, 0, 11 + i), Ok(()), now);
+            }
             cp.apply(&mut dp, B11, &cp.full_plan()).unwrap();
             let plan = cp.update(cfg([3, 1, 1]), now + 5_000);
             cp.apply(&mut dp, B11, &plan).unwrap();

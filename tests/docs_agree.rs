@@ -186,7 +186,10 @@ fn sample_status() -> Status {
     let mut s = Status::of(
         &control_plane(),
         Ipv4Addr::new(10, 0, 0, 11),
-        true,
+        nilb::status::Role {
+            running: true,
+            configured: true,
+        },
         Path::new("/etc/nilb/nilb.yaml"),
         Some(nilb::status::ReloadStatus {
             at: "2025-01-01T00:00:00Z".into(),
@@ -342,6 +345,7 @@ fn documented_defaults_are_the_loaders() {
             "defaults.rebalance.max_step_percent" => c.rebalance.max_step_percent.to_string(),
             "defaults.rebalance.min_bucket_age_ms" => c.rebalance.min_bucket_age_ms.to_string(),
             "defaults.encap_check" => s.encap_check.to_string(),
+            "defaults.panic_threshold_percent" => s.panic_threshold_percent.to_string(),
             "backends[].weight" => s.backends[0].weight.to_string(),
             "backends[].state" => s.backends[0].state.to_string(),
             "http.scheme" => match scheme {

@@ -9,8 +9,9 @@
 //! error or a duplicate key stops the check there (the message says so).
 //!
 //! Implemented schema: `version`, `cluster` (hash_seed, balancers, gue_port,
-//! unknown_flow), `defaults` (table_size, health_check, rebalance), `services`
-//! with name, vip, port, protocol, table_size, health_check and backends (dip,
+//! unknown_flow), `defaults` (table_size, health_check, rebalance,
+//! panic_threshold_percent), `services` with name, vip, port, protocol,
+//! table_size, health_check, panic_threshold_percent and backends (dip,
 //! hostname, weight, state) and dynamic_weight (source cpu|qps, metrics_port,
 //! target_percent and tuning knobs).
 //!
@@ -77,6 +78,11 @@ pub const MAX_FILE_BYTES: usize = 4 << 20;
 pub const MAX_TOTAL_BUCKETS: u64 = 4 << 20;
 /// Problems printed in full; the rest are counted.
 pub const MAX_PROBLEMS_SHOWN: usize = 100;
+/// Default `panic_threshold_percent` (docs/config.md "Panic threshold":
+/// off, because spreading new connections onto backends known to fail
+/// loses them for certain at layer 4, while the overload it prevents is
+/// only a risk).
+pub const DEFAULT_PANIC_THRESHOLD_PERCENT: u32 = 0;
 /// Default `rebalance.min_bucket_age_ms`.
 pub const DEFAULT_MIN_BUCKET_AGE_MS: u64 = 300_000;
 

@@ -207,6 +207,9 @@ pub struct Service {
     pub health_check: HealthCheck,
     /// Load-aware weights, if configured.
     pub dynamic_weight: Option<DynamicWeight>,
+    /// Below this share (percent) of healthy active weight the service
+    /// panics and uses every active backend by weight (0: never), 0-100.
+    pub panic_threshold_percent: u32,
     /// Encapsulated health check (`encap_check`, docs/config.md "Health
     /// checks"): each backend must also answer a GUE-encapsulated SYN to
     /// the VIP. TCP services only.

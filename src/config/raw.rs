@@ -38,6 +38,7 @@ pub(super) struct RawDefaults {
     pub(super) health_check: RawTiming,
     #[serde(default)]
     pub(super) rebalance: RawRebalance,
+    pub(super) panic_threshold_percent: Option<u32>,
     pub(super) encap_check: Option<bool>,
 }
 
@@ -115,6 +116,7 @@ pub(super) struct RawService {
     pub(super) table_size: Option<u32>,
     pub(super) health_check: Option<RawHealthCheck>,
     pub(super) dynamic_weight: Option<RawDynamicWeight>,
+    pub(super) panic_threshold_percent: Option<u32>,
     pub(super) encap_check: Option<bool>,
     #[serde(default)]
     pub(super) backends: Vec<RawBackend>,

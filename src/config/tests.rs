@@ -463,6 +463,33 @@ fn bad_health_checks_are_named() {
 }
 
 #[test]
+fn panic_threshold_defaults_to_off_and_services_override_the_default() {
+    let c = Config::parse(GOOD).unwrap();
+    assert_eq!(c.services[0].panic_threshold_percent, 0, "off by default");
+    assert_eq!(DEFAULT_PANIC_THRESHOLD_PERCENT, 0);
+    let src = GOOD
+        .replace(
+            "  table_size: 4096\n",
+            "  table_size: 4096\n  panic_threshold_percent: 50\n",
+        )
+        .replace(
+            "    table_size: 256\n",
+            "    table_size: 256\n    panic_threshold_percent: 0\n",
+        );
+    let c = Config::parse(&src).unwrap();
+    assert_eq!(c.services[0].panic_threshold_percent, 50, "from defaults");
+    assert_eq!(c.services[1].panic_threshold_percent, 0, "its own");
+    let p = one_problem(
+        &GOOD.replace(
+            "    port: 80\n",
+            "    port: 80\n    panic_threshold_percent: 101\n",
+        ),
+        "services[0].panic_threshold_percent",
+    );
+    assert!(p.message.contains("outside 0-100"), "{p}");
+}
+
+#[test]
 fn tls_server_name_and_ca_file() {
     let check = |http: &str| with_check(&format!("    health_check:\n      http: {{{http}}}\n"));
     let tls_of = |src: &str| match &Config::parse(src).unwrap().services[0].health_check.checker {

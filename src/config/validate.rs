@@ -16,8 +16,8 @@ use super::raw::{
 };
 use super::{
     Position, Problem, DEFAULT_GUE_PORT, DEFAULT_ICMP_TOO_BIG_RATE, DEFAULT_INTERVAL_MS,
-    DEFAULT_RISE_FALL, DEFAULT_TABLE_SIZE, DEFAULT_TIMEOUT_MS, DEFAULT_WEIGHT, MAX_TOTAL_BUCKETS,
-    MIN_BUCKETS_PER_BACKEND, MIN_INTERVAL_MS, MIN_TABLE_SIZE,
+    DEFAULT_PANIC_THRESHOLD_PERCENT, DEFAULT_RISE_FALL, DEFAULT_TABLE_SIZE, DEFAULT_TIMEOUT_MS,
+    DEFAULT_WEIGHT, MAX_TOTAL_BUCKETS, MIN_BUCKETS_PER_BACKEND, MIN_INTERVAL_MS, MIN_TABLE_SIZE,
 };
 use crate::limits;
 use crate::types::Protocol;
@@ -33,6 +33,7 @@ struct Defaults {
     table_size: u32,
     timing: RawTiming,
     rebalance: Rebalance,
+    panic_threshold_percent: u32,
     encap_check: Option<bool>,
 }
 
@@ -558,7 +559,19 @@ impl Validator {
         }
     }
 
-    /// `defaults:`: table size, health-check timing, rebalance limits.
+    /// A panic threshold: a percentage, 0 (off) to 100.
+    fn panic_threshold(&mut self, path: &str, p: u32) -> u32 {
+        if p > 100 {
+            self.report(
+                path,
+                format!("{p} is outside 0-100 (percent of the healthy weight; 0 disables panic)"),
+            );
+        }
+        p.min(100)
+    }
+
+    /// `defaults:`: table size, health-check timing, rebalance limits,
+    /// panic threshold.
     fn defaults(&mut self, raw: &RawDefaults) -> Defaults {
         let table_size = match raw.table_size {
             Some(t) => {
@@ -567,10 +580,15 @@ impl Validator {
             }
             None => DEFAULT_TABLE_SIZE,
         };
+        let panic_threshold_percent = match raw.panic_threshold_percent {
+            Some(p) => self.panic_threshold("defaults.panic_threshold_percent", p),
+            None => DEFAULT_PANIC_THRESHOLD_PERCENT,
+        };
         Defaults {
             table_size,
             timing: raw.health_check,
             rebalance: self.rebalance(&raw.rebalance),
+            panic_threshold_percent,
             encap_check: raw.encap_check,
         }
     }
@@ -624,6 +642,10 @@ impl Validator {
             .dynamic_weight
             .as_ref()
             .map(|d| self.dynamic_weight(&format!("{sp}.dynamic_weight"), d));
+        let panic_threshold_percent = match rs.panic_threshold_percent {
+            Some(p) => self.panic_threshold(&format!("{sp}.panic_threshold_percent"), p),
+            None => defaults.panic_threshold_percent,
+        };
         let encap_check = self.encap_check(&sp, &rs, &health_check, defaults.encap_check);
         let backends = self.backends(&sp, vip, rs.backends);
         Service {
@@ -634,6 +656,7 @@ impl Validator {
             table_size,
             health_check,
             dynamic_weight,
+            panic_threshold_percent,
             encap_check,
             backends,
         }

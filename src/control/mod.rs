@@ -1,49 +1,72 @@
 //! Control-plane state: the running configuration, and per service its
 //! [`Table`], its backends' health and administrative state, and the pacing
 //! of voluntary table changes. Pure logic driven by events with the caller's
-//! clock (ms): [`ControlPlane::update`] (reload), [`ControlPlane::observe`]
-//! (a health-check result) and [`ControlPlane::tick`] (time passes). Each
+//! clock (ms; the daemon's is the boot-time clock, [`crate::clock`]):
+//! [`ControlPlane::update`] (reload), [`ControlPlane::observe`] (a
+//! health-check result) and [`ControlPlane::tick`] (time passes). Each
 //! returns a [`Plan`]; [`ControlPlane::apply`] is the one place that writes a
 //! plan into the data plane, through [`DataplaneOps`] (the BPF maps in the
-//! daemon, a recording fake in the unit tests).
+//! daemon, a recording fake in the unit tests). [`ControlPlane::reload`]
+//! makes a whole reload (tables, XDP role, health checks) one transaction,
+//! and [`ControlPlane::adopt`] rebuilds the state a killed daemon left in the
+//! pinned maps.
 //!
-//! Rules (docs/design.md "Control plane"; docs/config.md "Backend states" and
+//! Rules (docs/design.md "Control plane", "Tables and pacing", "Health
+//! checks", "Restarts and adoption"; docs/config.md "Backend states",
 //! "Reload (SIGHUP)"):
-//! - first hops are the active, healthy backends, in proportion to weight;
+//! - first hops are the active backends that are up, in proportion to
+//!   weight; an unknown backend (no verdict yet) keeps the buckets it owns
+//!   but gains none, unless no active backend is up (then the buckets nobody
+//!   owns are spread over the unknown ones by weight), see [`Mode`];
 //! - a health failure or `offline` moves buckets away at once (forced); a
 //!   failed backend stays second hop, an offline one does not;
 //! - weight changes, recoveries and drains move buckets voluntarily, in steps
 //!   limited by `rebalance` (min interval, max share per step, min bucket
 //!   age);
-//! - if no backend is healthy the service fails open to every backend not
-//!   set offline;
+//! - below `panic_threshold_percent` of healthy active weight the service
+//!   panics (every active backend by weight); with no active backend up or
+//!   unknown, healthy drained backends serve; with no healthy backend at all
+//!   the service fails open to every backend not offline; panic and fail-open
+//!   are entered at once and left in paced steps that at most double what the
+//!   healthy backends own per step;
 //! - a reload carries health state over for backends whose address and check
 //!   did not change (a changed check keeps the verdict and restarts its
-//!   streaks); backends added to an existing service need `rise_count`
-//!   successes; backends of a new service start unknown (first result
-//!   decides), like at daemon start;
+//!   streaks); backends added to an existing service, back from `offline` or
+//!   back in the file while being removed start unknown and need
+//!   `rise_count` passes; backends of a new service start unknown and their
+//!   first result decides, like at daemon start;
 //! - a backend that disappears from the file is drained like `drained`, and
 //!   removed (from second hops and the cluster set) once it has owned no
-//!   bucket for `min_bucket_age_ms`.
+//!   bucket for `min_bucket_age_ms`;
+//! - counter slots and stats indexes freed by a plan are given out again
+//!   only by a later reload, so a plan never zeroes or shares a counter that
+//!   a table it replaces or removes still counts into;
+//! - what a restarted daemon needs (health, administrative state, removing
+//!   backends and their times) is written to the pinned `control_state` map
+//!   with every plan that changes it.
 
+mod apply;
+mod persist;
+mod reload;
+mod targets;
 #[cfg(test)]
 mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 
-use anyhow::Result;
-
 use crate::config::{
     Backend, BackendState, Checker, Config, DynamicWeight, HealthCheck, Rebalance, Service,
 };
-use crate::dataplane::{DataplaneOps, LiveTable, NodeSettings, TableInstall};
+use crate::dataplane::NodeSettings;
 use crate::health::checker::CheckTarget;
 use crate::health::{Health, HealthState};
 use crate::limits;
-use crate::table::{Moves, StepLimits, Table, Target};
+use crate::table::{Moves, StepLimits, Table};
 use crate::types::{LoadSample, ServiceKey};
 use crate::weights::{self, BackendLoad};
+
+pub use reload::{ReloadError, ReloadStage};
 
 /// Runtime state of one backend of one service.
 #[derive(Clone, Debug)]
@@ -60,7 +83,8 @@ pub struct BackendRuntime {
     /// when the service has none. Only `Down` keeps the backend out:
     /// "unknown" does not (docs/config.md "Health checks").
     pub encap: HealthState,
-    /// Slot of this (service, backend) in the `backend_stats` map.
+    /// Slot of this (service, backend) in the `backend_stats` and
+    /// `control_state` maps.
     pub slot: u32,
     /// Effective weight (dynamic weights), starting at the configured one.
     pub effective_weight: f64,
@@ -98,12 +122,28 @@ impl BackendRuntime {
         }
     }
 
-    /// Active, in the file and not down.
-    fn is_first_hop_candidate(&self) -> bool {
-        self.removed_at_ms.is_none()
+    /// In the file and not offline: may be a target in some [`Mode`].
+    fn is_live(&self) -> bool {
+        self.removed_at_ms.is_none() && self.config.state != BackendState::Offline
+    }
+
+    /// The verdict the table follows: down when either check (the regular
+    /// one, or the encapsulated one) says down; else the regular check's
+    /// (an encapsulated check without a verdict keeps nobody out).
+    pub fn verdict(&self) -> Health {
+        if self.encap.health == Health::Down {
+            Health::Down
+        } else {
+            self.health.health
+        }
+    }
+
+    /// Active, in the file and not known down (dynamic weights adjust
+    /// these).
+    fn is_weighted(&self) -> bool {
+        self.is_live()
             && self.config.state == BackendState::Active
-            && self.health.eligible()
-            && self.encap.health != Health::Down
+            && self.verdict() != Health::Down
     }
 
     /// State shown to operators: the configured state, or `removing`.
@@ -113,6 +153,46 @@ impl BackendRuntime {
             (None, BackendState::Active) => "active",
             (None, BackendState::Drained) => "drained",
             (None, BackendState::Offline) => "offline",
+        }
+    }
+}
+
+/// Which backends a service's table uses (docs/design.md "Tables and
+/// pacing"). Backends set `offline` or being removed are never targets.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Mode {
+    /// Active backends that are up, by weight; unknown active backends keep
+    /// the buckets they own but gain none (when no active backend is up,
+    /// the buckets nobody can keep go to the unknown ones by weight).
+    #[default]
+    Normal,
+    /// No active backend is up or unknown, but drained ones are up: the
+    /// healthy drained backends serve, by weight, rather than failing open
+    /// onto backends known to fail.
+    DrainedFallback,
+    /// Up and unknown active backends hold less than
+    /// `panic_threshold_percent` of the active weight: every active backend
+    /// is used by weight, healthy or not (Envoy's panic threshold), so the
+    /// few healthy ones are not crushed.
+    Panic,
+    /// No backend is up at all: every backend not offline is used by weight.
+    FailOpen,
+}
+
+impl Mode {
+    /// Spread over backends known to fail (panic, fail-open): entered at
+    /// once, left in paced steps.
+    pub fn spreads_over_failures(self) -> bool {
+        matches!(self, Mode::Panic | Mode::FailOpen)
+    }
+
+    /// Name in status, metrics and logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Normal => "normal",
+            Mode::DrainedFallback => "drained-fallback",
+            Mode::Panic => "panic",
+            Mode::FailOpen => "fail-open",
         }
     }
 }
@@ -130,8 +210,11 @@ pub struct ServiceState {
     pub last_step_ms: Option<u64>,
     /// Voluntary moves still needed to reach the targets.
     pub pending: usize,
-    /// No backend is healthy: every backend not offline is used.
-    pub fail_open: bool,
+    /// Which backends the table uses.
+    pub mode: Mode,
+    /// Leaving panic or fail-open: backends known to fail still own
+    /// buckets and give them up in paced steps.
+    pub exiting: bool,
     /// When the table last changed (caller's clock, ms).
     pub changed_at_ms: u64,
     /// When dynamic weights last ran a round.
@@ -141,6 +224,46 @@ pub struct ServiceState {
 }
 
 impl ServiceState {
+    /// A new service: empty table, these backends.
+    fn new(
+        index: u32,
+        table: Table,
+        backends: BTreeMap<Ipv4Addr, BackendRuntime>,
+        now_ms: u64,
+    ) -> Self {
+        ServiceState {
+            index,
+            table,
+            backends,
+            last_step_ms: None,
+            pending: 0,
+            mode: Mode::Normal,
+            exiting: false,
+            changed_at_ms: now_ms,
+            last_adjust_ms: None,
+            moves_total: (0, 0, 0),
+        }
+    }
+
+    /// No backend is healthy: every backend not offline is used.
+    pub fn fail_open(&self) -> bool {
+        self.mode == Mode::FailOpen
+    }
+
+    /// Whether a backend known to fail owns buckets without being a target
+    /// of `mode` (what a paced exit from panic or fail-open moves away).
+    fn failed_owners_left(&self) -> bool {
+        if self.mode.spreads_over_failures() {
+            return false;
+        }
+        let shares = self.table.shares();
+        shares.keys().any(|d| {
+            self.backends
+                .get(d)
+                .is_some_and(|b| b.verdict() == Health::Down && b.is_live())
+        })
+    }
+
     /// Effective weights that reproduce the table's current shares exactly
     /// (weight proportional to buckets owned, on the scale of the configured
     /// weights), so that an adopted table under dynamic weights does not
@@ -174,10 +297,11 @@ pub struct Plan {
     /// installed service the state does not know, these included).
     pub remove: Vec<ServiceKey>,
     /// Node settings changed (hash seed, GUE port, unknown_flow,
-    /// icmp_too_big_rate).
+    /// icmp_too_big_rate): only then does [`ControlPlane::apply`] write
+    /// `nilb_config`.
     pub settings_changed: bool,
-    /// Services whose fail-open state changed, with the new state.
-    pub fail_open_changed: Vec<(ServiceKey, bool)>,
+    /// Services whose mode changed, with the new mode.
+    pub mode_changed: Vec<(ServiceKey, Mode)>,
     /// Backends removed for good after draining out.
     pub removed_backends: Vec<(ServiceKey, Ipv4Addr)>,
     /// Counter slots (backend, service index) newly given out: zero them
@@ -188,6 +312,11 @@ pub struct Plan {
     /// Dynamic-weight rounds that changed weights: per service, each
     /// backend's (address, load reading, old and new effective weight).
     pub reweighted: Vec<(ServiceKey, Vec<Reweight>)>,
+    /// Slots whose `control_state` record changed (written from the state,
+    /// or cleared when no backend holds the slot any more).
+    pub records: BTreeSet<u32>,
+    /// Rewrite every slot of `control_state` (a full plan).
+    pub all_records: bool,
 }
 
 /// One backend's change in a dynamic-weights round.
@@ -205,23 +334,35 @@ pub struct Reweight {
 
 impl Plan {
     /// True when nothing needs to be written to the data plane (tables,
-    /// settings, or the cluster set after a removal).
+    /// settings, the cluster set after a removal, or control records).
     pub fn is_empty(&self) -> bool {
         self.install.is_empty()
             && self.remove.is_empty()
             && !self.settings_changed
             && self.removed_backends.is_empty()
+            && self.fresh_slots.is_empty()
+            && self.fresh_service_indexes.is_empty()
+            && self.records.is_empty()
+            && !self.all_records
+    }
+
+    /// True when the plan has nothing to write nor to report.
+    pub fn is_idle(&self) -> bool {
+        self.is_empty() && self.mode_changed.is_empty() && self.reweighted.is_empty()
     }
 
     fn merge(&mut self, other: Plan) {
         self.install.extend(other.install);
         self.remove.extend(other.remove);
         self.settings_changed |= other.settings_changed;
-        self.fail_open_changed.extend(other.fail_open_changed);
+        self.mode_changed.extend(other.mode_changed);
         self.removed_backends.extend(other.removed_backends);
         self.fresh_slots.extend(other.fresh_slots);
         self.fresh_service_indexes
             .extend(other.fresh_service_indexes);
+        self.reweighted.extend(other.reweighted);
+        self.records.extend(other.records);
+        self.all_records |= other.all_records;
     }
 }
 
@@ -231,16 +372,24 @@ pub struct ControlPlane {
     config: Config,
     services: BTreeMap<ServiceKey, ServiceState>,
     used_slots: BTreeSet<u32>,
+    /// Slots and stats indexes freed by the last plans: the tables those
+    /// plans replace or remove may count into them until the plans are
+    /// applied, so only the next reload gives them out again.
+    retiring_slots: BTreeSet<u32>,
+    retiring_indexes: BTreeSet<u32>,
 }
 
 /// The `backend_stats` slot shared by backends that found no free slot (the
 /// config limit keeps this from happening unless removals pile up).
 pub const OVERFLOW_SLOT: u32 = limits::MAX_BACKEND_SLOTS - 1;
 
+/// Health of a backend new to the running state: unchecked, must prove
+/// itself (`added`: a running service's new backend), or first result
+/// decides (new service, daemon start).
 fn fresh_health(check: &Checker, now_ms: u64, added: bool) -> HealthState {
     match (check, added) {
         (Checker::None, _) => HealthState::unchecked(now_ms),
-        (_, true) => HealthState::added(now_ms),
+        (_, true) => HealthState::recheck(now_ms),
         (_, false) => HealthState::at_start(now_ms),
     }
 }
@@ -257,102 +406,39 @@ impl ControlPlane {
             },
             services: BTreeMap::new(),
             used_slots: BTreeSet::new(),
+            retiring_slots: BTreeSet::new(),
+            retiring_indexes: BTreeSet::new(),
         }
     }
 
-    /// State for `config` at daemon start (time `now_ms`): fresh tables,
-    /// health unknown.
+    /// State for `config` at daemon start (time `now_ms`) on maps nobody
+    /// used before: fresh tables, health unknown. Its [`Self::full_plan`]
+    /// fills the maps.
     pub fn new(config: Config, now_ms: u64) -> Self {
         let mut cp = ControlPlane::empty(&config);
         cp.update(config, now_ms);
         cp
     }
 
-    /// The lowest free counter slot (or the shared overflow slot).
-    fn take_slot(used: &mut BTreeSet<u32>, plan: &mut Plan) -> u32 {
+    /// The lowest counter slot neither in use nor retiring (or the shared
+    /// overflow slot).
+    fn take_slot(&mut self, plan: &mut Plan) -> u32 {
         let slot = (0..OVERFLOW_SLOT)
-            .find(|s| !used.contains(s))
+            .find(|s| !self.used_slots.contains(s) && !self.retiring_slots.contains(s))
             .unwrap_or(OVERFLOW_SLOT);
         if slot != OVERFLOW_SLOT {
-            used.insert(slot);
+            self.used_slots.insert(slot);
             plan.fresh_slots.push(slot);
         }
         slot
     }
 
-    /// State for `config` built on the tables a running data plane already
-    /// has (a restarted daemon adopting pinned maps): each service whose
-    /// table size still matches keeps its buckets, their move history, its
-    /// stats index and counter slots, so nothing moves. Forced changes (a
-    /// backend now offline or gone) still apply; `now_ms` must be on the
-    /// same clock as the history (the daemon uses Unix milliseconds).
-    pub fn adopt(config: Config, live: Vec<(ServiceKey, LiveTable)>, now_ms: u64) -> Self {
-        let mut cp = ControlPlane::empty(&config);
-        for (key, lt) in live {
-            let Some(service) = config.service(&key) else {
-                continue;
-            };
-            if lt.buckets.len() != service.table_size as usize
-                || lt.service_index >= limits::MAX_SERVICES
-                || cp.services.values().any(|s| s.index == lt.service_index)
-            {
-                continue;
-            }
-            let check = &service.health_check.checker;
-            let mut backends = BTreeMap::new();
-            for b in &service.backends {
-                let slot = match lt.slots.get(&b.dip) {
-                    Some(&slot) if slot < OVERFLOW_SLOT && cp.used_slots.insert(slot) => slot,
-                    _ => continue, // given a fresh slot by `update` below
-                };
-                backends.insert(
-                    b.dip,
-                    BackendRuntime::new(b, fresh_health(check, now_ms, false), slot),
-                );
-            }
-            cp.services.insert(
-                key,
-                ServiceState {
-                    index: lt.service_index,
-                    table: Table::adopt(lt.buckets, lt.moved_at),
-                    backends,
-                    last_step_ms: None,
-                    pending: 0,
-                    fail_open: false,
-                    changed_at_ms: now_ms,
-                    last_adjust_ms: None,
-                    moves_total: (0, 0, 0),
-                },
-            );
-            cp.config.services.push(service.clone());
-            if let Some(dw) = &service.dynamic_weight {
-                cp.services
-                    .get_mut(&key)
-                    .expect("just inserted")
-                    .effective_weights_from_shares(dw);
-            }
+    /// Give up a backend's slot: retiring until the next reload.
+    fn retire_slot(&mut self, slot: u32, plan: &mut Plan) {
+        if slot != OVERFLOW_SLOT && self.used_slots.remove(&slot) {
+            self.retiring_slots.insert(slot);
+            plan.records.insert(slot);
         }
-        // Backends of adopted services without a slot, and services without
-        // an adoptable table, come in as usual; the config is the same, so
-        // health checks start from "unknown" like at any start.
-        let mut adopted_services = cp.config.services.clone();
-        for s in &mut adopted_services {
-            let known = &cp.services[&s.key()].backends;
-            s.backends.retain(|b| known.contains_key(&b.dip));
-        }
-        cp.config.services = adopted_services;
-        cp.update(config, now_ms);
-        // Backends that `update` added to adopted services are not new to
-        // the cluster: treat them like the rest (unknown, first result
-        // decides) rather than as reload additions that need rise_count.
-        for st in cp.services.values_mut() {
-            for b in st.backends.values_mut() {
-                if b.health.health == Health::Down && b.health.transitions == 0 {
-                    b.health = HealthState::at_start(now_ms);
-                }
-            }
-        }
-        cp
     }
 
     /// The running configuration.
@@ -370,6 +456,12 @@ impl ControlPlane {
         &self.services
     }
 
+    /// Whether the running configuration makes the node at `node` a
+    /// balancer (XDP attached, health checks run).
+    pub fn is_balancer(&self, node: Ipv4Addr) -> bool {
+        self.config.cluster.balancers.contains(&node)
+    }
+
     /// Switch to `config` (a reload). Health carries over as the module
     /// documentation says; tables step towards the new targets (forced moves
     /// now, voluntary ones within the rebalance limits).
@@ -381,6 +473,10 @@ impl ControlPlane {
                 || config.cluster.icmp_too_big_rate != self.config.cluster.icmp_too_big_rate,
             ..Plan::default()
         };
+        let records_before = self.records();
+        // What earlier plans freed is no longer counted into: free again.
+        self.retiring_slots.clear();
+        self.retiring_indexes.clear();
         let keys: BTreeSet<ServiceKey> = config.services.iter().map(Service::key).collect();
         plan.remove = self
             .services
@@ -388,11 +484,12 @@ impl ControlPlane {
             .filter(|k| !keys.contains(k))
             .copied()
             .collect();
-        for k in &plan.remove {
-            if let Some(st) = self.services.remove(k) {
+        for k in plan.remove.clone() {
+            if let Some(st) = self.services.remove(&k) {
                 for b in st.backends.values() {
-                    self.used_slots.remove(&b.slot);
+                    self.retire_slot(b.slot, &mut plan);
                 }
+                self.retiring_indexes.insert(st.index);
             }
         }
         let old_checks: BTreeMap<ServiceKey, HealthCheck> = self
@@ -402,94 +499,111 @@ impl ControlPlane {
             .map(|s| (s.key(), s.health_check.clone()))
             .collect();
         let mut used: BTreeSet<u32> = self.services.values().map(|s| s.index).collect();
+        used.extend(&self.retiring_indexes);
         for service in &config.services {
             let key = service.key();
             let check = &service.health_check.checker;
-            match self.services.get_mut(&key) {
-                Some(state) => {
-                    let check_changed = old_checks.get(&key) != Some(&service.health_check);
-                    let listed: BTreeSet<Ipv4Addr> =
-                        service.backends.iter().map(|b| b.dip).collect();
-                    for b in &service.backends {
-                        match state.backends.get_mut(&b.dip) {
-                            Some(rt) if rt.removed_at_ms.is_none() => {
-                                if *check == Checker::None {
+            if self.services.contains_key(&key) {
+                let check_changed = old_checks.get(&key) != Some(&service.health_check);
+                let listed: BTreeSet<Ipv4Addr> = service.backends.iter().map(|b| b.dip).collect();
+                for b in &service.backends {
+                    let known = self.services[&key]
+                        .backends
+                        .get(&b.dip)
+                        .map(|rt| (rt.removed_at_ms.is_some(), rt.config.state));
+                    match known {
+                        Some((false, was)) => {
+                            let state = self.services.get_mut(&key).expect("service");
+                            let rt = state.backends.get_mut(&b.dip).expect("backend");
+                            if *check == Checker::None {
+                                if !rt.health.is_up() {
                                     rt.health = HealthState::unchecked(now_ms);
-                                } else if check_changed {
-                                    rt.health.restart_streaks();
                                 }
-                                // Dynamic weights keep their ratio to the
-                                // configured weight; without them it is 1.
-                                rt.effective_weight = match service.dynamic_weight {
-                                    Some(_) => {
-                                        rt.effective_weight * b.weight as f64
-                                            / rt.config.weight.max(1) as f64
-                                    }
-                                    None => b.weight as f64,
-                                };
-                                rt.config = b.clone();
+                            } else if was == BackendState::Offline
+                                && b.state != BackendState::Offline
+                            {
+                                // Back from offline: its old verdict is stale.
+                                rt.health = HealthState::recheck(now_ms);
+                            } else if check_changed {
+                                rt.health.restart_streaks();
                             }
-                            Some(rt) => {
-                                // Back in the file while draining out.
-                                rt.effective_weight = b.weight as f64;
-                                rt.config = b.clone();
-                                rt.removed_at_ms = None;
-                                rt.empty_since_ms = None;
-                                rt.health = fresh_health(check, now_ms, true);
-                            }
-                            None => {
-                                let slot = Self::take_slot(&mut self.used_slots, &mut plan);
-                                state.backends.insert(
-                                    b.dip,
-                                    BackendRuntime::new(b, fresh_health(check, now_ms, true), slot),
-                                );
-                            }
+                            // Dynamic weights keep their ratio to the
+                            // configured weight; without them it is 1.
+                            rt.effective_weight = match service.dynamic_weight {
+                                Some(_) => {
+                                    rt.effective_weight * b.weight as f64
+                                        / rt.config.weight.max(1) as f64
+                                }
+                                None => b.weight as f64,
+                            };
+                            rt.config = b.clone();
                         }
-                    }
-                    for (dip, rt) in state.backends.iter_mut() {
-                        if !listed.contains(dip) && rt.removed_at_ms.is_none() {
-                            rt.removed_at_ms = Some(now_ms);
+                        Some((true, _)) => {
+                            // Back in the file while draining out.
+                            let state = self.services.get_mut(&key).expect("service");
+                            let rt = state.backends.get_mut(&b.dip).expect("backend");
+                            rt.effective_weight = b.weight as f64;
+                            rt.config = b.clone();
+                            rt.removed_at_ms = None;
+                            rt.empty_since_ms = None;
+                            rt.health = fresh_health(check, now_ms, true);
                         }
-                    }
-                    if state.table.size() != service.table_size {
-                        state.table = state.table.resized(service.table_size);
+                        None => {
+                            let slot = self.take_slot(&mut plan);
+                            let state = self.services.get_mut(&key).expect("service");
+                            state.backends.insert(
+                                b.dip,
+                                BackendRuntime::new(b, fresh_health(check, now_ms, true), slot),
+                            );
+                        }
                     }
                 }
-                None => {
-                    let index = (0..limits::MAX_SERVICES)
-                        .find(|i| !used.contains(i))
-                        .expect("config validation bounds the number of services");
-                    used.insert(index);
-                    plan.fresh_service_indexes.push(index);
-                    let mut backends = BTreeMap::new();
-                    for b in &service.backends {
-                        let slot = Self::take_slot(&mut self.used_slots, &mut plan);
-                        backends.insert(
-                            b.dip,
-                            BackendRuntime::new(b, fresh_health(check, now_ms, false), slot),
-                        );
+                let state = self.services.get_mut(&key).expect("service");
+                for (dip, rt) in state.backends.iter_mut() {
+                    if !listed.contains(dip) && rt.removed_at_ms.is_none() {
+                        rt.removed_at_ms = Some(now_ms);
                     }
-                    self.services.insert(
-                        key,
-                        ServiceState {
-                            index,
-                            table: Table::empty(service.table_size),
-                            backends,
-                            last_step_ms: None,
-                            pending: 0,
-                            fail_open: false,
-                            changed_at_ms: now_ms,
-                            last_adjust_ms: None,
-                            moves_total: (0, 0, 0),
-                        },
+                }
+                if state.table.size() != service.table_size {
+                    state.table = state.table.resized(service.table_size);
+                }
+            } else {
+                let index = (0..limits::MAX_SERVICES)
+                    .find(|i| !used.contains(i))
+                    .expect("config validation bounds the number of services");
+                used.insert(index);
+                plan.fresh_service_indexes.push(index);
+                let mut backends = BTreeMap::new();
+                for b in &service.backends {
+                    let slot = self.take_slot(&mut plan);
+                    backends.insert(
+                        b.dip,
+                        BackendRuntime::new(b, fresh_health(check, now_ms, false), slot),
                     );
-                    // A new table is built in one go.
-                    plan.install.insert(key, Moves::default());
                 }
+                self.services.insert(
+                    key,
+                    ServiceState::new(index, Table::empty(service.table_size), backends, now_ms),
+                );
+                // A new table is built in one go.
+                plan.install.insert(key, Moves::default());
             }
         }
         self.sync_encap(&config, now_ms);
         self.config = config;
+        // Records that changed (state, weight, health, slots given out or
+        // retired).
+        let records_after = self.records();
+        for (slot, r) in &records_after {
+            if records_before.get(slot) != Some(r) {
+                plan.records.insert(*slot);
+            }
+        }
+        plan.records.extend(
+            records_before
+                .keys()
+                .filter(|s| !records_after.contains_key(s)),
+        );
         let keys: Vec<ServiceKey> = self.services.keys().copied().collect();
         for key in keys {
             let fresh = plan.install.contains_key(&key);
@@ -546,8 +660,12 @@ impl ControlPlane {
         if rt.removed_at_ms.is_some() || !rt.encap.observe(result, rise, fall, now_ms) {
             return None;
         }
-        let plan = self.step(service, now_ms, false);
-        (!plan.is_empty() || !plan.fail_open_changed.is_empty()).then_some(plan)
+        let slot = rt.slot;
+        let mut plan = self.step(service, now_ms, false);
+        if slot != OVERFLOW_SLOT {
+            plan.records.insert(slot);
+        }
+        Some(plan)
     }
 
     /// The encapsulated checks to run: every backend in the file that is not
@@ -571,7 +689,8 @@ impl ControlPlane {
     }
 
     /// Record a health-check result for (`service`, `dip`). Returns a plan
-    /// when the result changes the table or the fail-open state.
+    /// when the result changes the backend's verdict (its record, and the
+    /// table or the mode when they change with it).
     pub fn observe(
         &mut self,
         service: &ServiceKey,
@@ -589,8 +708,12 @@ impl ControlPlane {
         if !rt.health.observe(result, rise, fall, now_ms) {
             return None;
         }
-        let plan = self.step(service, now_ms, false);
-        (!plan.is_empty() || !plan.fail_open_changed.is_empty()).then_some(plan)
+        let slot = rt.slot;
+        let mut plan = self.step(service, now_ms, false);
+        if slot != OVERFLOW_SLOT {
+            plan.records.insert(slot);
+        }
+        Some(plan)
     }
 
     /// Time passes: take due voluntary steps and finish removals.
@@ -601,25 +724,40 @@ impl ControlPlane {
         for key in keys {
             let state = self.services.get_mut(&key).expect("key");
             let shares = state.table.shares();
+            let mut touched = Vec::new();
             let gone: Vec<Ipv4Addr> = state
                 .backends
                 .iter_mut()
                 .filter(|(_, rt)| rt.removed_at_ms.is_some())
                 .filter_map(|(dip, rt)| {
                     if shares.contains_key(dip) {
-                        rt.empty_since_ms = None;
+                        if rt.empty_since_ms.take().is_some() {
+                            touched.push(rt.slot);
+                        }
                         return None;
                     }
-                    let since = *rt.empty_since_ms.get_or_insert(now_ms);
+                    let since = match rt.empty_since_ms {
+                        Some(t) => t,
+                        None => {
+                            touched.push(rt.slot);
+                            *rt.empty_since_ms.insert(now_ms)
+                        }
+                    };
                     (now_ms.saturating_sub(since) >= min_age).then_some(*dip)
                 })
                 .collect();
+            let mut removed_slots = Vec::new();
             for dip in &gone {
                 if let Some(b) = state.backends.remove(dip) {
-                    self.used_slots.remove(&b.slot);
+                    removed_slots.push(b.slot);
                 }
                 plan.removed_backends.push((key, *dip));
             }
+            for slot in removed_slots {
+                self.retire_slot(slot, &mut plan);
+            }
+            plan.records
+                .extend(touched.into_iter().filter(|&s| s != OVERFLOW_SLOT));
             let reweighted = self.adjust_weights(&key, now_ms);
             let changed = !reweighted.is_empty();
             if changed {
@@ -709,7 +847,7 @@ impl ControlPlane {
         let dips: Vec<Ipv4Addr> = state
             .backends
             .values()
-            .filter(|b| b.is_first_hop_candidate())
+            .filter(|b| b.is_weighted())
             .map(|b| b.config.dip)
             .collect();
         let input: Vec<BackendLoad> = dips
@@ -763,46 +901,35 @@ impl ControlPlane {
     /// built without limits.
     fn step(&mut self, key: &ServiceKey, now_ms: u64, fresh: bool) -> Plan {
         let rebalance: Rebalance = self.config.rebalance;
+        let threshold = self
+            .config
+            .service(key)
+            .map_or(0, |s| s.panic_threshold_percent);
         let allowed = fresh || self.voluntary_allowed(key, now_ms);
         let state = self.services.get_mut(key).expect("service state");
         let size = state.table.size();
 
-        let candidates: Vec<Target> = state
-            .backends
-            .values()
-            .filter(|b| b.is_first_hop_candidate())
-            .map(|b| Target {
-                dip: b.config.dip,
-                weight: weights::table_weight(b.effective_weight),
-            })
-            .collect();
-        let fail_open = candidates.is_empty()
-            && state
-                .backends
-                .values()
-                .any(|b| b.removed_at_ms.is_none() && b.config.state != BackendState::Offline);
-        let targets: Vec<Target> = if fail_open {
-            state
-                .backends
-                .values()
-                .filter(|b| b.removed_at_ms.is_none() && b.config.state != BackendState::Offline)
-                .map(|b| Target {
-                    dip: b.config.dip,
-                    weight: weights::table_weight(b.effective_weight),
-                })
-                .collect()
-        } else {
-            candidates
-        };
+        let choice = targets::choose(state, threshold);
+        let mode = choice.mode;
+        let entering = mode.spreads_over_failures() && mode != state.mode;
+        if mode.spreads_over_failures() {
+            state.exiting = false;
+        } else if state.mode.spreads_over_failures() && !fresh {
+            state.exiting = true;
+        }
+        let exiting = state.exiting;
+        let targets = choice.targets;
         let target_set: BTreeSet<Ipv4Addr> = targets.iter().map(|t| t.dip).collect();
         let backends = &state.backends;
+        // A backend known to fail loses its buckets at once, except while
+        // the service leaves panic or fail-open: then it gives them up in
+        // paced steps (they were its buckets while the service spread).
         let forced_out = |d: Ipv4Addr| match backends.get(&d) {
             None => true,
             Some(b) => {
                 !target_set.contains(&d)
                     && (b.config.state == BackendState::Offline
-                        || b.health.health == Health::Down
-                        || b.encap.health == Health::Down)
+                        || (b.verdict() == Health::Down && !(exiting && b.is_live())))
             }
         };
         let second_ok = |d: Ipv4Addr| {
@@ -810,16 +937,30 @@ impl ControlPlane {
                 .get(&d)
                 .is_some_and(|b| b.config.state != BackendState::Offline)
         };
-        // Entering fail-open spreads at once: every backend is already down,
-        // so there is nothing to protect by pacing, and second chance keeps
-        // whatever connections the last one still serves.
-        let limits = if fresh || (fail_open && !state.fail_open) {
+        // Entering panic or fail-open spreads at once: the backends left are
+        // failing or overloaded, so there is nothing to protect by pacing,
+        // and second chance keeps whatever connections they still serve.
+        let limits = if fresh || entering {
             StepLimits::NONE
         } else if allowed {
-            StepLimits {
+            let mut l = StepLimits {
                 max_moves: (size as usize * rebalance.max_step_percent as usize / 100).max(1),
                 min_age_ms: rebalance.min_bucket_age_ms,
+            };
+            if exiting {
+                // Leaving panic or fail-open: what the healthy targets own
+                // may at most double per step (slow start), and the buckets
+                // of the failed backends moved when the service spread, so
+                // their age does not hold them back.
+                let shares = state.table.shares();
+                let owned: usize = target_set
+                    .iter()
+                    .map(|d| shares.get(d).copied().unwrap_or(0) as usize)
+                    .sum();
+                l.max_moves = l.max_moves.max(owned);
+                l.min_age_ms = 0;
             }
+            l
         } else {
             StepLimits {
                 max_moves: 0,
@@ -831,9 +972,9 @@ impl ControlPlane {
             .rebalance(&targets, second_ok, forced_out, now_ms, limits);
 
         let mut plan = Plan::default();
-        if fail_open != state.fail_open {
-            plan.fail_open_changed.push((*key, fail_open));
-            state.fail_open = fail_open;
+        if mode != state.mode {
+            plan.mode_changed.push((*key, mode));
+            state.mode = mode;
         }
         if !fresh && moves.moved > moves.forced {
             state.last_step_ms = Some(now_ms);
@@ -849,6 +990,9 @@ impl ControlPlane {
             state.changed_at_ms = now_ms;
         }
         state.table = table;
+        if state.exiting && !state.failed_owners_left() {
+            state.exiting = false;
+        }
         plan
     }
 
@@ -910,91 +1054,6 @@ impl ControlPlane {
             gue_port: self.config.cluster.gue_port,
             unknown_flow: self.config.cluster.unknown_flow,
             icmp_too_big_rate: self.config.cluster.icmp_too_big_rate,
-        }
-    }
-
-    /// Write `plan` into `dp`. Order keeps traffic safe:
-    /// 1. the node settings;
-    /// 2. the VIP and cluster-address sets widen to the union of what the
-    ///    maps hold and what the new state needs, so no table installed next
-    ///    points at an address the programs would reject;
-    /// 3. fresh counter slots and service indexes are zeroed, before the
-    ///    tables that count into them;
-    /// 4. all changed tables in one [`DataplaneOps::install_tables`] call
-    ///    (one atomic swap each, one RCU wait for the batch);
-    /// 5. services the maps hold that this state does not know are removed
-    ///    (the plan's removals, and any left by a failed apply of another
-    ///    state or by an earlier daemon whose pins were adopted);
-    /// 6. the two sets narrow to what the new state needs.
-    ///
-    /// On an error nothing after the failing step runs and the error is
-    /// returned: the sets stay widened and nothing is removed, so every
-    /// table in the maps (old, new, or a prefix of a failed batch) still has
-    /// its VIP and hops in the sets. The caller re-applies a full plan (of
-    /// this state, or of the previous one after a failed reload); step 5
-    /// then removes what the failed apply added.
-    pub fn apply(&self, dp: &mut dyn DataplaneOps, node: Ipv4Addr, plan: &Plan) -> Result<()> {
-        dp.set_settings(&self.settings(node))?;
-        let vips = self.config.vips();
-        let nodes = self.cluster_addresses();
-        let vips_before = dp.vips().clone();
-        let nodes_before = dp.cluster_nodes().clone();
-        dp.set_vips(&vips.union(&vips_before).copied().collect())?;
-        dp.set_cluster_nodes(&nodes.union(&nodes_before).copied().collect())?;
-        for &slot in &plan.fresh_slots {
-            dp.zero_backend_stats(slot)?;
-        }
-        for &index in &plan.fresh_service_indexes {
-            dp.zero_service_stats(index)?;
-        }
-        // All changed tables in one batch (one RCU wait in the kernel).
-        let installs: Vec<(ServiceKey, &ServiceState)> = plan
-            .install
-            .keys()
-            .filter_map(|key| self.services.get(key).map(|st| (*key, st)))
-            .collect();
-        let slot_fns: Vec<Box<dyn Fn(Ipv4Addr) -> u32 + '_>> = installs
-            .iter()
-            .map(|(_, st)| {
-                let f = move |d: Ipv4Addr| st.backends.get(&d).map_or(OVERFLOW_SLOT, |b| b.slot);
-                Box::new(f) as Box<dyn Fn(Ipv4Addr) -> u32 + '_>
-            })
-            .collect();
-        let items: Vec<TableInstall<'_>> = installs
-            .iter()
-            .zip(&slot_fns)
-            .map(|((key, st), f)| TableInstall {
-                key: *key,
-                index: st.index,
-                table: &st.table,
-                slot_of: f.as_ref(),
-            })
-            .collect();
-        dp.install_tables(&items)?;
-        // Every service the maps hold that this state does not know: the
-        // plan's removals, and whatever a failed apply of another state
-        // left (a failed reload restores the running state with its full
-        // plan) or an earlier daemon whose pins were adopted ran.
-        for key in dp.installed_services()? {
-            if !self.services.contains_key(&key) {
-                dp.remove_service(&key)?;
-            }
-        }
-        dp.set_vips(&vips)?;
-        dp.set_cluster_nodes(&nodes)?;
-        Ok(())
-    }
-
-    /// A plan that installs everything (first start, or a new data plane).
-    pub fn full_plan(&self) -> Plan {
-        Plan {
-            install: self
-                .services
-                .keys()
-                .map(|k| (*k, Moves::default()))
-                .collect(),
-            settings_changed: true,
-            ..Plan::default()
         }
     }
 }

@@ -15,6 +15,9 @@
 //!   ICMP too-big rate, flags and the outer checksum base;
 //! - `counters` (per-CPU, one per event), `service_stats` (per-CPU, by
 //!   service index), `backend_stats` (per-CPU, by (service, backend) slot);
+//! - `control_state`: the control plane's own state per (service, backend)
+//!   slot (health verdict, administrative state, removal times), pinned so
+//!   a restarted daemon keeps it; the programs never read it;
 //! - `hop_cache`: the XDP program's cached FIB and neighbour answer per
 //!   backend slot and CPU, and `icmp_limit`: its per-CPU token bucket for
 //!   ICMP "fragmentation needed" replies (neither pinned nor written from
@@ -51,9 +54,9 @@ use tracing::warn;
 use crate::table::Table;
 use crate::types::{ServiceKey, UnknownFlow};
 use abi::skel::{NilbSkel, NilbSkelBuilder};
-pub use ops::{DataplaneOps, NodeSettings, TableInstall};
-use pinned::read_tables;
-pub use pinned::{LiveTable, PinnedMaps, PINNED_MAPS};
+pub use ops::{ControlRecord, DataplaneOps, NodeSettings, RecordAdmin, RecordHealth, TableInstall};
+use pinned::{read_control_state, read_tables};
+pub use pinned::{LiveTable, PinnedMaps, ADOPT_WITHOUT, PINNED_MAPS};
 
 /// XDP attach mode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -85,6 +88,9 @@ struct TcAttachment {
 pub struct Dataplane<'obj> {
     skel: NilbSkel<'obj>,
     xdp: Option<(i32, XdpMode)>,
+    /// Interface and mode [`DataplaneOps::set_xdp`] and
+    /// [`DataplaneOps::xdp_attached`] work on.
+    interface: Option<(i32, XdpMode)>,
     tc: Option<TcAttachment>,
     pin_dir: Option<PathBuf>,
     vips: BTreeSet<Ipv4Addr>,
@@ -177,16 +183,21 @@ impl<'obj> Dataplane<'obj> {
                 bail!("the BPF object does not have all of the maps {PINNED_MAPS:?}");
             }
             let name = |m: &libbpf_rs::OpenMapMut<'_>| m.name().to_string_lossy().into_owned();
-            let present = maps.iter().filter(|m| dir.join(name(m)).exists()).count();
-            let compatible = maps.iter().all(|map| {
+            let matches = |map: &libbpf_rs::OpenMapMut<'_>| {
                 libbpf_rs::MapHandle::from_pinned_path(dir.join(name(map))).is_ok_and(|h| {
                     h.map_type() == map.map_type()
                         && h.key_size() == map.key_size()
                         && h.value_size() == map.value_size()
                         && h.max_entries() == map.max_entries()
                 })
-            });
-            if present > 0 && !(present == maps.len() && compatible) {
+            };
+            let optional =
+                |m: &libbpf_rs::OpenMapMut<'_>| ADOPT_WITHOUT.contains(&name(m).as_str());
+            let present = maps.iter().filter(|m| dir.join(name(m)).exists()).count();
+            // The forwarding state: every map that is not optional is there
+            // and fits this binary.
+            let required_ok = maps.iter().filter(|m| !optional(m)).all(matches);
+            if present > 0 && !required_ok {
                 warn!(
                     pin_dir = %dir.display(),
                     "pinned maps from an earlier run do not match this binary; replacing them (tables are rebuilt, buckets may move)"
@@ -194,8 +205,19 @@ impl<'obj> Dataplane<'obj> {
                 for name in PINNED_MAPS {
                     let _ = std::fs::remove_file(dir.join(name));
                 }
+            } else if required_ok {
+                // Optional maps that are missing are created; ones with
+                // another layout are replaced (their state is lost, the
+                // forwarding state is kept).
+                for map in maps.iter().filter(|m| optional(m)) {
+                    let path = dir.join(name(map));
+                    if path.exists() && !matches(map) {
+                        warn!(map = %name(map), "pinned map does not match this binary; replacing it (its state is lost)");
+                        let _ = std::fs::remove_file(&path);
+                    }
+                }
             }
-            adopted = present == maps.len() && compatible;
+            adopted = required_ok;
             for map in &mut maps {
                 let name = name(map);
                 map.set_pin_path(dir.join(&name))
@@ -208,6 +230,7 @@ impl<'obj> Dataplane<'obj> {
         let mut dp = Dataplane {
             skel,
             xdp: None,
+            interface: None,
             tc: None,
             pin_dir: pin_dir.map(Path::to_path_buf),
             vips: BTreeSet::new(),
@@ -220,6 +243,18 @@ impl<'obj> Dataplane<'obj> {
             dp.nodes = address_keys(&dp.skel.maps.cluster_nodes);
         }
         Ok(dp)
+    }
+
+    /// The interface (and XDP mode) [`DataplaneOps::set_xdp`] attaches to
+    /// and [`DataplaneOps::xdp_attached`] asks about.
+    pub fn set_interface(&mut self, ifindex: i32, mode: XdpMode) {
+        self.interface = Some((ifindex, mode));
+    }
+
+    /// The control plane's records in `control_state`, by slot (an adopted
+    /// data plane holds its predecessor's).
+    pub fn control_state(&self) -> Result<std::collections::BTreeMap<u32, ControlRecord>> {
+        read_control_state(&self.skel.maps.control_state)
     }
 
     /// Whether [`Dataplane::load_pinned`] adopted an earlier daemon's maps.
@@ -594,6 +629,58 @@ impl DataplaneOps for Dataplane<'_> {
             .services
             .delete(abi::bytes_of(&k))
             .with_context(|| format!("removing service {key}"))
+    }
+
+    fn write_control_state(&mut self, records: &[(u32, Option<ControlRecord>)]) -> Result<()> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let mut keys = Vec::with_capacity(records.len() * 4);
+        let mut values = Vec::with_capacity(records.len() * 48);
+        for (slot, r) in records {
+            keys.extend_from_slice(&slot.to_ne_bytes());
+            values.extend_from_slice(abi::bytes_of(&abi::control_state_value(r.as_ref())));
+        }
+        self.skel
+            .maps
+            .control_state
+            .update_batch(
+                &keys,
+                &values,
+                records.len() as u32,
+                MapFlags::ANY,
+                MapFlags::ANY,
+            )
+            .with_context(|| format!("writing {} control_state record(s)", records.len()))
+    }
+
+    fn xdp_attached(&self) -> Result<bool> {
+        let Some((ifindex, _)) = self.interface else {
+            return Ok(false);
+        };
+        let prog = &self.skel.progs.nilb_xdp_balancer;
+        let ours = Self::prog_id(prog)?;
+        let xdp = Xdp::new(prog.as_fd());
+        for m in [XdpMode::Native, XdpMode::Generic] {
+            let id = xdp
+                .query_id(ifindex, m.flags())
+                .with_context(|| format!("querying XDP on ifindex {ifindex}"))?;
+            if id == ours {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    fn set_xdp(&mut self, attached: bool) -> Result<()> {
+        let Some((ifindex, mode)) = self.interface else {
+            bail!("no interface to attach XDP to");
+        };
+        if attached {
+            self.attach_xdp(ifindex, mode)
+        } else {
+            self.detach_xdp()
+        }
     }
 }
 

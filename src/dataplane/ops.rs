@@ -29,6 +29,63 @@ pub struct NodeSettings {
     pub icmp_too_big_rate: u16,
 }
 
+/// Health verdict as kept in a [`ControlRecord`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RecordHealth {
+    /// No verdict yet.
+    #[default]
+    Unknown,
+    /// Passing.
+    Up,
+    /// Failing.
+    Down,
+}
+
+/// Administrative state as kept in a [`ControlRecord`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RecordAdmin {
+    /// `state: active`.
+    #[default]
+    Active,
+    /// `state: drained`.
+    Drained,
+    /// `state: offline`.
+    Offline,
+    /// Gone from the file, draining out (`removing`).
+    Removing,
+}
+
+/// What the control plane owes one (service, backend) pair across a
+/// restart, kept in the pinned `control_state` map under the pair's counter
+/// slot (`struct nilb_control_state`; the BPF programs never read it).
+/// Times are boot-time milliseconds ([`crate::clock`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ControlRecord {
+    /// The service.
+    pub service: ServiceKey,
+    /// The backend.
+    pub dip: Ipv4Addr,
+    /// Its configured weight.
+    pub weight: u32,
+    /// Its administrative state.
+    pub admin: RecordAdmin,
+    /// Its health verdict.
+    pub health: RecordHealth,
+    /// The verdict of its encapsulated check (`encap_check`).
+    pub encap: RecordHealth,
+    /// While unknown: whether the first result decides (else `rise_count`
+    /// passes are needed).
+    pub first_result_decides: bool,
+    /// Up/down transitions so far.
+    pub transitions: u64,
+    /// Since when the verdict holds.
+    pub since_ms: u64,
+    /// When it left the file (removing).
+    pub removed_at_ms: Option<u64>,
+    /// Since when a removing backend owns no bucket.
+    pub empty_since_ms: Option<u64>,
+}
+
 /// One table to install: service key, stats index, buckets and the
 /// `backend_stats` slot of each first hop.
 pub struct TableInstall<'a> {
@@ -80,4 +137,17 @@ pub trait DataplaneOps {
 
     /// Remove a service from the `services` map (its packets then pass).
     fn remove_service(&mut self, key: &ServiceKey) -> Result<()>;
+
+    /// Write these slots of the `control_state` map (None: the slot is
+    /// unused, its record is cleared), in one batch.
+    fn write_control_state(&mut self, records: &[(u32, Option<ControlRecord>)]) -> Result<()>;
+
+    /// Whether this data plane's XDP balancer is attached to its interface
+    /// now (asked of the kernel, not remembered).
+    fn xdp_attached(&self) -> Result<bool>;
+
+    /// Attach (`true`) or detach (`false`) the XDP balancer on the
+    /// interface the data plane was given; attaching refuses to replace
+    /// another program.
+    fn set_xdp(&mut self, attached: bool) -> Result<()>;
 }

@@ -12,7 +12,7 @@ use anyhow::{Context, Result};
 use libbpf_rs::{MapCore, MapFlags};
 
 use super::abi;
-use super::ops::NodeSettings;
+use super::ops::{ControlRecord, NodeSettings};
 use crate::table::Bucket;
 use crate::types::{ServiceKey, UnknownFlow};
 
@@ -31,10 +31,14 @@ pub const COUNTERS: &str = "counters";
 pub const SERVICE_STATS: &str = "service_stats";
 /// `backend_stats`: per-CPU counters by (service, backend) slot.
 pub const BACKEND_STATS: &str = "backend_stats";
+/// `control_state`: the control plane's state per (service, backend) slot
+/// (health verdict, administrative state, removal times), so that a
+/// restarted daemon keeps them; the programs never read it.
+pub const CONTROL_STATE: &str = "control_state";
 
 /// Names of the maps pinned under the pin directory, as the BPF object
 /// names them.
-pub const PINNED_MAPS: [&str; 7] = [
+pub const PINNED_MAPS: [&str; 8] = [
     SERVICES,
     CLUSTER_NODES,
     VIPS,
@@ -42,7 +46,13 @@ pub const PINNED_MAPS: [&str; 7] = [
     COUNTERS,
     SERVICE_STATS,
     BACKEND_STATS,
+    CONTROL_STATE,
 ];
+
+/// Pinned maps a daemon may adopt the others without: pins of an older
+/// daemon that did not have them are completed with empty ones (the
+/// forwarding state, which is in the other maps, carries over).
+pub const ADOPT_WITHOUT: [&str; 1] = [CONTROL_STATE];
 
 /// Maps of a running daemon, opened from their pins (for `nilb stats` and
 /// `nilb lookup --live`).
@@ -153,6 +163,23 @@ pub(super) fn read_tables(services: &dyn MapCore) -> Result<Vec<(ServiceKey, Liv
     Ok(out)
 }
 
+/// Every used slot of a `control_state` map with its record.
+pub(super) fn read_control_state(map: &dyn MapCore) -> Result<BTreeMap<u32, ControlRecord>> {
+    let mut out = BTreeMap::new();
+    for slot in 0..crate::limits::MAX_BACKEND_SLOTS {
+        let Some(v) = map
+            .lookup(&slot.to_ne_bytes(), MapFlags::ANY)
+            .with_context(|| format!("reading control_state slot {slot}"))?
+        else {
+            continue;
+        };
+        if let Some(r) = abi::parse_control_state(&v)? {
+            out.insert(slot, r);
+        }
+    }
+    Ok(out)
+}
+
 /// A service table as installed in the data plane.
 #[derive(Clone, Debug)]
 pub struct LiveTable {
@@ -160,8 +187,10 @@ pub struct LiveTable {
     pub service_index: u32,
     /// Buckets in index order.
     pub buckets: Vec<Bucket>,
-    /// When each bucket's first hop last changed (Unix ms, seconds
-    /// precision), as the daemon recorded it.
+    /// When each bucket's first hop last changed, in milliseconds with
+    /// seconds precision, as the daemon stored it: boot-time, or Unix time
+    /// if an older daemon wrote it ([`crate::clock::adopted_move_time`]
+    /// tells them apart).
     pub moved_at: Vec<Option<u64>>,
     /// `backend_stats` slot of each first hop.
     pub slots: BTreeMap<Ipv4Addr, u32>,

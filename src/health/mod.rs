@@ -2,12 +2,21 @@
 //! results ([`HealthState::observe`], pure) and the checkers that produce them
 //! ([`checker`], async I/O).
 //!
-//! Rules: a backend leaves the table after `fall_count` consecutive failures
-//! and returns after `rise_count` consecutive successes. At daemon start a
-//! backend's state is unknown and its first result decides (one success is
-//! enough, one failure takes it out); a backend added by a reload starts down
-//! and needs `rise_count` successes.
-
+//! Rules (docs/design.md "Health checks"): a backend leaves the table after
+//! `fall_count` consecutive failures and returns after `rise_count`
+//! consecutive successes. A backend with no verdict yet is **unknown**:
+//! - at daemon start (nothing known, nothing adopted) and in a service new
+//!   to the running state, its first result decides (one success is enough,
+//!   one failure takes it out);
+//! - a backend added to a running service, one back from `offline`, or one
+//!   back in the file while being removed needs `rise_count` fresh passes
+//!   (one failure takes it out);
+//! - a restarted daemon restores the last verdict from the pinned
+//!   `control_state` map; fresh results then count as usual.
+//!
+//! Unknown never attracts buckets: the control plane lets an unknown backend
+//! keep buckets it owns but gives it none, unless the service would
+//! otherwise have no first hop (docs/design.md "Tables and pacing").
 pub mod checker;
 pub mod encap;
 pub mod load;
@@ -22,7 +31,8 @@ use serde::Serialize;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Health {
-    /// Not checked yet (daemon start): treated as healthy.
+    /// No verdict yet: keeps buckets it owns, gains none (unless the
+    /// service would otherwise have none).
     Unknown,
     /// Passing.
     Up,
@@ -45,7 +55,7 @@ impl std::fmt::Display for Health {
 pub struct HealthState {
     /// Current verdict.
     pub health: Health,
-    /// Consecutive successes (while down) or 0.
+    /// Consecutive successes (while down or unknown) or 0.
     pub ok_streak: u32,
     /// Consecutive failures (while up) or 0.
     pub fail_streak: u32,
@@ -57,22 +67,48 @@ pub struct HealthState {
     pub last_check_ms: Option<u64>,
     /// When `health` last changed.
     pub since_ms: u64,
+    /// While unknown: the first result decides (daemon start, new service)
+    /// instead of `rise_count` passes (added, back from offline).
+    pub first_result_decides: bool,
 }
 
 impl HealthState {
-    /// State of a backend known at daemon start.
+    /// State of a backend at daemon start or in a new service: unknown, the
+    /// first result decides.
     pub fn at_start(now_ms: u64) -> Self {
         Self::with(Health::Unknown, now_ms)
     }
 
-    /// State of a backend added by a reload: down until `rise_count` passes.
-    pub fn added(now_ms: u64) -> Self {
-        Self::with(Health::Down, now_ms)
+    /// State of a backend that must prove itself again: added to a running
+    /// service, back from `offline`, or back in the file while being
+    /// removed. Unknown until `rise_count` consecutive passes; one failure
+    /// takes it down.
+    pub fn recheck(now_ms: u64) -> Self {
+        HealthState {
+            first_result_decides: false,
+            ..Self::with(Health::Unknown, now_ms)
+        }
     }
 
     /// State of a backend that is not checked (`none` checker).
     pub fn unchecked(now_ms: u64) -> Self {
         Self::with(Health::Up, now_ms)
+    }
+
+    /// A verdict restored from the pinned `control_state` map after a
+    /// restart: the verdict, its transitions and since when it holds; the
+    /// streaks start over.
+    pub fn restored(
+        health: Health,
+        transitions: u64,
+        since_ms: u64,
+        first_result_decides: bool,
+    ) -> Self {
+        HealthState {
+            transitions,
+            first_result_decides,
+            ..Self::with(health, since_ms)
+        }
     }
 
     fn with(health: Health, now_ms: u64) -> Self {
@@ -84,12 +120,18 @@ impl HealthState {
             last_error: None,
             last_check_ms: None,
             since_ms: now_ms,
+            first_result_decides: true,
         }
     }
 
-    /// May this backend be a first hop?
-    pub fn eligible(&self) -> bool {
-        self.health != Health::Down
+    /// Passing its checks.
+    pub fn is_up(&self) -> bool {
+        self.health == Health::Up
+    }
+
+    /// Known to fail its checks.
+    pub fn is_down(&self) -> bool {
+        self.health == Health::Down
     }
 
     /// Keep the verdict but restart the streaks (the check itself changed).
@@ -110,7 +152,14 @@ impl HealthState {
         let ok = result.is_ok();
         self.last_error = result.err();
         let next = match (self.health, ok) {
-            (Health::Unknown, true) => Health::Up,
+            (Health::Unknown, true) => {
+                self.ok_streak += 1;
+                if self.first_result_decides || self.ok_streak >= rise_count {
+                    Health::Up
+                } else {
+                    Health::Unknown
+                }
+            }
             (Health::Unknown, false) => Health::Down,
             (Health::Up, true) => {
                 self.fail_streak = 0;

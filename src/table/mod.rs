@@ -112,6 +112,40 @@ pub fn quotas(size: u32, targets: &[Target]) -> Vec<u32> {
     q
 }
 
+/// Like [`quotas`], but target `i` gets at most `caps[i]` buckets (None: no
+/// cap); what a capped target cannot take is apportioned over the others by
+/// weight ("water filling": repeat until no quota exceeds its cap). The
+/// quotas sum to `size` unless every target is capped (then to the sum of
+/// the caps, when that is smaller). Used for backends that may keep what
+/// they own but must not gain (health unknown).
+pub fn capped_quotas(size: u32, targets: &[Target], caps: &[Option<u32>]) -> Vec<u32> {
+    assert_eq!(targets.len(), caps.len(), "one cap per target");
+    let mut fixed: Vec<Option<u32>> = vec![None; targets.len()];
+    loop {
+        let open: Vec<usize> = (0..targets.len()).filter(|&i| fixed[i].is_none()).collect();
+        let taken: u32 = fixed.iter().flatten().sum();
+        let rest = size.saturating_sub(taken);
+        let sub: Vec<Target> = open.iter().map(|&i| targets[i]).collect();
+        let q = quotas(rest, &sub);
+        let mut capped = false;
+        for (j, &i) in open.iter().enumerate() {
+            if let Some(c) = caps[i] {
+                if q[j] > c {
+                    fixed[i] = Some(c);
+                    capped = true;
+                }
+            }
+        }
+        if !capped {
+            let mut out: Vec<u32> = fixed.iter().map(|f| f.unwrap_or(0)).collect();
+            for (j, &i) in open.iter().enumerate() {
+                out[i] = q[j];
+            }
+            return out;
+        }
+    }
+}
+
 /// Split `budget` over owners in proportion to what each must give
 /// (largest remainder, ties to the lower address).
 fn share_budget(budget: usize, excess: &[(Ipv4Addr, usize)]) -> Vec<usize> {

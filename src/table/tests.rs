@@ -355,3 +355,31 @@ fn thousand_random_events_keep_ranges_bounded() {
     println!("1000 random events on 8 backends x 4096 buckets: at most {worst} ranges per backend at any time, {now_max} at the end");
     assert!(worst <= 64, "ranges per backend exploded: {worst}");
 }
+
+#[test]
+fn capped_quotas_give_what_a_capped_target_cannot_take_to_the_others() {
+    let t = targets(&[(1, 1), (2, 1), (3, 1)]);
+    // No caps: plain quotas.
+    assert_eq!(capped_quotas(1024, &t, &[None; 3]), quotas(1024, &t));
+    // .3 may keep 0 (it owns none): .1 and .2 share everything.
+    assert_eq!(
+        capped_quotas(1024, &t, &[None, None, Some(0)]),
+        vec![512, 512, 0]
+    );
+    // A cap above the fair share does not bind.
+    assert_eq!(
+        capped_quotas(1024, &t, &[None, Some(600), None]),
+        quotas(1024, &t)
+    );
+    // Caps below the fair share bind, the rest goes by weight.
+    let w = targets(&[(1, 3), (2, 1), (3, 1)]);
+    assert_eq!(
+        capped_quotas(1000, &w, &[None, Some(100), Some(150)]),
+        vec![750, 100, 150]
+    );
+    // Everyone capped below the size: the caps.
+    assert_eq!(
+        capped_quotas(64, &t, &[Some(10), Some(20), Some(5)]),
+        vec![10, 20, 5]
+    );
+}

@@ -7,6 +7,7 @@
 
 use super::fake::{Call, FakeDataplane};
 use super::*;
+use crate::dataplane::DataplaneOps;
 
 const NODE: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
 const WEB: ServiceKey = ServiceKey {
@@ -89,21 +90,23 @@ fn reload() -> (ControlPlane, FakeDataplane, Plan, ControlPlane) {
 fn apply_widens_zeroes_installs_removes_then_narrows() {
     let (cp, mut dp, plan, _) = reload();
     cp.apply(&mut dp, NODE, &plan).unwrap();
-    // dns's index (1) and slot (2) are free again and reused: api is listed
-    // first and takes slot 2 for .15, web's new .14 takes 3.
-    assert_eq!(plan.fresh_service_indexes, [1]);
-    assert_eq!(plan.fresh_slots, [2, 3]);
+    // dns's index (1) and slot (2) are retiring: the dns table counts into
+    // them until it is removed, so api takes index 2 and slot 3 (.15), and
+    // web's new .14 takes 4. Records: .12's weight changed, .13's is
+    // cleared, .15 and .14 are new; .11's is unchanged.
+    assert_eq!(plan.fresh_service_indexes, [2]);
+    assert_eq!(plan.fresh_slots, [3, 4]);
     let all_vips = BTreeSet::from([API.vip, WEB.vip, DNS.vip]);
     let all_nodes = BTreeSet::from([NODE, ip(11), ip(12), ip(13), ip(14), ip(15)]);
     assert_eq!(
         dp.calls,
         [
-            Call::Settings(cp.settings(NODE)),
             Call::SetVips(all_vips),
             Call::SetClusterNodes(all_nodes),
-            Call::ZeroBackendStats(2),
             Call::ZeroBackendStats(3),
-            Call::ZeroServiceStats(1),
+            Call::ZeroBackendStats(4),
+            Call::ZeroServiceStats(2),
+            Call::WriteControlState(4, vec![1, 3, 4]),
             Call::InstallTables(vec![API, WEB]),
             Call::RemoveService(DNS),
             Call::SetVips(BTreeSet::from([API.vip, WEB.vip])),
@@ -320,4 +323,103 @@ fn a_full_plan_removes_services_the_state_does_not_know() {
     assert!(install < remove && remove < narrow, "{:?}", dp.calls);
     assert_eq!(dp.violations, []);
     assert_mirrors(&dp, &cp);
+}
+
+/// Review (2): a plan that removes a service and adds another gives the new
+/// one neither the removed one's stats index nor its counter slots: the
+/// removed table counts into them until step 6 removes it, after the new
+/// tables were installed and their counters zeroed.
+#[test]
+fn a_removed_service_s_counters_are_not_reused_by_the_same_plan() {
+    let (cp, mut dp, plan, before) = reload();
+    let dns = before.service(&DNS).unwrap();
+    let dns_slots: Vec<u32> = dns.backends.values().map(|b| b.slot).collect();
+    cp.apply(&mut dp, NODE, &plan).unwrap();
+    assert!(!plan.fresh_service_indexes.contains(&dns.index));
+    assert!(plan.fresh_slots.iter().all(|s| !dns_slots.contains(s)));
+    assert_eq!(dp.violations, [], "zeroed while counted into");
+    // The next reload may use them: dns's table is gone by then.
+    let mut cp = cp;
+    let plan = cp.update(config(0, &[API_15, WEB_11_12_14, DNS_13]), 2000);
+    assert_eq!(cp.service(&DNS).unwrap().index, dns.index);
+    cp.apply(&mut dp, NODE, &plan).unwrap();
+    assert_eq!(dp.violations, []);
+}
+
+/// Review (3): a reload whose apply fails zeroes no counter of a service
+/// the running configuration still has (here dns, which the reload
+/// removes, and which the restore puts back with its counters).
+#[test]
+fn a_failed_reload_zeroes_no_counter_of_the_running_state() {
+    let (next, mut dp, plan, running) = reload();
+    dp.fail_install_after = Some(1);
+    next.apply(&mut dp, NODE, &plan).unwrap_err();
+    running.apply(&mut dp, NODE, &running.full_plan()).unwrap();
+    let slots: BTreeSet<u32> = running
+        .services()
+        .values()
+        .flat_map(|s| s.backends.values().map(|b| b.slot))
+        .collect();
+    let indexes: BTreeSet<u32> = running.services().values().map(|s| s.index).collect();
+    let hit: Vec<&u32> = dp
+        .zeroed_slots
+        .iter()
+        .filter(|s| slots.contains(s))
+        .collect();
+    let hit_idx: Vec<&u32> = dp
+        .zeroed_indexes
+        .iter()
+        .filter(|i| indexes.contains(i))
+        .collect();
+    assert_eq!((hit, hit_idx), (vec![], vec![]), "running counters zeroed");
+    assert_mirrors(&dp, &running);
+}
+
+/// Review (4): merging plans keeps every field, dynamic-weight rounds too.
+#[test]
+fn merging_plans_keeps_reweights_and_records() {
+    let mut a = Plan::default();
+    let b = Plan {
+        reweighted: vec![(
+            WEB,
+            vec![Reweight {
+                dip: ip(11),
+                load: Some(0.5),
+                from: 100.0,
+                to: 90.0,
+            }],
+        )],
+        records: BTreeSet::from([3]),
+        mode_changed: vec![(WEB, Mode::FailOpen)],
+        ..Plan::default()
+    };
+    a.merge(b.clone());
+    assert_eq!(a, b);
+}
+
+/// Review (5): `nilb_config` is written by plans that change the node's
+/// settings (and full plans), not by every plan.
+#[test]
+fn only_plans_that_change_settings_write_nilb_config() {
+    let mut cp = ControlPlane::new(config(5000, &[WEB_11_12]), 0);
+    let mut dp = FakeDataplane::default();
+    cp.apply(&mut dp, NODE, &cp.full_plan()).unwrap();
+    assert!(dp.position(|c| matches!(c, Call::Settings(_))).is_some());
+    dp.calls.clear();
+    let plan = cp.update(config(5000, &[WEB_11]), 10_000);
+    cp.apply(&mut dp, NODE, &plan).unwrap();
+    let plan = cp.tick(16_001);
+    cp.apply(&mut dp, NODE, &plan).unwrap();
+    assert_eq!(dp.position(|c| matches!(c, Call::Settings(_))), None);
+    let seeded = Config::parse(
+        &(String::from("version: 1\ncluster: {balancers: [10.0.0.1], hash_seed: 8}\ndefaults:\n  rebalance: {min_interval_ms: 0, max_step_percent: 100, min_bucket_age_ms: 5000}\nservices:\n  - ")
+            + WEB_11
+            + "\n"),
+    )
+    .unwrap();
+    let plan = cp.update(seeded, 20_000);
+    assert!(plan.settings_changed);
+    cp.apply(&mut dp, NODE, &plan).unwrap();
+    let s = dp.settings.unwrap();
+    assert_eq!(s.hash_seed, 8);
 }

@@ -59,6 +59,9 @@ fn unknown_encapsulated_state_does_not_keep_a_backend_out() {
 #[test]
 fn turning_the_check_off_forgets_its_verdict() {
     let mut cp = ControlPlane::new(cfg(&[(11, 1, "active"), (12, 1, "active")], 64), 0);
+    // Regular checks up (an unknown backend would gain no bucket back).
+    pass(&mut cp, B11, 0);
+    pass(&mut cp, B12, 0);
     encap_fail(&mut cp, B12, 1);
     assert_eq!(table(&cp).shares().get(&B12), None);
     let mut off = cfg(&[(11, 1, "active"), (12, 1, "active")], 64);
@@ -85,6 +88,9 @@ fn max_step_percent_is_at_most() {
         cfg_with(&[(11, 1, "active"), (12, 1, "active")], 256, (0, 10, 0)),
         0,
     );
+    // Up (a weight change moves no bucket among backends without a verdict).
+    pass(&mut cp, B11, 0);
+    pass(&mut cp, B12, 0);
     let plan = cp.update(
         cfg_with(&[(11, 3, "active"), (12, 1, "active")], 256, (0, 10, 0)),
         1,
@@ -95,6 +101,8 @@ fn max_step_percent_is_at_most() {
         cfg_with(&[(11, 1, "active"), (12, 1, "active")], 32, (0, 1, 0)),
         0,
     );
+    pass(&mut cp, B11, 0);
+    pass(&mut cp, B12, 0);
     let plan = cp.update(
         cfg_with(&[(11, 3, "active"), (12, 1, "active")], 32, (0, 1, 0)),
         1,

@@ -15,7 +15,7 @@ use std::net::Ipv4Addr;
 
 use anyhow::{bail, Result};
 
-use crate::dataplane::{DataplaneOps, NodeSettings, TableInstall};
+use crate::dataplane::{ControlRecord, DataplaneOps, NodeSettings, TableInstall};
 use crate::table::Bucket;
 use crate::types::ServiceKey;
 
@@ -30,6 +30,9 @@ pub(super) enum Call {
     /// The keys of one batch, in order.
     InstallTables(Vec<ServiceKey>),
     RemoveService(ServiceKey),
+    /// How many slots one batch wrote, and which of them got a record.
+    WriteControlState(usize, Vec<u32>),
+    SetXdp(bool),
 }
 
 /// A table as the fake holds it.
@@ -53,6 +56,16 @@ pub(super) struct FakeDataplane {
     pub fail_install_after: Option<usize>,
     /// The next `remove_service` of this key fails.
     pub fail_remove: Option<ServiceKey>,
+    /// Every backend slot and service index zeroed so far.
+    pub zeroed_slots: Vec<u32>,
+    pub zeroed_indexes: Vec<u32>,
+    /// The `control_state` map (used slots only).
+    pub control: BTreeMap<u32, ControlRecord>,
+    /// Our XDP program is attached.
+    pub xdp: bool,
+    /// Attaching XDP fails (as on a device without native XDP, or with
+    /// another program attached).
+    pub fail_xdp_attach: bool,
     /// Unsafe states seen: after which call (index into `calls`), and why.
     pub violations: Vec<(usize, String)>,
 }
@@ -116,11 +129,31 @@ impl DataplaneOps for FakeDataplane {
     }
 
     fn zero_backend_stats(&mut self, slot: u32) -> Result<()> {
+        // A table that counts into the slot would mix its counts with the
+        // new pair's (or lose them).
+        for (key, t) in &self.services {
+            if t.slots.values().any(|&s| s == slot) {
+                self.violations.push((
+                    self.calls.len(),
+                    format!("zeroing backend slot {slot} while {key} counts into it"),
+                ));
+            }
+        }
+        self.zeroed_slots.push(slot);
         self.record(Call::ZeroBackendStats(slot));
         Ok(())
     }
 
     fn zero_service_stats(&mut self, index: u32) -> Result<()> {
+        for (key, t) in &self.services {
+            if t.index == index {
+                self.violations.push((
+                    self.calls.len(),
+                    format!("zeroing service index {index} while {key} counts into it"),
+                ));
+            }
+        }
+        self.zeroed_indexes.push(index);
         self.record(Call::ZeroServiceStats(index));
         Ok(())
     }
@@ -156,6 +189,36 @@ impl DataplaneOps for FakeDataplane {
             Some(n) if n < items.len() => bail!("injected: batch failed at item {n}"),
             _ => Ok(()),
         }
+    }
+
+    fn write_control_state(&mut self, records: &[(u32, Option<ControlRecord>)]) -> Result<()> {
+        let mut written = Vec::new();
+        for (slot, r) in records {
+            match r {
+                Some(r) => {
+                    self.control.insert(*slot, r.clone());
+                    written.push(*slot);
+                }
+                None => {
+                    self.control.remove(slot);
+                }
+            }
+        }
+        self.record(Call::WriteControlState(records.len(), written));
+        Ok(())
+    }
+
+    fn xdp_attached(&self) -> Result<bool> {
+        Ok(self.xdp)
+    }
+
+    fn set_xdp(&mut self, attached: bool) -> Result<()> {
+        self.record(Call::SetXdp(attached));
+        if attached && self.fail_xdp_attach {
+            bail!("injected: attaching XDP in Native mode: Operation not supported (os error 95)");
+        }
+        self.xdp = attached;
+        Ok(())
     }
 
     fn remove_service(&mut self, key: &ServiceKey) -> Result<()> {

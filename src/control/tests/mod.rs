@@ -3,8 +3,12 @@
 //! [`DataplaneOps`] into the recording [`fake`].
 
 mod apply;
+mod clock;
 mod encap;
 mod fake;
+mod modes;
+mod reload;
+mod restart;
 
 use super::*;
 
@@ -15,14 +19,56 @@ const B13: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 13);
 /// One TCP service with the given backends (`last octet, weight, state`),
 /// a TCP check, and rebalance limits (interval ms, percent, min age ms).
 fn cfg_with(weights: &[(u8, u32, &str)], table_size: u32, rebalance: (u64, u32, u64)) -> Config {
+    cfg_full(weights, table_size, rebalance, 0)
+}
+
+/// [`cfg_with`] plus a panic threshold.
+fn cfg_full(
+    weights: &[(u8, u32, &str)],
+    table_size: u32,
+    rebalance: (u64, u32, u64),
+    panic_threshold_percent: u32,
+) -> Config {
     let mut y = format!(
-        "version: 1\ncluster: {{balancers: [10.0.0.11], hash_seed: 7}}\ndefaults:\n  rebalance: {{min_interval_ms: {}, max_step_percent: {}, min_bucket_age_ms: {}}}\nservices:\n  - name: web\n    vip: 10.0.0.100\n    port: 80\n    protocol: tcp\n    table_size: {table_size}\n    health_check: {{tcp: {{}}, interval_ms: 1000, timeout_ms: 500, rise_count: 2, fall_count: 2}}\n    backends:\n",
+        "version: 1\ncluster: {{balancers: [10.0.0.11], hash_seed: 7}}\ndefaults:\n  rebalance: {{min_interval_ms: {}, max_step_percent: {}, min_bucket_age_ms: {}}}\nservices:\n  - name: web\n    vip: 10.0.0.100\n    port: 80\n    protocol: tcp\n    table_size: {table_size}\n    panic_threshold_percent: {panic_threshold_percent}\n    health_check: {{tcp: {{}}, interval_ms: 1000, timeout_ms: 500, rise_count: 2, fall_count: 2}}\n    backends:\n",
         rebalance.0, rebalance.1, rebalance.2
     );
     for (last, w, state) in weights {
         y += &format!("      - {{dip: 10.0.0.{last}, weight: {w}, state: {state}}}\n");
     }
     Config::parse(&y).unwrap()
+}
+
+/// What a restarted daemon reads from the pins of `cp`'s data plane: each
+/// table with its move times as stored (whole seconds, at least 1) and the
+/// counter slot of each first hop (as `read_tables` finds them).
+fn pinned(cp: &ControlPlane) -> Vec<(ServiceKey, crate::dataplane::LiveTable)> {
+    cp.services()
+        .iter()
+        .map(|(key, st)| {
+            let t = &st.table;
+            (
+                *key,
+                crate::dataplane::LiveTable {
+                    service_index: st.index,
+                    buckets: t.buckets().to_vec(),
+                    moved_at: (0..t.size() as usize)
+                        .map(|i| t.moved_at(i).map(|ms| (ms / 1000).max(1) * 1000))
+                        .collect(),
+                    slots: t
+                        .shares()
+                        .keys()
+                        .map(|d| (*d, st.backends[d].slot))
+                        .collect(),
+                },
+            )
+        })
+        .collect()
+}
+
+/// Buckets `dip` owns as first hop.
+fn owned(cp: &ControlPlane, dip: Ipv4Addr) -> u32 {
+    table(cp).shares().get(&dip).copied().unwrap_or(0)
 }
 
 /// No rate limits.
@@ -60,6 +106,8 @@ fn unchanged_config_changes_nothing() {
 #[test]
 fn weight_change_installs_with_second_hops() {
     let mut cp = ControlPlane::new(cfg(&[(11, 1, "active"), (12, 1, "active")], 64), 0);
+    pass(&mut cp, B11, 0);
+    pass(&mut cp, B12, 0);
     let before = table(&cp).clone();
     let plan = cp.update(cfg(&[(11, 3, "active"), (12, 1, "active")], 64), 1);
     assert_eq!(plan.install[&key()].moved, 16);
@@ -103,8 +151,8 @@ fn failure_is_immediate_and_keeps_second_hop_recovery_is_paced() {
     let mut cp = ControlPlane::new(c, 0);
     for d in [B11, B12, B13] {
         assert!(
-            pass(&mut cp, d, 10).is_none(),
-            "unknown -> up changes no table"
+            pass(&mut cp, d, 10).is_some_and(|p| p.install.is_empty()),
+            "unknown -> up changes no table (only the record)"
         );
     }
     let owned = table(&cp).shares()[&B13] as usize;
@@ -153,8 +201,8 @@ fn failure_is_immediate_and_keeps_second_hop_recovery_is_paced() {
 fn all_down_fails_open_and_recovers() {
     let mut cp = ControlPlane::new(cfg(&[(11, 1, "active"), (12, 1, "drained")], 64), 0);
     let plan = fail(&mut cp, B11, 1).expect("down");
-    assert_eq!(plan.fail_open_changed, vec![(key(), true)]);
-    assert!(cp.service(&key()).unwrap().fail_open);
+    assert_eq!(plan.mode_changed, vec![(key(), Mode::FailOpen)]);
+    assert!(cp.service(&key()).unwrap().fail_open());
     let shares = table(&cp).shares();
     assert_eq!(
         shares.len(),
@@ -163,7 +211,7 @@ fn all_down_fails_open_and_recovers() {
     );
     assert!(pass(&mut cp, B11, 2).is_none(), "rise_count is 2");
     let plan = pass(&mut cp, B11, 3).expect("one backend back is enough");
-    assert_eq!(plan.fail_open_changed, vec![(key(), false)]);
+    assert_eq!(plan.mode_changed, vec![(key(), Mode::Normal)]);
     fail(&mut cp, B12, 4);
     let plan = pass(&mut cp, B12, 5);
     assert!(
@@ -182,7 +230,7 @@ fn fail_open_spreads_at_once_by_weight() {
     assert_eq!(table(&cp).shares()[&B11], 64, "B12's buckets forced out");
     assert!(fail(&mut cp, B11, 3).is_none(), "fall_count is 2");
     let plan = fail(&mut cp, B11, 4).expect("all down");
-    assert_eq!(plan.fail_open_changed, vec![(key(), true)]);
+    assert_eq!(plan.mode_changed, vec![(key(), Mode::FailOpen)]);
     let shares = table(&cp).shares();
     assert_eq!(
         (shares.get(&B11), shares.get(&B12)),
@@ -193,7 +241,7 @@ fn fail_open_spreads_at_once_by_weight() {
 }
 
 #[test]
-fn reload_carries_health_and_new_backends_need_rise() {
+fn reload_carries_health_and_new_backends_start_unknown_and_need_rise() {
     let mut cp = ControlPlane::new(cfg(&[(11, 1, "active"), (12, 1, "active")], 64), 0);
     pass(&mut cp, B11, 1);
     fail(&mut cp, B12, 1);
@@ -213,10 +261,10 @@ fn reload_carries_health_and_new_backends_need_rise() {
     assert_eq!(s.backends[&B12].health.health, Health::Down, "carried over");
     assert_eq!(
         s.backends[&B13].health.health,
-        Health::Down,
-        "new: needs rise_count"
+        Health::Unknown,
+        "new: no verdict yet, needs rise_count"
     );
-    assert_eq!(table(&cp).shares().len(), 1);
+    assert_eq!(table(&cp).shares().len(), 1, "unknown gains no bucket");
     assert!(pass(&mut cp, B13, 3).is_none());
     assert!(pass(&mut cp, B13, 4).is_some(), "rise_count = 2");
 }
@@ -288,6 +336,9 @@ fn adopting_live_tables_moves_nothing_and_keeps_history() {
         rb,
     );
     let mut cp = ControlPlane::new(c, 1_000_000);
+    for d in [B11, B12, B13] {
+        pass(&mut cp, d, 1_000_000);
+    }
     // Give the table some history: a weight change with second hops.
     let plan = cp.update(
         cfg_with(
@@ -316,7 +367,7 @@ fn adopting_live_tables_moves_nothing_and_keeps_history() {
         },
     )];
     // The restarted daemon reads the same config, 20 s later.
-    let adopted = ControlPlane::adopt(cp.config().clone(), live, 1_030_000);
+    let (adopted, _) = ControlPlane::adopt(cp.config().clone(), live, cp.records(), 1_030_000);
     let s = adopted.service(&key()).unwrap();
     assert_eq!(
         s.table.buckets(),
@@ -326,7 +377,7 @@ fn adopting_live_tables_moves_nothing_and_keeps_history() {
     assert_eq!(s.index, running.index);
     for (dip, b) in &s.backends {
         assert_eq!(b.slot, running.backends[dip].slot, "counter slot of {dip}");
-        assert_eq!(b.health.health, Health::Unknown);
+        assert_eq!(b.health.health, Health::Up, "verdict of {dip} restored");
     }
     // History carried over: the buckets moved 20 s before the restart may
     // not move again before 60 s; the others (never moved) may.
@@ -385,6 +436,9 @@ fn adopting_under_dynamic_weights_keeps_the_shares() {
     };
     let cfg = Config::parse(&y(100)).unwrap();
     let mut cp = ControlPlane::new(cfg.clone(), 1_000_000);
+    for d in [B11, B12, B13] {
+        pass(&mut cp, d, 1_000_000);
+    }
     // Pretend dynamic weights moved load off .12: its effective weight fell.
     cp.services
         .get_mut(&key())
@@ -413,7 +467,7 @@ fn adopting_under_dynamic_weights_keeps_the_shares() {
                 .collect(),
         },
     )];
-    let mut adopted = ControlPlane::adopt(cfg, live, 1_002_000);
+    let (mut adopted, _) = ControlPlane::adopt(cfg, live, BTreeMap::new(), 1_002_000);
     assert_eq!(
         adopted.service(&key()).unwrap().table.buckets(),
         running.table.buckets()

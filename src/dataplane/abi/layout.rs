@@ -8,6 +8,7 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 use anyhow::Result;
 
 use super::sys;
+use crate::dataplane::ops::{ControlRecord, RecordAdmin, RecordHealth};
 use crate::table::Table;
 use crate::types::{Protocol, ServiceKey};
 
@@ -21,6 +22,7 @@ unsafe impl plain::Plain for sys::nilb_service_stats {}
 unsafe impl plain::Plain for sys::nilb_backend_stats {}
 unsafe impl plain::Plain for sys::nilb_hash_probe {}
 unsafe impl plain::Plain for sys::nilb_addr_info {}
+unsafe impl plain::Plain for sys::nilb_control_state {}
 
 /// View a plain struct as its bytes.
 pub fn bytes_of<T: plain::Plain>(v: &T) -> &[u8] {
@@ -79,7 +81,8 @@ pub const BUCKET_SIZE: u32 = std::mem::size_of::<sys::nilb_bucket>() as u32;
 /// The contents of an inner bucket array, element by element: element 0 is
 /// the header (table mask, service index), element 1 + i is bucket i;
 /// `slot_of(dip)` gives the `backend_stats` slot of a first hop. Move times
-/// are the table's clock, which the daemon runs on Unix milliseconds.
+/// are the table's clock, which the daemon runs on boot-time milliseconds
+/// ([`crate::clock`]), stored as whole seconds (at least 1: 0 is "never").
 pub fn inner_table_values(
     table: &Table,
     service_index: u32,
@@ -105,6 +108,100 @@ pub fn inner_table_values(
         values.extend_from_slice(bytes_of(&v));
     }
     values
+}
+
+fn health_value(h: RecordHealth) -> u8 {
+    use sys::nilb_control_health as v;
+    (match h {
+        RecordHealth::Unknown => v::NILB_HEALTH_UNKNOWN,
+        RecordHealth::Up => v::NILB_HEALTH_UP,
+        RecordHealth::Down => v::NILB_HEALTH_DOWN,
+    }) as u8
+}
+
+fn health_of(v: u8) -> Option<RecordHealth> {
+    use sys::nilb_control_health as h;
+    Some(match v as u32 {
+        h::NILB_HEALTH_UNKNOWN => RecordHealth::Unknown,
+        h::NILB_HEALTH_UP => RecordHealth::Up,
+        h::NILB_HEALTH_DOWN => RecordHealth::Down,
+        _ => return None,
+    })
+}
+
+/// Value of the `control_state` map for one slot (all zero: unused).
+pub fn control_state_value(r: Option<&ControlRecord>) -> sys::nilb_control_state {
+    use sys::nilb_control_admin as a;
+    use sys::nilb_control_flags as f;
+    let Some(r) = r else {
+        return sys::nilb_control_state::default();
+    };
+    let mut flags = 0;
+    if r.removed_at_ms.is_some() {
+        flags |= f::NILB_CS_REMOVED_AT;
+    }
+    if r.empty_since_ms.is_some() {
+        flags |= f::NILB_CS_EMPTY_SINCE;
+    }
+    if r.first_result_decides {
+        flags |= f::NILB_CS_FIRST_DECIDES;
+    }
+    sys::nilb_control_state {
+        service: service_key(&r.service),
+        dip: addr_be(r.dip),
+        weight: r.weight,
+        health: health_value(r.health),
+        admin: match r.admin {
+            RecordAdmin::Active => a::NILB_ADMIN_ACTIVE,
+            RecordAdmin::Drained => a::NILB_ADMIN_DRAINED,
+            RecordAdmin::Offline => a::NILB_ADMIN_OFFLINE,
+            RecordAdmin::Removing => a::NILB_ADMIN_REMOVING,
+        } as u8,
+        flags: flags as u8,
+        encap_health: health_value(r.encap),
+        transitions: r.transitions.min(u32::MAX as u64) as u32,
+        since_ms: r.since_ms,
+        removed_at_ms: r.removed_at_ms.unwrap_or(0),
+        empty_since_ms: r.empty_since_ms.unwrap_or(0),
+    }
+}
+
+/// Decode a `control_state` value; None for an unused slot or one that
+/// nilb cannot read (unknown protocol or enum value).
+pub fn parse_control_state(bytes: &[u8]) -> Result<Option<ControlRecord>> {
+    use sys::nilb_control_admin as a;
+    use sys::nilb_control_flags as f;
+    let v: sys::nilb_control_state = read_struct(bytes)?;
+    if v.dip == 0 {
+        return Ok(None);
+    }
+    let Some(service) = parse_service_key(bytes_of(&v.service))? else {
+        return Ok(None);
+    };
+    let (Some(health), Some(encap)) = (health_of(v.health), health_of(v.encap_health)) else {
+        return Ok(None);
+    };
+    let admin = match v.admin as u32 {
+        a::NILB_ADMIN_ACTIVE => RecordAdmin::Active,
+        a::NILB_ADMIN_DRAINED => RecordAdmin::Drained,
+        a::NILB_ADMIN_OFFLINE => RecordAdmin::Offline,
+        a::NILB_ADMIN_REMOVING => RecordAdmin::Removing,
+        _ => return Ok(None),
+    };
+    let flag = |b: u32| v.flags as u32 & b != 0;
+    Ok(Some(ControlRecord {
+        service,
+        dip: addr_from_be(v.dip),
+        weight: v.weight,
+        admin,
+        health,
+        encap,
+        first_result_decides: flag(f::NILB_CS_FIRST_DECIDES),
+        transitions: v.transitions as u64,
+        since_ms: v.since_ms,
+        removed_at_ms: flag(f::NILB_CS_REMOVED_AT).then_some(v.removed_at_ms),
+        empty_since_ms: flag(f::NILB_CS_EMPTY_SINCE).then_some(v.empty_since_ms),
+    }))
 }
 
 /// Value of the `nilb_config` map (`icmp_too_big_rate`: replies per
@@ -197,6 +294,7 @@ mod tests {
         assert_eq!(std::mem::size_of::<sys::nilb_backend_stats>(), 24);
         assert_eq!(std::mem::size_of::<sys::nilb_config>(), 20);
         assert_eq!(std::mem::size_of::<sys::nilb_service_stats>(), 32);
+        assert_eq!(std::mem::size_of::<sys::nilb_control_state>(), 48);
         assert_eq!(std::mem::size_of::<skel::types::xdp_md>(), 24);
     }
 
@@ -227,6 +325,32 @@ mod tests {
         let raw = service_key(&k);
         assert_eq!(bytes_of(&raw), &[10, 0, 0, 100, 0, 80, 6, 0]);
         assert_eq!(parse_service_key(bytes_of(&raw)).unwrap(), Some(k));
+    }
+
+    #[test]
+    fn control_records_round_trip() {
+        let r = ControlRecord {
+            service: ServiceKey {
+                vip: Ipv4Addr::new(10, 0, 0, 100),
+                port: 80,
+                protocol: Protocol::Tcp,
+            },
+            dip: Ipv4Addr::new(10, 0, 0, 13),
+            weight: 300,
+            admin: RecordAdmin::Removing,
+            health: RecordHealth::Down,
+            encap: RecordHealth::Up,
+            first_result_decides: false,
+            transitions: 7,
+            since_ms: 0,
+            removed_at_ms: Some(0),
+            empty_since_ms: None,
+        };
+        let v = control_state_value(Some(&r));
+        assert_eq!(&bytes_of(&v)[8..12], &[10, 0, 0, 13]);
+        assert_eq!(parse_control_state(bytes_of(&v)).unwrap(), Some(r));
+        let unused = control_state_value(None);
+        assert_eq!(parse_control_state(bytes_of(&unused)).unwrap(), None);
     }
 
     #[test]

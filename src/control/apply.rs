@@ -1,0 +1,127 @@
+//! Writing a [`Plan`] into the data plane ([`ControlPlane::apply`]) and the
+//! plan that writes everything ([`ControlPlane::full_plan`]).
+
+use std::net::Ipv4Addr;
+
+use anyhow::Result;
+
+use super::{ControlPlane, Plan, ServiceState, OVERFLOW_SLOT};
+use crate::dataplane::{ControlRecord, DataplaneOps, TableInstall};
+use crate::limits;
+use crate::table::Moves;
+use crate::types::ServiceKey;
+
+impl ControlPlane {
+    /// Write `plan` into `dp`. Order keeps traffic safe:
+    /// 1. the node settings, if the plan changed them;
+    /// 2. the VIP and cluster-address sets widen to the union of what the
+    ///    maps hold and what the new state needs, so no table installed next
+    ///    points at an address the programs would reject;
+    /// 3. fresh counter slots and service indexes are zeroed, before the
+    ///    tables that count into them;
+    /// 4. changed `control_state` records are written (before the tables,
+    ///    so a daemon killed in between restarts with the verdicts that the
+    ///    tables follow);
+    /// 5. all changed tables in one [`DataplaneOps::install_tables`] call
+    ///    (one atomic swap each, one RCU wait for the batch);
+    /// 6. services the maps hold that this state does not know are removed
+    ///    (the plan's removals, and any left by a failed apply of another
+    ///    state or by an earlier daemon whose pins were adopted);
+    /// 7. the two sets narrow to what the new state needs.
+    ///
+    /// On an error nothing after the failing step runs and the error is
+    /// returned: the sets stay widened and nothing is removed, so every
+    /// table in the maps (old, new, or a prefix of a failed batch) still has
+    /// its VIP and hops in the sets. The caller re-applies a full plan (of
+    /// this state, or of the previous one after a failed reload); step 6
+    /// then removes what the failed apply added.
+    pub fn apply(&self, dp: &mut dyn DataplaneOps, node: Ipv4Addr, plan: &Plan) -> Result<()> {
+        if plan.settings_changed {
+            dp.set_settings(&self.settings(node))?;
+        }
+        let vips = self.config.vips();
+        let nodes = self.cluster_addresses();
+        let vips_before = dp.vips().clone();
+        let nodes_before = dp.cluster_nodes().clone();
+        dp.set_vips(&vips.union(&vips_before).copied().collect())?;
+        dp.set_cluster_nodes(&nodes.union(&nodes_before).copied().collect())?;
+        for &slot in &plan.fresh_slots {
+            dp.zero_backend_stats(slot)?;
+        }
+        for &index in &plan.fresh_service_indexes {
+            dp.zero_service_stats(index)?;
+        }
+        let records = self.records_of(plan);
+        if !records.is_empty() {
+            dp.write_control_state(&records)?;
+        }
+        // All changed tables in one batch (one RCU wait in the kernel).
+        let installs: Vec<(ServiceKey, &ServiceState)> = plan
+            .install
+            .keys()
+            .filter_map(|key| self.services.get(key).map(|st| (*key, st)))
+            .collect();
+        let slot_fns: Vec<Box<dyn Fn(Ipv4Addr) -> u32 + '_>> = installs
+            .iter()
+            .map(|(_, st)| {
+                let f = move |d: Ipv4Addr| st.backends.get(&d).map_or(OVERFLOW_SLOT, |b| b.slot);
+                Box::new(f) as Box<dyn Fn(Ipv4Addr) -> u32 + '_>
+            })
+            .collect();
+        let items: Vec<TableInstall<'_>> = installs
+            .iter()
+            .zip(&slot_fns)
+            .map(|((key, st), f)| TableInstall {
+                key: *key,
+                index: st.index,
+                table: &st.table,
+                slot_of: f.as_ref(),
+            })
+            .collect();
+        dp.install_tables(&items)?;
+        // Every service the maps hold that this state does not know: the
+        // plan's removals, and whatever a failed apply of another state
+        // left (a failed reload restores the running state with its full
+        // plan) or an earlier daemon whose pins were adopted ran.
+        for key in dp.installed_services()? {
+            if !self.services.contains_key(&key) {
+                dp.remove_service(&key)?;
+            }
+        }
+        dp.set_vips(&vips)?;
+        dp.set_cluster_nodes(&nodes)?;
+        Ok(())
+    }
+
+    /// The `control_state` records `plan` writes: each listed slot's record
+    /// from the state (None: no backend holds it), every slot for a full
+    /// plan.
+    fn records_of(&self, plan: &Plan) -> Vec<(u32, Option<ControlRecord>)> {
+        if plan.records.is_empty() && !plan.all_records {
+            return Vec::new();
+        }
+        let held = self.records();
+        let slots: Box<dyn Iterator<Item = u32>> = if plan.all_records {
+            Box::new(0..limits::MAX_BACKEND_SLOTS)
+        } else {
+            Box::new(plan.records.iter().copied())
+        };
+        slots.map(|s| (s, held.get(&s).cloned())).collect()
+    }
+
+    /// A plan that installs everything (first start, a new data plane, or
+    /// repairing the maps after a failed apply): every table, the settings,
+    /// every `control_state` record.
+    pub fn full_plan(&self) -> Plan {
+        Plan {
+            install: self
+                .services
+                .keys()
+                .map(|k| (*k, Moves::default()))
+                .collect(),
+            settings_changed: true,
+            all_records: true,
+            ..Plan::default()
+        }
+    }
+}
