@@ -49,7 +49,9 @@ scenario_offlinecheck() {
   first=$(watch_get 'd["first_nonzero"].get("'"${NH_NODE_IP[node3]}"'", "never")')
   win=$(stream_window "$STREAM_RES" 0 1e12)
   nums+="node3's health right after offline -> active: ${health_after:-?}; at most ${most:-?} buckets in $(watch_get 'd["samples"]') table samples (first non-zero: $first); new connections OK $win"
-  [[ $health_after == unknown && $most == 0 ]] || ok=0
+  # unknown, or already down when its first fresh check came before this read:
+  # never the stale "up"
+  [[ ( $health_after == unknown || $health_after == down ) && $most == 0 ]] || ok=0
   window_ok "$win" || ok=0
   leave_base
   if ((ok)); then pass offlinecheck "$nums"; else fail offlinecheck "$nums"; fi
