@@ -47,7 +47,7 @@ fn main() {
         .allowlist_type("nilb_.*")
         .allowlist_var("NILB_.*")
         .rustified_enum("nilb_counter")
-        .constified_enum_module("nilb_(limits|wire|config_flags)")
+        .constified_enum_module("nilb_(limits|wire|config_flags|filter_bits|filter_kind)")
         .derive_default(true)
         .derive_debug(true)
         .layout_tests(true)

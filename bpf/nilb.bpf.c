@@ -12,13 +12,16 @@
  *             rewrite for second chance
  *   icmp.h    ICMP "fragmentation needed" -> the flow it is about
  *   hash.h    the flow hash (twin of src/hash.rs)
+ *   filter.h  edge filters: deny and allow lists, rate limits
  *
  * XDP balancer (nilb_xdp_balancer), on nodes that receive VIP traffic:
  *   IPv4 TCP/UDP to a configured (VIP, port, protocol) -> flow hash -> bucket
  *   -> GUE to the bucket's first hop, listing the second hop. ICMP
  *   "fragmentation needed" about a VIP flow is hashed on the embedded flow.
  *   Fragments and malformed packets to a VIP are dropped. Everything else
- *   passes untouched.
+ *   passes untouched. Edge filters (when loaded) drop what the operator
+ *   names: the global stage before the service lookup (every IPv4 packet
+ *   but cluster addresses), the service stage after it.
  *
  * TC second chance (nilb_tc_second_chance), clsact ingress on every node:
  *   GUE for this node from a cluster address -> decapsulate if the inner
@@ -29,6 +32,7 @@
 #include "gue.h"
 #include "icmp.h"
 #include "hash.h"
+#include "filter.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -302,6 +306,11 @@ int nilb_xdp_balancer(struct xdp_md *ctx)
 	if (iph->version != 4 || ihl_len < sizeof(*iph) || tot_len < ihl_len ||
 	    sizeof(*eth) + tot_len > frame_len)
 		goto malformed;
+	cfg = get_config();
+	/* Edge filters, global stage: every IPv4 packet, VIP or not. */
+	if (cfg && (cfg->flags & NILB_F_FILTER_ANY_GLOBAL) &&
+	    filter_global(cfg->flags, iph, tot_len, data_end))
+		return XDP_DROP;
 	if (is_fragment(iph)) {
 		if (!is_vip(iph->daddr))
 			goto not_service;
@@ -310,7 +319,6 @@ int nilb_xdp_balancer(struct xdp_md *ctx)
 	}
 	l4 = (void *)iph + ihl_len;
 
-	cfg = get_config();
 	if (!cfg) {
 		count(C_XDP_PASS_NO_CONFIG);
 		return XDP_PASS;
@@ -356,6 +364,11 @@ int nilb_xdp_balancer(struct xdp_md *ctx)
 	}
 	if (!table)
 		goto not_service;
+	/* Edge filters, service stage: the service's own TCP and UDP packets
+	 * (an ICMP error comes from a router, not from the client). */
+	if ((cfg->flags & NILB_F_FILTER_SERVICES) && iph->protocol != IPPROTO_ICMP &&
+	    filter_service(cfg->flags, table, iph->saddr, tot_len, syn))
+		return XDP_DROP;
 	if (xdp_bucket(table, hash, tot_len, syn, &hops))
 		return XDP_DROP;
 	eth = xdp_encap(ctx, eth, cfg, &hops, hash, tot_len, frame_len, macs);

@@ -31,6 +31,7 @@ mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
+use std::sync::Arc;
 
 use anyhow::Result;
 
@@ -39,6 +40,7 @@ use crate::config::{
     UnknownFlow,
 };
 use crate::dataplane::{DataplaneOps, LiveTable, NodeSettings, TableInstall};
+use crate::filters::FilterSet;
 use crate::health::checker::CheckTarget;
 use crate::health::{Health, HealthState};
 use crate::limits;
@@ -182,6 +184,8 @@ pub struct Plan {
     /// Dynamic-weight rounds that changed weights: per service, each
     /// backend's (address, load reading, old and new effective weight).
     pub reweighted: Vec<(ServiceKey, Vec<Reweight>)>,
+    /// The edge filters changed ([`ControlPlane::set_filters`]).
+    pub filters: bool,
 }
 
 /// One backend's change in a dynamic-weights round.
@@ -205,6 +209,7 @@ impl Plan {
             && self.remove.is_empty()
             && !self.settings_changed
             && self.removed_backends.is_empty()
+            && !self.filters
     }
 
     fn merge(&mut self, other: Plan) {
@@ -216,6 +221,7 @@ impl Plan {
         self.fresh_slots.extend(other.fresh_slots);
         self.fresh_service_indexes
             .extend(other.fresh_service_indexes);
+        self.filters |= other.filters;
     }
 }
 
@@ -225,6 +231,9 @@ pub struct ControlPlane {
     config: Config,
     services: BTreeMap<ServiceKey, ServiceState>,
     used_slots: BTreeSet<u32>,
+    /// The edge filters compiled from the config and its lists (shared:
+    /// a 1M-prefix set is large, and a reload clones the state).
+    filters: Arc<FilterSet>,
 }
 
 /// The `backend_stats` slot shared by backends that found no free slot (the
@@ -248,9 +257,11 @@ impl ControlPlane {
                 cluster: config.cluster.clone(),
                 rebalance: config.rebalance,
                 services: Vec::new(),
+                filters: config.filters.clone(),
             },
             services: BTreeMap::new(),
             used_slots: BTreeSet::new(),
+            filters: Arc::new(FilterSet::default()),
         }
     }
 
@@ -352,6 +363,21 @@ impl ControlPlane {
     /// The running configuration.
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// The edge filters in force.
+    pub fn filters(&self) -> &Arc<FilterSet> {
+        &self.filters
+    }
+
+    /// Use `set` as the edge filters (compiled from this state's config and
+    /// its list files; the daemon passes an empty set on nodes that do not
+    /// run the XDP balancer). Returns whether it differs from the set in
+    /// force; the caller then marks its plan (`Plan::filters`).
+    pub fn set_filters(&mut self, set: Arc<FilterSet>) -> bool {
+        let changed = set.digest != self.filters.digest || set.rules != self.filters.rules;
+        self.filters = set;
+        changed
     }
 
     /// State of one service.
@@ -837,7 +863,9 @@ impl ControlPlane {
     ///    maps hold and what the new state needs, so no table installed next
     ///    points at an address the programs would reject;
     /// 3. fresh counter slots and service indexes are zeroed, before the
-    ///    tables that count into them;
+    ///    tables that count into them; the edge filters are installed
+    ///    (a new generation flipped in, or nothing if they are the ones
+    ///    installed), before the tables of services they name;
     /// 4. all changed tables in one [`DataplaneOps::install_tables`] call
     ///    (one atomic swap each, one RCU wait for the batch);
     /// 5. services the maps hold that this state does not know are removed
@@ -865,6 +893,8 @@ impl ControlPlane {
         for &index in &plan.fresh_service_indexes {
             dp.zero_service_stats(index)?;
         }
+        let index_of = |k: &ServiceKey| self.services.get(k).map(|s| s.index);
+        dp.install_filters(&self.filters, &index_of)?;
         // All changed tables in one batch (one RCU wait in the kernel).
         let installs: Vec<(ServiceKey, &ServiceState)> = plan
             .install
@@ -912,6 +942,7 @@ impl ControlPlane {
                 .map(|k| (*k, Moves::default()))
                 .collect(),
             settings_changed: true,
+            filters: true,
             ..Plan::default()
         }
     }

@@ -16,7 +16,9 @@
 //! - `counters` (per-CPU, one per event), `service_stats` (per-CPU, by
 //!   service index), `backend_stats` (per-CPU, by (service, backend) slot);
 //! - `hop_cache`: the XDP program's cached FIB and neighbour answer per
-//!   backend slot (not pinned, not written from user space).
+//!   backend slot (not pinned, not written from user space);
+//! - the edge filters' maps (`filter_*`, see [`filters`]): two generations
+//!   of prefix tables, rules, their counters and the rate-limit state.
 //!
 //! A service's table is replaced by building a complete new inner array and
 //! swapping it into the outer map in one update, so the programs never see an
@@ -24,9 +26,11 @@
 //!
 //! Files: [`abi`] (layouts, raw kernel calls, test runs: all of nilb's
 //! `unsafe`), [`ops`] (the [`DataplaneOps`] seam the control plane writes
-//! through), [`pinned`] (the pinned maps' names and readers).
+//! through), [`pinned`] (the pinned maps' names and readers), [`filters`]
+//! (installing and reading the edge filters).
 
 pub mod abi;
+pub mod filters;
 pub mod ops;
 pub mod pinned;
 
@@ -83,6 +87,8 @@ pub struct Dataplane<'obj> {
     vips: BTreeSet<Ipv4Addr>,
     nodes: BTreeSet<Ipv4Addr>,
     adopted: bool,
+    settings: Option<NodeSettings>,
+    filters: filters::FilterState,
 }
 
 /// TC filter handle and priority nilb uses on clsact ingress ("ni").
@@ -204,11 +210,14 @@ impl<'obj> Dataplane<'obj> {
             vips: BTreeSet::new(),
             nodes: BTreeSet::new(),
             adopted,
+            settings: None,
+            filters: filters::FilterState::default(),
         };
         if adopted {
             // Start the set diffs from what the maps hold.
             dp.vips = address_keys(&dp.skel.maps.vips);
             dp.nodes = address_keys(&dp.skel.maps.cluster_nodes);
+            dp.adopt_filters();
         }
         Ok(dp)
     }
@@ -442,20 +451,38 @@ impl<'obj> Dataplane<'obj> {
     }
 }
 
-/// The BPF maps behind the control plane's writes.
-impl DataplaneOps for Dataplane<'_> {
-    fn set_settings(&mut self, s: &NodeSettings) -> Result<()> {
-        let flags = if s.unknown_flow_local {
-            abi::sys::nilb_config_flags::NILB_F_UNKNOWN_FLOW_LOCAL
-        } else {
-            0
+impl Dataplane<'_> {
+    /// Write `nilb_config` from the last settings and the filter flags.
+    fn write_config(&mut self) -> Result<()> {
+        let Some(s) = self.settings else {
+            bail!("node settings must be written before the filters");
         };
+        let mut flags = self.filters.flags & filters::FILTER_FLAGS;
+        if s.unknown_flow_local {
+            flags |= abi::sys::nilb_config_flags::NILB_F_UNKNOWN_FLOW_LOCAL;
+        }
         let v = abi::config_value(s.node, s.hash_seed, s.gue_port, flags);
         self.skel
             .maps
             .nilb_config
             .update(&0u32.to_ne_bytes(), abi::bytes_of(&v), MapFlags::ANY)
             .context("writing nilb_config")
+    }
+}
+
+/// The BPF maps behind the control plane's writes.
+impl DataplaneOps for Dataplane<'_> {
+    fn set_settings(&mut self, s: &NodeSettings) -> Result<()> {
+        self.settings = Some(*s);
+        self.write_config()
+    }
+
+    fn install_filters(
+        &mut self,
+        set: &crate::filters::FilterSet,
+        index_of: &dyn Fn(&ServiceKey) -> Option<u32>,
+    ) -> Result<()> {
+        self.install_filter_set(set, index_of)
     }
 
     fn vips(&self) -> &BTreeSet<Ipv4Addr> {

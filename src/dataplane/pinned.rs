@@ -32,9 +32,23 @@ pub const SERVICE_STATS: &str = "service_stats";
 /// `backend_stats`: per-CPU counters by (service, backend) slot.
 pub const BACKEND_STATS: &str = "backend_stats";
 
+/// The edge filters' maps (docs/design.md "Edge filters"): both
+/// generations of the flat and long tables and the service trie, the
+/// rate-limit state, verdicts, scopes, rules and their counters.
+pub const FILTER_MAPS: [&str; 8] = [
+    "filter_flat",
+    "filter_long",
+    "filter_trie",
+    "filter_rate_lru",
+    "filter_verdicts",
+    "filter_scopes",
+    "filter_rules",
+    "filter_stats",
+];
+
 /// Names of the maps pinned under the pin directory, as the BPF object
 /// names them.
-pub const PINNED_MAPS: [&str; 7] = [
+pub const PINNED_MAPS: [&str; 15] = [
     SERVICES,
     CLUSTER_NODES,
     VIPS,
@@ -42,6 +56,14 @@ pub const PINNED_MAPS: [&str; 7] = [
     COUNTERS,
     SERVICE_STATS,
     BACKEND_STATS,
+    FILTER_MAPS[0],
+    FILTER_MAPS[1],
+    FILTER_MAPS[2],
+    FILTER_MAPS[3],
+    FILTER_MAPS[4],
+    FILTER_MAPS[5],
+    FILTER_MAPS[6],
+    FILTER_MAPS[7],
 ];
 
 /// Maps of a running daemon, opened from their pins (for `nilb stats` and
@@ -57,6 +79,10 @@ pub struct PinnedMaps {
     pub backend_stats: libbpf_rs::MapHandle,
     /// `nilb_config`.
     pub config: libbpf_rs::MapHandle,
+    /// The edge filters' maps, by name ([`FILTER_MAPS`]).
+    pub filter: BTreeMap<&'static str, libbpf_rs::MapHandle>,
+    /// The pin directory.
+    pub dir: std::path::PathBuf,
 }
 
 impl PinnedMaps {
@@ -78,7 +104,38 @@ impl PinnedMaps {
             service_stats: open(SERVICE_STATS)?,
             backend_stats: open(BACKEND_STATS)?,
             config: open(CONFIG)?,
+            filter: FILTER_MAPS
+                .iter()
+                .map(|n| Ok((*n, open(n)?)))
+                .collect::<Result<_>>()?,
+            dir: dir.to_path_buf(),
         })
+    }
+
+    /// A filter map by name (one of [`FILTER_MAPS`]).
+    pub fn filter_map(&self, name: &str) -> &libbpf_rs::MapHandle {
+        &self.filter[name]
+    }
+
+    /// `nilb_config.flags` as the daemon wrote them.
+    pub fn config_flags(&self) -> Result<u32> {
+        let v = self
+            .config
+            .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)?
+            .context("nilb_config is empty")?;
+        let c: abi::sys::nilb_config = abi::read_struct(&v)?;
+        Ok(c.flags)
+    }
+
+    /// The maps a live filter lookup reads.
+    pub fn live_filter_maps(&self) -> super::filters::LiveFilterMaps<'_> {
+        super::filters::LiveFilterMaps {
+            flat: self.filter_map("filter_flat"),
+            long: self.filter_map("filter_long"),
+            trie: self.filter_map("filter_trie"),
+            scopes: self.filter_map("filter_scopes"),
+            verdicts: self.filter_map("filter_verdicts"),
+        }
     }
 
     /// Node settings the daemon wrote.

@@ -16,6 +16,7 @@ use std::net::Ipv4Addr;
 use anyhow::{bail, Result};
 
 use crate::dataplane::{DataplaneOps, NodeSettings, TableInstall};
+use crate::filters::FilterSet;
 use crate::table::Bucket;
 use crate::types::ServiceKey;
 
@@ -30,6 +31,9 @@ pub(super) enum Call {
     /// The keys of one batch, in order.
     InstallTables(Vec<ServiceKey>),
     RemoveService(ServiceKey),
+    /// A filter set that differs from the installed one: its digest and
+    /// each filtered service's index.
+    InstallFilters(u64, BTreeMap<ServiceKey, u32>),
 }
 
 /// A table as the fake holds it.
@@ -55,6 +59,10 @@ pub(super) struct FakeDataplane {
     pub fail_remove: Option<ServiceKey>,
     /// Unsafe states seen: after which call (index into `calls`), and why.
     pub violations: Vec<(usize, String)>,
+    /// The installed filters: digest and the index of each filtered
+    /// service (like the real data plane, an equal set is not installed
+    /// again).
+    pub filters: Option<(u64, BTreeMap<ServiceKey, u32>)>,
 }
 
 impl FakeDataplane {
@@ -78,6 +86,14 @@ impl FakeDataplane {
                     at,
                     format!("{hop}, a hop of {key}, is not in cluster_nodes"),
                 ));
+            }
+            if let Some(index) = self.filters.as_ref().and_then(|(_, s)| s.get(key)) {
+                if *index != t.index {
+                    self.violations.push((
+                        at,
+                        format!("{key} is installed with index {} but its filters are at scope index {index}", t.index),
+                    ));
+                }
             }
         }
     }
@@ -156,6 +172,24 @@ impl DataplaneOps for FakeDataplane {
             Some(n) if n < items.len() => bail!("injected: batch failed at item {n}"),
             _ => Ok(()),
         }
+    }
+
+    fn install_filters(
+        &mut self,
+        set: &FilterSet,
+        index_of: &dyn Fn(&ServiceKey) -> Option<u32>,
+    ) -> Result<()> {
+        let scopes: BTreeMap<ServiceKey, u32> = set
+            .services
+            .keys()
+            .map(|k| (*k, index_of(k).unwrap_or(u32::MAX)))
+            .collect();
+        let want = (set.digest, scopes);
+        if self.filters.as_ref() != Some(&want) {
+            self.filters = Some(want.clone());
+            self.record(Call::InstallFilters(want.0, want.1));
+        }
+        Ok(())
     }
 
     fn remove_service(&mut self, key: &ServiceKey) -> Result<()> {
