@@ -564,13 +564,19 @@ pub fn check_filters(
         )?;
     }
     if let Some(g) = &set.global {
-        writeln!(
-            out,
-            "  global table: {} /24 entries in use, {} addresses of prefixes longer than /24 in {} buckets",
-            g.flat.iter().filter(|e| **e != 0).count(),
-            g.long_entries,
-            g.buckets.len()
-        )?;
+        let mut line = format!(
+            "  global table: {} of 16777216 /24s covered",
+            g.flat.iter().filter(|e| **e != 0).count()
+        );
+        if g.long_entries > 0 {
+            line += &format!(
+                ", {} addresses of prefixes longer than /24 in {} buckets ({} KiB)",
+                g.long_entries,
+                g.buckets.len(),
+                g.buckets.len() * 64 / 1024
+            );
+        }
+        writeln!(out, "{line}")?;
     }
     for (k, s) in &set.services {
         if let Some(a) = set.rules.iter().find(|r| {

@@ -670,8 +670,9 @@ impl Validator {
                 format!("{per_second} is outside 1-{MAX_RATE_PER_SECOND}"),
             );
         }
+        let given = burst.is_some();
         let burst = burst.unwrap_or(per_second);
-        if !(1..=MAX_RATE_PER_SECOND).contains(&burst) {
+        if given && !(1..=MAX_RATE_PER_SECOND).contains(&burst) {
             self.report(
                 format!("{field}.{burst_key}"),
                 format!("{burst} is outside 1-{MAX_RATE_PER_SECOND}"),
