@@ -52,50 +52,67 @@ static __always_inline __u32 filter_bucket_find(const struct nilb_filter_bucket 
 	return 0;
 }
 
-/*
- * Verdict word of the global prefix table of generation gen for saddr
- * (network order): the /24's flat entry, or, when that /24 has longer
- * prefixes, the address's own entry in filter_long if it has one (two
- * candidate buckets, see nilb.h).
- * Returns: the verdict word (0: no rule matches).
- */
-static __always_inline __u32 filter_global_verdict(__u32 gen, __u32 saddr)
+/* The flat-table entry of saddr's /24 (network order) in generation gen.
+ * Returns: the entry (NILB_FV_FLAT_*), 0 if none or no table. */
+static __always_inline __u32 filter_flat_entry(__u32 gen, __u32 saddr)
 {
-	__u32 slash24 = bpf_ntohl(saddr) >> 8, idx, shift, v, *w;
-	const struct nilb_filter_bucket *b;
-	const struct nilb_filter_scope *sc;
-	__u16 entry;
-	void *flat, *lng;
+	__u32 slash24 = bpf_ntohl(saddr) >> 8, idx = slash24 >> 2;
+	void *flat;
 	__u64 *e;
 
 	flat = bpf_map_lookup_elem(&filter_flat, &gen);
 	if (!flat)
 		return 0;
-	idx = slash24 >> 2;
 	e = bpf_map_lookup_elem(flat, &idx);
 	if (!e)
 		return 0;
-	entry = (__u16)(*e >> (16 * (slash24 & 3)));
-	if (!entry)
-		return 0;
+	return (__u16)(*e >> (16 * (slash24 & 3)));
+}
+
+/* Look saddr (network order) up in the long table `lng` of
+ * 2^(32 - shift) buckets: its first candidate bucket, then its second.
+ * Returns: its verdict word, or 0 if the table does not hold it. */
+#define FILTER_LONG_FIND(lng, saddr, shift, out)                                \
+	do {                                                                    \
+		__u32 __i = ((saddr) * (__u32)NILB_FH_MUL1) >> (shift);          \
+		const struct nilb_filter_bucket *__b = bpf_map_lookup_elem(lng, &__i); \
+		(out) = __b ? filter_bucket_find(__b, saddr) : 0;                \
+		if (!(out)) {                                                   \
+			__i = ((saddr) * (__u32)NILB_FH_MUL2) >> (shift);        \
+			__b = bpf_map_lookup_elem(lng, &__i);                   \
+			(out) = __b ? filter_bucket_find(__b, saddr) : 0;        \
+		}                                                               \
+	} while (0)
+
+/*
+ * Verdict word of the global prefix table of the live generation (flags:
+ * nilb_config.flags) for saddr (network order) whose /24 has the non-zero
+ * flat entry `entry`: when that /24 has longer prefixes, the address's own
+ * entry in the long table if it has one; else the entry's verdict. The
+ * two sizes of long table have a lookup each (a fixed map per call site is
+ * what lets the verifier inline it).
+ * Returns: the verdict word (0: no rule matches).
+ */
+static __always_inline __u32 filter_global_verdict(__u32 flags, __u32 saddr, __u32 entry)
+{
+	__u32 gen = filter_gen(flags), idx, v = 0, *w;
+	void *lng;
+
 	if (entry & NILB_FV_FLAT_EXT) {
-		lng = bpf_map_lookup_elem(&filter_long, &gen);
-		idx = gen * NILB_FILTER_SCOPES;
-		sc = bpf_map_lookup_elem(&filter_scopes, &idx);
-		if (lng && sc) {
-			shift = sc->long_shift & 31;
-			idx = (saddr * (__u32)NILB_FH_MUL1) >> shift;
-			b = bpf_map_lookup_elem(lng, &idx);
-			v = b ? filter_bucket_find(b, saddr) : 0;
-			if (v)
-				return v;
-			idx = (saddr * (__u32)NILB_FH_MUL2) >> shift;
-			b = bpf_map_lookup_elem(lng, &idx);
-			v = b ? filter_bucket_find(b, saddr) : 0;
-			if (v)
-				return v;
+		if (flags & NILB_F_FILTER_LONG_LARGE) {
+			lng = bpf_map_lookup_elem(&filter_long, &gen);
+			if (lng)
+				FILTER_LONG_FIND(lng, saddr, 32 - NILB_FILTER_LONG_LARGE_BITS, v);
+		} else {
+			lng = bpf_map_lookup_elem(&filter_long_small, &gen);
+			if (lng)
+				FILTER_LONG_FIND(lng, saddr, 32 - NILB_FILTER_LONG_SMALL_BITS, v);
 		}
+		if (v)
+			return v;
 	}
+	if (entry & NILB_FV_FLAT_DIRECT)
+		return entry & NILB_FV_RULE_MASK;
 	if (!(entry & NILB_FV_FLAT_INDEX))
 		return 0;
 	idx = gen * NILB_FILTER_VERDICTS + (entry & NILB_FV_FLAT_INDEX);
@@ -114,6 +131,14 @@ static __always_inline int filter_act(__u32 v, __u32 saddr, __u32 len)
 {
 	__u32 dry = v >> NILB_FV_DRY_SHIFT, rid = v & NILB_FV_RULE_MASK;
 
+	/* The common case first: a live rule that drops, nothing else. */
+	if (!(v & ~(__u32)NILB_FV_RULE_MASK)) {
+		if (!rid)
+			return 0;
+		filter_count(rid, len);
+		count(C_XDP_DROP_FILTER);
+		return 1;
+	}
 	if (dry & NILB_FV_RULE_MASK) {
 		if ((dry & NILB_FV_COVERS_CLUSTER) && is_cluster(saddr)) {
 			count(C_XDP_FILTER_EXEMPT);
@@ -235,20 +260,22 @@ static __always_inline int filter_rates(const struct nilb_filter_scope *sc, __u3
 }
 
 /*
- * Global stage for a checked IPv4 header iph (tot_len bytes, frame ends at
- * data_end), flags: nilb_config.flags with some NILB_F_FILTER_ANY_GLOBAL
- * bit set. Global rate limits see SYNs of unfragmented TCP.
+ * Global stage for an IPv4 header iph (its 20 bytes checked to lie in the
+ * frame, nothing else; tot_len: its total length field, the bytes counted;
+ * the frame ends at data_end), flags: nilb_config.flags with some NILB_F_FILTER_ANY_GLOBAL
+ * bit set; entry: the source's flat-table entry (filter_flat_entry, which
+ * the caller reads inline so that most packets never call this). Global
+ * rate limits see SYNs of unfragmented TCP.
  * Returns: 1 to drop, else 0.
  */
 static __noinline int filter_global(__u32 flags, const struct iphdr *iph, __u32 tot_len,
-					 void *data_end)
+				    void *data_end, __u32 entry)
 {
 	__u32 gen = filter_gen(flags), key, syn = 0;
 	struct nilb_filter_scope *sc;
 	struct tcphdr *th;
 
-	if ((flags & NILB_F_FILTER_GLOBAL_LIST) &&
-	    filter_act(filter_global_verdict(gen, iph->saddr), iph->saddr, tot_len))
+	if (entry && filter_act(filter_global_verdict(flags, iph->saddr, entry), iph->saddr, tot_len))
 		return 1;
 	if (!(flags & NILB_F_FILTER_GLOBAL_RATE))
 		return 0;
@@ -256,7 +283,7 @@ static __noinline int filter_global(__u32 flags, const struct iphdr *iph, __u32 
 	sc = bpf_map_lookup_elem(&filter_scopes, &key);
 	if (!sc)
 		return 0;
-	if (iph->protocol == IPPROTO_TCP && !is_fragment(iph)) {
+	if (iph->protocol == IPPROTO_TCP && !is_fragment(iph) && iph->ihl >= 5) {
 		th = (void *)iph + iph->ihl * 4;
 		if ((void *)(th + 1) <= data_end)
 			syn = th->syn && !th->ack;

@@ -114,12 +114,28 @@ struct {
 } filter_flat SEC(".maps");
 
 /* Addresses of /24s with longer prefixes -> verdict word, one generation:
- * struct nilb_filter_bucket per element, a power-of-two number of them
- * (sized to the list), filled with one memory copy. */
+ * struct nilb_filter_bucket per element, filled with one memory copy. Two
+ * fixed sizes (lookups inlined): a small table for short lists, a large
+ * one for threat feeds; nilb_config.flags says which one is live. */
+struct filter_long_small_inner {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1 << NILB_FILTER_LONG_SMALL_BITS);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(struct nilb_filter_bucket));
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, 2);
+	__type(key, __u32);
+	__array(values, struct filter_long_small_inner);
+} filter_long_small SEC(".maps");
+
 struct filter_long_inner {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__uint(map_flags, BPF_F_INNER_MAP | BPF_F_MMAPABLE);
+	__uint(max_entries, 1 << NILB_FILTER_LONG_LARGE_BITS);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__uint(key_size, sizeof(__u32));
 	__uint(value_size, sizeof(struct nilb_filter_bucket));
 };

@@ -300,17 +300,36 @@ int nilb_xdp_balancer(struct xdp_md *ctx)
 		count(C_XDP_PASS_NON_IP);
 		return XDP_PASS;
 	}
+	cfg = get_config();
+	/* Edge filters, global stage: every IPv4 frame, VIP or not, before
+	 * anything else is looked at (a denied source costs as little as
+	 * possible). Most sources are in no list: their /24's flat entry,
+	 * read here, is 0. A /24 a live rule denies, the common case of a
+	 * list, is dropped right here. */
+	if (cfg && (cfg->flags & NILB_F_FILTER_ANY_GLOBAL)) {
+		__u32 flags = cfg->flags, entry = 0;
+
+		if (flags & NILB_F_FILTER_GLOBAL_LIST)
+			entry = filter_flat_entry(filter_gen(flags), iph->saddr);
+		if (entry) {
+			__u32 v = filter_global_verdict(flags, iph->saddr, entry);
+
+			if (v && !(v & ~(__u32)NILB_FV_RULE_MASK)) {
+				filter_count(v, bpf_ntohs(iph->tot_len));
+				count(C_XDP_DROP_FILTER);
+				return XDP_DROP;
+			}
+		}
+		if ((entry || (flags & NILB_F_FILTER_GLOBAL_RATE)) &&
+		    filter_global(flags, iph, bpf_ntohs(iph->tot_len), data_end, entry))
+			return XDP_DROP;
+	}
 	frame_len = data_end - data;
 	ihl_len = iph->ihl * 4;
 	tot_len = bpf_ntohs(iph->tot_len);
 	if (iph->version != 4 || ihl_len < sizeof(*iph) || tot_len < ihl_len ||
 	    sizeof(*eth) + tot_len > frame_len)
 		goto malformed;
-	cfg = get_config();
-	/* Edge filters, global stage: every IPv4 packet, VIP or not. */
-	if (cfg && (cfg->flags & NILB_F_FILTER_ANY_GLOBAL) &&
-	    filter_global(cfg->flags, iph, tot_len, data_end))
-		return XDP_DROP;
 	if (is_fragment(iph)) {
 		if (!is_vip(iph->daddr))
 			goto not_service;

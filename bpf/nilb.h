@@ -41,8 +41,12 @@ enum nilb_limits {
 	NILB_FILTER_FLAT_ELEMS = 16777216 / 4,
 	/* Slots of a bucket of the long table (struct nilb_filter_bucket). */
 	NILB_FILTER_BUCKET_SLOTS = 8,
+	/* Buckets of the two sizes of long table (fixed sizes, so that the
+	 * verifier inlines their lookups): 256 KiB and 32 MiB. */
+	NILB_FILTER_LONG_SMALL_BITS = 12,
+	NILB_FILTER_LONG_LARGE_BITS = 19,
 	/* Verdict words one generation's flat table can name. */
-	NILB_FILTER_VERDICTS = 32768,
+	NILB_FILTER_VERDICTS = 16384,
 	/* Filter scopes per generation: 0 global, 1 + service index. */
 	NILB_FILTER_SCOPES = 1 + NILB_MAX_SERVICES,
 };
@@ -76,6 +80,8 @@ enum nilb_config_flags {
 	NILB_F_FILTER_GLOBAL_RATE = 0x400,
 	/* Some service has filters (filter_scopes of the live generation). */
 	NILB_F_FILTER_SERVICES = 0x800,
+	/* The live generation's long table is the large one (filter_long). */
+	NILB_F_FILTER_LONG_LARGE = 0x1000,
 };
 
 /*
@@ -85,20 +91,24 @@ enum nilb_config_flags {
  * against cluster_nodes first (which are never filtered). Bits 16-29: the
  * same for a dry-run rule that would drop it (counted, not dropped).
  * Entries of the flat table (u16, entry i = the /24 i): bit 15 says "the
- * /24 has longer prefixes: look the address up in filter_long"; bits 0-14
- * index the generation's filter_verdicts (0: no verdict). filter_long is a
- * hash table of addresses with two choices of bucket:
- * (addr x NILB_FH_MUL1) >> shift and (addr x NILB_FH_MUL2) >> shift, in
+ * /24 has longer prefixes: look the address up in filter_long"; with bit
+ * 14 set, bits 0-12 are the verdict itself (a live rule that drops, nothing
+ * else: the common case, one lookup less); else bits 0-13 index the
+ * generation's filter_verdicts (0: no verdict). filter_long is a
+ * hash table of addresses with two choices of bucket (the first unless it
+ * is full): (addr x NILB_FH_MUL1) >> shift and (addr x NILB_FH_MUL2) >> shift, in
  * 32-bit arithmetic on the network-order address as loaded on a
- * little-endian machine, shift = 32 - log2(buckets) (the global scope's
- * long_shift).
+ * little-endian machine, shift = 32 - log2(buckets); a generation's long
+ * table is filter_long_small or, with NILB_F_FILTER_LONG_LARGE,
+ * filter_long.
  */
 enum nilb_filter_bits {
 	NILB_FV_RULE_MASK = 0x1fff,
 	NILB_FV_COVERS_CLUSTER = 0x2000,
 	NILB_FV_DRY_SHIFT = 16,
 	NILB_FV_FLAT_EXT = 0x8000,
-	NILB_FV_FLAT_INDEX = 0x7fff,
+	NILB_FV_FLAT_DIRECT = 0x4000,
+	NILB_FV_FLAT_INDEX = 0x3fff,
 	NILB_FH_MUL1 = 0x9e3779b1,
 	NILB_FH_MUL2 = 0x85ebca77,
 	/* struct nilb_filter_scope.flags: look the source up in filter_trie. */
@@ -277,7 +287,7 @@ struct nilb_filter_scope {
 			  * allow list drops what it does not list) */
 	__u16 flags;     /* NILB_FS_PREFIXES */
 	__u16 rate[NILB_FILTER_RATE_RULES]; /* rate-limit rule ids; 0 ends the list */
-	__u16 long_shift; /* scope 0: 32 - log2(buckets in filter_long) */
+	__u16 pad;
 };
 
 /* Element of a generation's long table (filter_long, an ARRAY of buckets):

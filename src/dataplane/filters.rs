@@ -33,7 +33,8 @@ use sys::nilb_limits as lim;
 pub const FILTER_FLAGS: u32 = cf::NILB_F_FILTER_GEN1
     | cf::NILB_F_FILTER_GLOBAL_LIST
     | cf::NILB_F_FILTER_GLOBAL_RATE
-    | cf::NILB_F_FILTER_SERVICES;
+    | cf::NILB_F_FILTER_SERVICES
+    | cf::NILB_F_FILTER_LONG_LARGE;
 
 /// What an install of the filters did.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -209,8 +210,10 @@ impl super::Dataplane<'_> {
         };
         scopes[0].rate = rates(&set.global_rates);
         if let Some(g) = &set.global {
-            scopes[0].long_shift = g.shift as u16;
             flags |= cf::NILB_F_FILTER_GLOBAL_LIST;
+            if g.large {
+                flags |= cf::NILB_F_FILTER_LONG_LARGE;
+            }
         }
         if !set.global_rates.is_empty() {
             flags |= cf::NILB_F_FILTER_GLOBAL_RATE;
@@ -267,6 +270,8 @@ impl super::Dataplane<'_> {
                 maps.filter_flat
                     .update(&next.to_ne_bytes(), &fd_value(&flat), MapFlags::ANY)
                     .context("putting the flat filter table in place")?;
+                clear_slot(&maps.filter_long, next)?;
+                clear_slot(&maps.filter_long_small, next)?;
                 if g.long_entries > 0 {
                     let lng = abi::create_map(
                         MapType::Array,
@@ -274,23 +279,26 @@ impl super::Dataplane<'_> {
                         4,
                         std::mem::size_of::<sys::nilb_filter_bucket>() as u32,
                         g.buckets.len() as u32,
-                        libbpf_rs::libbpf_sys::BPF_F_INNER_MAP
-                            | libbpf_rs::libbpf_sys::BPF_F_MMAPABLE,
+                        libbpf_rs::libbpf_sys::BPF_F_MMAPABLE,
                     )?;
                     abi::fill_array(&lng, &g.bucket_bytes())
                         .context("filling the long filter table")?;
                     bytes += abi::map_memlock(&lng).unwrap_or(0);
-                    maps.filter_long
+                    let outer = if g.large {
+                        &maps.filter_long
+                    } else {
+                        &maps.filter_long_small
+                    };
+                    outer
                         .update(&next.to_ne_bytes(), &fd_value(&lng), MapFlags::ANY)
                         .context("putting the long filter table in place")?;
                     long_entries = g.long_entries;
-                } else {
-                    clear_slot(&maps.filter_long, next)?;
                 }
             }
             None => {
                 clear_slot(&maps.filter_flat, next)?;
                 clear_slot(&maps.filter_long, next)?;
+                clear_slot(&maps.filter_long_small, next)?;
             }
         }
         if trie_entries.is_empty() {
@@ -356,6 +364,7 @@ impl super::Dataplane<'_> {
         let maps = &self.skel.maps;
         clear_slot(&maps.filter_flat, live)?;
         clear_slot(&maps.filter_long, live)?;
+        clear_slot(&maps.filter_long_small, live)?;
         clear_slot(&maps.filter_trie, live)?;
         if !any_rate && self.filters.rate_size.is_some() {
             clear_slot(&maps.filter_rate_lru, 0)?;
@@ -516,9 +525,14 @@ pub fn live_verdicts(
             let w = u64::from_ne_bytes(e[..8].try_into().expect("8 bytes"));
             let entry = (w >> (16 * (slash24 & 3))) as u16;
             let mut found = None;
+            let (long, bits) = if flags & cf::NILB_F_FILTER_LONG_LARGE != 0 {
+                (maps.long, lim::NILB_FILTER_LONG_LARGE_BITS)
+            } else {
+                (maps.long_small, lim::NILB_FILTER_LONG_SMALL_BITS)
+            };
             if entry & sys::nilb_filter_bits::NILB_FV_FLAT_EXT as u16 != 0 {
-                if let Some(lng) = inner_of(maps.long, gen) {
-                    let shift = scope(0)?.long_shift as u32 & 31;
+                if let Some(lng) = inner_of(long, gen) {
+                    let shift = 32 - bits;
                     let a = crate::filters::wire_u32(addr);
                     for mul in [
                         sys::nilb_filter_bits::NILB_FH_MUL1,
@@ -541,17 +555,14 @@ pub fn live_verdicts(
             }
             global = match found {
                 Some(v) => v,
-                None => {
-                    let i = (entry & sys::nilb_filter_bits::NILB_FV_FLAT_INDEX as u16) as u32;
-                    if i == 0 {
-                        0
-                    } else {
-                        let k = gen * lim::NILB_FILTER_VERDICTS + i;
-                        maps.verdicts
-                            .lookup(&k.to_ne_bytes(), MapFlags::ANY)?
-                            .map_or(0, |v| u32::from_ne_bytes(v[..4].try_into().expect("4")))
-                    }
-                }
+                None => crate::filters::flat_verdict(entry, |i| {
+                    let k = gen * lim::NILB_FILTER_VERDICTS + i as u32;
+                    maps.verdicts
+                        .lookup(&k.to_ne_bytes(), MapFlags::ANY)
+                        .ok()
+                        .flatten()
+                        .map_or(0, |v| u32::from_ne_bytes(v[..4].try_into().expect("4")))
+                }),
             };
         }
     }
@@ -580,6 +591,8 @@ pub struct LiveFilterMaps<'a> {
     pub flat: &'a dyn MapCore,
     /// `filter_long`.
     pub long: &'a dyn MapCore,
+    /// `filter_long_small`.
+    pub long_small: &'a dyn MapCore,
     /// `filter_trie`.
     pub trie: &'a dyn MapCore,
     /// `filter_scopes`.

@@ -35,9 +35,10 @@ pub const BACKEND_STATS: &str = "backend_stats";
 /// The edge filters' maps (docs/design.md "Edge filters"): both
 /// generations of the flat and long tables and the service trie, the
 /// rate-limit state, verdicts, scopes, rules and their counters.
-pub const FILTER_MAPS: [&str; 8] = [
+pub const FILTER_MAPS: [&str; 9] = [
     "filter_flat",
     "filter_long",
+    "filter_long_small",
     "filter_trie",
     "filter_rate_lru",
     "filter_verdicts",
@@ -48,7 +49,7 @@ pub const FILTER_MAPS: [&str; 8] = [
 
 /// Names of the maps pinned under the pin directory, as the BPF object
 /// names them.
-pub const PINNED_MAPS: [&str; 15] = [
+pub const PINNED_MAPS: [&str; 16] = [
     SERVICES,
     CLUSTER_NODES,
     VIPS,
@@ -64,6 +65,7 @@ pub const PINNED_MAPS: [&str; 15] = [
     FILTER_MAPS[5],
     FILTER_MAPS[6],
     FILTER_MAPS[7],
+    FILTER_MAPS[8],
 ];
 
 /// Maps of a running daemon, opened from their pins (for `nilb stats` and
@@ -132,6 +134,7 @@ impl PinnedMaps {
         super::filters::LiveFilterMaps {
             flat: self.filter_map("filter_flat"),
             long: self.filter_map("filter_long"),
+            long_small: self.filter_map("filter_long_small"),
             trie: self.filter_map("filter_trie"),
             scopes: self.filter_map("filter_scopes"),
             verdicts: self.filter_map("filter_verdicts"),

@@ -148,10 +148,13 @@ pub struct GlobalTable {
     pub flat: Vec<u16>,
     /// Verdict words the flat entries index (element 0 is 0).
     pub verdicts: Vec<u32>,
-    /// Long table: buckets of (address, verdict) slots, a power of two.
+    /// Long table: buckets of (address, verdict) slots, one of the two
+    /// fixed sizes (`2^NILB_FILTER_LONG_SMALL_BITS` or `_LARGE_BITS`).
     pub buckets: Vec<Bucket>,
     /// 32 - log2(buckets.len()).
     pub shift: u8,
+    /// The large size (`NILB_F_FILTER_LONG_LARGE`).
+    pub large: bool,
     /// Addresses in the long table.
     pub long_entries: usize,
 }
@@ -164,8 +167,10 @@ pub type Bucket = [u32; 2 * BUCKET_SLOTS];
 /// Slots per bucket of the long table.
 pub const BUCKET_SLOTS: usize = nilb_limits::NILB_FILTER_BUCKET_SLOTS as usize;
 /// Most addresses the long table may hold (prefixes longer than /24 are
-/// expanded to their addresses).
-pub const MAX_LONG_ENTRIES: usize = 1 << 24;
+/// expanded to their addresses): three quarters of the large table's
+/// slots (filling beyond that may not find room for every address).
+pub const MAX_LONG_ENTRIES: usize =
+    (1 << nilb_limits::NILB_FILTER_LONG_LARGE_BITS) * BUCKET_SLOTS * 3 / 4;
 /// Most prefixes over all services' lists (their trie is filled one
 /// element at a time).
 pub const MAX_SERVICE_PREFIXES: usize = 1 << 20;
@@ -173,11 +178,7 @@ pub const MAX_SERVICE_PREFIXES: usize = 1 << 20;
 impl GlobalTable {
     /// The verdict word for `addr`, found the way the XDP program finds it.
     pub fn lookup(&self, addr: Ipv4Addr) -> u32 {
-        let slash24 = (u32::from(addr) >> 8) as usize;
-        let entry = self.flat[slash24];
-        if entry == 0 {
-            return 0;
-        }
+        let entry = self.flat[(u32::from(addr) >> 8) as usize];
         if entry & fb::NILB_FV_FLAT_EXT as u16 != 0 {
             let a = wire_u32(addr);
             for b in self.candidate_buckets(a) {
@@ -186,7 +187,7 @@ impl GlobalTable {
                 }
             }
         }
-        self.verdicts[(entry & fb::NILB_FV_FLAT_INDEX as u16) as usize]
+        flat_verdict(entry, |i| self.verdicts[i as usize])
     }
 
     /// The two buckets an address may be in.
@@ -206,6 +207,24 @@ impl GlobalTable {
             .flat_map(|b| b.iter().flat_map(|w| w.to_ne_bytes()))
             .collect()
     }
+}
+
+/// The verdict a flat-table entry gives (its own, or the one it indexes,
+/// read with `verdict`), not looking at the long table.
+pub fn flat_verdict(entry: u16, verdict: impl Fn(u16) -> u32) -> u32 {
+    if entry & fb::NILB_FV_FLAT_DIRECT as u16 != 0 {
+        return (entry as u32) & fb::NILB_FV_RULE_MASK;
+    }
+    match entry & fb::NILB_FV_FLAT_INDEX as u16 {
+        0 => 0,
+        i => verdict(i),
+    }
+}
+
+/// The flat-table entry for a verdict word: the word itself when it is a
+/// live drop and nothing else (`None` otherwise: it needs an index).
+fn direct_entry(v: u32) -> Option<u16> {
+    (v != 0 && v & !fb::NILB_FV_RULE_MASK == 0).then_some(v as u16 | fb::NILB_FV_FLAT_DIRECT as u16)
 }
 
 /// An address as the XDP program loads it from the packet: its network
@@ -461,8 +480,8 @@ fn global_table(entries: &[(Prefix4, u32)]) -> Result<GlobalTable, CompileError>
     let mut long: Vec<(u32, u32)> = Vec::new();
     for &(p, v) in entries {
         if p.len <= 24 {
-            let i = match index.get(&v) {
-                Some(&i) => i,
+            let i = match direct_entry(v).or_else(|| index.get(&v).copied()) {
+                Some(i) => i,
                 None => {
                     if verdicts.len() >= max_verdicts {
                         return Err(CompileError(format!(
@@ -497,45 +516,76 @@ fn global_table(entries: &[(Prefix4, u32)]) -> Result<GlobalTable, CompileError>
     for (a, _) in &long {
         flat[(*a >> 8) as usize] |= fb::NILB_FV_FLAT_EXT as u16;
     }
-    let (buckets, shift) = fill_buckets(&long);
+    let (buckets, large) = if long.is_empty() {
+        (Vec::new(), false)
+    } else if let Some(b) = fill_buckets(&long, nilb_limits::NILB_FILTER_LONG_SMALL_BITS) {
+        (b, false)
+    } else if let Some(b) = fill_buckets(&long, nilb_limits::NILB_FILTER_LONG_LARGE_BITS) {
+        (b, true)
+    } else {
+        return Err(CompileError(format!(
+            "the {} addresses of prefixes longer than /24 in the global lists do not fit the long table",
+            long.len()
+        )));
+    };
+    let bits = if large {
+        nilb_limits::NILB_FILTER_LONG_LARGE_BITS
+    } else {
+        nilb_limits::NILB_FILTER_LONG_SMALL_BITS
+    };
     Ok(GlobalTable {
         flat,
         verdicts,
         buckets,
-        shift,
+        shift: (32 - bits) as u8,
+        large,
         long_entries: long.len(),
     })
 }
 
-/// Buckets for `long` ((host-order address, verdict), sorted): at most half
-/// the slots used, each address in the less full of its two buckets;
-/// doubled until nothing overflows.
-fn fill_buckets(long: &[(u32, u32)]) -> (Vec<Bucket>, u8) {
-    let mut n = (long.len().div_ceil(BUCKET_SLOTS / 2))
-        .next_power_of_two()
-        .max(2);
-    loop {
-        let shift = 32 - n.trailing_zeros() as u8;
-        let mut buckets = vec![[0u32; 2 * BUCKET_SLOTS]; n];
-        let mut fill = vec![0u8; n];
-        let ok = long.iter().all(|&(a, v)| {
-            let w = wire_u32(Ipv4Addr::from(a));
-            let [b1, b2] = bucket_choices(w, shift);
-            let b = if fill[b1] <= fill[b2] { b1 } else { b2 };
-            let f = fill[b] as usize;
-            if f >= BUCKET_SLOTS {
-                return false;
-            }
-            buckets[b][f] = w;
-            buckets[b][BUCKET_SLOTS + f] = v;
-            fill[b] += 1;
-            true
-        });
-        if ok {
-            return (buckets, shift);
-        }
-        n *= 2;
+/// Buckets for `long` ((host-order address, verdict), sorted) in a table
+/// of 2^`bits` buckets: each address in its first bucket, or in its second
+/// when the first is full, or (one cuckoo step) in its first after an
+/// address there moved to its own other bucket. None if they do not fit.
+fn fill_buckets(long: &[(u32, u32)], bits: u32) -> Option<Vec<Bucket>> {
+    let n = 1usize << bits;
+    if long.len() > n * BUCKET_SLOTS * 3 / 4 {
+        return None;
     }
+    let shift = (32 - bits) as u8;
+    let mut buckets = vec![[0u32; 2 * BUCKET_SLOTS]; n];
+    let mut fill = vec![0u8; n];
+    let put = |buckets: &mut Vec<Bucket>, fill: &mut Vec<u8>, b: usize, w: u32, v: u32| {
+        let f = fill[b] as usize;
+        buckets[b][f] = w;
+        buckets[b][BUCKET_SLOTS + f] = v;
+        fill[b] += 1;
+    };
+    let ok = long.iter().all(|&(a, v)| {
+        let w = wire_u32(Ipv4Addr::from(a));
+        let [b1, b2] = bucket_choices(w, shift);
+        for b in [b1, b2] {
+            if (fill[b] as usize) < BUCKET_SLOTS {
+                put(&mut buckets, &mut fill, b, w, v);
+                return true;
+            }
+        }
+        // Both full: move an address of the first bucket to its other
+        // bucket if that has room, and take its slot.
+        for i in 0..BUCKET_SLOTS {
+            let (x, xv) = (buckets[b1][i], buckets[b1][BUCKET_SLOTS + i]);
+            let [x1, x2] = bucket_choices(x, shift);
+            let alt = if x1 == b1 { x2 } else { x1 };
+            if alt != b1 && (fill[alt] as usize) < BUCKET_SLOTS {
+                put(&mut buckets, &mut fill, alt, x, xv);
+                buckets[b1][i] = w;
+                buckets[b1][BUCKET_SLOTS + i] = v;
+                return true;
+            }
+        }
+        false
+    });
+    ok.then_some(buckets)
 }
 
 /// A small, fast 64-bit digest (not cryptographic): equal inputs, equal

@@ -96,15 +96,14 @@ fn expected(
     cluster: &std::collections::BTreeSet<Ipv4Addr>,
     frame: &[u8],
 ) -> Option<Want> {
+    // Global stage: every frame with the IPv4 ethertype and 20 bytes of
+    // header, consistent or not; the bytes counted are its total length.
     if frame.len() < 34 || be16(frame, 12) != 0x0800 {
         return None;
     }
     let ip = &frame[14..];
     let ihl = (ip[0] & 15) as usize * 4;
     let tot = be16(ip, 2) as usize;
-    if ip[0] >> 4 != 4 || ihl < 20 || tot < ihl || 14 + tot > frame.len() {
-        return None;
-    }
     let src = addr(ip, 12);
     let mut w = Want {
         drop: None,
@@ -112,7 +111,6 @@ fn expected(
         exempt: 0,
         len: tot as u64,
     };
-    // Global stage: every consistent IPv4 packet.
     let act = |v: Verdict, w: &mut Want, in_cluster: bool| {
         if let Some(d) = v.dry {
             if v.dry_covers_cluster && in_cluster {
@@ -138,6 +136,10 @@ fn expected(
         &mut w,
         cluster.contains(&src),
     ) {
+        return Some(w);
+    }
+    // The service stage only sees consistent IPv4.
+    if ip[0] >> 4 != 4 || ihl < 20 || tot < ihl || 14 + tot > frame.len() {
         return Some(w);
     }
     // Service stage: unfragmented TCP or UDP with a whole header, to a
