@@ -29,6 +29,8 @@ RB_BASE_MAX_STEP_PERCENT=$RB_MAX_STEP_PERCENT
 BASE_WEIGHTS=(1 1 2)
 HEALTH_MARGIN=${NH_HEALTH_MARGIN:-0.5}
 DW_YAML=""                # the service's dynamic_weight flow mapping (dw only), empty: none
+FILTERS_YAML=""           # top-level `filters:` block, YAML lines (filters only), empty: none
+WEB_FILTERS_YAML=""       # the service's `filters:` block, YAML lines indented 6 (filters only)
 RETIRED_LOGS=0
 
 # json FILE EXPR: evaluate a Python expression over the JSON document d (FILE "-": stdin)
@@ -75,6 +77,7 @@ write_config() {
     echo "    port: 80"
     echo "    protocol: tcp"
     [[ -n $DW_YAML ]] && echo "    dynamic_weight: $DW_YAML"
+    [[ -n $WEB_FILTERS_YAML ]] && printf '    filters:\n%s\n' "$WEB_FILTERS_YAML"
     case $NH_HEALTH_CHECK in
       http) echo "    health_check: {http: {uri: /healthz, codes: [200]}}" ;;
       kglb) echo "    health_check: {checker: {http: {uri: /healthz, check_port: 80}}, fall_count: $HC_FALL, interval_ms: $HC_INTERVAL_MS, rise_count: $HC_RISE}" ;;
@@ -84,16 +87,19 @@ write_config() {
     for n in "${NH_NODES[@]}"; do
       echo "      - {dip: ${NH_NODE_IP[$n]}, hostname: $n, weight: ${WEIGHT[$n]}${BSTATE[$n]:+, state: ${BSTATE[$n]}}}"
     done
+    if [[ -n $FILTERS_YAML ]]; then printf '%s\n' "$FILTERS_YAML"; fi
   } >"$tmp" && mv -f "$tmp" "$CFG"
 }
 
 # base_config: write the base config (weights 1:1:2, every backend active, no
-# dynamic weights, default pacing); status 0 if that changed the file
+# dynamic weights, no filters, default pacing); status 0 if that changed the file
 base_config() {
   local before=""
   [[ -f $CFG ]] && before=$(<"$CFG")
   BSTATE=()
   DW_YAML=""
+  FILTERS_YAML=""
+  WEB_FILTERS_YAML=""
   RB_MAX_STEP_PERCENT=$RB_BASE_MAX_STEP_PERCENT
   write_config "${BASE_WEIGHTS[@]}"
   [[ $(<"$CFG") != "$before" ]]
