@@ -173,7 +173,7 @@ pub fn cluster_coverage(
                         out.push(problem(
                             f,
                             format!(
-                                "list file {} line {line}: {p} covers cluster address {a}: {hint}",
+                                "list file {}: line {line}: {p} covers cluster address {a}: {hint}",
                                 l.path.display()
                             ),
                         ));

@@ -407,7 +407,7 @@ fn list_files_are_read_relative_to_the_config_and_checked_for_cluster_addresses(
     assert!(
         problems[0]
             .message
-            .contains("feed.txt line 3: 10.0.0.0/24 covers cluster address 10.0.0.11"),
+            .contains("feed.txt: line 3: 10.0.0.0/24 covers cluster address 10.0.0.11"),
         "{}",
         problems[0].message
     );
