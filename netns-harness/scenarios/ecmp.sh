@@ -8,7 +8,8 @@
 # new connections from distinct source ports are spread over the balancers by
 # the router and over the backends by weight (chi-square as in (a)), and the
 # live tables of the three balancers are identical bucket for bucket. Then
-# SIGTERM to node3's nilb: the router drops node3 before nilb exits (0), and 100
+# SIGTERM to node3's nilb: the router drops node3 before nilb exits (0), and
+# once node1 and node2 took node3 out as a backend (its TC program is gone), 100
 # new connections succeed over node1 and node2.
 # Needs: bird2 (scripts/setup.sh). Leaves: the base state (ecmp_down: routing
 # removed from the config, BIRD stopped, the client's route back via node1).
@@ -234,6 +235,13 @@ scenario_ecmp() {
   t_exit=$(nh_calc "$(nh_now) - $t0")
   [[ $NH_LAST_RC == 0 ]] || ok=0
   echo "  SIGTERM to node3's nilb: router dropped node3 after ${t_route}s, nilb exited $NH_LAST_RC after ${t_exit}s (grace ${NH_ECMP_GRACE_MS:-1000} ms)"
+  # node3 is a backend too: with its TC program gone the other balancers take
+  # it out through their encapsulated checks (about 1.3 s); new connections
+  # are judged after that (what stopping a backend costs is (e)'s and h1's
+  # business, not routing's)
+  for n in node1 node2; do
+    st_wait "$n" 10 "b['node3']['buckets'] == 0" || echo "  $n still gives node3 buckets: $WAIT_SUMMARY"
+  done
   cl burst --host "$NH_VIP" --port 80 --count 100 --sport-base 23000 --max-seconds 25 --max-consecutive-failures 10 \
     --out "$NH_OUT/burst-ecmp-term.json"
   echo "  100 new connections after: $OUT"

@@ -132,11 +132,13 @@ impl Announcer {
 }
 
 impl Drop for Announcer {
+    /// The worker ends once it has handled what is queued; it is not
+    /// joined, so a BIRD that hangs (`birdc` never returns) cannot hang the
+    /// daemon. Whoever needs a withdrawal done waits with
+    /// [`Announcer::flush`], which is bounded.
     fn drop(&mut self) {
         self.tx = None;
-        if let Some(h) = self.handle.take() {
-            let _ = h.join();
-        }
+        self.handle = None;
     }
 }
 
