@@ -406,6 +406,8 @@ struct RoutingHook {
     told: bool,
     /// Drained (config or drain file) at the last decision.
     drained: bool,
+    /// BIRD reconfigurations (ok, failed) the state file shows.
+    applies: (u64, u64),
 }
 
 /// What nilb needs from the host, each missing piece explained in one line.
@@ -999,6 +1001,17 @@ impl Daemon<'_, '_> {
     fn update_routing(&mut self, stopping: bool) {
         use crate::routing::{self, bird};
         let wanted = self.cp.config().routing.clone();
+        // A change of the decision's settings (drained, fail-open, grace)
+        // keeps the announcer and what it announces: no flap.
+        let same_bird = |a: &crate::config::Routing, b: &crate::config::Routing| {
+            (&a.bird_socket, &a.routes_file, &a.birdc) == (&b.bird_socket, &b.routes_file, &b.birdc)
+        };
+        if let (Some(hook), Some(w)) = (self.routing.as_mut(), wanted.as_ref()) {
+            if hook.config != *w && same_bird(&hook.config, w) {
+                hook.config = w.clone();
+                self.state_dirty = true;
+            }
+        }
         if self.routing.as_ref().map(|h| &h.config) != wanted.as_ref() {
             if let Some(old) = self.routing.take() {
                 // Leave nothing announced behind an announcer nilb no
@@ -1026,6 +1039,7 @@ impl Daemon<'_, '_> {
                             announced: Default::default(),
                             told: false,
                             drained: false,
+                            applies: (0, 0),
                         });
                     }
                     Err(e) => error!("starting the BIRD announcer: {e}"),
@@ -1079,6 +1093,13 @@ impl Daemon<'_, '_> {
                 }
             }
             hook.decisions = decisions;
+            self.state_dirty = true;
+        }
+        // The state file follows BIRD's reconfigurations at once (the
+        // worker reports them asynchronously).
+        let applies = hook.announcer.status().applies;
+        if applies != hook.applies {
+            hook.applies = applies;
             self.state_dirty = true;
         }
         if announced != hook.announced || !hook.told {
@@ -1158,8 +1179,8 @@ impl Daemon<'_, '_> {
             &self.opts.config,
             self.last_reload.clone(),
         );
+        status.routing = self.routing_status();
         if !self.cp.filters().is_empty() {
-            status.routing = self.routing_status();
             status.filters = Some(FiltersStatus::of(
                 self.cp.filters(),
                 self.filters_compile_ms,

@@ -7,7 +7,10 @@
 # router. Checks: every balancer announces the VIP (router: 3 next hops), 300
 # new connections from distinct source ports are spread over the balancers by
 # the router and over the backends by weight (chi-square as in (a)), and the
-# live tables of the three balancers are identical bucket for bucket. Then
+# live tables of the three balancers are identical bucket for bucket. Then,
+# with `withdraw_on_fail_open`, every backend's server stopped: all balancers
+# withdraw (the router has no route), and announce again once they are back.
+# Then
 # SIGTERM to node3's nilb: the router drops node3 before nilb exits (0), and
 # once node1 and node2 took node3 out as a backend (its TC program is gone), 100
 # new connections succeed over node1 and node2.
@@ -183,6 +186,15 @@ ecmp_tables() {
   [[ $ECMP_AGREE == *"SUMMARY PASS"* ]]
 }
 
+# ecmp_applies: BIRD reconfigurations (ok + failed) of every node's nilb, e.g. "1 1 1"
+ecmp_applies() {
+  local n out=""
+  for n in "${NH_NODES[@]}"; do
+    out+="${out:+ }$(st get "$(state_of "$n")" "sum(d['routing']['bird']['applies'])" 2>/dev/null)"
+  done
+  echo "$out"
+}
+
 scenario_ecmp() {
   local ok=1 nums="" n shares pairs=()
   header "(ecmp) 3 balancers behind a BIRD router with ECMP: 300 new connections via $NH_VIP:80"
@@ -221,6 +233,43 @@ scenario_ecmp() {
     echo "$ECMP_AGREE" | sed 's/^/  /'
     nums+="; tables DIFFER: ${ECMP_AGREE##*SUMMARY }"
   fi
+  # no healthy backend, withdraw_on_fail_open: every balancer withdraws the VIP
+  # (the router has no route: clients get "unreachable" from it at once rather
+  # than a fail-open guess), and announces it again when the backends return
+  local t_none t_back
+  local applies0 applies1
+  applies0=$(ecmp_applies)
+  ROUTING_YAML+=$'\n  withdraw_on_fail_open: true'
+  write_config "${BASE_WEIGHTS[@]}"
+  hup_all
+  for n in "${NH_NODES[@]}"; do wait_reload "$n" 5 || ok=0; done
+  sleep 1
+  applies1=$(ecmp_applies)
+  # changing a decision setting must not re-announce (no flap): BIRD untouched
+  echo "  SIGHUP with withdraw_on_fail_open added: BIRD reconfigurations per node $applies0 -> $applies1"
+  [[ $applies0 == "$applies1" ]] || { ok=0; nums+="; the reload re-announced ($applies0 -> $applies1)"; }
+  t0=$(nh_now)
+  for n in "${NH_NODES[@]}"; do stop_backend "$n"; done
+  if nh_local "$NH_PY" "$HERE/ecmp.py" wait-nexthops "$(nh_ns rt)" "$NH_VIP/32" 0 --timeout 10 >"$NH_OUT/ecmp-wait.json"; then
+    t_none=$(nh_calc "$(json "$NH_OUT/ecmp-wait.json" 'd["at"]') - $t0")
+  else
+    t_none="never"
+    ok=0
+  fi
+  t0=$(nh_now)
+  for n in "${NH_NODES[@]}"; do start_backend "$n" ecmp || ok=0; done
+  if nh_local "$NH_PY" "$HERE/ecmp.py" wait-nexthops "$(nh_ns rt)" "$NH_VIP/32" 3 --timeout 15 >"$NH_OUT/ecmp-wait.json"; then
+    t_back=$(nh_calc "$(json "$NH_OUT/ecmp-wait.json" 'd["at"]') - $t0")
+  else
+    t_back="never"
+    ok=0
+  fi
+  echo "  withdraw_on_fail_open: every backend stopped -> router without a route after ${t_none}s; backends back -> 3 next hops after ${t_back}s"
+  nums+="; no healthy backend (withdraw_on_fail_open): withdrawn everywhere ${t_none}s, back ${t_back}s"
+  for n in "${NH_NODES[@]}"; do
+    st_wait "$n" 15 "$(settled_expr)" || echo "  $n did not settle after the backends came back: $WAIT_SUMMARY"
+  done
+
   # SIGTERM: node3 withdraws first, forwards for withdraw_grace_ms, then exits 0
   local t0 t_route t_exit
   t0=$(nh_now)
