@@ -34,6 +34,8 @@ EXTRA_SERVICES=""         # YAML list items appended to services: (udp scenario)
 ENCAP_YAML=""             # the service's encap_check (true|false), empty: nilb's default (on)
 FILTERS_YAML=""           # top-level `filters:` block, YAML lines (filters only), empty: none
 WEB_FILTERS_YAML=""       # the service's `filters:` block, YAML lines indented 6 (filters only)
+BALANCERS=""              # cluster.balancers (ecmp scenarios: every node), empty: node1
+ROUTING_YAML=""           # top-level `routing:` block, YAML lines (ecmp scenarios), empty: none
 RETIRED_LOGS=0
 
 # json FILE EXPR: evaluate a Python expression over the JSON document d (FILE "-": stdin)
@@ -67,7 +69,7 @@ write_config() {
     echo "version: 1"
     echo "cluster:"
     echo "  hash_seed: 0x5eed1234"
-    echo "  balancers: [${NH_NODE_IP[node1]}]"
+    echo "  balancers: [${BALANCERS:-${NH_NODE_IP[node1]}}]"
     echo "  gue_port: 19523"
     echo "  unknown_flow: $UNKNOWN_FLOW"
     echo "defaults:"
@@ -95,6 +97,7 @@ write_config() {
     done
     if [[ -n $EXTRA_SERVICES ]]; then printf '%s\n' "$EXTRA_SERVICES"; fi
     if [[ -n $FILTERS_YAML ]]; then printf '%s\n' "$FILTERS_YAML"; fi
+    if [[ -n $ROUTING_YAML ]]; then printf '%s\n' "$ROUTING_YAML"; fi
   } >"$tmp" && mv -f "$tmp" "$CFG"
 }
 
@@ -110,6 +113,8 @@ base_config() {
   ENCAP_YAML=""
   FILTERS_YAML=""
   WEB_FILTERS_YAML=""
+  BALANCERS=""
+  ROUTING_YAML=""
   RB_MAX_STEP_PERCENT=$RB_BASE_MAX_STEP_PERCENT
   write_config "${BASE_WEIGHTS[@]}"
   [[ $(<"$CFG") != "$before" ]]

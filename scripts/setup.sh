@@ -19,6 +19,9 @@ PACKAGES=(
   bpftool
   iproute2 ethtool tcpdump iputils-ping procps util-linux python3 curl iperf3
   file gnuplot-nox
+  # the ecmp harness scenarios: BIRD on the router and on every balancer
+  # (Debian's bird2 service, if started, runs its own harmless default config)
+  bird2
 )
 
 missing=()

@@ -391,6 +391,23 @@ struct Daemon<'a, 'obj> {
     state_written: Instant,
     /// Milliseconds the last read and compile of the filter lists took.
     filters_compile_ms: u64,
+    /// VIP announcements through BIRD (`routing:`; docs/design.md "Several
+    /// balancers").
+    routing: Option<RoutingHook>,
+}
+
+/// The announcer of `routing:` and what it was last told.
+struct RoutingHook {
+    config: crate::config::Routing,
+    announcer: crate::routing::bird::Announcer,
+    decisions: Vec<crate::routing::VipDecision>,
+    announced: std::collections::BTreeSet<Ipv4Addr>,
+    /// The announcer was told at least once.
+    told: bool,
+    /// Drained (config or drain file) at the last decision.
+    drained: bool,
+    /// BIRD reconfigurations (ok, failed) the state file shows.
+    applies: (u64, u64),
 }
 
 /// What nilb needs from the host, each missing piece explained in one line.
@@ -601,6 +618,7 @@ async fn serve(
         state_dirty: true,
         state_written: Instant::now(),
         filters_compile_ms,
+        routing: None,
     };
     d.probes.sync(&d.cp)?;
     for (key, st) in d.cp.services() {
@@ -620,6 +638,7 @@ async fn serve(
         "ready: {}",
         if balancer { "XDP balancer and TC second chance attached" } else { "TC second chance attached (not a balancer)" }
     );
+    d.update_routing(false);
 
     let mut tick = tokio::time::interval(Duration::from_millis(200));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -654,6 +673,9 @@ async fn serve(
     d.probes.checkers = None;
     d.probes.scrapers = None;
     d.probes.encap = None;
+    if !opts.keep_dataplane {
+        d.withdraw_for_stop();
+    }
     if opts.keep_dataplane {
         info!(
             pin_dir = %opts.pin_dir.display(),
@@ -967,9 +989,161 @@ impl Daemon<'_, '_> {
         let plan = self.cp.tick(self.now_ms());
         self.apply(&plan, "paced step");
         self.publish_metrics();
+        self.update_routing(false);
         if self.state_dirty || self.state_written.elapsed() >= Duration::from_secs(5) {
             self.write_state();
         }
+    }
+
+    /// Start, restart or stop the announcer to match `routing:` of the
+    /// running config, decide what to announce and tell BIRD when that
+    /// changed (crate::routing). `stopping`: withdraw everything.
+    fn update_routing(&mut self, stopping: bool) {
+        use crate::routing::{self, bird};
+        let wanted = self.cp.config().routing.clone();
+        // A change of the decision's settings (drained, fail-open, grace)
+        // keeps the announcer and what it announces: no flap.
+        let same_bird = |a: &crate::config::Routing, b: &crate::config::Routing| {
+            (&a.bird_socket, &a.routes_file, &a.birdc) == (&b.bird_socket, &b.routes_file, &b.birdc)
+        };
+        if let (Some(hook), Some(w)) = (self.routing.as_mut(), wanted.as_ref()) {
+            if hook.config != *w && same_bird(&hook.config, w) {
+                hook.config = w.clone();
+                self.state_dirty = true;
+            }
+        }
+        if self.routing.as_ref().map(|h| &h.config) != wanted.as_ref() {
+            if let Some(old) = self.routing.take() {
+                // Leave nothing announced behind an announcer nilb no
+                // longer drives (routing removed or moved elsewhere).
+                old.announcer.announce(Default::default());
+                let _ = old.announcer.flush(Duration::from_secs(2));
+            }
+            if let Some(config) = wanted {
+                let paths = bird::BirdPaths {
+                    birdc: config.birdc.clone(),
+                    socket: routing::node_path(&config.bird_socket, self.node),
+                    routes_file: routing::node_path(&config.routes_file, self.node),
+                };
+                match bird::Announcer::start(paths) {
+                    Ok(announcer) => {
+                        info!(
+                            socket = %announcer.paths().socket.display(),
+                            routes_file = %announcer.paths().routes_file.display(),
+                            "announcing VIPs through BIRD"
+                        );
+                        self.routing = Some(RoutingHook {
+                            config,
+                            announcer,
+                            decisions: Vec::new(),
+                            announced: Default::default(),
+                            told: false,
+                            drained: false,
+                            applies: (0, 0),
+                        });
+                    }
+                    Err(e) => error!("starting the BIRD announcer: {e}"),
+                }
+            }
+            self.state_dirty = true;
+        }
+        if self.routing.is_none() {
+            return;
+        }
+        let ready = !stopping && self.xdp_running();
+        let Some(hook) = self.routing.as_mut() else {
+            return;
+        };
+        let views: Vec<routing::ServiceView> = self
+            .cp
+            .services()
+            .iter()
+            .map(|(key, st)| routing::ServiceView {
+                vip: key.vip,
+                healthy: st.backends.values().any(|b| {
+                    b.config.state != crate::config::BackendState::Offline
+                        && b.health.health == crate::health::Health::Up
+                }),
+                fail_open: st.fail_open(),
+            })
+            .collect();
+        let drain_file = routing::node_path(&hook.config.drain_file, self.node);
+        let drained = hook.config.drained || drain_file.exists();
+        if drained != hook.drained {
+            info!(
+                drained,
+                drain_file = %drain_file.display(),
+                "balancer {}",
+                if drained { "drained: withdrawing every VIP" } else { "no longer drained" }
+            );
+            hook.drained = drained;
+        }
+        let node = routing::NodeView {
+            dataplane_ready: ready,
+            drained,
+            stopping,
+            withdraw_on_fail_open: hook.config.withdraw_on_fail_open,
+        };
+        let decisions = routing::decide(node, &views, &hook.announced);
+        let announced = routing::announced(&decisions);
+        if decisions != hook.decisions {
+            for dcs in &decisions {
+                if hook.decisions.iter().all(|o| o != dcs) {
+                    info!(vip = %dcs.vip, announce = dcs.announce, reason = %dcs.reason, "VIP {}", if dcs.announce { "announced" } else { "withdrawn" });
+                }
+            }
+            hook.decisions = decisions;
+            self.state_dirty = true;
+        }
+        // The state file follows BIRD's reconfigurations at once (the
+        // worker reports them asynchronously).
+        let applies = hook.announcer.status().applies;
+        if applies != hook.applies {
+            hook.applies = applies;
+            self.state_dirty = true;
+        }
+        if announced != hook.announced || !hook.told {
+            hook.told = true;
+            hook.announced = announced.clone();
+            hook.announcer.announce(announced);
+        }
+    }
+
+    /// SIGTERM: withdraw every VIP, wait until BIRD took it, then keep
+    /// forwarding for `withdraw_grace_ms` while the router moves the
+    /// traffic to the other balancers.
+    fn withdraw_for_stop(&mut self) {
+        if self.routing.is_none() {
+            return;
+        }
+        self.update_routing(true);
+        let Some(hook) = &self.routing else { return };
+        let started = Instant::now();
+        match hook.announcer.flush(Duration::from_secs(5)) {
+            Ok(()) => info!(
+                ms = started.elapsed().as_millis() as u64,
+                grace_ms = hook.config.withdraw_grace_ms,
+                "VIPs withdrawn; forwarding on during the grace time"
+            ),
+            Err(e) => warn!("withdrawing the VIPs: {e}"),
+        }
+        let grace = Duration::from_millis(hook.config.withdraw_grace_ms);
+        self.write_state();
+        std::thread::sleep(grace);
+    }
+
+    /// `routing` of the state file.
+    fn routing_status(&self) -> Option<crate::routing::RoutingStatus> {
+        let hook = self.routing.as_ref()?;
+        Some(crate::routing::RoutingStatus {
+            daemon: "bird".into(),
+            bird_socket: hook.announcer.paths().socket.display().to_string(),
+            routes_file: hook.announcer.paths().routes_file.display().to_string(),
+            drained: hook.drained,
+            withdraw_on_fail_open: hook.config.withdraw_on_fail_open,
+            vips: hook.decisions.clone(),
+            bird: hook.announcer.status(),
+        })
     }
 
     /// The last state file of a daemon that stops and leaves the data plane
@@ -1005,6 +1179,7 @@ impl Daemon<'_, '_> {
             &self.opts.config,
             self.last_reload.clone(),
         );
+        status.routing = self.routing_status();
         if !self.cp.filters().is_empty() {
             status.filters = Some(FiltersStatus::of(
                 self.cp.filters(),

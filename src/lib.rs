@@ -46,6 +46,7 @@ pub mod packet;
 pub mod prefix;
 pub mod quic_lb;
 pub mod replay;
+pub mod routing;
 pub mod status;
 pub mod table;
 pub mod tools;

@@ -160,6 +160,9 @@ pub struct Status {
     /// balancer: filters apply where the XDP balancer runs).
     #[serde(default)]
     pub filters: Option<FiltersStatus>,
+    /// VIP announcements and BIRD's sessions (None: no `routing:`).
+    #[serde(default)]
+    pub routing: Option<crate::routing::RoutingStatus>,
 }
 
 /// The edge filters in force.
@@ -361,6 +364,7 @@ impl Status {
             stopped: None,
             services,
             filters: None,
+            routing: None,
         }
     }
 
@@ -453,6 +457,9 @@ impl Status {
                 r.failed,
                 r.error.as_deref().unwrap_or("?")
             )?,
+        }
+        if let Some(r) = &self.routing {
+            r.print(out)?;
         }
         if let Some(f) = &self.filters {
             writeln!(
@@ -601,6 +608,7 @@ mod tests {
                 maps_ms: None,
                 bytes: Some(33_554_432),
             }),
+            routing: None,
         }
     }
 

@@ -165,6 +165,7 @@ services:
 filters:
   deny:
     - {name: feed, prefixes: [192.0.2.0/24]}
+routing: {}
 "#;
 
 fn control_plane() -> ControlPlane {
@@ -222,6 +223,36 @@ fn sample_status() -> Status {
         2,
         Some(&install),
     ));
+    s.routing = Some(nilb::routing::RoutingStatus {
+        daemon: "bird".into(),
+        bird_socket: "/run/bird/bird.ctl".into(),
+        routes_file: "/run/nilb/bird-routes.conf".into(),
+        drained: false,
+        withdraw_on_fail_open: false,
+        vips: vec![nilb::routing::VipDecision {
+            vip: Ipv4Addr::new(10, 0, 0, 100),
+            announce: true,
+            reason: "a backend is healthy".into(),
+        }],
+        bird: nilb::routing::bird::BirdStatus {
+            last_apply: Some(nilb::routing::bird::ApplyStatus {
+                at: "2025-01-01T00:00:00Z".into(),
+                ok: true,
+                error: None,
+                ms: 3,
+                vips: vec![Ipv4Addr::new(10, 0, 0, 100)],
+            }),
+            applies: (1, 0),
+            protocols: vec![nilb::routing::Session {
+                name: "uplink".into(),
+                proto: "BGP".into(),
+                state: "up".into(),
+                since: "19:33:28.975".into(),
+                info: "Established".into(),
+            }],
+            poll_error: None,
+        },
+    });
     s
 }
 
@@ -349,6 +380,7 @@ fn documented_defaults_are_the_loaders() {
     let c = Config::parse(CONFIG).unwrap();
     let s = &c.services[0];
     let dw = s.dynamic_weight.as_ref().unwrap();
+    let r = c.routing.as_ref().unwrap();
     let (scheme, uri, codes) = match &s.health_check.checker {
         Checker::Http {
             scheme, uri, codes, ..
@@ -386,6 +418,13 @@ fn documented_defaults_are_the_loaders() {
             "dynamic_weight.max_change_percent" => dw.max_change_percent.to_string(),
             "dynamic_weight.min_weight_percent" => dw.min_weight_percent.to_string(),
             "dynamic_weight.max_weight_percent" => dw.max_weight_percent.to_string(),
+            "routing.bird_socket" => r.bird_socket.display().to_string(),
+            "routing.routes_file" => r.routes_file.display().to_string(),
+            "routing.birdc" => r.birdc.display().to_string(),
+            "routing.drain_file" => r.drain_file.display().to_string(),
+            "routing.drained" => r.drained.to_string(),
+            "routing.withdraw_on_fail_open" => r.withdraw_on_fail_open.to_string(),
+            "routing.withdraw_grace_ms" => r.withdraw_grace_ms.to_string(),
             _ => return None,
         })
     };

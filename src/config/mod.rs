@@ -42,8 +42,8 @@ use std::path::Path;
 pub use crate::types::{Protocol, ServiceKey};
 pub use model::{
     Backend, BackendState, Checker, Cluster, Config, DynamicWeight, Filters, HealthCheck, ListFile,
-    LoadSource, PrefixRule, Rate, RatePer, RateRule, Rebalance, Scheme, Service, ServiceFilters,
-    TlsOptions, UnknownFlow,
+    LoadSource, PrefixRule, Rate, RatePer, RateRule, Rebalance, Routing, Scheme, Service,
+    ServiceFilters, TlsOptions, UnknownFlow,
 };
 pub use yaml::Position;
 
@@ -90,6 +90,18 @@ pub const DEFAULT_PANIC_THRESHOLD_PERCENT: u32 = 0;
 pub const DEFAULT_MIN_BUCKET_AGE_MS: u64 = 300_000;
 /// Default `filters.rate_limit_sources` (rate-limit states kept at once).
 pub const DEFAULT_RATE_LIMIT_SOURCES: u32 = 65_536;
+/// Default `routing.bird_socket` (Debian's bird2).
+pub const DEFAULT_BIRD_SOCKET: &str = "/run/bird/bird.ctl";
+/// Default `routing.routes_file`.
+pub const DEFAULT_ROUTES_FILE: &str = "/run/nilb/bird-routes.conf";
+/// Default `routing.drain_file`.
+pub const DEFAULT_DRAIN_FILE: &str = "/run/nilb/drain";
+/// Default `routing.birdc`.
+pub const DEFAULT_BIRDC: &str = "/usr/sbin/birdc";
+/// Default `routing.withdraw_grace_ms`.
+pub const DEFAULT_WITHDRAW_GRACE_MS: u64 = 2_000;
+/// Largest `routing.withdraw_grace_ms`.
+pub const MAX_WITHDRAW_GRACE_MS: u64 = 60_000;
 /// Largest `filters.rate_limit_sources` (about 100 bytes each in the kernel).
 pub const MAX_RATE_LIMIT_SOURCES: u64 = 1 << 24;
 /// Smallest `filters.rate_limit_sources`.

@@ -297,6 +297,36 @@ pub struct Config {
     pub services: Vec<Service>,
     /// Edge filters for everything the XDP balancer sees.
     pub filters: Filters,
+    /// Announcing the VIPs over BGP through a routing daemon (None: nilb
+    /// announces nothing, as a single balancer needs).
+    pub routing: Option<Routing>,
+}
+
+/// `routing:`: how this balancer announces its VIPs (docs/config.md
+/// "Routing"). nilb writes `routes_file` (one BIRD static route per VIP it
+/// announces) and asks BIRD to re-read its config through `bird_socket`.
+/// In both paths `{node}` stands for this node's address.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Routing {
+    /// BIRD's control socket (`birdc -s`).
+    pub bird_socket: PathBuf,
+    /// The file BIRD's config includes inside nilb's static protocol.
+    pub routes_file: PathBuf,
+    /// The `birdc` program.
+    pub birdc: PathBuf,
+    /// Withdraw every VIP of this balancer (drain) while the data plane
+    /// keeps forwarding what still arrives.
+    pub drained: bool,
+    /// While this file exists the balancer is drained as with `drained`
+    /// (`touch` to drain one balancer of a cluster sharing one config, `rm`
+    /// to undo; checked every 200 ms).
+    pub drain_file: PathBuf,
+    /// Withdraw a service's VIP while the service fails open (no backend
+    /// healthy); false: keep announcing it and fail open.
+    pub withdraw_on_fail_open: bool,
+    /// On SIGTERM, time between the withdrawal and detaching the data
+    /// plane, ms: the router moves the traffic meanwhile.
+    pub withdraw_grace_ms: u64,
 }
 
 /// `cluster:` section.

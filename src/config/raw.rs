@@ -17,6 +17,22 @@ pub(super) struct RawConfig {
     #[serde(default)]
     pub(super) services: Vec<RawService>,
     pub(super) filters: Option<RawFilters>,
+    pub(super) routing: Option<RawRouting>,
+}
+
+/// Top-level `routing:` (docs/config.md "Routing").
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRouting {
+    pub(super) bird_socket: Option<String>,
+    pub(super) routes_file: Option<String>,
+    pub(super) birdc: Option<String>,
+    #[serde(default)]
+    pub(super) drained: bool,
+    pub(super) drain_file: Option<String>,
+    #[serde(default)]
+    pub(super) withdraw_on_fail_open: bool,
+    pub(super) withdraw_grace_ms: Option<u64>,
 }
 
 /// Top-level `filters:` (docs/config.md "Filters").

@@ -8,19 +8,20 @@ use std::net::Ipv4Addr;
 
 use super::model::{
     Backend, Checker, Cluster, Config, DynamicWeight, Filters, HealthCheck, ListFile, LoadSource,
-    PrefixRule, Rate, RateRule, Rebalance, Scheme, Service, ServiceFilters, TlsOptions,
+    PrefixRule, Rate, RateRule, Rebalance, Routing, Scheme, Service, ServiceFilters, TlsOptions,
 };
 use super::raw::{
     RawBackend, RawCluster, RawConfig, RawDefaults, RawDynamicWeight, RawFilters, RawHealthCheck,
-    RawHttp, RawNone, RawPrefixRule, RawRateRule, RawRebalance, RawService, RawServiceFilters,
-    RawTcp, RawTiming,
+    RawHttp, RawNone, RawPrefixRule, RawRateRule, RawRebalance, RawRouting, RawService,
+    RawServiceFilters, RawTcp, RawTiming,
 };
 use super::{
-    Position, Problem, DEFAULT_GUE_PORT, DEFAULT_ICMP_TOO_BIG_RATE, DEFAULT_INTERVAL_MS,
-    DEFAULT_PANIC_THRESHOLD_PERCENT, DEFAULT_RATE_LIMIT_SOURCES, DEFAULT_RISE_FALL,
-    DEFAULT_TABLE_SIZE, DEFAULT_TIMEOUT_MS, DEFAULT_WEIGHT, MAX_RATE_LIMIT_SOURCES,
-    MAX_RATE_PER_SECOND, MAX_RULE_NAME, MAX_TOTAL_BUCKETS, MIN_BUCKETS_PER_BACKEND,
-    MIN_INTERVAL_MS, MIN_RATE_LIMIT_SOURCES, MIN_TABLE_SIZE,
+    Position, Problem, DEFAULT_BIRDC, DEFAULT_BIRD_SOCKET, DEFAULT_DRAIN_FILE, DEFAULT_GUE_PORT,
+    DEFAULT_ICMP_TOO_BIG_RATE, DEFAULT_INTERVAL_MS, DEFAULT_PANIC_THRESHOLD_PERCENT,
+    DEFAULT_RATE_LIMIT_SOURCES, DEFAULT_RISE_FALL, DEFAULT_ROUTES_FILE, DEFAULT_TABLE_SIZE,
+    DEFAULT_TIMEOUT_MS, DEFAULT_WEIGHT, DEFAULT_WITHDRAW_GRACE_MS, MAX_RATE_LIMIT_SOURCES,
+    MAX_RATE_PER_SECOND, MAX_RULE_NAME, MAX_TOTAL_BUCKETS, MAX_WITHDRAW_GRACE_MS,
+    MIN_BUCKETS_PER_BACKEND, MIN_INTERVAL_MS, MIN_RATE_LIMIT_SOURCES, MIN_TABLE_SIZE,
 };
 use crate::limits;
 use crate::prefix::SourcePrefix;
@@ -504,15 +505,55 @@ impl Validator {
         let defaults = self.defaults(&raw.defaults);
         let services = self.services(raw.services, &cluster, &defaults);
         let filters = self.filters(raw.filters.unwrap_or_default());
+        let routing = raw.routing.map(|r| self.routing(r));
         let cfg = Config {
             cluster,
             rebalance: defaults.rebalance,
             services,
             filters,
+            routing,
         };
         self.data_plane_limits(&cfg);
         self.filter_limits(&cfg);
         cfg
+    }
+
+    /// Top-level `routing:`: absolute paths, a bounded grace time.
+    fn routing(&mut self, raw: RawRouting) -> Routing {
+        let path = |v: &mut Self, field: &str, given: Option<String>, default: &str| {
+            let p = given.unwrap_or_else(|| default.to_string());
+            if !p.starts_with('/') {
+                v.report(
+                    format!("routing.{field}"),
+                    format!("`{p}` is not an absolute path"),
+                );
+            }
+            std::path::PathBuf::from(p)
+        };
+        let bird_socket = path(self, "bird_socket", raw.bird_socket, DEFAULT_BIRD_SOCKET);
+        let routes_file = path(self, "routes_file", raw.routes_file, DEFAULT_ROUTES_FILE);
+        let birdc = path(self, "birdc", raw.birdc, DEFAULT_BIRDC);
+        let drain_file = path(self, "drain_file", raw.drain_file, DEFAULT_DRAIN_FILE);
+        let withdraw_grace_ms = match raw.withdraw_grace_ms {
+            Some(g) if g > MAX_WITHDRAW_GRACE_MS => {
+                self.report(
+                    "routing.withdraw_grace_ms",
+                    format!("{g} ms is more than {MAX_WITHDRAW_GRACE_MS} ms"),
+                );
+                DEFAULT_WITHDRAW_GRACE_MS
+            }
+            Some(g) => g,
+            None => DEFAULT_WITHDRAW_GRACE_MS,
+        };
+        Routing {
+            bird_socket,
+            routes_file,
+            birdc,
+            drained: raw.drained,
+            drain_file,
+            withdraw_on_fail_open: raw.withdraw_on_fail_open,
+            withdraw_grace_ms,
+        }
     }
 
     /// Top-level `filters:`: the rate-limit state size, deny rules and rate

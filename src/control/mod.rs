@@ -413,6 +413,7 @@ impl ControlPlane {
                 rebalance: config.rebalance,
                 services: Vec::new(),
                 filters: config.filters.clone(),
+                routing: config.routing.clone(),
             },
             services: BTreeMap::new(),
             used_slots: BTreeSet::new(),
