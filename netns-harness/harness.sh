@@ -161,11 +161,13 @@ test_listening() { [[ $(grep -c 'listening on' "$1" 2>/dev/null) -ge $2 ]]; }
 # start_backend NODE [LOGSUFFIX]: (re)start backend.py on NODE's port 80; sets
 # BACKEND_T (epoch when it listened, from its log)
 start_backend() {
-  local n=$1 log=$NH_OUT/backend-$1${2:+-$2}.log
-  nh_bg "backend $n" "$log" "$n" "$NH_PY" "$HERE/backend.py" --name "$n" --port 80
+  local n=$1 log=$NH_OUT/backend-$1${2:+-$2}.log extra=() want=1
+  # node1's backend also serves 8080, as start_backends starts it ((c) uses it)
+  [[ $n == node1 ]] && extra=(--port 8080) && want=2
+  nh_bg "backend $n" "$log" "$n" "$NH_PY" "$HERE/backend.py" --name "$n" --port 80 "${extra[@]}"
   BACKEND_PID[$n]=$NH_BG_PID
   BACKEND_LOG[$n]=$log
-  if ! nh_wait_until 10 test_listening "$log" 1; then
+  if ! nh_wait_until 10 test_listening "$log" "$want"; then
     echo "  backend on $n did not start:"
     log_tail "$log"
     return 1
