@@ -380,7 +380,7 @@ int nilb_xdp_balancer(struct xdp_md *ctx)
 	struct xdp_hops hops;
 	struct flow4 flow;
 	struct iphdr *iph;
-	__u32 ihl_len, tot_len, frame_len, hash, what = 0;
+	__u32 ihl_len, tot_len, frame_len, hash = 0, what = 0;
 	__u8 macs[2 * ETH_ALEN];
 	__u8 udp = 0;
 	void *l4, *table;

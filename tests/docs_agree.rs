@@ -324,6 +324,11 @@ fn documented_defaults_are_the_loaders() {
     let c = Config::parse(CONFIG).unwrap();
     let s = &c.services[0];
     let dw = s.dynamic_weight.as_ref().unwrap();
+    let quic_config = Config::parse(
+        "version: 1\ncluster: {balancers: [10.0.0.11]}\nservices:\n  - {name: q, vip: 10.0.0.100, port: 443, protocol: udp, quic_lb: {codepoint: 0, server_id_len: 1, nonce_len: 4, algorithm: plaintext}, backends: [{dip: 10.0.0.12}]}\n",
+    )
+    .unwrap();
+    let quic = quic_config.services[0].quic_lb.as_ref().unwrap();
     let (scheme, uri, codes) = match &s.health_check.checker {
         Checker::Http {
             scheme, uri, codes, ..
@@ -361,6 +366,7 @@ fn documented_defaults_are_the_loaders() {
             "dynamic_weight.max_change_percent" => dw.max_change_percent.to_string(),
             "dynamic_weight.min_weight_percent" => dw.min_weight_percent.to_string(),
             "dynamic_weight.max_weight_percent" => dw.max_weight_percent.to_string(),
+            "quic_lb.self_encode_length" => quic.self_encode_length.to_string(),
             _ => return None,
         })
     };

@@ -39,8 +39,9 @@ use std::path::Path;
 /// a [`Service`] is named by them.
 pub use crate::types::{Protocol, ServiceKey};
 pub use model::{
-    Backend, BackendState, Checker, Cluster, Config, DynamicWeight, HealthCheck, LoadSource,
-    Rebalance, Scheme, Service, TlsOptions, UnknownFlow,
+    assigned_server_id, Backend, BackendState, Checker, Cluster, Config, DynamicWeight,
+    HealthCheck, LoadSource, QuicLb, QuicServerId, Rebalance, Scheme, Service, TlsOptions,
+    UnknownFlow,
 };
 pub use yaml::Position;
 
