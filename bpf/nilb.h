@@ -347,6 +347,13 @@ struct nilb_quic_sid_key {
 	__u8 sid[16];
 };
 
+/* Value of the `quic_servers` map (HASH, key struct nilb_quic_sid_key):
+ * the backend a server ID routes to. 8 bytes. */
+struct nilb_quic_backend {
+	__u32 dip;    /* IPv4 network order */
+	__u32 slot;   /* its (service, backend) slot: backend_stats, hop_cache */
+};
+
 /* Context of the syscall program that installs a service's AES key
  * (quic_lb_install_key): run with BPF_PROG_TEST_RUN. 24 bytes. */
 struct nilb_quic_key_args {

@@ -245,4 +245,80 @@ static __always_inline int quic_lb_decode(const struct nilb_quic_lb *q, struct b
 	return NILB_QD_OK;
 }
 
+/* QUIC versions whose long-header packet types quic_lb_cid knows. */
+#define QUIC_V1 0x00000001
+#define QUIC_V2 0x6b3343cf
+
+/* What quic_lb_cid found in a UDP payload. */
+enum quic_lb_cid_result {
+	QUIC_CID_FOUND = 0,       /* a destination connection ID to decode */
+	QUIC_CID_INITIAL = 1,     /* long-header Initial or 0-RTT (QUIC v1, v2), or a
+				   * version whose packet types are unknown here: the
+				   * client may have chosen the DCID */
+	QUIC_CID_UNPARSEABLE = 2, /* too short for its header, or a DCID over 20 bytes */
+};
+
+/*
+ * The destination connection ID of the QUIC packet in the UDP payload at
+ * [off, end) of the frame (offsets from ctx->data), under QUIC-LB
+ * configuration q, copied into s->cid (RFC 8999, the version-independent
+ * invariants; RFC 9000 and RFC 9369 for the packet types):
+ *   short header (first bit 0): the DCID has the length this configuration
+ *     issues, 1 + server ID + nonce, or with self-encoded lengths the first
+ *     octet's low 5 bits + 1;
+ *   long header (first bit 1): version, DCID length, DCID. Initial and
+ *     0-RTT packets (and unknown versions) are not decoded: a client picks
+ *     their DCID, which may look like one of ours by chance, and a new
+ *     connection must follow the bucket table (weights, drains).
+ * Returns: QUIC_CID_FOUND with *cid_len set, else the enum
+ * quic_lb_cid_result reason.
+ */
+static __always_inline int quic_lb_cid(struct xdp_md *ctx, __u32 off, __u32 end,
+				       const struct nilb_quic_lb *q, struct quic_lb_scratch *s,
+				       __u32 *cid_len)
+{
+	__u32 len, version, type;
+	__u8 p[8];
+
+	/* The first 6 bytes: a long header's up to its DCID length (a
+	 * helper copy: the verifier loses track of packet bounds at offsets
+	 * computed from the IPv4 header length). */
+	if (off + 6 > end || bpf_xdp_load_bytes(ctx, off, p, 6))
+		return QUIC_CID_UNPARSEABLE;
+	if (!(p[0] & 0x80)) {
+		len = 1 + q->server_id_len + q->nonce_len;
+		if (q->flags & NILB_QUIC_SELF_ENCODE_LENGTH)
+			len = (p[1] & 0x1f) + 1;
+		off += 1;
+	} else {
+		version = ((__u32)p[1] << 24) | ((__u32)p[2] << 16) | ((__u32)p[3] << 8) | p[4];
+		type = (p[0] >> 4) & 3;
+		if (version == QUIC_V1) {
+			if (type <= 1) /* Initial, 0-RTT */
+				return QUIC_CID_INITIAL;
+		} else if (version == QUIC_V2) {
+			if (type == 1 || type == 2) /* Initial, 0-RTT */
+				return QUIC_CID_INITIAL;
+		} else {
+			return QUIC_CID_INITIAL;
+		}
+		len = p[5];
+		off += 6;
+	}
+	if (len > NILB_QUIC_MAX_CID_LEN || off + len > end)
+		return QUIC_CID_UNPARSEABLE;
+	*cid_len = len;
+	/* An empty DCID (long header) is QUIC, just not one of ours:
+	 * quic_lb_decode reports its length. */
+	if (!len)
+		return QUIC_CID_FOUND;
+	/* 1..20 already; the mask (kept by barrier_var) shows the verifier
+	 * that the copy stays within s->cid. */
+	barrier_var(len);
+	len = ((len - 1) & 0x1f) + 1;
+	if (bpf_xdp_load_bytes(ctx, off, s->cid, len))
+		return QUIC_CID_UNPARSEABLE;
+	return QUIC_CID_FOUND;
+}
+
 #endif /* NILB_QUIC_LB_H */

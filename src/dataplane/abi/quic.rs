@@ -15,6 +15,7 @@ unsafe impl plain::Plain for sys::nilb_quic_lb {}
 unsafe impl plain::Plain for sys::nilb_quic_sid_key {}
 unsafe impl plain::Plain for sys::nilb_quic_key_args {}
 unsafe impl plain::Plain for sys::nilb_quic_lb_probe {}
+unsafe impl plain::Plain for sys::nilb_quic_backend {}
 
 /// libbpf-rs skeleton of `bpf/quic_lb_probe.bpf.c` (tests only).
 #[allow(clippy::all, missing_docs, non_camel_case_types, dead_code)]
