@@ -244,6 +244,9 @@ pub struct LookupReport {
     pub second_hop_hostname: Option<String>,
     /// UDP source port of the GUE packet (from the hash).
     pub gue_source_port: u16,
+    /// Which edge filter rules decide the client's source (`null`: no
+    /// filter is configured); see docs/operations.md "Edge filters".
+    pub filters: Option<crate::filter_report::FilterLookup>,
 }
 
 /// Which service, bucket and hops a client flow maps to.
@@ -316,6 +319,7 @@ pub fn lookup_report(
         second_hop: b.second,
         second_hop_hostname: hostname(b.second),
         gue_source_port: gue_source_port(hash),
+        filters: None,
     })
 }
 
@@ -329,6 +333,13 @@ pub fn lookup(
     out: &mut dyn Write,
 ) -> Result<Bucket> {
     let r = lookup_report(config, src, dst, protocol, source)?;
+    print_lookup(config, &r, out)
+}
+
+/// Print a lookup report (and its filter part, if it has one).
+pub fn print_lookup(config: &Config, r: &LookupReport, out: &mut dyn Write) -> Result<Bucket> {
+    let (src, dst) = (r.src, r.dst);
+    let protocol = parse_protocol(&r.protocol)?;
     let service = config
         .service(&ServiceKey {
             vip: *dst.ip(),
@@ -364,6 +375,9 @@ pub fn lookup(
             out,
             "note: this bucket has no first hop; the balancer drops the packet"
         )?;
+    }
+    if let Some(f) = &r.filters {
+        crate::filter_report::print_lookup(f, out)?;
     }
     Ok(Bucket {
         first: r.first_hop,
@@ -649,6 +663,8 @@ pub struct StatsReport {
     pub counters: BTreeMap<&'static str, u64>,
     /// Per service, in key order.
     pub services: Vec<ServiceStatsReport>,
+    /// Every edge filter rule with what it dropped.
+    pub filters: Vec<crate::filter_report::RuleStatsReport>,
 }
 
 /// Counters of one service.
@@ -753,6 +769,7 @@ pub fn stats_report(dir: &Path) -> Result<StatsReport> {
         unknown_flow: s.unknown_flow.name(),
         counters: COUNTER_NAMES.iter().copied().zip(values).collect(),
         services,
+        filters: crate::filter_report::rule_stats(&pins)?,
     })
 }
 
@@ -800,6 +817,13 @@ pub fn stats(dir: &Path, all: bool, out: &mut dyn Write) -> Result<()> {
                 b.new_connections
             )?;
         }
+    }
+    if all || !r.filters.is_empty() {
+        writeln!(
+            out,
+            "filter rules (nilb filters adds the sources rate limits hit most):"
+        )?;
+        crate::filter_report::print_rule_stats(&r.filters, out)?;
     }
     Ok(())
 }
