@@ -422,3 +422,145 @@ fn quic_routes_follow_reloads_and_health() {
     assert_eq!(deltas, vec![("xdp_encap_tx", 1)]);
     let _ = std::fs::remove_file(&key_file);
 }
+
+/// What the documented rules (docs/config.md "QUIC-LB", docs/design.md
+/// "QUIC-LB") make of UDP payload `p` sent to service 443 of
+/// [`quic_config`] (plaintext, codepoint 1, 2 + 6 bytes, not self-encoded):
+/// (first hop, the QUIC counter). Written from the rules, not from the C.
+fn quic_model(plain: &Config, p: &[u8]) -> (Ipv4Addr, &'static str) {
+    const UNPARSEABLE: (Ipv4Addr, &str) = (B12, "xdp_quic_unparseable");
+    const UNKNOWN: (Ipv4Addr, &str) = (B12, "xdp_quic_unknown");
+    if p.len() < 6 {
+        return UNPARSEABLE;
+    }
+    let cid = if p[0] & 0x80 == 0 {
+        let len = plain.cid_len();
+        if p.len() < 1 + len {
+            return UNPARSEABLE;
+        }
+        &p[1..1 + len]
+    } else {
+        let version = u32::from_be_bytes([p[1], p[2], p[3], p[4]]);
+        let ty = (p[0] >> 4) & 3;
+        let initial = match version {
+            1 => ty <= 1,
+            0x6b33_43cf => ty == 1 || ty == 2,
+            _ => true,
+        };
+        if initial {
+            return (B12, "xdp_quic_initial");
+        }
+        let len = p[5] as usize;
+        if len > 20 || p.len() < 6 + len {
+            return UNPARSEABLE;
+        }
+        &p[6..6 + len]
+    };
+    match plain.decode(cid).map(|s| s.as_bytes().to_vec()) {
+        Ok(s) if s == [0x0a, 0x01] => (B12, "xdp_quic_routed"),
+        Ok(s) if s == [0x0a, 0x02] => (B13, "xdp_quic_routed"),
+        _ => UNKNOWN,
+    }
+}
+
+/// The QUIC parser under hostile input: random payloads, valid short and
+/// long headers with 1-3 random bytes changed and cut at random lengths, and
+/// sweeps (every first byte, every DCID length byte, every truncation of a
+/// Handshake packet), each through the real XDP program and compared with
+/// [`quic_model`]: verdict, first hop, counters.
+#[test]
+fn xdp_quic_parser_fuzz() {
+    use rand::{Rng, SeedableRng};
+    require_root!("BPF, network namespace");
+    let net = TestNet::new();
+    ip(&format!(
+        "neigh replace {B14} lladdr 02:00:00:00:00:14 dev nt0 nud permanent"
+    ));
+    let key_file = key_file("fuzz");
+    let l = load(&quic_config(&key_file.display().to_string()), NODE);
+    let plain = lib_config(1, 2, 6, false);
+    let seed: u64 = std::env::var("NILB_FUZZ_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x9_1c1b);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let valid = |rng: &mut rand::rngs::StdRng| -> Vec<u8> {
+        let sid = [0x0a, rng.gen_range(0..4u8)];
+        let nonce: [u8; 6] = rng.gen();
+        let cid = plain
+            .encode_with_random_bits(&sid, &nonce, rng.gen())
+            .unwrap();
+        match rng.gen_range(0..4) {
+            0 | 1 => short_header(cid.as_bytes()),
+            2 => long_header(0xe0 | rng.gen_range(0..16u8), 1, cid.as_bytes()),
+            _ => long_header(0xc0 | rng.gen_range(0..64u8), rng.gen(), cid.as_bytes()),
+        }
+    };
+    let mut payloads: Vec<Vec<u8>> = Vec::new();
+    for _ in 0..600 {
+        let n = rng.gen_range(0..64);
+        payloads.push((0..n).map(|_| rng.gen()).collect());
+    }
+    for _ in 0..1200 {
+        let mut p = valid(&mut rng);
+        for _ in 0..rng.gen_range(1..4) {
+            let i = rng.gen_range(0..p.len());
+            p[i] = rng.gen();
+        }
+        if rng.gen_bool(0.3) {
+            p.truncate(rng.gen_range(0..p.len()));
+        }
+        payloads.push(p);
+    }
+    let cid13 = plain.encode(&[0x0a, 0x02], &[9; 6]).unwrap();
+    for b in 0..=255u8 {
+        let mut p = short_header(cid13.as_bytes());
+        p[0] = b;
+        payloads.push(p.clone());
+        let mut h = long_header(0xe0, 1, cid13.as_bytes());
+        h[5] = b;
+        payloads.push(h);
+    }
+    let h = long_header(0xe0, 1, cid13.as_bytes());
+    for n in 0..h.len() {
+        payloads.push(h[..n].to_vec());
+    }
+    let mut tally = std::collections::BTreeMap::new();
+    for (i, p) in payloads.iter().enumerate() {
+        let cport = 20000 + (i % 40000) as u16;
+        let inner = l3(CLIENT, VIP, IPPROTO_UDP, &udp(cport, 443, p));
+        let input = client_frame(net.mac, &inner);
+        let ((verdict, out), deltas) = l.counted(|| l.dp.run_xdp(&input, net.ifindex).unwrap());
+        let (hop, counter) = quic_model(&plain, p);
+        let what = format!("seed {seed:#x}, payload {i} {}", hex(p));
+        assert_eq!(verdict, XDP_TX, "{what}: verdict");
+        let want = encapsulated(
+            if hop == B13 { MAC13 } else { MAC12 },
+            net.mac,
+            hop,
+            &[],
+            sport_of(CLIENT, VIP, cport, 443, IPPROTO_UDP),
+            &inner,
+        );
+        assert_bytes(&what, &out, &want);
+        assert_eq!(
+            deltas,
+            vec![("xdp_encap_tx", 1), (counter, 1)],
+            "{what}: counters"
+        );
+        *tally.entry(counter).or_insert(0) += 1;
+    }
+    eprintln!("{} QUIC payloads: {tally:?}", payloads.len());
+    for c in [
+        "xdp_quic_routed",
+        "xdp_quic_initial",
+        "xdp_quic_unknown",
+        "xdp_quic_unparseable",
+    ] {
+        assert!(
+            tally.get(c).copied().unwrap_or(0) > 20,
+            "{c} covered: {tally:?}"
+        );
+    }
+    let _ = std::fs::remove_file(&key_file);
+}
