@@ -176,9 +176,11 @@ static __always_inline int xdp_bucket(void *table, __u32 hash, __u8 udp,
  * the one backend that knows the connection; counted C_XDP_QUIC_ROUTED),
  * else -1: the bucket table decides, as for any UDP packet (counted by
  * outcome, nothing for a service without quic_lb).
+ * Not inlined: its locals would push the balancer's stack, with the edge
+ * filters' calls, over the verifier's 512 bytes.
  */
-static __always_inline int xdp_quic_hops(struct xdp_md *ctx, void *table, __u32 off, __u32 end,
-					 struct xdp_hops *hops)
+static __noinline int xdp_quic_hops(struct xdp_md *ctx, void *table, __u32 off, __u32 end,
+				    struct xdp_hops *hops)
 {
 	struct nilb_table_header *hdr;
 	struct nilb_quic_backend *b;

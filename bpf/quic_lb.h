@@ -49,7 +49,7 @@ struct quic_lb_scratch {
 			  * writes the plaintext block back over it */
 	__u8 left[16];   /* four-pass halves */
 	__u8 right[16];
-	__u8 blk[16];    /* AES input */
+	__u8 blk[16];    /* AES input; quic_lb_cid's copy of the header before */
 	__u8 res[16];    /* AES output */
 	struct nilb_quic_sid_key key; /* out: service index + server ID */
 };
@@ -277,8 +277,9 @@ static __always_inline int quic_lb_cid(struct xdp_md *ctx, __u32 off, __u32 end,
 				       const struct nilb_quic_lb *q, struct quic_lb_scratch *s,
 				       __u32 *cid_len)
 {
+	__u8 *p = s->blk; /* free until quic_lb_decode; not the stack, which
+			   * the XDP program has little of left */
 	__u32 len, version, type;
-	__u8 p[8];
 
 	/* The first 6 bytes: a long header's up to its DCID length (a
 	 * helper copy: the verifier loses track of packet bounds at offsets
