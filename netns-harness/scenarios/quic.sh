@@ -67,6 +67,7 @@ quic_client_bg() {
   local out=$1
   shift
   # (stderr apart: stdout is the JSON document)
+  # shellcheck disable=SC2016 # expanded by the inner bash
   nh_bg "quic client" "$out" client bash -c 'exec timeout 120 "$@" 2>"$0"' "$out.err" \
     "$QUIC_CLIENT" --server "$NH_VIP:$QUIC_PORT" "$@"
   QUIC_CLIENT_PID=$NH_BG_PID
@@ -106,7 +107,7 @@ scenario_quic() {
   quic_client "$res" --count 120 --concurrency 8 --bytes 20000 --sport-base 47000 --timeout-s 20
   echo "  (a) 120 downloads: $(quic_summary "$res"); node1 $(quic_counters)"
   c1=$(json "$res" 'd["complete"]')
-  f=$(json "$res" 'int(d["by_server"].get("node3", 0) > max(d["by_server"].get("node1", 0), d["by_server"].get("node2", 0)) and min(d["by_server"].get(x, 0) for x in ("node1", "node2", "node3")) > 0)')
+  f=$(json "$res" 'int(d["by_server"].get("node3", 0) > max(d["by_server"].get("node1", 0), d["by_server"].get("node2", 0)) and min(d["by_server"].get("node1", 0), d["by_server"].get("node2", 0), d["by_server"].get("node3", 0)) > 0)')
   [[ $c1 == 120 && $f == 1 ]] || ok=0
   nums+="(a) $(json "$res" '"%d/120 complete, by server %s" % (d["complete"], json.dumps(d["by_server"], sort_keys=True))') (weights $(weights_ratio)); "
 
@@ -138,11 +139,12 @@ scenario_quic() {
   res=$NH_OUT/quic-c.json
   quic_client_bg "$res" --count 9 --concurrency 9 --bytes 4000000 --rate-kbit 6000 --sport-base 49000 --timeout-s 40
   sleep 1.5
+  # shellcheck disable=SC2034 # read by write_config (harness.sh)
   RB_MAX_STEP_PERCENT=100
   quic_write_config 3 1 1
   hup_all
   sleep 1.5
-  BSTATE[node3]=drained
+  BSTATE["node3"]=drained
   quic_write_config 3 1 1
   hup_all
   if quic_wait 10 "b['node3']['buckets'] == 0 and svc['pending_moves'] == 0"; then
@@ -157,6 +159,7 @@ scenario_quic() {
   [[ $c1 == 0 && $(json "$res" 'd["complete"]') == 9 ]] || ok=0
   nums+="(c) weight change + drain: $(json "$res" 'd["complete"]')/9 complete, ${c1:-?} failed; "
   unset "BSTATE[node3]"
+  # shellcheck disable=SC2034 # read by write_config (harness.sh)
   RB_MAX_STEP_PERCENT=$RB_BASE_MAX_STEP_PERCENT
   quic_write_config "${BASE_WEIGHTS[@]}"
   hup_all
