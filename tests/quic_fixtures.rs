@@ -281,7 +281,7 @@ fn xdp_quic_lb_fixture_table() {
             description: "short header cut inside the DCID: unparseable",
             cport: 40015,
             port: 443,
-            payload: cid13.as_bytes()[..7].iter().copied().collect::<Vec<u8>>(),
+            payload: cid13.as_bytes()[..7].to_vec(),
             to: B12,
             counters: &[("xdp_encap_tx", 1), ("xdp_quic_unparseable", 1)],
         },
