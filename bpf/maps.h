@@ -10,6 +10,7 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include "nilb.h"
+#include "quic_lb.h"
 
 /* Template of a service's bucket array. BPF_F_INNER_MAP lets each service
  * have its own table size; BPF_F_MMAPABLE lets the control plane fill a new
@@ -241,5 +242,43 @@ struct {
 	__type(key, __u32);
 	__type(value, struct nilb_filter_stats);
 } filter_stats SEC(".maps");
+
+/* ---- QUIC-LB (bpf/quic_lb.h; docs/design.md "Balancer (XDP)") ---------- */
+
+/* Service index -> the service's QUIC-LB configuration; algorithm
+ * NILB_QUIC_OFF (all zeros): not a QUIC-LB service. Not pinned: every
+ * daemon fills it from the file before it attaches its programs. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, NILB_MAX_SERVICES);
+	__type(key, __u32);
+	__type(value, struct nilb_quic_lb);
+} quic_config SEC(".maps");
+
+/* (service index, server ID) -> the backend it routes to. Holds the
+ * backends that may receive packets (not offline, not down). Not pinned. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, NILB_MAX_BACKEND_SLOTS);
+	__type(key, struct nilb_quic_sid_key);
+	__type(value, struct nilb_quic_backend);
+} quic_servers SEC(".maps");
+
+/* Service index -> its ecb(aes) context (keyed algorithms), written only
+ * by the syscall program nilb_quic_set_key. Not pinned. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, NILB_MAX_SERVICES);
+	__type(key, __u32);
+	__type(value, struct quic_lb_crypto);
+} quic_crypto SEC(".maps");
+
+/* Key 0: this CPU's working memory for one QUIC-LB decode. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct quic_lb_scratch);
+} quic_scratch SEC(".maps");
 
 #endif /* NILB_MAPS_H */

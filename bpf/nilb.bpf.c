@@ -14,12 +14,16 @@
  *   hash.h    the flow hash (twin of src/hash.rs)
  *   too_big.h the balancer's ICMP "fragmentation needed" reply to packets
  *             too big for the encapsulation
+ *   quic_lb.h QUIC-LB: the server ID in a QUIC connection ID (parse,
+ *             plaintext and AES decoding; twin of src/quic_lb.rs)
  *   filter.h  edge filters: deny and allow lists, rate limits
  *
  * XDP balancer (nilb_xdp_balancer), on nodes that receive VIP traffic:
  *   IPv4 TCP/UDP to a configured (VIP, port, protocol) -> flow hash -> bucket
  *   -> GUE to the bucket's first hop, listing the second hop (and for UDP
- *   the first hop again after it). ICMP errors about a VIP flow are hashed
+ *   the first hop again after it). A QUIC packet to a service with quic_lb
+ *   whose connection ID carries a known server ID goes to that backend
+ *   instead, no bucket involved. ICMP errors about a VIP flow are hashed
  *   on the quoted flow. Fragments and malformed packets to a VIP are
  *   dropped; packets too big for the encapsulation are answered with ICMP
  *   "fragmentation needed" (DF) or dropped. Everything else passes
@@ -161,6 +165,77 @@ static __always_inline int xdp_bucket(void *table, __u32 hash, __u8 udp,
 	hops->slot = b->first_slot;
 	hops->stats = bpf_map_lookup_elem(&backend_stats, &hops->slot);
 	return 0;
+}
+
+/*
+ * QUIC-LB (bpf/quic_lb.h; docs/design.md "Balancer (XDP)"): for a UDP
+ * packet to a service with `quic_lb` (table: its bucket array; the UDP
+ * payload at [off, end) of the frame), the backend whose server ID the QUIC
+ * destination connection ID carries, whatever the packet's 4-tuple.
+ * Returns: 0 with *hops filled (no other hop listed: the server ID names
+ * the one backend that knows the connection; counted C_XDP_QUIC_ROUTED),
+ * else -1: the bucket table decides, as for any UDP packet (counted by
+ * outcome, nothing for a service without quic_lb).
+ * Not inlined: its locals would push the balancer's stack, with the edge
+ * filters' calls, over the verifier's 512 bytes.
+ */
+static __noinline int xdp_quic_hops(struct xdp_md *ctx, void *table, __u32 off, __u32 end,
+				    struct xdp_hops *hops)
+{
+	struct nilb_table_header *hdr;
+	struct nilb_quic_backend *b;
+	struct quic_lb_scratch *s;
+	struct quic_lb_crypto *c;
+	struct nilb_quic_lb *q;
+	__u32 zero = 0, idx, cid_len = 0;
+	int r;
+
+	/* The service index: the table header's. */
+	hdr = bpf_map_lookup_elem(table, &zero);
+	if (!hdr)
+		return -1;
+	idx = hdr->service_index;
+	q = bpf_map_lookup_elem(&quic_config, &idx);
+	if (!q || q->algorithm == NILB_QUIC_OFF)
+		return -1;
+	s = bpf_map_lookup_elem(&quic_scratch, &zero);
+	if (!s)
+		return -1;
+	switch (quic_lb_cid(ctx, off, end, q, s, &cid_len)) {
+	case QUIC_CID_FOUND:
+		break;
+	case QUIC_CID_INITIAL:
+		count(C_XDP_QUIC_INITIAL);
+		return -1;
+	default:
+		count(C_XDP_QUIC_UNPARSEABLE);
+		return -1;
+	}
+	c = NULL;
+	if (q->algorithm != NILB_QUIC_PLAINTEXT)
+		c = bpf_map_lookup_elem(&quic_crypto, &idx);
+	r = quic_lb_decode(q, c ? c->ctx : NULL, s, cid_len);
+	if (r == NILB_QD_NO_KEY || r == NILB_QD_CRYPTO_FAILED) {
+		count(C_XDP_QUIC_NO_KEY);
+		return -1;
+	}
+	if (r != NILB_QD_OK)
+		goto unknown;
+	s->key.service_index = idx;
+	b = bpf_map_lookup_elem(&quic_servers, &s->key);
+	if (!b || !b->dip)
+		goto unknown;
+	hops->first = b->dip;
+	hops->second = 0;
+	hops->nhops = 0;
+	hops->overhead = gue_overhead(0);
+	hops->slot = b->slot;
+	hops->stats = bpf_map_lookup_elem(&backend_stats, &hops->slot);
+	count(C_XDP_QUIC_ROUTED);
+	return 0;
+unknown:
+	count(C_XDP_QUIC_UNKNOWN);
+	return -1;
 }
 
 /*
@@ -384,7 +459,7 @@ int nilb_xdp_balancer(struct xdp_md *ctx)
 	struct xdp_hops hops;
 	struct flow4 flow;
 	struct iphdr *iph;
-	__u32 ihl_len, tot_len, frame_len, hash, what = 0;
+	__u32 ihl_len, tot_len, frame_len, hash = 0, what = 0;
 	__u8 macs[2 * ETH_ALEN];
 	__u8 udp = 0;
 	void *l4, *table;
@@ -494,7 +569,12 @@ int nilb_xdp_balancer(struct xdp_md *ctx)
 	if ((cfg->flags & NILB_F_FILTER_SERVICES) && !(what & WHAT_ICMP) &&
 	    filter_service(cfg->flags, table, iph->saddr, tot_len, what & WHAT_SYN))
 		return XDP_DROP;
-	if (xdp_bucket(table, hash, udp, &hops))
+	/* QUIC-LB (a service with quic_lb): the backend the connection ID
+	 * names; else the bucket. */
+	if (!(udp && iph->protocol == IPPROTO_UDP &&
+	      xdp_quic_hops(ctx, table, (l4 - data) + sizeof(struct udphdr),
+			    sizeof(*eth) + tot_len, &hops) == 0) &&
+	    xdp_bucket(table, hash, udp, &hops))
 		return XDP_DROP;
 	eth = xdp_encap(ctx, eth, cfg, &hops, hash, tot_len, frame_len, macs);
 	if (!eth)
@@ -509,6 +589,16 @@ malformed:
 not_service:
 	count(C_XDP_PASS_NOT_SERVICE);
 	return XDP_PASS;
+}
+
+/* Install (or clear) the ecb(aes) context of a QUIC-LB service with a keyed
+ * algorithm in quic_crypto (bpf/quic_lb.h quic_lb_install_key). Run by the
+ * control plane with BPF_PROG_TEST_RUN: only syscall programs may create
+ * crypto contexts. */
+SEC("syscall")
+int nilb_quic_set_key(struct nilb_quic_key_args *args)
+{
+	return quic_lb_install_key(&quic_crypto, args);
 }
 
 /* ---- TC second chance ---------------------------------------------------- */

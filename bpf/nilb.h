@@ -176,6 +176,11 @@ enum nilb_counter {
 	C_XDP_DROP_RATE_LIMIT,      /* dropped by a rate limit */
 	C_XDP_FILTER_DRY_RUN,       /* a dry-run rule would have dropped it: counted, not dropped (a verdict is counted too) */
 	C_XDP_FILTER_EXEMPT,        /* a rule matched a cluster address, which is never filtered (a verdict is counted too) */
+	C_XDP_QUIC_ROUTED,          /* QUIC-LB service: the connection ID carries a known server ID: sent to that backend, no bucket table (a verdict is counted too) */
+	C_XDP_QUIC_INITIAL,         /* QUIC-LB service: long-header Initial or 0-RTT (QUIC v1, v2; the client may have chosen the DCID), or another version: bucket table */
+	C_XDP_QUIC_UNKNOWN,         /* QUIC-LB service: another or the reserved codepoint, a server ID no routable backend has, an empty DCID or one of the wrong length: bucket table */
+	C_XDP_QUIC_UNPARSEABLE,     /* QUIC-LB service: not a QUIC packet (too short for its header, DCID over 20 bytes): bucket table */
+	C_XDP_QUIC_NO_KEY,          /* QUIC-LB service: keyed algorithm without an AES context, or the crypto kfunc failed: bucket table */
 	/* TC second chance */
 	C_TC_PASS_OTHER,            /* not GUE addressed to this node: passed untouched */
 	C_TC_DECAP_SYN,             /* TCP SYN: accepted (new connection) */
@@ -432,6 +437,89 @@ struct nilb_hash_probe {
 	__u8 pad[3];
 	__u32 seed;    /* host order */
 	__u32 out;     /* host order, written by the program */
+};
+
+/* ---- QUIC-LB (bpf/quic_lb.h; docs/config.md "QUIC-LB") ------------------ */
+
+enum nilb_quic_limits {
+	/* Longest connection ID of QUIC versions 1 and 2. */
+	NILB_QUIC_MAX_CID_LEN = 20,
+	/* Largest server ID (19 bytes of block minus the 4-byte minimum nonce). */
+	NILB_QUIC_MAX_SERVER_ID_LEN = 15,
+	/* AES-128 key bytes. */
+	NILB_QUIC_KEY_LEN = 16,
+	/* Config rotation codepoint reserved for unroutable connection IDs. */
+	NILB_QUIC_UNROUTABLE_CODEPOINT = 7,
+};
+
+/* struct nilb_quic_lb.algorithm. */
+enum nilb_quic_algorithm {
+	NILB_QUIC_OFF = 0,          /* not a QUIC-LB service */
+	NILB_QUIC_PLAINTEXT = 1,    /* server ID in the clear */
+	NILB_QUIC_SINGLE_PASS = 2,  /* one AES-128-ECB block (server ID + nonce = 16 bytes) */
+	NILB_QUIC_FOUR_PASS = 3,    /* four-pass Feistel network over AES-128-ECB */
+};
+
+/* Bits of struct nilb_quic_lb.flags. */
+enum nilb_quic_flags {
+	/* The first octet's low 5 bits carry the CID length minus one. */
+	NILB_QUIC_SELF_ENCODE_LENGTH = 1,
+};
+
+/* A service's QUIC-LB configuration as the decoder needs it. 8 bytes. */
+struct nilb_quic_lb {
+	__u8 algorithm;      /* enum nilb_quic_algorithm */
+	__u8 codepoint;      /* config rotation codepoint, 0..6 */
+	__u8 server_id_len;  /* bytes, 1..15 */
+	__u8 nonce_len;      /* bytes, 4..18; server_id_len + nonce_len <= 19 */
+	__u8 flags;          /* enum nilb_quic_flags */
+	__u8 pad[3];
+};
+
+/* What quic_lb_decode makes of a connection ID. */
+enum nilb_quic_decode {
+	NILB_QD_OK = 0,              /* server ID found */
+	NILB_QD_UNROUTABLE = 1,      /* codepoint 0b111 */
+	NILB_QD_OTHER_CODEPOINT = 2, /* not this configuration's codepoint */
+	NILB_QD_BAD_LENGTH = 3,      /* too short, over 20 bytes, or not the self-encoded length */
+	NILB_QD_NO_KEY = 4,          /* keyed algorithm but no AES context installed */
+	NILB_QD_CRYPTO_FAILED = 5,   /* the crypto kfunc failed */
+};
+
+/* Key of a server-ID map: a service and one of its server IDs (zeros after
+ * the server ID's length). 20 bytes. */
+struct nilb_quic_sid_key {
+	__u32 service_index;
+	__u8 sid[16];
+};
+
+/* Value of the `quic_servers` map (HASH, key struct nilb_quic_sid_key):
+ * the backend a server ID routes to. 8 bytes. */
+struct nilb_quic_backend {
+	__u32 dip;    /* IPv4 network order */
+	__u32 slot;   /* its (service, backend) slot: backend_stats, hop_cache */
+};
+
+/* Context of the syscall program that installs a service's AES key
+ * (quic_lb_install_key): run with BPF_PROG_TEST_RUN. 24 bytes. */
+struct nilb_quic_key_args {
+	__u32 index;     /* in: slot of the context map (the service index) */
+	__s32 status;    /* out: 0, or a negative errno */
+	__u8 key[16];    /* in: AES-128 key */
+	__u32 clear;     /* in: non-zero: remove the context instead */
+	__u32 pad;
+};
+
+/* Input and output record of the QUIC-LB probe program
+ * (bpf/quic_lb_probe.bpf.c), given as packet data: tests prove the C
+ * decoder and src/quic_lb.rs agree. 56 bytes. */
+struct nilb_quic_lb_probe {
+	struct nilb_quic_lb cfg;   /* in */
+	__u32 crypto_index;        /* in: the AES context's slot */
+	__u32 cid_len;             /* in: 0..20 */
+	__u8 cid[20];              /* in */
+	__s32 result;              /* out: enum nilb_quic_decode */
+	__u8 sid[16];              /* out: the server ID, zero-padded */
 };
 
 #endif /* NILB_H */

@@ -85,6 +85,35 @@ fn config_yaml(services: &[(u16, Vec<(&str, &str)>)]) -> String {
     s
 }
 
+/// One UDP service on port 443 with `quic_lb` (`lb`: the block's fields),
+/// backends .11-.13 with server IDs 0b0b.., 0c0c.., 0d0d.. (server_id_len
+/// bytes of the address's last byte).
+fn quic_yaml(lb: &str, sid_len: usize) -> String {
+    let mut s = config_yaml(&[]);
+    let _ = writeln!(
+        s,
+        "  - name: quic\n    vip: 10.99.0.100\n    port: 443\n    protocol: udp\n    \
+         health_check: {{none: {{}}}}\n    quic_lb: {{{lb}}}\n    backends:"
+    );
+    for last in [11u8, 12, 13] {
+        let sid: String = std::iter::repeat_n(format!("{last:02x}"), sid_len).collect();
+        let _ = writeln!(s, "      - {{dip: 10.99.0.{last}, server_id: \"{sid}\"}}");
+    }
+    s
+}
+
+/// 64-byte short-header QUIC packet to VIP:443 whose connection ID carries
+/// backend .11's server ID under `cfg`.
+fn quic_frame(gen_mac: [u8; 6], cfg: &nilb::quic_lb::Config) -> Vec<u8> {
+    let sid = vec![11u8; cfg.server_id_len()];
+    let nonce: Vec<u8> = (0..cfg.nonce_len() as u8).collect();
+    let cid = cfg.encode(&sid, &nonce).expect("bench CID");
+    let mut u = udp(40000, 443, 22);
+    u[8] = 0x41;
+    u[9..9 + cid.len()].copy_from_slice(cid.as_bytes());
+    eth(gen_mac, CLIENT_MAC, &ipv4(REMOTE_CLIENT, VIP, 17, &u))
+}
+
 fn three() -> Vec<(&'static str, &'static str)> {
     vec![
         ("10.99.0.11", "active"),
@@ -616,6 +645,35 @@ fn main() -> Result<()> {
         bail!("second-hop setup failed: {with_second} buckets with a second hop");
     }
 
+    // QUIC-LB: plaintext, four-pass (2 + 6 bytes: 3 AES), single-pass.
+    const QUIC_KEY: &str = "8f95f09245765f80256934e50c66207f";
+    let key_file = std::env::temp_dir().join(format!("nilb-bench-{}.key", std::process::id()));
+    std::fs::write(&key_file, format!("{QUIC_KEY}\n"))?;
+    let kf = key_file.display().to_string();
+    let quic_cfgs = [
+        ("codepoint: 1, server_id_len: 2, nonce_len: 6, algorithm: plaintext".to_string(), 2, 6, false),
+        (format!("codepoint: 1, server_id_len: 2, nonce_len: 6, algorithm: four-pass, key_file: {kf}"), 2, 6, true),
+        (format!("codepoint: 1, server_id_len: 4, nonce_len: 12, algorithm: single-pass, key_file: {kf}"), 4, 12, true),
+    ];
+    let mut quic_dps = Vec::new();
+    let mut quic_frames = Vec::new();
+    for (lb, sid_len, nonce_len, keyed) in &quic_cfgs {
+        quic_dps.push(configured(&[&quic_yaml(lb, *sid_len)], NODE)?.0);
+        let cfg = nilb::quic_lb::Config::new(&nilb::quic_lb::ConfigSpec {
+            codepoint: 1,
+            server_id_len: *sid_len,
+            nonce_len: *nonce_len,
+            key: keyed.then(|| nilb::quic_lb::Key::from_hex(QUIC_KEY).expect("key")),
+            self_encode_length: false,
+        })?;
+        quic_frames.push(quic_frame(gen_mac, &cfg));
+    }
+    let _ = std::fs::remove_file(&key_file);
+    let g_quic: Vec<Vec<u8>> = quic_frames
+        .iter()
+        .map(|f| gen_value(f, true, 0, 0))
+        .collect();
+
     let vip = vip_frame(gen_mac, 80);
     let vip100 = vip_frame(gen_mac, 1000);
     let node = node_frame(gen_mac);
@@ -677,6 +735,36 @@ fn main() -> Result<()> {
             frame: &node,
             expect: "xdp_pass_not_service",
         },
+        Case {
+            name: "quic_plaintext",
+            what: "QUIC short header to a quic_lb service (plaintext), routed by server ID",
+            nilb: &quic_dps[0],
+            base: macswap,
+            base_name: "macswap_tx",
+            gen: &g_quic[0],
+            frame: &quic_frames[0],
+            expect: "xdp_quic_routed",
+        },
+        Case {
+            name: "quic_four_pass",
+            what: "QUIC short header, four-pass (3 AES-128 in XDP), routed by server ID",
+            nilb: &quic_dps[1],
+            base: macswap,
+            base_name: "macswap_tx",
+            gen: &g_quic[1],
+            frame: &quic_frames[1],
+            expect: "xdp_quic_routed",
+        },
+        Case {
+            name: "quic_single_pass",
+            what: "QUIC short header, single-pass (1 AES-128 in XDP), routed by server ID",
+            nilb: &quic_dps[2],
+            base: macswap,
+            base_name: "macswap_tx",
+            gen: &g_quic[2],
+            frame: &quic_frames[2],
+            expect: "xdp_quic_routed",
+        },
     ];
 
     // --variant OBJ: a modified build of bpf/nilb.bpf.c (same maps, extra
@@ -719,7 +807,7 @@ fn main() -> Result<()> {
             .iter()
             .filter(|c| c.name == "vip" || c.name == "non_vip_pass")
         {
-            let tx = c.expect == "xdp_encap_tx";
+            let tx = c.expect != "xdp_pass_not_service";
             let pick = |d: f64, g: f64| if tx { d } else { g };
             let (mut n, mut v, mut b) = (vec![], vec![], vec![]);
             for rep in 0..reps {
@@ -822,7 +910,7 @@ fn main() -> Result<()> {
     let mut results: Vec<CaseResult> = cases.iter().map(|_| CaseResult::default()).collect();
     for rep in 0..reps {
         for (ci, c) in cases.iter().enumerate() {
-            let tx = c.expect == "xdp_encap_tx";
+            let tx = c.expect != "xdp_pass_not_service";
             let run = |fd: BorrowedFd<'_>| -> Result<f64> {
                 let (d, g) = bench.live(fd, c.gen, c.frame, frames)?;
                 // XDP_PASS frames are not counted by the peer: what was
@@ -852,7 +940,7 @@ fn main() -> Result<()> {
     // Program cost per run (no live frames), same frames.
     let gctx = xdp_ctx(64, gen_if);
     for (ci, c) in cases.iter().enumerate() {
-        let want = if c.expect == "xdp_encap_tx" {
+        let want = if c.expect != "xdp_pass_not_service" {
             XDP_TX
         } else {
             XDP_PASS

@@ -116,7 +116,7 @@ echo "load average at start: $(loadavg)" | tee "$WORK/load-start.txt"
 if ((SETUP)); then
   "$REPO/scripts/setup.sh" >"$WORK/setup.log" 2>&1 || { cat "$WORK/setup.log"; echo "bench.sh: setup.sh failed"; exit 1; }
 fi
-for c in clang ip tc ethtool iperf3 nsenter taskset python3; do
+for c in clang-19 ip tc ethtool iperf3 nsenter taskset python3; do
   command -v "$c" >/dev/null || { echo "bench.sh: missing $c (scripts/setup.sh installs it)"; exit 1; }
 done
 say "building (release)"
@@ -133,7 +133,7 @@ INC=$(find "$REPO"/target/release/build -maxdepth 3 -path '*/libbpf-sys-*/out/in
 if [[ -z $INC ]]; then
   echo "bench.sh: libbpf headers not found under target/release/build/libbpf-sys-*/out/include"; exit 1
 fi
-if ! clang -O2 -g -Wall -Werror -target bpf -I "$REPO/vmlinux" -I "$INC" \
+if ! clang-19 -O2 -g -Wall -Werror -target bpf -I "$REPO/vmlinux" -I "$INC" \
   -c "$REPO/bench/bpf/bench.bpf.c" -o "$WORK/bench.bpf.o"; then
   echo "bench.sh: compiling bench/bpf/bench.bpf.c failed"; exit 1
 fi
@@ -148,7 +148,7 @@ CPU=$((NCPU - 1)) # the data-plane bench is pinned to the last CPU
   echo "mem=$(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
   echo "os=$(. /etc/os-release && echo "$PRETTY_NAME")"
   echo "rustc=$(rustc --version 2>/dev/null)"
-  echo "clang=$(clang --version | head -n 1)"
+  echo "clang=$(clang-19 --version | head -n 1)"
   # BENCH_COMMIT describes the tree when it is not a git checkout (e.g. an export)
   echo "commit=${BENCH_COMMIT:-$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$REPO" diff --quiet HEAD 2>/dev/null || echo ' + uncommitted changes')}"
   echo "virt=$(systemd-detect-virt 2>/dev/null || echo unknown)"
@@ -176,7 +176,7 @@ if want xdp; then
     done
     # instructions executed per path (no hardware counters here): nilb's BPF
     # object built as build.rs builds it, run in bench/bpf_paths.py
-    if clang -O2 -g -Wall -target bpf -I "$REPO/vmlinux" -I "$REPO/bpf" -I "$INC" \
+    if clang-19 -O2 -g -Wall -target bpf -I "$REPO/vmlinux" -I "$REPO/bpf" -I "$INC" \
       -c "$REPO/bpf/nilb.bpf.c" -o "$WORK/nilb.bpf.o" 2>"$WORK/paths.log" &&
       python3 "$REPO/bench/bpf_paths.py" "$WORK/nilb.bpf.o" --json >"$WORK/paths.json" 2>>"$WORK/paths.log"; then
       python3 "$REPO/bench/bpf_paths.py" "$WORK/nilb.bpf.o" | sed 's/^/  /'

@@ -2,8 +2,9 @@
 # Install everything nilb's build, tests and demo need on a fresh Debian 12
 # machine. Idempotent: installs only missing packages. Needs root.
 #
-#   build: clang llvm libelf-dev zlib1g-dev pkg-config make gcc libclang-dev
-#          (clang compiles the BPF programs, libclang feeds bindgen)
+#   build: clang-19 clang llvm libelf-dev zlib1g-dev pkg-config make gcc libclang-dev
+#          (clang-19 compiles the BPF programs: the QUIC-LB decoder's kernel
+#          pointers need its BTF type tags; libclang feeds bindgen)
 #   tools: bpftool (regenerating vmlinux.h)
 #   tests: iproute2 ethtool tcpdump iputils-ping procps util-linux python3 curl iperf3
 #          file (static check), gnuplot-nox (dynamic-weights plot)
@@ -15,7 +16,7 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 PACKAGES=(
-  clang llvm libelf-dev zlib1g-dev pkg-config make gcc libclang-dev
+  clang-19 clang llvm libelf-dev zlib1g-dev pkg-config make gcc libclang-dev
   bpftool
   iproute2 ethtool tcpdump iputils-ping procps util-linux python3 curl iperf3
   file gnuplot-nox

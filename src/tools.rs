@@ -81,11 +81,45 @@ pub fn check_summary(config: &Config, out: &mut dyn Write) -> Result<()> {
                 "  warning: every backend is offline: every packet to this service is dropped"
             )?;
         }
-        for b in &s.backends {
-            let n = shares.get(&b.dip).copied().unwrap_or(0);
+        if let Some(q) = &s.quic_lb {
             writeln!(
                 out,
-                "  {:<15} {:<20} weight {:>5} {:<8} {:>6} buckets {:>5.1}%",
+                "  quic_lb: {}, codepoint {}, server ID {} byte(s) + nonce {} byte(s): connection IDs of {} bytes{}{}",
+                q.algorithm.name(),
+                q.codepoint,
+                q.server_id_len,
+                q.nonce_len,
+                q.cid_len(),
+                if q.self_encode_length {
+                    ", length self-encoded"
+                } else {
+                    ""
+                },
+                q.key_file
+                    .as_ref()
+                    .map(|f| format!(", key from {}", f.display()))
+                    .unwrap_or_default(),
+            )?;
+        }
+        for b in &s.backends {
+            let n = shares.get(&b.dip).copied().unwrap_or(0);
+            // A QUIC-LB backend's server ID: what its QUIC server must
+            // put in the connection IDs it issues.
+            let sid = s
+                .quic_lb
+                .as_ref()
+                .and_then(|q| q.server_ids.iter().find(|x| x.dip == b.dip))
+                .map(|x| {
+                    format!(
+                        " server_id {}{}",
+                        x.server_id,
+                        if x.assigned { " (assigned)" } else { "" }
+                    )
+                })
+                .unwrap_or_default();
+            writeln!(
+                out,
+                "  {:<15} {:<20} weight {:>5} {:<8} {:>6} buckets {:>5.1}%{sid}",
                 b.dip.to_string(),
                 b.label(),
                 b.weight,

@@ -381,6 +381,11 @@ fn documented_defaults_are_the_loaders() {
     let s = &c.services[0];
     let dw = s.dynamic_weight.as_ref().unwrap();
     let r = c.routing.as_ref().unwrap();
+    let quic_config = Config::parse(
+        "version: 1\ncluster: {balancers: [10.0.0.11]}\nservices:\n  - {name: q, vip: 10.0.0.100, port: 443, protocol: udp, quic_lb: {codepoint: 0, server_id_len: 1, nonce_len: 4, algorithm: plaintext}, backends: [{dip: 10.0.0.12}]}\n",
+    )
+    .unwrap();
+    let quic = quic_config.services[0].quic_lb.as_ref().unwrap();
     let (scheme, uri, codes) = match &s.health_check.checker {
         Checker::Http {
             scheme, uri, codes, ..
@@ -425,6 +430,7 @@ fn documented_defaults_are_the_loaders() {
             "routing.drained" => r.drained.to_string(),
             "routing.withdraw_on_fail_open" => r.withdraw_on_fail_open.to_string(),
             "routing.withdraw_grace_ms" => r.withdraw_grace_ms.to_string(),
+            "quic_lb.self_encode_length" => quic.self_encode_length.to_string(),
             _ => return None,
         })
     };

@@ -41,9 +41,9 @@ use std::path::Path;
 /// a [`Service`] is named by them.
 pub use crate::types::{Protocol, ServiceKey};
 pub use model::{
-    Backend, BackendState, Checker, Cluster, Config, DynamicWeight, Filters, HealthCheck, ListFile,
-    LoadSource, PrefixRule, Rate, RatePer, RateRule, Rebalance, Routing, Scheme, Service,
-    ServiceFilters, TlsOptions, UnknownFlow,
+    assigned_server_id, Backend, BackendState, Checker, Cluster, Config, DynamicWeight, Filters,
+    HealthCheck, ListFile, LoadSource, PrefixRule, QuicLb, QuicServerId, Rate, RatePer, RateRule,
+    Rebalance, Routing, Scheme, Service, ServiceFilters, TlsOptions, UnknownFlow,
 };
 pub use yaml::Position;
 

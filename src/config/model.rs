@@ -14,6 +14,7 @@ use super::{
     DEFAULT_RATE_LIMIT_SOURCES,
 };
 use crate::prefix::Prefix4;
+use crate::quic_lb;
 pub use crate::types::UnknownFlow;
 use crate::types::{Protocol, ServiceKey};
 
@@ -371,10 +372,90 @@ pub struct Service {
     /// checks"): each backend must also answer a GUE-encapsulated SYN to
     /// the VIP. TCP services only.
     pub encap_check: bool,
+    /// QUIC-LB routing by the server ID in QUIC connection IDs (UDP
+    /// services only), if configured.
+    pub quic_lb: Option<QuicLb>,
     /// Backends in file order.
     pub backends: Vec<Backend>,
     /// Edge filters for the service's own packets.
     pub filters: ServiceFilters,
+}
+
+/// `quic_lb:` of a UDP service (docs/config.md "QUIC-LB"): the balancer
+/// sends a QUIC packet whose destination connection ID carries this
+/// configuration's codepoint and a backend's server ID to that backend,
+/// whatever its 4-tuple; servers issue such IDs with the same parameters
+/// ([`crate::quic_lb::CidGenerator`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QuicLb {
+    /// Config rotation codepoint, 0-6 (7 marks unroutable IDs).
+    pub codepoint: u8,
+    /// Server ID length in bytes, 1-15.
+    pub server_id_len: u8,
+    /// Nonce length in bytes, 4-18; with the server ID at most 19.
+    pub nonce_len: u8,
+    /// plaintext, single-pass (server ID + nonce = 16 bytes) or four-pass.
+    pub algorithm: quic_lb::Algorithm,
+    /// Whether the first octet's low 5 bits carry the CID length - 1.
+    pub self_encode_length: bool,
+    /// Absolute path of the key file (keyed algorithms), re-read on every
+    /// reload (key rotation).
+    pub key_file: Option<PathBuf>,
+    /// The AES-128 key read from `key_file` (keyed algorithms).
+    pub key: Option<quic_lb::Key>,
+    /// Each backend's server ID, in the order of the service's backends.
+    pub server_ids: Vec<QuicServerId>,
+}
+
+/// The server ID of one backend of a QUIC-LB service.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QuicServerId {
+    /// The backend.
+    pub dip: Ipv4Addr,
+    /// Its server ID (`server_id_len` bytes).
+    pub server_id: quic_lb::ServerId,
+    /// True when nilb assigned it (no `server_id` in the file): the last
+    /// `server_id_len` bytes of the address, zero-extended in front.
+    pub assigned: bool,
+}
+
+impl QuicLb {
+    /// The library configuration servers and the balancer share.
+    pub fn config(&self) -> quic_lb::Config {
+        quic_lb::Config::new(&quic_lb::ConfigSpec {
+            codepoint: self.codepoint,
+            server_id_len: self.server_id_len as usize,
+            nonce_len: self.nonce_len as usize,
+            key: self.key.clone(),
+            self_encode_length: self.self_encode_length,
+        })
+        .expect("validated by the configuration loader")
+    }
+
+    /// The server ID of backend `dip`, if it is one of the service's.
+    pub fn server_id_of(&self, dip: Ipv4Addr) -> Option<quic_lb::ServerId> {
+        self.server_ids
+            .iter()
+            .find(|s| s.dip == dip)
+            .map(|s| s.server_id)
+    }
+
+    /// Length of the connection IDs this configuration's servers issue:
+    /// 1 + server ID + nonce bytes.
+    pub fn cid_len(&self) -> usize {
+        1 + self.server_id_len as usize + self.nonce_len as usize
+    }
+}
+
+/// The server ID nilb assigns to a backend without `server_id`: the last
+/// `len` bytes of its IPv4 address, zero-extended in front when `len` > 4
+/// (10.0.0.12 with 1 byte: `0c`; with 2: `000c`; with 6: `00000a00000c`).
+pub fn assigned_server_id(dip: Ipv4Addr, len: usize) -> quic_lb::ServerId {
+    let mut b = [0u8; quic_lb::MAX_SERVER_ID_LEN];
+    let o = dip.octets();
+    let n = len.min(4);
+    b[len - n..len].copy_from_slice(&o[4 - n..]);
+    quic_lb::ServerId::new(&b[..len]).expect("1..=15 bytes")
 }
 
 /// A backend of a service.

@@ -2,6 +2,7 @@
 //! optional fields as `Option`), before any semantic check. Only
 //! [`super::validate`] reads these.
 
+use serde::de::IgnoredAny;
 use serde::Deserialize;
 
 use super::model::{BackendState, LoadSource, RatePer, UnknownFlow};
@@ -187,9 +188,33 @@ pub(super) struct RawService {
     pub(super) dynamic_weight: Option<RawDynamicWeight>,
     pub(super) panic_threshold_percent: Option<u32>,
     pub(super) encap_check: Option<bool>,
+    pub(super) quic_lb: Option<RawQuicLb>,
     #[serde(default)]
     pub(super) backends: Vec<RawBackend>,
     pub(super) filters: Option<RawServiceFilters>,
+}
+
+/// A service's `quic_lb:` block.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawQuicLb {
+    pub(super) codepoint: u32,
+    pub(super) server_id_len: u32,
+    pub(super) nonce_len: u32,
+    pub(super) algorithm: String,
+    pub(super) key_file: Option<String>,
+    /// Never accepted: present only to say where a key goes instead.
+    pub(super) key: Option<IgnoredAny>,
+    pub(super) self_encode_length: Option<bool>,
+}
+
+/// A backend's `server_id`: hex digits (a string, exactly the configured
+/// length) or an integer (its value, big-endian in the configured length).
+#[derive(Deserialize)]
+#[serde(untagged)]
+pub(super) enum RawServerId {
+    Number(u64),
+    Text(String),
 }
 
 #[derive(Deserialize)]
@@ -214,4 +239,5 @@ pub(super) struct RawBackend {
     pub(super) weight: Option<u32>,
     #[serde(default)]
     pub(super) state: BackendState,
+    pub(super) server_id: Option<RawServerId>,
 }

@@ -588,3 +588,155 @@ fn every_shape_problem_is_reported_not_only_the_first() {
         ("services[0]", "missing field `vip`")
     );
 }
+
+/// A QUIC-LB service on UDP 443 with `quic` as its quic_lb block and
+/// `backends` as its backend list (YAML flow mappings).
+fn quic_service(quic: &str, backends: &[&str]) -> String {
+    let mut y = format!(
+        "version: 1\ncluster: {{balancers: [10.0.0.11]}}\nservices:\n  - name: quic\n    vip: 10.0.0.100\n    port: 443\n    protocol: udp\n    quic_lb: {quic}\n    backends:\n"
+    );
+    for b in backends {
+        y += &format!("      - {b}\n");
+    }
+    y
+}
+
+/// A key file in a fresh private directory; returns its absolute path.
+fn key_file(name: &str, contents: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("nilb-quic-test-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join("quic.key");
+    std::fs::write(&p, contents).unwrap();
+    p
+}
+
+#[test]
+fn quic_lb_keyed_configurations_read_their_key_file() {
+    use crate::quic_lb::{Algorithm, CidGenerator};
+    let hex = "8f95f09245765f80256934e50c66207f";
+    let f = key_file("keyed", &format!("{hex}\n"));
+    for (alg, sid, nonce, want) in [
+        ("single-pass", 3, 13, Algorithm::SinglePass),
+        ("four-pass", 2, 6, Algorithm::FourPass),
+    ] {
+        let src = quic_service(
+            &format!(
+                "{{codepoint: 2, server_id_len: {sid}, nonce_len: {nonce}, algorithm: {alg}, key_file: {}}}",
+                f.display()
+            ),
+            &["{dip: 10.0.0.12}", "{dip: 10.0.0.13, server_id: 7}"],
+        );
+        let c = Config::parse(&src).unwrap();
+        let q = c.services[0].quic_lb.as_ref().unwrap();
+        assert_eq!(q.algorithm, want);
+        assert_eq!(q.key.as_ref().unwrap().as_bytes()[0], 0x8f);
+        assert_eq!(q.key_file.as_deref(), Some(f.as_path()));
+        assert!(!q.self_encode_length);
+        // The library configuration is the one servers share: a CID a
+        // server issues decodes to its server ID, as the balancer will.
+        let lib = q.config();
+        assert_eq!(lib.algorithm(), want);
+        assert_eq!(lib.cid_len(), q.cid_len());
+        let b13 = q.server_id_of(Ipv4Addr::new(10, 0, 0, 13)).unwrap();
+        assert_eq!(b13.as_bytes()[..sid - 1], vec![0; sid - 1][..]);
+        assert_eq!(b13.as_bytes()[sid - 1], 7);
+        let cid = CidGenerator::new(lib.clone(), b13)
+            .unwrap()
+            .generate()
+            .unwrap();
+        assert_eq!(lib.decode(cid.as_bytes()), Ok(b13));
+    }
+    // Key rotation: the same file with another key gives another config
+    // (a reload sees the service changed).
+    let src = quic_service(
+        &format!(
+            "{{codepoint: 2, server_id_len: 2, nonce_len: 6, algorithm: four-pass, key_file: {}}}",
+            f.display()
+        ),
+        &["{dip: 10.0.0.12}"],
+    );
+    let before = Config::parse(&src).unwrap();
+    std::fs::write(&f, "fdf726a9893ec05c0632d3956680baf0").unwrap();
+    let after = Config::parse(&src).unwrap();
+    assert_ne!(before, after);
+    std::fs::remove_dir_all(f.parent().unwrap()).unwrap();
+}
+
+#[test]
+fn quic_lb_key_file_problems_never_show_the_key() {
+    // 31 hex digits: not a key, and the message must not quote them.
+    let secret = "8f95f09245765f80256934e50c66207";
+    let f = key_file("short", secret);
+    let src = quic_service(
+        &format!(
+            "{{codepoint: 0, server_id_len: 1, nonce_len: 4, algorithm: four-pass, key_file: {}}}",
+            f.display()
+        ),
+        &["{dip: 10.0.0.12}"],
+    );
+    let p = one_problem(&src, "services[0].quic_lb.key_file");
+    assert!(p.message.contains("32 hex digits"), "{p}");
+    assert!(!p.to_string().contains(secret), "{p}");
+    let shown = format!("{:?}", Config::parse(&src));
+    assert!(!shown.contains(secret));
+    std::fs::write(&f, format!("{secret}0")).unwrap();
+    let c = Config::parse(&src).unwrap();
+    assert!(
+        !format!("{c:?}").contains(&format!("{secret}0")),
+        "Debug redacts the key"
+    );
+    std::fs::remove_dir_all(f.parent().unwrap()).unwrap();
+}
+
+#[test]
+fn quic_lb_assigns_server_ids_from_addresses() {
+    for (len, want) in [
+        (1, ["0c", "0d"]),
+        (2, ["000c", "000d"]),
+        (4, ["0a00000c", "0a00000d"]),
+        (6, ["00000a00000c", "00000a00000d"]),
+    ] {
+        let src = quic_service(
+            &format!("{{codepoint: 6, server_id_len: {len}, nonce_len: 4, algorithm: plaintext}}"),
+            &["{dip: 10.0.0.12}", "{dip: 10.0.0.13}"],
+        );
+        let c = Config::parse(&src).unwrap();
+        let q = c.services[0].quic_lb.as_ref().unwrap();
+        let got: Vec<String> = q
+            .server_ids
+            .iter()
+            .map(|s| s.server_id.to_string())
+            .collect();
+        assert_eq!(got, want, "length {len}");
+        assert!(q.server_ids.iter().all(|s| s.assigned));
+    }
+    // Reordering and adding backends changes no assigned ID.
+    let src = quic_service(
+        "{codepoint: 6, server_id_len: 2, nonce_len: 4, algorithm: plaintext}",
+        &["{dip: 10.0.0.14}", "{dip: 10.0.0.13}", "{dip: 10.0.0.12}"],
+    );
+    let c = Config::parse(&src).unwrap();
+    let q = c.services[0].quic_lb.as_ref().unwrap();
+    assert_eq!(
+        q.server_id_of(Ipv4Addr::new(10, 0, 0, 12))
+            .unwrap()
+            .to_string(),
+        "000c"
+    );
+    // Every rule at once is reported, each at its field.
+    let src = quic_service(
+        "{codepoint: 7, server_id_len: 16, nonce_len: 2, algorithm: two-pass, key: abc}",
+        &["{dip: 10.0.0.12}"],
+    );
+    let paths: Vec<String> = problems(&src).into_iter().map(|p| p.path).collect();
+    assert_eq!(
+        paths,
+        [
+            "services[0].quic_lb.codepoint",
+            "services[0].quic_lb.server_id_len",
+            "services[0].quic_lb.nonce_len",
+            "services[0].quic_lb.algorithm",
+            "services[0].quic_lb.key",
+        ]
+    );
+}

@@ -7,13 +7,14 @@ use std::collections::{HashMap, HashSet};
 use std::net::Ipv4Addr;
 
 use super::model::{
-    Backend, Checker, Cluster, Config, DynamicWeight, Filters, HealthCheck, ListFile, LoadSource,
-    PrefixRule, Rate, RateRule, Rebalance, Routing, Scheme, Service, ServiceFilters, TlsOptions,
+    assigned_server_id, Backend, Checker, Cluster, Config, DynamicWeight, Filters, HealthCheck,
+    ListFile, LoadSource, PrefixRule, QuicLb, QuicServerId, Rate, RateRule, Rebalance, Routing,
+    Scheme, Service, ServiceFilters, TlsOptions,
 };
 use super::raw::{
     RawBackend, RawCluster, RawConfig, RawDefaults, RawDynamicWeight, RawFilters, RawHealthCheck,
-    RawHttp, RawNone, RawPrefixRule, RawRateRule, RawRebalance, RawRouting, RawService,
-    RawServiceFilters, RawTcp, RawTiming,
+    RawHttp, RawNone, RawPrefixRule, RawQuicLb, RawRateRule, RawRebalance, RawRouting, RawServerId,
+    RawService, RawServiceFilters, RawTcp, RawTiming,
 };
 use super::{
     Position, Problem, DEFAULT_BIRDC, DEFAULT_BIRD_SOCKET, DEFAULT_DRAIN_FILE, DEFAULT_GUE_PORT,
@@ -25,6 +26,7 @@ use super::{
 };
 use crate::limits;
 use crate::prefix::SourcePrefix;
+use crate::quic_lb::{self, Algorithm, ServerId};
 use crate::types::Protocol;
 
 /// Collects problems while the raw file is turned into a [`Config`].
@@ -104,6 +106,28 @@ fn check_ca_file(path: &std::path::Path) -> Result<(), String> {
         return Err(format!("{} holds no PEM certificate", path.display()));
     }
     Ok(())
+}
+
+/// A QUIC-LB key file: an absolute path to a readable file holding 32 hex
+/// digits (whitespace and `:` ignored). Messages never quote the contents.
+fn read_quic_key(path: &std::path::Path) -> Result<quic_lb::Key, String> {
+    use std::io::Read;
+    if !path.is_absolute() {
+        return Err(format!(
+            "`{}` is not an absolute path (the daemon resolves no relative paths)",
+            path.display()
+        ));
+    }
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(4096).read_to_string(&mut text))
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    quic_lb::Key::from_hex(&text).map_err(|_| {
+        format!(
+            "{} does not hold a QUIC-LB key: 32 hex digits (16 bytes) expected",
+            path.display()
+        )
+    })
 }
 
 fn valid_name(name: &str) -> bool {
@@ -957,7 +981,7 @@ impl Validator {
     fn service(
         &mut self,
         si: usize,
-        rs: RawService,
+        mut rs: RawService,
         cluster: &Cluster,
         defaults: &Defaults,
         seen: &mut Seen,
@@ -982,7 +1006,11 @@ impl Validator {
             None => defaults.panic_threshold_percent,
         };
         let encap_check = self.encap_check(&sp, &rs, &health_check, defaults.encap_check);
+        let server_ids: Vec<Option<RawServerId>> =
+            rs.backends.iter_mut().map(|b| b.server_id.take()).collect();
+        let raw_quic = rs.quic_lb.take();
         let backends = self.backends(&sp, vip, rs.backends);
+        let quic_lb = self.quic_lb(&sp, rs.protocol, raw_quic.as_ref(), &backends, server_ids);
         let filters = self.service_filters(&sp, rs.filters.unwrap_or_default());
         Service {
             name: rs.name,
@@ -994,6 +1022,7 @@ impl Validator {
             dynamic_weight,
             panic_threshold_percent,
             encap_check,
+            quic_lb,
             backends,
             filters,
         }
@@ -1158,6 +1187,251 @@ impl Validator {
             });
         }
         backends
+    }
+
+    /// `quic_lb:` of a service (docs/config.md "QUIC-LB") and its backends'
+    /// server IDs, checked by the draft's rules: codepoint 0-6 (7 marks
+    /// unroutable IDs), server ID 1-15 bytes, nonce at least 4, together at
+    /// most 19; the algorithm fitting the lengths (single-pass exactly one
+    /// 16-byte block); a key from a file for the keyed algorithms, never
+    /// inline; server IDs of the configured length and unique in the service.
+    fn quic_lb(
+        &mut self,
+        sp: &str,
+        protocol: Protocol,
+        raw: Option<&RawQuicLb>,
+        backends: &[Backend],
+        server_ids: Vec<Option<RawServerId>>,
+    ) -> Option<QuicLb> {
+        let Some(q) = raw else {
+            for (bi, s) in server_ids.iter().enumerate() {
+                if s.is_some() {
+                    self.report(
+                        format!("{sp}.backends[{bi}].server_id"),
+                        "only a QUIC-LB service (one with quic_lb:) has server IDs",
+                    );
+                }
+            }
+            return None;
+        };
+        let path = format!("{sp}.quic_lb");
+        if protocol != Protocol::Udp {
+            self.report(
+                &path,
+                "QUIC-LB routes QUIC, which runs over UDP: only a UDP service can have quic_lb",
+            );
+        }
+        let codepoint = match q.codepoint {
+            7 => {
+                self.report(
+                    format!("{path}.codepoint"),
+                    "codepoint 7 (0b111) is reserved for unroutable connection IDs; use 0-6",
+                );
+                0
+            }
+            c if c > 7 => {
+                self.report(
+                    format!("{path}.codepoint"),
+                    format!("codepoint {c} is outside 0-6 (the 3 high bits of the first octet; 7 is reserved)"),
+                );
+                0
+            }
+            c => c as u8,
+        };
+        let (min_sid, max_sid) = (quic_lb::MIN_SERVER_ID_LEN, quic_lb::MAX_SERVER_ID_LEN);
+        let sid_len = q.server_id_len as usize;
+        let sid_ok = (min_sid..=max_sid).contains(&sid_len);
+        if !sid_ok {
+            self.report(
+                format!("{path}.server_id_len"),
+                format!("server ID length {sid_len} is outside {min_sid}-{max_sid} bytes"),
+            );
+        }
+        let nonce_len = q.nonce_len as usize;
+        let mut lengths_ok = sid_ok;
+        if nonce_len < quic_lb::MIN_NONCE_LEN {
+            self.report(
+                format!("{path}.nonce_len"),
+                format!(
+                    "nonce length {nonce_len} is below the minimum of {} bytes",
+                    quic_lb::MIN_NONCE_LEN
+                ),
+            );
+            lengths_ok = false;
+        } else if sid_ok && sid_len + nonce_len > quic_lb::MAX_BLOCK_LEN {
+            self.report(
+                format!("{path}.nonce_len"),
+                format!(
+                    "server ID length {sid_len} + nonce length {nonce_len} = {} bytes exceeds {} (a connection ID is at most 20 bytes with its first octet)",
+                    sid_len + nonce_len,
+                    quic_lb::MAX_BLOCK_LEN
+                ),
+            );
+            lengths_ok = false;
+        }
+        let algorithm = match q.algorithm.as_str() {
+            "plaintext" => Some(Algorithm::Plaintext),
+            "single-pass" => Some(Algorithm::SinglePass),
+            "four-pass" => Some(Algorithm::FourPass),
+            other => {
+                self.report(
+                    format!("{path}.algorithm"),
+                    format!("unknown algorithm `{other}`, expected `plaintext`, `single-pass` or `four-pass`"),
+                );
+                None
+            }
+        };
+        let block = sid_len + nonce_len;
+        match algorithm {
+            Some(Algorithm::SinglePass) if lengths_ok && block != 16 => self.report(
+                format!("{path}.algorithm"),
+                format!(
+                    "single-pass encrypts one 16-byte AES block: server ID + nonce must be 16 bytes, not {block} (nonce_len {} would do; or use four-pass)",
+                    16 - sid_len.min(12)
+                ),
+            ),
+            Some(Algorithm::FourPass) if lengths_ok && block == 16 => self.report(
+                format!("{path}.algorithm"),
+                "with server ID + nonce = 16 bytes the draft uses single-pass (one AES block), not four-pass",
+            ),
+            _ => {}
+        }
+        if q.key.is_some() {
+            self.report(
+                format!("{path}.key"),
+                "a key is never written in the configuration: put its 32 hex digits in a file only nilb can read and give that file's path as key_file",
+            );
+        }
+        let keyed = matches!(algorithm, Some(Algorithm::SinglePass | Algorithm::FourPass));
+        let key_file = q.key_file.as_ref().map(std::path::PathBuf::from);
+        let key = match (&key_file, keyed) {
+            (Some(_), false) if algorithm.is_some() => {
+                self.report(
+                    format!("{path}.key_file"),
+                    "the plaintext algorithm uses no key (remove key_file, or choose single-pass or four-pass)",
+                );
+                None
+            }
+            (None, true) => {
+                self.report(
+                    &path,
+                    format!(
+                        "{} needs key_file: the absolute path of a file holding the 16-byte AES-128 key as 32 hex digits",
+                        q.algorithm
+                    ),
+                );
+                None
+            }
+            (Some(f), true) => match read_quic_key(f) {
+                Ok(k) => Some(k),
+                Err(why) => {
+                    self.report(format!("{path}.key_file"), why);
+                    None
+                }
+            },
+            _ => None,
+        };
+        let server_ids = if sid_ok {
+            self.server_ids(sp, sid_len, backends, server_ids)
+        } else {
+            Vec::new()
+        };
+        Some(QuicLb {
+            codepoint,
+            server_id_len: sid_len.min(max_sid) as u8,
+            nonce_len: nonce_len.min(quic_lb::MAX_NONCE_LEN) as u8,
+            algorithm: algorithm.unwrap_or(Algorithm::Plaintext),
+            self_encode_length: q.self_encode_length.unwrap_or(false),
+            key_file,
+            key,
+            server_ids,
+        })
+    }
+
+    /// Each backend's server ID: its `server_id` (hex digits of exactly
+    /// `len` bytes, or an integer that fits in them), else assigned from its
+    /// address; unique in the service.
+    fn server_ids(
+        &mut self,
+        sp: &str,
+        len: usize,
+        backends: &[Backend],
+        raw: Vec<Option<RawServerId>>,
+    ) -> Vec<QuicServerId> {
+        let mut out = Vec::new();
+        let mut seen: HashMap<ServerId, usize> = HashMap::new();
+        let mut dips = HashSet::new();
+        for (bi, (b, r)) in backends.iter().zip(raw).enumerate() {
+            let field = format!("{sp}.backends[{bi}].server_id");
+            let (server_id, assigned) = match r {
+                None => (assigned_server_id(b.dip, len), true),
+                Some(RawServerId::Text(t)) => match t.parse::<ServerId>() {
+                    Ok(s) if s.len() == len => (s, false),
+                    Ok(s) => {
+                        self.report(
+                            &field,
+                            format!(
+                                "server ID `{t}` is {} byte(s); quic_lb.server_id_len is {len}",
+                                s.len()
+                            ),
+                        );
+                        continue;
+                    }
+                    Err(_) => {
+                        self.report(
+                            &field,
+                            format!("`{t}` is not a server ID: hex digits (`0a01`, `0a:01`) of {len} byte(s), or an integer"),
+                        );
+                        continue;
+                    }
+                },
+                Some(RawServerId::Number(v)) => {
+                    let bytes = v.to_be_bytes();
+                    let fits = len >= 8 || v >> (8 * len) == 0;
+                    if !fits {
+                        self.report(
+                            &field,
+                            format!("server ID {v} does not fit in {len} byte(s) (quic_lb.server_id_len)"),
+                        );
+                        continue;
+                    }
+                    let mut b = [0u8; quic_lb::MAX_SERVER_ID_LEN];
+                    let n = len.min(8);
+                    b[len - n..len].copy_from_slice(&bytes[8 - n..]);
+                    (ServerId::new(&b[..len]).expect("1..=15 bytes"), false)
+                }
+            };
+            // Unusable and repeated addresses were reported already.
+            if b.dip.is_unspecified() || !dips.insert(b.dip) {
+                continue;
+            }
+            if let Some(&prev) = seen.get(&server_id) {
+                let other = &out
+                    .iter()
+                    .find(|s: &&QuicServerId| s.server_id == server_id)
+                    .expect("seen")
+                    .dip;
+                let prev_assigned = out
+                    .iter()
+                    .any(|s: &QuicServerId| s.server_id == server_id && s.assigned);
+                self.report(
+                    if assigned { format!("{sp}.backends[{bi}].dip") } else { field },
+                    format!(
+                        "server ID {server_id}{} is also {sp}.backends[{prev}]'s ({other}{}): server IDs are unique in a service; set server_id explicitly",
+                        if assigned { ", assigned from the address," } else { "" },
+                        if prev_assigned { ", assigned from its address" } else { "" },
+                    ),
+                );
+                continue;
+            }
+            seen.insert(server_id, bi);
+            out.push(QuicServerId {
+                dip: b.dip,
+                server_id,
+                assigned,
+            });
+        }
+        out
     }
 
     /// Limits over all services: the data plane's capacities ([`limits`]),

@@ -1,12 +1,14 @@
 //! Writing a [`Plan`] into the data plane ([`ControlPlane::apply`]) and the
 //! plan that writes everything ([`ControlPlane::full_plan`]).
 
+use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 
 use anyhow::Result;
 
 use super::{ControlPlane, Plan, ServiceState, OVERFLOW_SLOT};
-use crate::dataplane::{ControlRecord, DataplaneOps, TableInstall};
+use crate::config::BackendState;
+use crate::dataplane::{ControlRecord, DataplaneOps, QuicRoute, TableInstall};
 use crate::limits;
 use crate::table::Moves;
 use crate::types::ServiceKey;
@@ -26,16 +28,18 @@ impl ControlPlane {
     ///    tables follow);
     /// 5. all changed tables in one [`DataplaneOps::install_tables`] call
     ///    (one atomic swap each, one RCU wait for the batch);
-    /// 6. services the maps hold that this state does not know are removed
+    /// 6. the QUIC-LB routes ([`Self::quic_routes`]) are written (only
+    ///    what changed);
+    /// 7. services the maps hold that this state does not know are removed
     ///    (the plan's removals, and any left by a failed apply of another
     ///    state or by an earlier daemon whose pins were adopted);
-    /// 7. the two sets narrow to what the new state needs.
+    /// 8. the two sets narrow to what the new state needs.
     ///
     /// On an error nothing after the failing step runs and the error is
     /// returned: the sets stay widened and nothing is removed, so every
     /// table in the maps (old, new, or a prefix of a failed batch) still has
     /// its VIP and hops in the sets. The caller re-applies a full plan (of
-    /// this state, or of the previous one after a failed reload); step 6
+    /// this state, or of the previous one after a failed reload); step 7
     /// then removes what the failed apply added.
     pub fn apply(&self, dp: &mut dyn DataplaneOps, node: Ipv4Addr, plan: &Plan) -> Result<()> {
         if plan.settings_changed {
@@ -83,6 +87,7 @@ impl ControlPlane {
             })
             .collect();
         dp.install_tables(&items)?;
+        dp.set_quic(&self.quic_routes())?;
         // Every service the maps hold that this state does not know: the
         // plan's removals, and whatever a failed apply of another state
         // left (a failed reload restores the running state with its full
@@ -95,6 +100,49 @@ impl ControlPlane {
         dp.set_vips(&vips)?;
         dp.set_cluster_nodes(&nodes)?;
         Ok(())
+    }
+
+    /// The QUIC-LB routes of this state: for each service with `quic_lb`,
+    /// the server ID of each backend that is not `offline`: in the file
+    /// (its configured or assigned ID) or being removed (the ID it had).
+    /// Health does not matter: a connection lives on its server only, so
+    /// its packets go there as long as the operator lets the server
+    /// receive anything (a dead server loses its connections either way).
+    /// A packet whose server ID is not listed follows the bucket table.
+    pub fn quic_routes(&self) -> Vec<QuicRoute> {
+        let mut out = Vec::new();
+        for svc in &self.config.services {
+            let Some(lb) = &svc.quic_lb else { continue };
+            let key = svc.key();
+            let Some(st) = self.services.get(&key) else {
+                continue;
+            };
+            let file: BTreeMap<Ipv4Addr, _> =
+                lb.server_ids.iter().map(|s| (s.dip, s.server_id)).collect();
+            let mut servers = BTreeMap::new();
+            for (dip, b) in &st.backends {
+                if b.config.state == BackendState::Offline {
+                    continue;
+                }
+                let sid = match (b.removed_at_ms, file.get(dip)) {
+                    (None, Some(sid)) => *sid,
+                    (Some(_), _) => match self.quic_left.get(&(key, *dip)) {
+                        // An ID a backend of the file now carries is
+                        // theirs.
+                        Some(sid) if !file.values().any(|f| f == sid) => *sid,
+                        _ => continue,
+                    },
+                    (None, None) => continue,
+                };
+                servers.insert(sid, (*dip, b.slot));
+            }
+            out.push(QuicRoute {
+                index: st.index,
+                lb: lb.clone(),
+                servers,
+            });
+        }
+        out
     }
 
     /// The `control_state` records `plan` writes: each listed slot's record

@@ -383,6 +383,9 @@ pub struct ControlPlane {
     /// applied, so only the next reload gives them out again.
     retiring_slots: BTreeSet<u32>,
     retiring_indexes: BTreeSet<u32>,
+    /// QUIC-LB server IDs of backends that left the file (still draining
+    /// out: their connections keep reaching them by server ID).
+    quic_left: BTreeMap<(ServiceKey, Ipv4Addr), crate::quic_lb::ServerId>,
     /// The edge filters compiled from the config and its lists (shared:
     /// a 1M-prefix set is large, and a reload clones the state).
     filters: Arc<FilterSet>,
@@ -419,6 +422,7 @@ impl ControlPlane {
             used_slots: BTreeSet::new(),
             retiring_slots: BTreeSet::new(),
             retiring_indexes: BTreeSet::new(),
+            quic_left: BTreeMap::new(),
             filters: Arc::new(FilterSet::default()),
         }
     }
@@ -617,7 +621,22 @@ impl ControlPlane {
             }
         }
         self.sync_encap(&config, now_ms);
+        // Server IDs of the outgoing file, for backends that leave it.
+        for s in &self.config.services {
+            if let Some(q) = &s.quic_lb {
+                for id in &q.server_ids {
+                    self.quic_left.insert((s.key(), id.dip), id.server_id);
+                }
+            }
+        }
         self.config = config;
+        let services = &self.services;
+        self.quic_left.retain(|(k, dip), _| {
+            services
+                .get(k)
+                .and_then(|st| st.backends.get(dip))
+                .is_some_and(|b| b.removed_at_ms.is_some())
+        });
         // Records that changed (state, weight, health, slots given out or
         // retired).
         let records_after = self.records();

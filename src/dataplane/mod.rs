@@ -43,6 +43,7 @@ pub mod libbpf_log;
 pub mod ops;
 pub mod pinned;
 pub mod pins;
+mod quic;
 
 use std::collections::BTreeSet;
 use std::mem::MaybeUninit;
@@ -58,7 +59,9 @@ use tracing::warn;
 use crate::table::Table;
 use crate::types::{ServiceKey, UnknownFlow};
 use abi::skel::{NilbSkel, NilbSkelBuilder};
-pub use ops::{ControlRecord, DataplaneOps, NodeSettings, RecordAdmin, RecordHealth, TableInstall};
+pub use ops::{
+    ControlRecord, DataplaneOps, NodeSettings, QuicRoute, RecordAdmin, RecordHealth, TableInstall,
+};
 use pinned::{read_control_state, read_tables};
 pub use pinned::{LiveTable, PinnedMaps, ADOPT_WITHOUT, PINNED_MAPS};
 
@@ -99,6 +102,8 @@ pub struct Dataplane<'obj> {
     pin_dir: Option<PathBuf>,
     vips: BTreeSet<Ipv4Addr>,
     nodes: BTreeSet<Ipv4Addr>,
+    /// What the QUIC-LB maps hold (they are not pinned: empty at load).
+    quic: quic::QuicInstalled,
     adopted: bool,
     settings: Option<NodeSettings>,
     filters: filters::FilterState,
@@ -241,6 +246,7 @@ impl<'obj> Dataplane<'obj> {
             pin_dir: pin_dir.map(Path::to_path_buf),
             vips: BTreeSet::new(),
             nodes: BTreeSet::new(),
+            quic: quic::QuicInstalled::new(),
             adopted,
             settings: None,
             filters: filters::FilterState::default(),
@@ -658,6 +664,10 @@ impl DataplaneOps for Dataplane<'_> {
             .services
             .delete(abi::bytes_of(&k))
             .with_context(|| format!("removing service {key}"))
+    }
+
+    fn set_quic(&mut self, routes: &[QuicRoute]) -> Result<()> {
+        quic::sync(&self.skel, &mut self.quic, routes)
     }
 
     fn write_control_state(&mut self, records: &[(u32, Option<ControlRecord>)]) -> Result<()> {

@@ -5,12 +5,14 @@
 //! ordering rules of an apply are tested without root or BPF (the way kglb
 //! tests its control plane against a mock data-plane client).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 
 use anyhow::Result;
 
+use crate::config::QuicLb;
 use crate::filters::FilterSet;
+use crate::quic_lb::ServerId;
 use crate::table::Table;
 use crate::types::{ServiceKey, UnknownFlow};
 
@@ -100,6 +102,21 @@ pub struct TableInstall<'a> {
     pub slot_of: &'a dyn Fn(Ipv4Addr) -> u32,
 }
 
+/// A service with `quic_lb` as the XDP balancer routes it (docs/design.md
+/// "Balancer (XDP)"): its decoder parameters and key (`quic_config`,
+/// `quic_crypto`) and the backends its server IDs reach (`quic_servers`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QuicRoute {
+    /// The service's index (its table header's, as in `service_stats`).
+    pub index: u32,
+    /// Its `quic_lb` configuration (parameters and key; `server_ids` is
+    /// not read: `servers` says where each ID goes).
+    pub lb: QuicLb,
+    /// Server ID -> (backend, its `backend_stats` slot), for the backends
+    /// that may receive packets now.
+    pub servers: BTreeMap<ServerId, (Ipv4Addr, u32)>,
+}
+
 /// What the control plane writes into the data plane's maps (and the two
 /// address sets it reads back to diff against). Every method either does
 /// all of its work or returns an error; [`DataplaneOps::install_tables`] is
@@ -138,6 +155,11 @@ pub trait DataplaneOps {
 
     /// Remove a service from the `services` map (its packets then pass).
     fn remove_service(&mut self, key: &ServiceKey) -> Result<()>;
+
+    /// Make the QUIC-LB maps route exactly `routes` (one per service with
+    /// `quic_lb`; every other service index gets no QUIC-LB routing).
+    /// Writes only what differs from the last call.
+    fn set_quic(&mut self, routes: &[QuicRoute]) -> Result<()>;
 
     /// Write these slots of the `control_state` map (None: the slot is
     /// unused, its record is cleared), in one batch.

@@ -15,7 +15,7 @@ use std::net::Ipv4Addr;
 
 use anyhow::{bail, Result};
 
-use crate::dataplane::{ControlRecord, DataplaneOps, NodeSettings, TableInstall};
+use crate::dataplane::{ControlRecord, DataplaneOps, NodeSettings, QuicRoute, TableInstall};
 use crate::filters::FilterSet;
 use crate::table::Bucket;
 use crate::types::ServiceKey;
@@ -34,6 +34,9 @@ pub(super) enum Call {
     /// How many slots one batch wrote, and which of them got a record.
     WriteControlState(usize, Vec<u32>),
     SetXdp(bool),
+    /// QUIC-LB routes that differ from what the fake held: (service
+    /// index, server IDs routed).
+    SetQuic(Vec<(u32, usize)>),
     /// A filter set that differs from the installed one: its digest and
     /// each filtered service's index.
     InstallFilters(u64, BTreeMap<ServiceKey, u32>),
@@ -65,6 +68,8 @@ pub(super) struct FakeDataplane {
     pub zeroed_indexes: Vec<u32>,
     /// The `control_state` map (used slots only).
     pub control: BTreeMap<u32, ControlRecord>,
+    /// The QUIC-LB routes (the `quic_*` maps).
+    pub quic: Vec<QuicRoute>,
     /// Our XDP program is attached.
     pub xdp: bool,
     /// Attaching XDP fails (as on a device without native XDP, or with
@@ -205,6 +210,18 @@ impl DataplaneOps for FakeDataplane {
             Some(n) if n < items.len() => bail!("injected: batch failed at item {n}"),
             _ => Ok(()),
         }
+    }
+
+    /// A call that changes nothing is not logged (the real data plane
+    /// writes nothing then either).
+    fn set_quic(&mut self, routes: &[QuicRoute]) -> Result<()> {
+        if self.quic != routes {
+            self.quic = routes.to_vec();
+            self.record(Call::SetQuic(
+                routes.iter().map(|r| (r.index, r.servers.len())).collect(),
+            ));
+        }
+        Ok(())
     }
 
     fn write_control_state(&mut self, records: &[(u32, Option<ControlRecord>)]) -> Result<()> {

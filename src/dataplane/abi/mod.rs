@@ -12,10 +12,12 @@
 
 pub mod ffi;
 pub mod layout;
+pub mod quic;
 pub mod test_run;
 
 pub use ffi::*;
 pub use layout::*;
+pub use quic::*;
 pub use test_run::*;
 
 /// bindgen's mirror of `bpf/nilb.h` (structs, limits, counters); the leaf
