@@ -20,5 +20,7 @@ out=$(scripts/build-static.sh)
 sed '$d' <<<"$out"
 BIN=$(tail -n 1 <<<"$out")
 echo "static binary: $BIN"
+echo "== QUIC example server and client next to it (the harness's quic scenario runs them)"
+scripts/build-static.sh --example quic_server --example quic_client >/dev/null
 netns-harness/run.sh --nilb "$BIN"
 echo "test.sh: all tests passed"
