@@ -168,8 +168,6 @@ class Run:
     def lookup(self, handle, keyaddr):
         name = next((n for n, h in self.maps.items() if h == handle), None)
         sc = self.sc
-        if name is None and handle in sc.get("_inner", {}):
-            name = "inner:" + sc["_inner"][handle]
         self.lookups[name] = self.lookups.get(name, 0) + 1
         if name == "counters":
             k = self.mem.read(keyaddr, 4)
@@ -184,13 +182,18 @@ class Run:
             svc = sc.get("services", {}).get(k)
             if svc is None:
                 return 0
-            h = 0xE0000000 + 0x100 * list(sc["services"]).index(k)
-            sc.setdefault("_inner", {})[h] = svc
-            return h
-        if name and name.startswith("inner:"):
+            return self.value(("services", k), sc["tables"][svc]["service"])
+        if name == "buckets":
             idx = self.mem.read(keyaddr, 4)
-            t = sc["tables"][name[6:]]
-            return self.value(("inner", name, idx), t["header"] if idx == 0 else t["bucket"])
+            for t in sc["tables"].values():
+                base, mask = struct.unpack_from("<II", t["service"])
+                if base <= idx <= base + mask:
+                    return self.value(("buckets", idx), t["bucket"])
+            return 0
+        if name == "backends":
+            slot = self.mem.read(keyaddr, 4)
+            addr = sc.get("backends", {}).get(slot, 0)
+            return self.value(("backends", slot), struct.pack("<IIIII", addr, 0, 0, 0, 4 if addr else 0))
         if name in ("vips", "cluster_nodes"):
             return self.value((name, 0)) if self.mem.read(keyaddr, 4) in sc.get(name, ()) else 0
         pre = sc.get("prefill", {}).get(name)
@@ -422,18 +425,19 @@ def skey(port, proto=6):
     return ip4(VIP) + struct.pack(">H", port) + bytes([proto, 0])
 
 
-def table(first, second="0.0.0.0"):
-    return {"header": struct.pack("<IIII", 4095, 0, 0, 0),
+def table(first, second="0.0.0.0", index=0):
+    base = index * 4096
+    return {"service": struct.pack("<IIII", base, 4095, index, 0),
             "bucket": struct.pack("<IIII", u32(first), u32(second), 0, 0)}
 
 
 XDP_BASE = {"kind": "xdp", "config": config(NODE), "vips": {u32(VIP)},
             "services": {skey(80): "web", skey(53, 17): "dns"},
-            "tables": {"web": table("10.99.0.11"), "dns": table("10.99.0.11")}}
+            "tables": {"web": table("10.99.0.11"), "dns": table("10.99.0.11", index=1)}}
 TC_BASE = {"kind": "tc", "config": config(TC_NODE), "vips": {u32(VIP)},
            "cluster_nodes": {u32(NODE), u32("10.99.0.11"), u32("10.99.0.13")},
            "services": {skey(80): "web", skey(53, 17): "dns"},
-           "tables": {"web": table("10.99.0.12"), "dns": table("10.99.0.12")}}
+           "tables": {"web": table("10.99.0.12"), "dns": table("10.99.0.12", index=1)}}
 DNS = ipv4("10.99.0.2", VIP, 17, udp(41000, 53, bytes(20)))
 
 SCENARIOS = [
@@ -451,7 +455,7 @@ SCENARIOS = [
     ("tc", "non_gue_pass", "TCP to the node (not GUE): pass", eth(ipv4("10.99.0.50", TC_NODE, 6, tcp(40000, 22, 0x10))), {}, 0),
     ("xdp", "vip_udp", "UDP to a VIP, no second hop (XDP_TX)", eth(DNS), {}, 3),
     ("xdp", "vip_udp_second_hop", "UDP to a VIP, second hop and first hop again listed", eth(DNS),
-     {"tables": {"web": table("10.99.0.11"), "dns": table("10.99.0.14", "10.99.0.11")}}, 3),
+     {"tables": {"web": table("10.99.0.11"), "dns": table("10.99.0.14", "10.99.0.11", index=1)}}, 3),
     ("xdp", "icmp_error", "ICMP frag-needed about a TCP flow: balanced like the flow", eth(icmp_error(6, 80, 40000)), {}, 3),
     ("tc", "time_wait_forward", "GUE, TIME_WAIT socket, hop left: forward", gue(0x10), {"socket": 6}, 7),
     ("tc", "udp_connected", "GUE, UDP with a connected socket: decapsulate", gue(0, inner=DNS),

@@ -140,7 +140,7 @@ fn load_nilb(pin: Option<&std::path::Path>) -> Result<Loaded> {
     let before: BTreeSet<i32> = my_prog_fds().iter().map(|p| p.0).collect();
     let storage: &'static mut MaybeUninit<libbpf_rs::OpenObject> =
         Box::leak(Box::new(MaybeUninit::uninit()));
-    let dp = Dataplane::load_pinned(storage, pin)?;
+    let dp = Dataplane::load_pinned(storage, pin, 16 * 65536)?;
     let mut xdp = None;
     let mut tc = None;
     for (fd, id, ty) in my_prog_fds() {

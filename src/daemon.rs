@@ -403,7 +403,7 @@ async fn serve(
     let balancer = config.cluster.balancers.contains(&node);
     let clock = SystemClock;
     let mut storage = MaybeUninit::uninit();
-    let mut dp = Dataplane::load_pinned(&mut storage, Some(&opts.pin_dir))?;
+    let mut dp = Dataplane::load_pinned(&mut storage, Some(&opts.pin_dir), 64 * 65536)?;
     dp.set_interface(ifindex, opts.xdp_mode);
     let now = clock::control_ms(&clock);
     let (cp, plan) = if dp.adopted() {

@@ -76,6 +76,7 @@ impl ControlPlane {
                 index: st.index,
                 table: &st.table,
                 slot_of: f.as_ref(),
+                changed: None,
             })
             .collect();
         dp.install_tables(&items)?;

@@ -421,9 +421,10 @@ impl ControlPlane {
     }
 
     /// The lowest counter slot neither in use nor retiring (or the shared
-    /// overflow slot).
+    /// overflow slot). Slot 0 is never given out: it ends a bucket's chain
+    /// in the data plane.
     fn take_slot(&mut self, plan: &mut Plan) -> u32 {
-        let slot = (0..OVERFLOW_SLOT)
+        let slot = (1..OVERFLOW_SLOT)
             .find(|s| !self.used_slots.contains(s) && !self.retiring_slots.contains(s))
             .unwrap_or(OVERFLOW_SLOT);
         if slot != OVERFLOW_SLOT {

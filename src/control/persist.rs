@@ -102,7 +102,7 @@ impl ControlPlane {
             let Some(service) = config.service(&key) else {
                 continue;
             };
-            if lt.buckets.len() != service.table_size as usize
+            if lt.chains.len() != service.table_size as usize
                 || lt.service_index >= limits::MAX_SERVICES
                 || cp.services.values().any(|s| s.index == lt.service_index)
             {
@@ -174,10 +174,9 @@ impl ControlPlane {
             // earlier daemon was draining out (or that left the file while
             // no daemon ran). Connections may still depend on them.
             let hops: BTreeSet<Ipv4Addr> = lt
-                .buckets
+                .chains
                 .iter()
-                .flat_map(|b| [b.first, b.second])
-                .flatten()
+                .flat_map(|(f, p)| f.iter().chain(p.iter().take(1)).copied())
                 .collect();
             for dip in hops {
                 if backends.contains_key(&dip) || in_file.contains_key(&dip) {
@@ -199,7 +198,16 @@ impl ControlPlane {
             }
             let mut st = ServiceState::new(
                 lt.service_index,
-                Table::adopt(lt.buckets, lt.moved_at),
+                Table::adopt(
+                    lt.chains
+                        .iter()
+                        .map(|(first, previous)| crate::table::Bucket {
+                            first: *first,
+                            second: previous.first().copied(),
+                        })
+                        .collect(),
+                    lt.moved_at,
+                ),
                 backends,
                 now_ms,
             );

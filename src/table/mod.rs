@@ -232,6 +232,16 @@ impl Table {
         self.moved_at[i]
     }
 
+    /// First hop of bucket `i` (None: its packets are dropped).
+    pub fn first(&self, i: usize) -> Option<Ipv4Addr> {
+        self.buckets[i].first
+    }
+
+    /// Previous owners of bucket `i`, newest first.
+    pub fn previous(&self, i: usize) -> impl Iterator<Item = Ipv4Addr> + '_ {
+        self.buckets[i].second.into_iter()
+    }
+
     /// Buckets owned (as first hop) per backend.
     pub fn shares(&self) -> BTreeMap<Ipv4Addr, u32> {
         let mut m = BTreeMap::new();
