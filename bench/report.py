@@ -213,7 +213,7 @@ def main():
                          fmt(t["cp_update"]["median_ms"], 3), "-", "-", "-", "-"))
             rows.append(("Control, ms", f"map sync of the full table ({t['buckets']} buckets, install_table)",
                          fmt(t["install_table"]["median_ms"], 3),
-                         f"one outer-map swap alone: {fmt(t['install_swap']['median_ms'], 3)} (an RCU grace period)",
+                         f"the {t.get('changed_buckets', '?')} buckets a weight change moved, alone: {fmt(t['install_changed']['median_ms'], 3)}" if "install_changed" in t else "-",
                          "-", "-", "-"))
         h = cp["hundred_services"]
         rows.append(("Control, ms", "map sync of 100 services x 4096 buckets (full plan apply)",
@@ -341,24 +341,17 @@ def main():
     if cp:
         L.append("## Control plane details (ms, median)")
         L.append("")
-        L.append("`install_table` is the library call as it is; the next columns replay its steps one by one "
-                 "(serialise, create the array, fill it with `BPF_MAP_UPDATE_BATCH`, swap it into `services` "
-                 "with one update); the mmap line below fills a `BPF_F_MMAPABLE` array instead.")
+        L.append("`install_table` writes every bucket of the table in place through the pool's mapping; "
+                 "`changed` writes only the buckets a weight change moved (`TableInstall::changed`).")
         L.append("")
-        L.append("| backends x buckets | build | rebalance, failure | rebalance, weight x2 (buckets moved) | ControlPlane::new | ControlPlane::update | install_table | serialise | create array | batch fill | swap |")
-        L.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        L.append("| backends x buckets | build | rebalance, failure | rebalance, weight x2 (buckets moved) | ControlPlane::new | ControlPlane::update | install_table | changed (buckets) |")
+        L.append("|---|---:|---:|---:|---:|---:|---:|---:|")
         for t in cp["tables"]:
-            g = lambda k: fmt(t[k]["median_ms"], 3)
+            g = lambda k: fmt(t[k]["median_ms"], 3) if k in t else "-"
             L.append(f"| {t['backends']} x {t['buckets']} | {g('build')} | {g('rebalance_failure')} | "
                      f"{g('rebalance_weight')} ({t['weight_change_moved']}) | {g('cp_new')} | {g('cp_update')} | "
-                     f"{g('install_table')} | {g('install_serialise')} | {g('install_create')} | "
-                     f"{g('install_fill')} | {g('install_swap')} |")
+                     f"{g('install_table')} | {g('install_changed')} ({t.get('changed_buckets', '-')}) |")
         h = cp["hundred_services"]
-        L.append("")
-        L.append("Fill through `mmap` of a `BPF_F_MMAPABLE` array instead of "
-                 "`BPF_MAP_UPDATE_BATCH` (creation included): " + "; ".join(
-                     f"{t['buckets']} buckets {fmt(t['fill_mmap_experiment']['median_ms'], 3)} ms"
-                     for t in cp["tables"] if "fill_mmap_experiment" in t) + ".")
         L.append("")
         L.append(f"100 services x 4096 buckets (3 backends each), through ControlPlane::apply: full apply {fmt(h['full_apply']['median_ms'], 1)} ms; "
                  f"a reload doubling one weight in every service: ControlPlane::update "

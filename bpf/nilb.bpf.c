@@ -128,6 +128,63 @@ static __always_inline __u32 backend_addr(__u32 slot)
 	return be ? be->addr[0] : 0;
 }
 
+/* Add `prev` (an address, 0: none) to the hops listed in *l (l[0..2],
+ * filled in order, 0 after the last) unless it is 0, the first hop or
+ * listed already. Constant indexes only: the verifier refuses a stack
+ * write at a variable offset of this shape. */
+static __always_inline void list_once(__u32 *l, __u32 first, __u32 prev)
+{
+	if (!prev || prev == first || prev == l[0] || prev == l[1])
+		return;
+	if (!l[0])
+		l[0] = prev;
+	else if (!l[1])
+		l[1] = prev;
+	else
+		l[2] = prev;
+}
+
+/*
+ * The hops listed for a bucket whose previous owners' slots are `chain`
+ * (hops[1..] in its low 48 bits), first hop
+ * `first`: the previous owners up to the first empty slot, newest first,
+ * each once and none equal to the first hop (slots without an address are
+ * skipped); for UDP, when any is listed, the first hop again after them.
+ * Fills hops->list, nhops and overhead.
+ */
+static __always_inline void xdp_previous_owners(__u64 chain, __u32 first, __u8 udp,
+						struct xdp_hops *hops)
+{
+	__u32 *l = hops->list;
+	__u32 s, n;
+
+	l[0] = l[1] = l[2] = l[3] = 0;
+	_Static_assert(NILB_MAX_OWNERS == 4, "three previous owners");
+	s = chain & 0xffff;
+	if (s) {
+		list_once(l, first, backend_addr(s));
+		s = (chain >> 16) & 0xffff;
+		if (s) {
+			list_once(l, first, backend_addr(s));
+			s = (chain >> 32) & 0xffff;
+			if (s)
+				list_once(l, first, backend_addr(s));
+		}
+	}
+	n = !!l[0] + !!l[1] + !!l[2];
+	if (udp && n) {
+		if (n == 1)
+			l[1] = first;
+		else if (n == 2)
+			l[2] = first;
+		else
+			l[3] = first;
+		n++;
+	}
+	hops->nhops = n;
+	hops->overhead = gue_overhead(n);
+}
+
 /*
  * Bucket lookup: the bucket `hash` selects in service svc's region of the
  * pool, read as one word (a chain written concurrently is seen whole), its
@@ -141,7 +198,7 @@ static __always_inline int xdp_bucket(const struct nilb_service *svc, __u32 hash
 				      struct xdp_hops *hops)
 {
 	struct nilb_bucket *b;
-	__u32 idx, first, slot, n = 0;
+	__u32 idx, first, slot;
 	__u64 chain;
 
 	idx = svc->table_base + (hash & svc->table_mask);
@@ -159,24 +216,14 @@ static __always_inline int xdp_bucket(const struct nilb_service *svc, __u32 hash
 	}
 	hops->first = first;
 	hops->slot = slot;
-	/* Previous owners: up to the first empty slot; an address listed
-	 * already (or the first hop's) is not listed again. */
-#pragma unroll
-	for (int i = 1; i < NILB_MAX_OWNERS; i++) {
-		__u32 prev, s = (chain >> (16 * i)) & 0xffff;
-
-		if (!s)
-			break;
-		prev = backend_addr(s);
-		if (!prev || prev == first || (n > 0 && prev == hops->list[0]) ||
-		    (n > 1 && prev == hops->list[1]))
-			continue;
-		hops->list[n++] = prev;
+	chain >>= 16;
+	if (!chain) {
+		/* The common case: a bucket that never moved lists no hop. */
+		hops->nhops = 0;
+		hops->overhead = gue_overhead(0);
+	} else {
+		xdp_previous_owners(chain, first, udp, hops);
 	}
-	if (udp && n)
-		hops->list[n++] = first;
-	hops->nhops = n;
-	hops->overhead = gue_overhead(n);
 	hops->stats = bpf_map_lookup_elem(&backend_stats, &hops->slot);
 	return 0;
 }

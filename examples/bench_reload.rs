@@ -9,13 +9,12 @@
 //!       [--pin-dir /sys/fs/bpf/nilb] [--reps 5] [--out FILE.json]
 //!       with `nilb run --config PATH` running as PID on a.yaml: per
 //!       repetition a -> one -> a -> all -> a. Each step copies the variant
-//!       over PATH (rename), sends SIGHUP and polls the pinned `services` map
-//!       until every service that must change points at a new bucket array
-//!       (the daemon builds a complete array and swaps it in, so a new array
-//!       id means the new table is live). Then it reads the new array of the
-//!       first service and checks that backend .13 owns no bucket (drained)
-//!       or some (active), and takes the daemon's own "reload applied
-//!       elapsed_us=N" from its log.
+//!       over PATH (rename), sends SIGHUP and polls the pinned tables until
+//!       every service that must change has the variant's table: backend .13
+//!       owns no bucket (drained) or some (active) (the daemon writes the
+//!       changed buckets in place, so the table is live once they are
+//!       written); the other services must keep theirs. It takes the
+//!       daemon's own "reload applied elapsed_us=N" from its log.
 //!
 //! Run `measure` in the daemon's mount namespace (nsenter --target PID
 //! --mount --net): `ip netns exec` gives the daemon its own /sys.
@@ -26,9 +25,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use libbpf_rs::{MapCore, MapFlags, MapHandle};
 use nilb::config::{Protocol, ServiceKey};
-use nilb::dataplane::abi;
+use nilb::dataplane::PinnedMaps;
 
 mod bench_common;
 use bench_common::*;
@@ -58,20 +56,20 @@ fn config(services: u16, drain: u16) -> String {
     s
 }
 
-fn key_bytes(port: u16) -> Vec<u8> {
-    let k = abi::service_key(&ServiceKey {
+fn key(port: u16) -> ServiceKey {
+    ServiceKey {
         vip: VIP,
         port,
         protocol: Protocol::Tcp,
-    });
-    abi::bytes_of(&k).to_vec()
+    }
 }
 
-fn inner_id(services: &MapHandle, key: &[u8]) -> Result<u32> {
-    let v = services
-        .lookup(key, MapFlags::ANY)?
+/// Buckets of service `port` whose first hop is the drained backend.
+fn drained(pins: &PinnedMaps, port: u16) -> Result<u32> {
+    let t = pins
+        .table(&key(port))?
         .context("service missing from the services map")?;
-    Ok(u32::from_ne_bytes(v[..4].try_into()?))
+    Ok(t.chains.iter().filter(|c| c.0 == Some(DRAINED)).count() as u32)
 }
 
 fn reload_lines(log: &Path) -> Vec<u64> {
@@ -105,25 +103,21 @@ fn step(
     dir: &Path,
     variant: &'static str,
     expect_changed: &[u16],
-    services: &MapHandle,
+    pins: &PinnedMaps,
     ports: &[u16],
     log: &Path,
 ) -> Result<Step> {
     let before: Vec<u32> = ports
         .iter()
-        .map(|p| inner_id(services, &key_bytes(*p)))
+        .map(|p| drained(pins, *p))
         .collect::<Result<_>>()?;
+    let want_drained = variant != "a";
+    let done = |n: u32| (n == 0) == want_drained;
     let lines_before = reload_lines(log).len();
     let tmp = cfg.with_extension("bench-tmp");
     std::fs::copy(dir.join(format!("{variant}.yaml")), &tmp)?;
     std::fs::rename(&tmp, cfg)?;
-    let mut pending: Vec<(u16, Vec<u8>, u32)> = expect_changed
-        .iter()
-        .map(|p| {
-            let i = ports.iter().position(|x| x == p).unwrap();
-            (*p, key_bytes(*p), before[i])
-        })
-        .collect();
+    let mut pending: Vec<u16> = expect_changed.to_vec();
     let t0 = Instant::now();
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(pid),
@@ -132,17 +126,17 @@ fn step(
     let mut first = None;
     while !pending.is_empty() {
         let mut still = Vec::with_capacity(pending.len());
-        for (p, k, old) in pending {
-            if inner_id(services, &k)? != old {
+        for p in pending {
+            if done(drained(pins, p)?) {
                 first.get_or_insert_with(|| t0.elapsed());
             } else {
-                still.push((p, k, old));
+                still.push(p);
             }
         }
         pending = still;
         if t0.elapsed() > Duration::from_secs(10) {
             bail!(
-                "{variant}: {} services still not swapped after 10 s",
+                "{variant}: {} services still without the new table after 10 s",
                 pending.len()
             );
         }
@@ -153,22 +147,11 @@ fn step(
     let all = t0.elapsed();
     // Services that must not change did not.
     for (i, p) in ports.iter().enumerate() {
-        if !expect_changed.contains(p) && inner_id(services, &key_bytes(*p))? != before[i] {
-            bail!("{variant}: service port {p} was swapped although unchanged");
+        if !expect_changed.contains(p) && drained(pins, *p)? != before[i] {
+            bail!("{variant}: service port {p} changed although its config did not");
         }
     }
-    // The new table of the first changed service: what the variant says.
-    let id = inner_id(services, &key_bytes(expect_changed[0]))?;
-    let inner = MapHandle::from_map_id(id)?;
-    let (_, buckets) = abi::read_inner_table(&inner)?;
-    let drained_buckets = buckets
-        .iter()
-        .filter(|b| b.first_hop == abi::addr_be(DRAINED))
-        .count() as u32;
-    let want_drained = variant != "a";
-    if want_drained != (drained_buckets == 0) {
-        bail!("{variant}: backend {DRAINED} owns {drained_buckets} buckets in the new table");
-    }
+    let drained_buckets = drained(pins, expect_changed[0])?;
     // The daemon's own measurement.
     let deadline = Instant::now() + Duration::from_secs(5);
     let daemon = loop {
@@ -209,8 +192,7 @@ fn main() -> Result<()> {
             let pin = PathBuf::from(arg("--pin-dir", "/sys/fs/bpf/nilb"));
             let reps: usize = arg("--reps", "5").parse()?;
             let out_path = arg("--out", "");
-            let services = MapHandle::from_pinned_path(pin.join("services"))
-                .with_context(|| format!("opening {}/services", pin.display()))?;
+            let pins = PinnedMaps::open(&pin)?;
             let ports: Vec<u16> = (1000..1000 + n).collect();
             let mut steps = Vec::new();
             for rep in 0..reps {
@@ -220,9 +202,9 @@ fn main() -> Result<()> {
                     ("all", ports.clone()),
                     ("a", ports.clone()),
                 ] {
-                    let s = step(pid, &cfg, &dir, variant, &changed, &services, &ports, &log)?;
+                    let s = step(pid, &cfg, &dir, variant, &changed, &pins, &ports, &log)?;
                     eprintln!(
-                        "rep {rep} -> {variant}: {} services swapped, first {:.1} ms, all {:.1} ms, daemon says {:.1} ms; drained backend owns {} buckets",
+                        "rep {rep} -> {variant}: {} services changed, first {:.1} ms, all {:.1} ms, daemon says {:.1} ms; drained backend owns {} buckets",
                         s.changed, s.first_ms, s.all_ms, s.daemon_ms, s.drained_buckets
                     );
                     steps.push(s);

@@ -144,30 +144,32 @@ fn lock_interface(interface: &str) -> Result<nix::fcntl::Flock<std::fs::File>> {
 }
 
 /// The warning for an interface MTU that cannot carry a 1500-byte client
-/// packet with GUE: a TCP flow's packets list at most one hop, a UDP flow's
-/// two (`udp`: the config has a UDP service). None if it can.
-fn mtu_warning(mtu: u32, udp: bool) -> Option<String> {
-    let overhead = if udp {
-        limits::GUE_OVERHEAD_MAX
-    } else {
-        limits::GUE_OVERHEAD
-    };
+/// packet with GUE: a TCP flow's packets list at most `previous` hops (the
+/// previous owners a bucket keeps), a UDP flow's one more, the first hop
+/// again (`udp`: the config has a UDP service). None if it can.
+fn mtu_warning(mtu: u32, previous: u32, udp: bool) -> Option<String> {
+    let tcp = limits::gue_overhead(previous);
+    let overhead = limits::gue_overhead(previous + udp as u32);
     let need = 1500 + overhead;
     if mtu >= need {
         return None;
     }
-    let what = if udp {
-        " (a UDP flow whose bucket has a second hop lists two hops)"
-    } else {
-        ""
+    let what = match (udp, previous) {
+        (true, 1) => " (a UDP flow whose bucket has a second hop lists two hops)".to_string(),
+        (true, n) => format!(
+            " (a UDP flow whose bucket has {n} previous owners lists {} hops)",
+            n + 1
+        ),
+        (false, 1) => String::new(),
+        (false, n) => format!(" (a bucket with {n} previous owners lists {n} hops)"),
     };
     let mut s = format!(
         "MTU {mtu} cannot carry a 1500-byte client packet plus {overhead} bytes of GUE{what}: raise the MTU between nodes to {need}"
     );
-    if mtu < 1500 + limits::GUE_OVERHEAD {
+    if mtu < 1500 + tcp {
         s += &format!(
             " or clamp the TCP MSS of the VIPs to {}",
-            mtu.saturating_sub(limits::GUE_OVERHEAD + 40)
+            mtu.saturating_sub(tcp + 40)
         );
     }
     if udp {
@@ -178,7 +180,7 @@ fn mtu_warning(mtu: u32, udp: bool) -> Option<String> {
 
 /// Warnings about the interface that the operator must hear at start
 /// (`udp`: the config has a UDP service).
-fn check_interface(interface: &str, balancer: bool, udp: bool) {
+fn check_interface(interface: &str, balancer: bool, previous: u32, udp: bool) {
     let read = |p: String| {
         std::fs::read_to_string(p)
             .ok()
@@ -187,7 +189,7 @@ fn check_interface(interface: &str, balancer: bool, udp: bool) {
     if let Some(mtu) =
         read(format!("/sys/class/net/{interface}/mtu")).and_then(|m| m.parse::<u32>().ok())
     {
-        if let Some(w) = mtu_warning(mtu, udp) {
+        if let Some(w) = mtu_warning(mtu, previous, udp) {
             warn!(interface, mtu, "{w}");
         }
     }
@@ -359,7 +361,10 @@ pub fn run(opts: &RunOptions) -> Result<()> {
         warn!(%node, "this node is neither a balancer nor a backend in the config; GUE from it will be rejected by others");
     }
     let udp = config.services.iter().any(|s| s.protocol == Protocol::Udp);
-    check_interface(&opts.interface, balancer, udp);
+    // Previous owners a bucket keeps: the table keeps one (the data plane
+    // lists up to limits::MAX_PREVIOUS_OWNERS).
+    let previous = 1;
+    check_interface(&opts.interface, balancer, previous, udp);
     // Pins where a restarted daemon finds them (dataplane::pins).
     let placement = crate::dataplane::pins::prepare(&opts.pin_dir)?;
     let opts = &RunOptions {
@@ -997,17 +1002,36 @@ mod tests {
     #[test]
     fn mtu_warning_counts_two_hops_for_udp_services() {
         // TCP only: one hop at most, 1540 carries a 1500-byte packet.
-        assert_eq!(mtu_warning(1540, false), None);
-        let w = mtu_warning(1500, false).unwrap();
+        assert_eq!(mtu_warning(1540, 1, false), None);
+        let w = mtu_warning(1500, 1, false).unwrap();
         assert!(w.contains("raise the MTU between nodes to 1540"), "{w}");
         assert!(w.contains("clamp the TCP MSS of the VIPs to 1420"), "{w}");
         // A UDP service: [second, first] adds 44 bytes; 1540 is 4 short.
-        let w = mtu_warning(1540, true).unwrap();
+        let w = mtu_warning(1540, 1, true).unwrap();
         assert!(w.contains("plus 44 bytes of GUE"), "{w}");
         assert!(w.contains("raise the MTU between nodes to 1544"), "{w}");
         assert!(!w.contains("MSS"), "TCP fits at 1540: {w}");
-        assert_eq!(mtu_warning(1544, true), None);
-        let w = mtu_warning(1500, true).unwrap();
+        assert_eq!(mtu_warning(1544, 1, true), None);
+        let w = mtu_warning(1500, 1, true).unwrap();
         assert!(w.contains("clamp the TCP MSS of the VIPs to 1420"), "{w}");
+    }
+
+    #[test]
+    fn mtu_warning_counts_every_previous_owner_listed() {
+        // Three previous owners: TCP lists three hops (48 bytes), UDP four.
+        assert_eq!(mtu_warning(1548, 3, false), None);
+        let w = mtu_warning(1544, 3, false).unwrap();
+        assert!(w.contains("plus 48 bytes of GUE"), "{w}");
+        assert!(w.contains("raise the MTU between nodes to 1548"), "{w}");
+        assert!(w.contains("clamp the TCP MSS of the VIPs to 1456"), "{w}");
+        let w = mtu_warning(1548, 3, true).unwrap();
+        assert!(w.contains("plus 52 bytes of GUE"), "{w}");
+        assert!(w.contains("lists 4 hops"), "{w}");
+        assert!(!w.contains("MSS"), "TCP fits at 1548: {w}");
+        assert_eq!(mtu_warning(1552, 3, true), None);
+        assert_eq!(
+            crate::limits::GUE_OVERHEAD_MAX,
+            crate::limits::gue_overhead(crate::limits::MAX_PREVIOUS_OWNERS + 1)
+        );
     }
 }

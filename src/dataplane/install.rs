@@ -100,13 +100,8 @@ pub(super) struct PoolMaps<'a> {
 
 impl PoolMaps<'_> {
     fn map_buckets(&self, pool: u32, write: bool) -> Result<ArrayMapping> {
-        ArrayMapping::new(
-            self.buckets.as_fd(),
-            0,
-            pool as usize * BUCKET_BYTES,
-            write,
-        )
-        .context("mapping the bucket pool")
+        ArrayMapping::new(self.buckets.as_fd(), 0, pool as usize * BUCKET_BYTES, write)
+            .context("mapping the bucket pool")
     }
     fn map_moved(&self, pool: u32, write: bool) -> Result<ArrayMapping> {
         ArrayMapping::new(self.moved.as_fd(), 0, pool as usize * MOVED_BYTES, write)
@@ -125,7 +120,7 @@ impl PoolMaps<'_> {
 
 /// One service's table as the maps hold it, raw: what `nilb tables` shows
 /// and what adoption and [`super::LiveTable`] are made from.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct RawTable {
     /// The service.
     pub key: ServiceKey,
@@ -147,17 +142,26 @@ impl RawTable {
     }
 }
 
-/// Every installed service's table and the `backends` slots, read from the
-/// maps (through read-only mappings), tables in key order. A service whose
-/// region does not lie within the pool is reported in the errors, not read.
+/// What [`read_raw`] returns: the tables, every backend slot's address
+/// (index = slot) and what could not be read.
+pub(super) type RawRead = (Vec<RawTable>, Vec<Option<Ipv4Addr>>, Vec<String>);
+
+/// Every installed service's table (or only `only`'s) and the `backends`
+/// slots, read from the maps (through read-only mappings), tables in key
+/// order. A service whose region does not lie within the pool is reported
+/// in the errors, not read.
 pub(super) fn read_raw(
     maps: &PoolMaps<'_>,
-) -> Result<(Vec<RawTable>, Vec<Option<Ipv4Addr>>, Vec<String>)> {
+    only: Option<&ServiceKey>,
+) -> Result<RawRead> {
     let pool = maps.buckets.max_entries();
     let backends = read_backends(maps)?;
     let mut out = Vec::new();
     let mut errors = Vec::new();
-    let mut keys: Vec<Vec<u8>> = maps.services.keys().collect();
+    let mut keys: Vec<Vec<u8>> = match only {
+        Some(k) => vec![abi::bytes_of(&abi::service_key(k)).to_vec()],
+        None => maps.services.keys().collect(),
+    };
     keys.sort();
     let (b, m) = (maps.map_buckets(pool, false)?, maps.map_moved(pool, false)?);
     for k in keys {
@@ -247,7 +251,7 @@ impl PoolBook {
     /// fit or overlaps another: that service is installed anew).
     pub fn adopt(maps: &PoolMaps<'_>) -> Result<(Self, Vec<String>)> {
         let mut book = PoolBook::new(maps.buckets.max_entries());
-        let (tables, backends, mut errors) = read_raw(maps)?;
+        let (tables, backends, mut errors) = read_raw(maps, None)?;
         book.slot_addr = backends;
         for t in tables {
             if let Err(e) = book.pool.reserve(t.region(), t.key) {
@@ -379,10 +383,7 @@ impl PoolBook {
             let s = s as u16;
             if let Some(&other) = assign.get(&s) {
                 if other != a {
-                    bail!(
-                        "{}: backends {other} and {a} both have slot {s}",
-                        it.key
-                    );
+                    bail!("{}: backends {other} and {a} both have slot {s}", it.key);
                 }
             }
             assign.insert(s, a);

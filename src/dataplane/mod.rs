@@ -35,10 +35,10 @@
 
 pub mod abi;
 pub mod hints;
+pub mod install;
 pub mod libbpf_log;
 pub mod ops;
 pub mod pinned;
-pub mod install;
 pub mod pins;
 pub mod pool;
 
@@ -129,7 +129,12 @@ fn pool_maps<'a>(skel: &'a NilbSkel<'_>) -> install::PoolMaps<'a> {
 fn grow_pinned_pool(dir: &Path, old: u32, new: u32) -> Result<()> {
     for (name, entries_old, entries_new, bytes) in [
         (pinned::BUCKETS, old, new, old as usize * abi::BUCKET_BYTES),
-        (pinned::BUCKET_MOVED, old / 2, new / 2, old as usize * abi::MOVED_BYTES),
+        (
+            pinned::BUCKET_MOVED,
+            old / 2,
+            new / 2,
+            old as usize * abi::MOVED_BYTES,
+        ),
     ] {
         let path = dir.join(name);
         let from = libbpf_rs::MapHandle::from_pinned_path(&path)
@@ -256,7 +261,10 @@ impl<'obj> Dataplane<'obj> {
             };
             // The pinned pool's size, if its two maps agree on one.
             let pinned_pool = {
-                let b = maps.iter().find(|m| name(m) == pinned::BUCKETS).and_then(pinned);
+                let b = maps
+                    .iter()
+                    .find(|m| name(m) == pinned::BUCKETS)
+                    .and_then(pinned);
                 let mv = maps
                     .iter()
                     .find(|m| name(m) == pinned::BUCKET_MOVED)
@@ -410,7 +418,7 @@ impl<'obj> Dataplane<'obj> {
     /// The installed tables (as `nilb lookup --live` reads them), from this
     /// data plane's own maps.
     pub fn live_tables(&self) -> Result<Vec<(ServiceKey, LiveTable)>> {
-        let (tables, backends, _) = install::read_raw(&pool_maps(&self.skel))?;
+        let (tables, backends, _) = install::read_raw(&pool_maps(&self.skel), None)?;
         Ok(tables
             .iter()
             .filter(|t| self.book.has(&t.key))

@@ -149,11 +149,21 @@ impl PinnedMaps {
     /// Every installed service's table, raw, in key order, and the address
     /// of every backend slot (index = slot).
     pub fn raw_tables(&self) -> Result<(Vec<RawTable>, Vec<Option<Ipv4Addr>>)> {
-        let (tables, backends, errors) = read_raw(&self.pool_maps())?;
+        let (tables, backends, errors) = read_raw(&self.pool_maps(), None)?;
         if let Some(e) = errors.first() {
             anyhow::bail!("the pinned tables are inconsistent: {e}");
         }
         Ok((tables, backends))
+    }
+
+    /// The installed table of `key` (None: not installed), read from the
+    /// pool.
+    pub fn table(&self, key: &ServiceKey) -> Result<Option<LiveTable>> {
+        let (tables, backends, errors) = read_raw(&self.pool_maps(), Some(key))?;
+        if let Some(e) = errors.first() {
+            anyhow::bail!("the pinned table is inconsistent: {e}");
+        }
+        Ok(tables.first().map(|t| LiveTable::from_raw(t, &backends)))
     }
 
     /// Installed services with their buckets, read from the pool.
@@ -205,23 +215,29 @@ impl LiveTable {
     /// The table of `raw`, its slots resolved with `backends` (index =
     /// slot).
     pub fn from_raw(raw: &RawTable, backends: &[Option<Ipv4Addr>]) -> LiveTable {
+        // A first hop's slot wins over a previous owner's (a chain the
+        // control plane did not write may name another slot of the address).
         let mut slots = BTreeMap::new();
-        let mut addr = |s: u16| {
+        let mut addr = |s: u16, first: bool| {
             let a = backends.get(s as usize).copied().flatten();
             if let Some(a) = a {
-                slots.insert(a, s as u32);
+                if first {
+                    slots.insert(a, s as u32);
+                } else {
+                    slots.entry(a).or_insert(s as u32);
+                }
             }
             a
         };
-        let chains = raw
+        let chains: Vec<_> = raw
             .buckets
             .iter()
             .map(|h| {
-                let first = if h[0] != 0 { addr(h[0]) } else { None };
+                let first = if h[0] != 0 { addr(h[0], true) } else { None };
                 let previous = h[1..]
                     .iter()
                     .take_while(|&&s| s != 0)
-                    .filter_map(|&s| addr(s))
+                    .filter_map(|&s| addr(s, false))
                     .collect();
                 (first, previous)
             })
@@ -236,6 +252,14 @@ impl LiveTable {
                 .collect(),
             slots,
         }
+    }
+
+    /// The chains of `t` as [`LiveTable::chains`] holds them (what a table
+    /// installed from `t` reads back as, slots permitting).
+    pub fn chains_of(t: &crate::table::Table) -> Vec<(Option<Ipv4Addr>, Vec<Ipv4Addr>)> {
+        (0..t.size() as usize)
+            .map(|i| (t.first(i), t.previous(i).collect()))
+            .collect()
     }
 
     /// Buckets.

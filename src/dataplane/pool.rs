@@ -385,7 +385,10 @@ mod tests {
         assert!(p.alloc(1024, 1, 10_001).is_err());
         assert_eq!(p.alloc(CHUNK_BUCKETS, 1, 10_001).unwrap(), a);
         p.release(a, 20_000);
-        assert_eq!(p.alloc(16, 2, 21_000).unwrap(), Region { base: 0, size: 16 });
+        assert_eq!(
+            p.alloc(16, 2, 21_000).unwrap(),
+            Region { base: 0, size: 16 }
+        );
         check_partition(&p);
     }
 
@@ -407,13 +410,59 @@ mod tests {
     #[test]
     fn reserve_rebuilds_an_adopted_pool_and_refuses_overlaps() {
         let mut p: Pool<u32> = Pool::new(2 * CHUNK_BUCKETS);
-        p.reserve(Region { base: 4096, size: 4096 }, 1).unwrap();
-        p.reserve(Region { base: 65536 + 512, size: 512 }, 2).unwrap();
+        p.reserve(
+            Region {
+                base: 4096,
+                size: 4096,
+            },
+            1,
+        )
+        .unwrap();
+        p.reserve(
+            Region {
+                base: 65536 + 512,
+                size: 512,
+            },
+            2,
+        )
+        .unwrap();
         check_partition(&p);
-        assert!(p.reserve(Region { base: 4096, size: 1024 }, 3).is_err());
-        assert!(p.reserve(Region { base: 0, size: 8192 }, 3).is_err());
-        assert!(p.reserve(Region { base: 100, size: 64 }, 3).is_err());
-        assert!(p.reserve(Region { base: 131072, size: 16 }, 3).is_err());
+        assert!(p
+            .reserve(
+                Region {
+                    base: 4096,
+                    size: 1024
+                },
+                3
+            )
+            .is_err());
+        assert!(p
+            .reserve(
+                Region {
+                    base: 0,
+                    size: 8192
+                },
+                3
+            )
+            .is_err());
+        assert!(p
+            .reserve(
+                Region {
+                    base: 100,
+                    size: 64
+                },
+                3
+            )
+            .is_err());
+        assert!(p
+            .reserve(
+                Region {
+                    base: 131072,
+                    size: 16
+                },
+                3
+            )
+            .is_err());
         assert_eq!(p.owner(4096), Some(&1));
         // New regions avoid the reserved ones.
         for i in 0..30 {

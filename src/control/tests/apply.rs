@@ -90,12 +90,13 @@ fn reload() -> (ControlPlane, FakeDataplane, Plan, ControlPlane) {
 fn apply_widens_zeroes_installs_removes_then_narrows() {
     let (cp, mut dp, plan, _) = reload();
     cp.apply(&mut dp, NODE, &plan).unwrap();
-    // dns's index (1) and slot (2) are retiring: the dns table counts into
-    // them until it is removed, so api takes index 2 and slot 3 (.15), and
-    // web's new .14 takes 4. Records: .12's weight changed, .13's is
+    // dns's index (1) and slot (3) are retiring: the dns table counts into
+    // them until it is removed, so api takes index 2 and slot 4 (.15), and
+    // web's new .14 takes 5 (slot 0 is never given out: it ends a bucket's
+    // chain in the data plane). Records: .12's weight changed, .13's is
     // cleared, .15 and .14 are new; .11's is unchanged.
     assert_eq!(plan.fresh_service_indexes, [2]);
-    assert_eq!(plan.fresh_slots, [3, 4]);
+    assert_eq!(plan.fresh_slots, [4, 5]);
     let all_vips = BTreeSet::from([API.vip, WEB.vip, DNS.vip]);
     let all_nodes = BTreeSet::from([NODE, ip(11), ip(12), ip(13), ip(14), ip(15)]);
     assert_eq!(
@@ -103,10 +104,10 @@ fn apply_widens_zeroes_installs_removes_then_narrows() {
         [
             Call::SetVips(all_vips),
             Call::SetClusterNodes(all_nodes),
-            Call::ZeroBackendStats(3),
             Call::ZeroBackendStats(4),
+            Call::ZeroBackendStats(5),
             Call::ZeroServiceStats(2),
-            Call::WriteControlState(4, vec![1, 3, 4]),
+            Call::WriteControlState(4, vec![2, 4, 5]),
             Call::InstallTables(vec![API, WEB]),
             Call::RemoveService(DNS),
             Call::SetVips(BTreeSet::from([API.vip, WEB.vip])),

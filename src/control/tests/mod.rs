@@ -51,7 +51,7 @@ fn pinned(cp: &ControlPlane) -> Vec<(ServiceKey, crate::dataplane::LiveTable)> {
                 *key,
                 crate::dataplane::LiveTable {
                     service_index: st.index,
-                    buckets: t.buckets().to_vec(),
+                    chains: crate::dataplane::LiveTable::chains_of(t),
                     moved_at: (0..t.size() as usize)
                         .map(|i| t.moved_at(i).map(|ms| (ms / 1000).max(1) * 1000))
                         .collect(),
@@ -355,7 +355,7 @@ fn adopting_live_tables_moves_nothing_and_keeps_history() {
         key(),
         crate::dataplane::LiveTable {
             service_index: running.index,
-            buckets: running.table.buckets().to_vec(),
+            chains: crate::dataplane::LiveTable::chains_of(&running.table),
             moved_at: (0..running.table.size() as usize)
                 .map(|i| running.table.moved_at(i))
                 .collect(),
@@ -458,7 +458,7 @@ fn adopting_under_dynamic_weights_keeps_the_shares() {
         key(),
         crate::dataplane::LiveTable {
             service_index: running.index,
-            buckets: running.table.buckets().to_vec(),
+            chains: crate::dataplane::LiveTable::chains_of(&running.table),
             moved_at: (0..1024).map(|i| running.table.moved_at(i)).collect(),
             slots: running
                 .backends

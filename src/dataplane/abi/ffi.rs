@@ -3,7 +3,7 @@
 //! the clsact qdisc, and XDP and TC queries and detaches by interface
 //! (netlink through libbpf).
 
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::BorrowedFd;
 
 use anyhow::{bail, Context, Result};
 use libbpf_rs::{MapCore, MapFlags};
