@@ -425,16 +425,24 @@ def skey(port, proto=6):
     return ip4(VIP) + struct.pack(">H", port) + bytes([proto, 0])
 
 
-def table(first, second="0.0.0.0", index=0):
+# Backend slots (the `backends` map): slot -> address; slot 0 is never used.
+SLOTS = {u32("10.99.0.%d" % h): h - 10 for h in range(11, 17)}
+BACKENDS = {slot: addr for addr, slot in SLOTS.items()}
+
+
+def table(first, *previous, index=0):
+    """A service whose every bucket has first hop `first` and the previous
+    owners `previous` (newest first), its region at index * 4096."""
     base = index * 4096
+    hops = [SLOTS[u32(a)] for a in (first,) + previous] + [0] * (4 - 1 - len(previous))
     return {"service": struct.pack("<IIII", base, 4095, index, 0),
-            "bucket": struct.pack("<IIII", u32(first), u32(second), 0, 0)}
+            "bucket": struct.pack("<HHHH", *hops)}
 
 
-XDP_BASE = {"kind": "xdp", "config": config(NODE), "vips": {u32(VIP)},
+XDP_BASE = {"kind": "xdp", "config": config(NODE), "vips": {u32(VIP)}, "backends": BACKENDS,
             "services": {skey(80): "web", skey(53, 17): "dns"},
             "tables": {"web": table("10.99.0.11"), "dns": table("10.99.0.11", index=1)}}
-TC_BASE = {"kind": "tc", "config": config(TC_NODE), "vips": {u32(VIP)},
+TC_BASE = {"kind": "tc", "config": config(TC_NODE), "vips": {u32(VIP)}, "backends": BACKENDS,
            "cluster_nodes": {u32(NODE), u32("10.99.0.11"), u32("10.99.0.13")},
            "services": {skey(80): "web", skey(53, 17): "dns"},
            "tables": {"web": table("10.99.0.12"), "dns": table("10.99.0.12", index=1)}}
@@ -444,6 +452,10 @@ SCENARIOS = [
     ("xdp", "vip", "TCP to a VIP, no second hop (XDP_TX)", eth(ipv4("10.99.0.50", VIP, 6, tcp(40000, 80, 0x10))), {}, 3),
     ("xdp", "vip_second_hop", "TCP to a VIP, second hop listed", eth(ipv4("10.99.0.50", VIP, 6, tcp(40000, 80, 0x10))),
      {"tables": {"web": table("10.99.0.14", "10.99.0.11")}}, 3),
+    ("xdp", "vip_prev2", "TCP to a VIP, two previous owners listed", eth(ipv4("10.99.0.50", VIP, 6, tcp(40000, 80, 0x10))),
+     {"tables": {"web": table("10.99.0.14", "10.99.0.11", "10.99.0.12")}}, 3),
+    ("xdp", "vip_prev3", "TCP to a VIP, three previous owners listed", eth(ipv4("10.99.0.50", VIP, 6, tcp(40000, 80, 0x10))),
+     {"tables": {"web": table("10.99.0.14", "10.99.0.11", "10.99.0.12", "10.99.0.13")}}, 3),
     ("xdp", "vip_too_big", "TCP to a VIP, DF, 1480 bytes, FIB says MTU 1500: ICMP frag-needed (XDP_TX)",
      eth(ipv4("10.99.0.50", VIP, 6, tcp(40000, 80, 0x10, 1440))),
      {"fib_rc": 8, "fib_mtu": 1500, "prefill": {"icmp_limit": struct.pack("<QQ", 0, 10**9)}}, 3),
@@ -456,6 +468,9 @@ SCENARIOS = [
     ("xdp", "vip_udp", "UDP to a VIP, no second hop (XDP_TX)", eth(DNS), {}, 3),
     ("xdp", "vip_udp_second_hop", "UDP to a VIP, second hop and first hop again listed", eth(DNS),
      {"tables": {"web": table("10.99.0.11"), "dns": table("10.99.0.14", "10.99.0.11", index=1)}}, 3),
+    ("xdp", "vip_udp_prev3", "UDP to a VIP, three previous owners and the first hop again listed", eth(DNS),
+     {"tables": {"web": table("10.99.0.11"),
+                 "dns": table("10.99.0.14", "10.99.0.11", "10.99.0.12", "10.99.0.13", index=1)}}, 3),
     ("xdp", "icmp_error", "ICMP frag-needed about a TCP flow: balanced like the flow", eth(icmp_error(6, 80, 40000)), {}, 3),
     ("tc", "time_wait_forward", "GUE, TIME_WAIT socket, hop left: forward", gue(0x10), {"socket": 6}, 7),
     ("tc", "udp_connected", "GUE, UDP with a connected socket: decapsulate", gue(0, inner=DNS),

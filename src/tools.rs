@@ -209,8 +209,13 @@ pub struct LookupReport {
     /// Every previous owner of the bucket, newest first (the hops the
     /// balancer lists in GUE; `second_hop` is the first of them).
     pub previous_hops: Vec<Ipv4Addr>,
+    /// Their hostnames in the config (`null` where none), in the same order.
+    pub previous_hop_hostnames: Vec<Option<String>>,
     /// UDP source port of the GUE packet (from the hash).
     pub gue_source_port: u16,
+    /// Which edge filter rules decide the client's source (`null`: no
+    /// filter is configured); see docs/operations.md "Edge filters".
+    pub filters: Option<crate::filter_report::FilterLookup>,
 }
 
 /// Which service, bucket and hops a client flow maps to.
@@ -284,8 +289,10 @@ pub fn lookup_report(
         first_hop_hostname: hostname(first),
         second_hop: second,
         second_hop_hostname: hostname(second),
+        previous_hop_hostnames: previous.iter().map(|&p| hostname(Some(p))).collect(),
         previous_hops: previous,
         gue_source_port: gue_source_port(hash),
+        filters: None,
     })
 }
 
@@ -300,6 +307,14 @@ pub fn lookup(
     out: &mut dyn Write,
 ) -> Result<LookupReport> {
     let r = lookup_report(config, src, dst, protocol, source)?;
+    print_lookup(config, &r, out)?;
+    Ok(r)
+}
+
+/// Print a lookup report (and its filter part, if it has one).
+pub fn print_lookup(config: &Config, r: &LookupReport, out: &mut dyn Write) -> Result<()> {
+    let (src, dst) = (r.src, r.dst);
+    let protocol = parse_protocol(&r.protocol)?;
     let service = config
         .service(&ServiceKey {
             vip: *dst.ip(),
@@ -343,7 +358,10 @@ pub fn lookup(
             "note: this bucket has no first hop; the balancer drops the packet"
         )?;
     }
-    Ok(r)
+    if let Some(f) = &r.filters {
+        crate::filter_report::print_lookup(f, out)?;
+    }
+    Ok(())
 }
 
 /// `nilb tables --json`: the live tables of a running data plane.
@@ -614,6 +632,8 @@ pub struct StatsReport {
     pub counters: BTreeMap<&'static str, u64>,
     /// Per service, in key order.
     pub services: Vec<ServiceStatsReport>,
+    /// Every edge filter rule with what it dropped.
+    pub filters: Vec<crate::filter_report::RuleStatsReport>,
 }
 
 /// Counters of one service.
@@ -717,6 +737,7 @@ pub fn stats_report(dir: &Path) -> Result<StatsReport> {
         unknown_flow: s.unknown_flow.name(),
         counters: COUNTER_NAMES.iter().copied().zip(values).collect(),
         services,
+        filters: crate::filter_report::rule_stats(&pins)?,
     })
 }
 
@@ -764,6 +785,13 @@ pub fn stats(dir: &Path, all: bool, out: &mut dyn Write) -> Result<()> {
                 b.new_connections
             )?;
         }
+    }
+    if all || !r.filters.is_empty() {
+        writeln!(
+            out,
+            "filter rules (nilb filters adds the sources rate limits hit most):"
+        )?;
+        crate::filter_report::print_rule_stats(&r.filters, out)?;
     }
     Ok(())
 }

@@ -54,11 +54,13 @@ mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
+use std::sync::Arc;
 
 use crate::config::{
     Backend, BackendState, Checker, Config, DynamicWeight, HealthCheck, Rebalance, Service,
 };
 use crate::dataplane::NodeSettings;
+use crate::filters::FilterSet;
 use crate::health::checker::CheckTarget;
 use crate::health::{Health, HealthState};
 use crate::limits;
@@ -317,6 +319,8 @@ pub struct Plan {
     pub records: BTreeSet<u32>,
     /// Rewrite every slot of `control_state` (a full plan).
     pub all_records: bool,
+    /// The edge filters changed ([`ControlPlane::set_filters`]).
+    pub filters: bool,
 }
 
 /// One backend's change in a dynamic-weights round.
@@ -344,6 +348,7 @@ impl Plan {
             && self.fresh_service_indexes.is_empty()
             && self.records.is_empty()
             && !self.all_records
+            && !self.filters
     }
 
     /// True when the plan has nothing to write nor to report.
@@ -363,6 +368,7 @@ impl Plan {
         self.reweighted.extend(other.reweighted);
         self.records.extend(other.records);
         self.all_records |= other.all_records;
+        self.filters |= other.filters;
     }
 }
 
@@ -377,6 +383,9 @@ pub struct ControlPlane {
     /// applied, so only the next reload gives them out again.
     retiring_slots: BTreeSet<u32>,
     retiring_indexes: BTreeSet<u32>,
+    /// The edge filters compiled from the config and its lists (shared:
+    /// a 1M-prefix set is large, and a reload clones the state).
+    filters: Arc<FilterSet>,
 }
 
 /// The `backend_stats` slot shared by backends that found no free slot (the
@@ -403,11 +412,13 @@ impl ControlPlane {
                 cluster: config.cluster.clone(),
                 rebalance: config.rebalance,
                 services: Vec::new(),
+                filters: config.filters.clone(),
             },
             services: BTreeMap::new(),
             used_slots: BTreeSet::new(),
             retiring_slots: BTreeSet::new(),
             retiring_indexes: BTreeSet::new(),
+            filters: Arc::new(FilterSet::default()),
         }
     }
 
@@ -445,6 +456,21 @@ impl ControlPlane {
     /// The running configuration.
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// The edge filters in force.
+    pub fn filters(&self) -> &Arc<FilterSet> {
+        &self.filters
+    }
+
+    /// Use `set` as the edge filters (compiled from this state's config and
+    /// its list files; the daemon passes an empty set on nodes that do not
+    /// run the XDP balancer). Returns whether it differs from the set in
+    /// force; the caller then marks its plan (`Plan::filters`).
+    pub fn set_filters(&mut self, set: Arc<FilterSet>) -> bool {
+        let changed = set.digest != self.filters.digest || set.rules != self.filters.rules;
+        self.filters = set;
+        changed
     }
 
     /// State of one service.

@@ -150,10 +150,7 @@ pub(super) type RawRead = (Vec<RawTable>, Vec<Option<Ipv4Addr>>, Vec<String>);
 /// slots, read from the maps (through read-only mappings), tables in key
 /// order. A service whose region does not lie within the pool is reported
 /// in the errors, not read.
-pub(super) fn read_raw(
-    maps: &PoolMaps<'_>,
-    only: Option<&ServiceKey>,
-) -> Result<RawRead> {
+pub(super) fn read_raw(maps: &PoolMaps<'_>, only: Option<&ServiceKey>) -> Result<RawRead> {
     let pool = maps.buckets.max_entries();
     let backends = read_backends(maps)?;
     let mut out = Vec::new();

@@ -316,27 +316,30 @@ mod tests {
     /// Every bucket is in exactly one of: a live region, a quarantined
     /// region, a free block; blocks are aligned and within the pool.
     fn check_partition(p: &Pool<u32>) {
-        let mut owner = vec![0u8; p.buckets as usize];
-        let mut mark = |base: u32, size: u32, what: u8| {
-            assert_eq!(base % size, 0, "block {base}+{size} aligned");
-            assert!(base as u64 + size as u64 <= p.buckets as u64);
-            for b in &mut owner[base as usize..(base + size) as usize] {
-                assert_eq!(*b, 0, "bucket {} in two blocks", base);
-                *b = what;
-            }
-        };
+        // Blocks sorted by base must tile 0 .. buckets exactly.
+        let mut blocks: Vec<(u32, u32)> = Vec::new();
         for (&base, (size, _)) in &p.live {
-            mark(base, *size, 1);
+            blocks.push((base, *size));
         }
         for q in &p.quarantine {
-            mark(q.region.base, q.region.size, 2);
+            blocks.push((q.region.base, q.region.size));
         }
         for (o, set) in p.free.iter().enumerate() {
             for &base in set {
-                mark(base, 1 << o, 3);
+                blocks.push((base, 1 << o));
             }
         }
-        assert!(owner.iter().all(|&b| b != 0), "every bucket accounted for");
+        blocks.sort();
+        let mut next = 0u64;
+        for (base, size) in blocks {
+            assert_eq!(base % size, 0, "block {base}+{size} aligned");
+            assert_eq!(
+                base as u64, next,
+                "blocks tile the pool (gap or overlap at {base})"
+            );
+            next = base as u64 + size as u64;
+        }
+        assert_eq!(next, p.buckets as u64, "every bucket accounted for");
         let u = p.usage();
         assert_eq!(u.used + u.quarantined + u.free, u.buckets);
     }

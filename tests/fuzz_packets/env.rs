@@ -100,7 +100,7 @@ pub struct Env {
 /// three previous owners, with repeats, the first hop among them and
 /// backends of other services (every hop has a slot with its address).
 /// The move times stay as they are.
-fn lengthen_chains(l: &mut Loaded) {
+pub fn lengthen_chains(l: &mut Loaded) {
     let live = l.dp.live_tables().expect("live tables");
     let slots: std::collections::BTreeMap<Ipv4Addr, u32> =
         live.iter().flat_map(|(_, t)| t.slots.clone()).collect();

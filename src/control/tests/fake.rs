@@ -16,6 +16,7 @@ use std::net::Ipv4Addr;
 use anyhow::{bail, Result};
 
 use crate::dataplane::{ControlRecord, DataplaneOps, NodeSettings, TableInstall};
+use crate::filters::FilterSet;
 use crate::table::Bucket;
 use crate::types::ServiceKey;
 
@@ -33,6 +34,9 @@ pub(super) enum Call {
     /// How many slots one batch wrote, and which of them got a record.
     WriteControlState(usize, Vec<u32>),
     SetXdp(bool),
+    /// A filter set that differs from the installed one: its digest and
+    /// each filtered service's index.
+    InstallFilters(u64, BTreeMap<ServiceKey, u32>),
 }
 
 /// A table as the fake holds it.
@@ -68,6 +72,10 @@ pub(super) struct FakeDataplane {
     pub fail_xdp_attach: bool,
     /// Unsafe states seen: after which call (index into `calls`), and why.
     pub violations: Vec<(usize, String)>,
+    /// The installed filters: digest and the index of each filtered
+    /// service (like the real data plane, an equal set is not installed
+    /// again).
+    pub filters: Option<(u64, BTreeMap<ServiceKey, u32>)>,
 }
 
 impl FakeDataplane {
@@ -91,6 +99,14 @@ impl FakeDataplane {
                     at,
                     format!("{hop}, a hop of {key}, is not in cluster_nodes"),
                 ));
+            }
+            if let Some(index) = self.filters.as_ref().and_then(|(_, s)| s.get(key)) {
+                if *index != t.index {
+                    self.violations.push((
+                        at,
+                        format!("{key} is installed with index {} but its filters are at scope index {index}", t.index),
+                    ));
+                }
             }
         }
     }
@@ -218,6 +234,24 @@ impl DataplaneOps for FakeDataplane {
             bail!("injected: attaching XDP in Native mode: Operation not supported (os error 95)");
         }
         self.xdp = attached;
+        Ok(())
+    }
+
+    fn install_filters(
+        &mut self,
+        set: &FilterSet,
+        index_of: &dyn Fn(&ServiceKey) -> Option<u32>,
+    ) -> Result<()> {
+        let scopes: BTreeMap<ServiceKey, u32> = set
+            .services
+            .keys()
+            .map(|k| (*k, index_of(k).unwrap_or(u32::MAX)))
+            .collect();
+        let want = (set.digest, scopes);
+        if self.filters.as_ref() != Some(&want) {
+            self.filters = Some(want.clone());
+            self.record(Call::InstallFilters(want.0, want.1));
+        }
         Ok(())
     }
 
