@@ -497,6 +497,14 @@ def main():
                          f"{ht[0]['errors'] if ht else '-'} |")
         L.append("")
 
+    # Hand-kept record of what each data-plane change bought (numbers of the
+    # runs that chose it); carried into every report.
+    hist = os.path.join(os.path.dirname(os.path.abspath(__file__)), "history.md")
+    if os.path.exists(hist):
+        with open(hist) as f:
+            L.append(f.read().rstrip("\n"))
+        L.append("")
+
     L.append("## Method notes")
     L.append("")
     L.append("- Live frames: `BPF_PROG_TEST_RUN` with `BPF_F_TEST_XDP_LIVE_FRAMES` on `gen0` of a veth pair; "
@@ -505,7 +513,8 @@ def main():
              "generated / wall time, since they go up the node's stack). Everything runs on the pinned CPU "
              "(the peer's NAPI runs in the softirq of the sending CPU).")
     L.append("- The 64-byte frames (TCP ACK with 10 bytes payload, or UDP) carry no Ethernet padding; nilb "
-             "adds 36 bytes of GUE (40 with a second hop) and sends 100/104-byte frames, the baseline 64.")
+             "adds 36 + 4N bytes of GUE (N the hops listed: 0 to 3 previous owners) and sends 100-112-byte "
+             "frames, the baseline 64.")
     L.append("- TC: `BPF_PROG_TEST_RUN` of `nilb_tc_second_chance` on a GUE frame (outer 10.99.0.1 -> node "
              "10.99.0.12, one listed hop), one run per call, median; an established TCP socket and a listener "
              "on VIP:80 exist in the namespace.")

@@ -9,7 +9,7 @@ PIN_DIR` prints the whole live table (the nilb binary from --nilb, else
 $NH_NILB, else `nilb` on PATH), so a restart can be checked for "no bucket
 moved" over every bucket.  dump saves that document as it is (schema 1,
 docs/operations.md "Machine-readable output": services[] with key,
-table_size, service_index, map_id, backends[] and buckets[] of first_hop,
+table_size, service_index, table_base, backends[] and buckets[] of first_hop,
 second_hop, counter_slot, moved_at_s) and prints one line per service.
 
 compare prints differences (at most 10) and, last,

@@ -485,7 +485,11 @@ async fn serve(
     let balancer = config.cluster.balancers.contains(&node);
     let clock = SystemClock;
     let mut storage = MaybeUninit::uninit();
-    let mut dp = Dataplane::load_pinned(&mut storage, Some(&opts.pin_dir), 64 * 65536)?;
+    // The bucket pool holds every table of the config plus one of the
+    // largest (a resize), in whole chunks; adopted pins that are smaller
+    // grow, larger ones keep their size (docs/design.md "Maps").
+    let pool = crate::dataplane::pool_buckets(&config);
+    let mut dp = Dataplane::load_pinned(&mut storage, Some(&opts.pin_dir), pool)?;
     dp.set_interface(ifindex, opts.xdp_mode);
     let now = clock::control_ms(&clock);
     let (mut cp, mut plan) = if dp.adopted() {

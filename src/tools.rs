@@ -1035,7 +1035,28 @@ mod tests {
                 let host = live.first_hop.map(|a| format!("n{}", a.octets()[3] - 10));
                 assert_eq!(live.first_hop_hostname, host);
             }
-            drop(dp);
+
+            // kill -9 and restart with a config that wants a larger pool: the
+            // next data plane adopts the pins, copies the pool into a larger
+            // one (every region where it was), and installing the adopted
+            // state stores no bucket word.
+            let before = tables_report(pins).unwrap();
+            assert!(dp.bucket_stores() > 0);
+            // A crash: no clean-up runs (dropping would unpin).
+            std::mem::forget(dp);
+            let mut storage2 = std::mem::MaybeUninit::uninit();
+            let mut dp2 = Dataplane::load_pinned(&mut storage2, Some(pins), 3 * 65536).unwrap();
+            assert!(dp2.adopted());
+            assert_eq!(dp2.pool_grew(), Some((65536, 3 * 65536)));
+            assert_eq!(tables_report(pins).unwrap().services, before.services);
+            let live = dp2.live_tables().unwrap();
+            let records = dp2.control_state().unwrap();
+            let (cp2, plan) = ControlPlane::adopt(c.clone(), live, records, now + 6_000);
+            cp2.apply(&mut dp2, B11, &plan).unwrap();
+            assert_eq!(dp2.bucket_stores(), 0, "the adopted state wrote no bucket");
+            assert_eq!(tables_report(pins).unwrap().services, before.services);
+            assert_eq!(dp2.pool_usage().buckets, 3 * 65536);
+            drop(dp2);
         });
     }
 }

@@ -219,6 +219,9 @@ pub(super) struct PoolBook {
     slot_addr: Vec<Option<Ipv4Addr>>,
     slot_refs: Vec<u32>,
     epoch: Instant,
+    /// Bucket words stored so far (a word equal to the installed one is
+    /// not stored).
+    stores: u64,
 }
 
 fn add_refs(refs: &mut [u32], word: u64, delta: i64) {
@@ -239,6 +242,7 @@ impl PoolBook {
             slot_addr: vec![None; MAX_BACKEND_SLOTS as usize],
             slot_refs: vec![0; MAX_BACKEND_SLOTS as usize],
             epoch: Instant::now(),
+            stores: 0,
         }
     }
 
@@ -459,6 +463,7 @@ impl PoolBook {
             let old = b.load_u64(off);
             if fresh || old != w {
                 b.store_u64(off, w);
+                self.stores += 1;
             }
             if !fresh {
                 add_refs(&mut self.slot_refs, old, -1);
@@ -510,6 +515,11 @@ impl PoolBook {
             self.pool.release(r, now);
         }
         Ok(())
+    }
+
+    /// Bucket words stored since the book was made.
+    pub fn stores(&self) -> u64 {
+        self.stores
     }
 
     /// Bucket entries of installed tables that name `slot`.

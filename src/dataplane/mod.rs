@@ -151,7 +151,8 @@ fn grow_pinned_pool(dir: &Path, old: u32, new: u32) -> Result<()> {
         let dst = abi::ArrayMapping::new(to.as_fd(), 0, bytes, true)?;
         dst.write(0, &src.read(0, bytes));
         drop((src, dst));
-        let tmp = dir.join(format!("{name}.grown"));
+        // bpffs refuses names with a dot.
+        let tmp = dir.join(format!("{name}_grown"));
         let _ = std::fs::remove_file(&tmp);
         to.pin(&tmp)
             .with_context(|| format!("pinning the grown {name}"))?;
@@ -400,6 +401,12 @@ impl<'obj> Dataplane<'obj> {
     /// must be attached before tables are written.
     pub fn pool_grew(&self) -> Option<(u32, u32)> {
         self.grew
+    }
+
+    /// Bucket words this data plane stored into the pool so far (installs
+    /// store only the words that differ from the installed ones).
+    pub fn bucket_stores(&self) -> u64 {
+        self.book.stores()
     }
 
     /// Bucket entries of the installed tables that name backend `slot`.
