@@ -89,7 +89,7 @@ def upload_one(a, sport, deadline, rec):
         rec["result"] = "hung"
     except OSError as e:
         rec["result"] = "failed"
-        rec["error"] = type(e).__name__
+        rec["error"] = "%s (%s)" % (type(e).__name__, e.strerror or e)
     finally:
         rec["seconds"] = round(time.monotonic() - rec["start"], 3)
         s.close()

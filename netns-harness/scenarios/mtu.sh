@@ -33,7 +33,9 @@ mtu_set() {
 # mtu_delta BEFORE AFTER COUNTER: how much COUNTER moved (-1 if unreadable)
 mtu_delta() { "$NH_PY" "$HERE/results.py" delta "$1" "$2" "$3" 2>/dev/null || echo -1; }
 
-# mtu_phase LABEL SPORT_BASE: one round of 30 uploads; appends to nums, clears ok
+# mtu_phase LABEL SPORT_BASE: one round of 30 uploads; appends to nums, clears ok.
+# The source ports lie above the ephemeral range (32768-60999), so no other
+# connection of the client can hold one of them when the uploads bind.
 mtu_phase() {
   local label=$1 base=$2 picked sports res hung okc pmtu route before after
   local icmp limited slow tcslow
@@ -84,10 +86,10 @@ scenario_mtu() {
   # hop cache entries checked against the old MTU expire (NILB_HOP_CACHE_NS)
   sleep 1
   nh_sysctl node1 net.ipv4.conf.eth0.forwarding=1
-  mtu_phase fast 46000
+  mtu_phase fast 61000
   nh_sysctl node1 net.ipv4.conf.eth0.forwarding=0
   sleep 0.5
-  mtu_phase slow 46500
+  mtu_phase slow 63000
   nh_sysctl node1 "net.ipv4.conf.eth0.forwarding=${fwd:-1}"
   ip netns exec "$(nh_ns sw)" ethtool -K to-client gro "${gro:-on}"
   ip -n "$(nh_ns client)" route flush cache
