@@ -29,7 +29,7 @@ use nilb::config::{Config, Protocol, ServiceKey};
 use nilb::control::ControlPlane;
 use nilb::dataplane::abi::{self, skel::NilbSkelBuilder};
 use nilb::dataplane::Dataplane;
-use nilb::table::{StepLimits, Table, Target};
+use nilb::table::{Rules, StepLimits, Table, Target};
 
 mod bench_common;
 use bench_common::*;
@@ -94,10 +94,10 @@ fn serialise(t: &Table) -> (Vec<u8>, Vec<u8>) {
     }
     let mut values = vec![0u8; n * BUCKET];
     values[..4].copy_from_slice(&(t.size() - 1).to_ne_bytes());
-    for (i, b) in t.buckets().iter().enumerate() {
+    for i in 0..t.size() as usize {
         let v = &mut values[(i + 1) * BUCKET..];
-        v[..4].copy_from_slice(&b.first.map_or(0, abi::addr_be).to_ne_bytes());
-        v[4..8].copy_from_slice(&b.second.map_or(0, abi::addr_be).to_ne_bytes());
+        v[..4].copy_from_slice(&t.first(i).map_or(0, abi::addr_be).to_ne_bytes());
+        v[4..8].copy_from_slice(&t.second(i).map_or(0, abi::addr_be).to_ne_bytes());
     }
     (keys, values)
 }
@@ -176,14 +176,22 @@ fn main() -> Result<()> {
         let failed = t[0].dip;
         let rest: Vec<Target> = t[1..].to_vec();
         let fail = time_ms(reps, || {
-            base.rebalance(&rest, |_| true, |d| d == failed, 1000, StepLimits::NONE)
+            base.rebalance(
+                &rest,
+                &Rules {
+                    forced_out: &|d| d == failed,
+                    ..Rules::default()
+                },
+                1000,
+                StepLimits::NONE,
+            )
         });
         let mut heavier = t.clone();
         heavier[0].weight = 200;
         let weight = time_ms(reps, || {
-            base.rebalance(&heavier, |_| true, |_| false, 1000, StepLimits::NONE)
+            base.rebalance(&heavier, &Rules::default(), 1000, StepLimits::NONE)
         });
-        let (_, moves) = base.rebalance(&heavier, |_| true, |_| false, 1000, StepLimits::NONE);
+        let (_, moves) = base.rebalance(&heavier, &Rules::default(), 1000, StepLimits::NONE);
 
         let c0 = parse(&config(&[(80, n, size)], 100))?;
         let c1 = parse(&config(&[(80, n, size)], 200))?;

@@ -658,14 +658,12 @@ impl Daemon<'_, '_> {
         }
     }
 
-    /// Every hop in the tables (first and second hops), but this node.
+    /// Every hop in the tables (first hops and previous owners), but this
+    /// node.
     fn hops(&self) -> std::collections::BTreeSet<Ipv4Addr> {
         let mut hops = std::collections::BTreeSet::new();
         for st in self.cp.services().values() {
-            for b in st.table.buckets() {
-                hops.extend(b.first);
-                hops.extend(b.second);
-            }
+            hops.extend(st.table.hops());
         }
         hops.remove(&self.node);
         hops

@@ -204,10 +204,16 @@ pub struct LookupReport {
     pub first_hop: Option<Ipv4Addr>,
     /// Its hostname in the config, if it has one.
     pub first_hop_hostname: Option<String>,
-    /// Second hop of the bucket, if any.
+    /// Second hop of the bucket (its newest previous owner), if any: the
+    /// first element of `previous_hops`, kept for readers of schema 1.
     pub second_hop: Option<Ipv4Addr>,
     /// Its hostname in the config, if it has one.
     pub second_hop_hostname: Option<String>,
+    /// The bucket's previous owners, newest first (those known down after
+    /// the others): the hops second chance walks after the first hop.
+    pub previous_hops: Vec<Ipv4Addr>,
+    /// Their hostnames in the config (`null` where none), in the same order.
+    pub previous_hop_hostnames: Vec<Option<String>>,
     /// UDP source port of the GUE packet (from the hash).
     pub gue_source_port: u16,
 }
@@ -238,12 +244,7 @@ pub fn lookup_report(
     let (seed, buckets, table, pin_dir) = match source {
         TableSource::Config => {
             let cp = ControlPlane::new(config.clone(), 0);
-            let t = cp
-                .service(&key)
-                .expect("configured")
-                .table
-                .buckets()
-                .to_vec();
+            let t = cp.service(&key).expect("configured").table.buckets();
             (config.cluster.hash_seed, t, "config", None)
         }
         TableSource::Live(dir) => {
@@ -277,10 +278,12 @@ pub fn lookup_report(
         hash,
         bucket,
         table_size: buckets.len() as u32,
-        first_hop: b.first,
-        first_hop_hostname: hostname(b.first),
-        second_hop: b.second,
-        second_hop_hostname: hostname(b.second),
+        first_hop: b.first(),
+        first_hop_hostname: hostname(b.first()),
+        second_hop: b.second(),
+        second_hop_hostname: hostname(b.second()),
+        previous_hops: b.previous().collect(),
+        previous_hop_hostnames: b.previous().map(|p| hostname(Some(p))).collect(),
         gue_source_port: gue_source_port(hash),
     })
 }
@@ -324,6 +327,16 @@ pub fn lookup(
     writeln!(out, "bucket    {} of {}", r.bucket, r.table_size)?;
     writeln!(out, "first hop {}", label(r.first_hop))?;
     writeln!(out, "second hop {}", label(r.second_hop))?;
+    let previous: Vec<String> = r.previous_hops.iter().map(|p| label(Some(*p))).collect();
+    writeln!(
+        out,
+        "previous hops {}",
+        if previous.is_empty() {
+            "none".to_string()
+        } else {
+            previous.join(", ")
+        }
+    )?;
     writeln!(out, "GUE source port {}", r.gue_source_port)?;
     if r.first_hop.is_none() {
         writeln!(
@@ -331,10 +344,7 @@ pub fn lookup(
             "note: this bucket has no first hop; the balancer drops the packet"
         )?;
     }
-    Ok(Bucket {
-        first: r.first_hop,
-        second: r.second_hop,
-    })
+    Ok(Bucket::new(r.first_hop, r.previous_hops.iter().copied()))
 }
 
 /// One service's inner bucket array as the BPF programs see it.
@@ -428,18 +438,24 @@ pub struct TableBackend {
     pub second_hop_buckets: u32,
     /// Their share of the table, percent (0.1 precision).
     pub second_hop_percent: f64,
+    /// Buckets where it is a previous owner (any position of the hop list).
+    pub previous_hop_buckets: u32,
     /// `backend_stats` slot of its first-hop buckets (`null` if it is no
     /// bucket's first hop).
     pub counter_slot: Option<u32>,
 }
 
 /// One bucket of a live table.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct BucketReport {
     /// Gets new connections; `null`: the balancer drops the packets.
     pub first_hop: Option<Ipv4Addr>,
-    /// Gets packets the first hop does not know; `null`: none.
+    /// Gets packets the first hop does not know; `null`: none. The first
+    /// element of `previous_hops`, kept for readers of schema 1.
     pub second_hop: Option<Ipv4Addr>,
+    /// Previous owners, newest first: the hops second chance walks after
+    /// the first hop.
+    pub previous_hops: Vec<Ipv4Addr>,
     /// `backend_stats` slot the balancer counts this bucket's packets in
     /// (`null` without a first hop).
     pub counter_slot: Option<u32>,
@@ -462,20 +478,24 @@ pub fn table_report(t: &RawTable) -> TableReport {
         .map(|b| BucketReport {
             first_hop: hop(b.first_hop),
             second_hop: hop(b.second_hop),
+            previous_hops: hop(b.second_hop).into_iter().collect(),
             counter_slot: (b.first_hop != 0).then_some(b.first_slot),
             moved_at_s: (b.moved_at_s != 0).then_some(b.moved_at_s),
         })
         .collect();
-    // dip -> (first, second, slot)
-    let mut by_dip: BTreeMap<Ipv4Addr, (u32, u32, Option<u32>)> = BTreeMap::new();
+    // dip -> (first, second, previous, slot)
+    let mut by_dip: BTreeMap<Ipv4Addr, (u32, u32, u32, Option<u32>)> = BTreeMap::new();
     for b in &buckets {
         if let Some(f) = b.first_hop {
             let e = by_dip.entry(f).or_default();
             e.0 += 1;
-            e.2 = e.2.or(b.counter_slot);
+            e.3 = e.3.or(b.counter_slot);
         }
         if let Some(s) = b.second_hop {
             by_dip.entry(s).or_default().1 += 1;
+        }
+        for p in &b.previous_hops {
+            by_dip.entry(*p).or_default().2 += 1;
         }
     }
     TableReport {
@@ -488,12 +508,13 @@ pub fn table_report(t: &RawTable) -> TableReport {
         table_size: size,
         backends: by_dip
             .into_iter()
-            .map(|(dip, (first, second, slot))| TableBackend {
+            .map(|(dip, (first, second, previous, slot))| TableBackend {
                 dip,
                 buckets: first,
                 share_percent: percent(first, size),
                 second_hop_buckets: second,
                 second_hop_percent: percent(second, size),
+                previous_hop_buckets: previous,
                 counter_slot: slot,
             })
             .collect(),
@@ -575,19 +596,25 @@ pub fn tables(dir: &Path, buckets: bool, out: &mut dyn Write) -> Result<()> {
         if buckets {
             writeln!(
                 out,
-                "  {:>6}  {:<15} {:<15} {:>6}  moved at",
-                "bucket", "first hop", "second hop", "slot"
+                "  {:>6}  {:<15} {:<15} {:>6}  {:<25} previous hops",
+                "bucket", "first hop", "second hop", "slot", "moved at"
             )?;
             for (i, b) in s.buckets.iter().enumerate() {
                 let a = |x: Option<Ipv4Addr>| x.map_or("-".to_string(), |x| x.to_string());
+                let previous: Vec<String> = b.previous_hops.iter().map(|p| p.to_string()).collect();
                 writeln!(
                     out,
-                    "  {:>6}  {:<15} {:<15} {:>6}  {}",
+                    "  {:>6}  {:<15} {:<15} {:>6}  {:<25} {}",
                     i,
                     a(b.first_hop),
                     a(b.second_hop),
                     b.counter_slot.map_or("-".to_string(), |x| x.to_string()),
-                    b.moved_at_s.map_or("-".to_string(), wall_time)
+                    b.moved_at_s.map_or("-".to_string(), wall_time),
+                    if previous.is_empty() {
+                        "-".to_string()
+                    } else {
+                        previous.join(",")
+                    }
                 )?;
             }
         }
@@ -827,6 +854,7 @@ mod tests {
             BucketReport {
                 first_hop: Some(B12),
                 second_hop: Some(B11),
+                previous_hops: vec![B11],
                 counter_slot: Some(9),
                 moved_at_s: Some(1_700_000_000),
             }
@@ -836,6 +864,7 @@ mod tests {
             BucketReport {
                 first_hop: None,
                 second_hop: Some(B12),
+                previous_hops: vec![B12],
                 counter_slot: None,
                 moved_at_s: Some(1_700_000_100),
             }
@@ -936,7 +965,7 @@ mod tests {
             for (i, (got, b)) in s.buckets.iter().zip(want.buckets()).enumerate() {
                 assert_eq!(
                     (got.first_hop, got.second_hop),
-                    (b.first, b.second),
+                    (b.first(), b.second()),
                     "bucket {i}"
                 );
                 assert_eq!(
@@ -994,7 +1023,7 @@ mod tests {
                 let dst = SocketAddrV4::new(key().vip, 80);
                 let live =
                     lookup_report(&c, src, dst, Protocol::Tcp, TableSource::Live(pins)).unwrap();
-                let b = s.buckets[live.bucket as usize];
+                let b = &s.buckets[live.bucket as usize];
                 assert_eq!(
                     (live.first_hop, live.second_hop),
                     (b.first_hop, b.second_hop)

@@ -37,7 +37,16 @@ impl ControlPlane {
     /// own, by slot.
     pub fn records(&self) -> BTreeMap<u32, ControlRecord> {
         let mut out = BTreeMap::new();
-        for (key, st) in &self.services {
+        for key in self.services.keys() {
+            out.extend(self.service_records(key));
+        }
+        out
+    }
+
+    /// The `control_state` records of one service's backends, by slot.
+    pub(super) fn service_records(&self, key: &ServiceKey) -> BTreeMap<u32, ControlRecord> {
+        let mut out = BTreeMap::new();
+        if let Some(st) = self.services.get(key) {
             for b in st.backends.values().filter(|b| b.slot != OVERFLOW_SLOT) {
                 let admin = match (b.removed_at_ms, b.config.state) {
                     (Some(_), _) => RecordAdmin::Removing,
@@ -173,12 +182,7 @@ impl ControlPlane {
             // 3. Hops of the live table that neither lists: backends the
             // earlier daemon was draining out (or that left the file while
             // no daemon ran). Connections may still depend on them.
-            let hops: BTreeSet<Ipv4Addr> = lt
-                .buckets
-                .iter()
-                .flat_map(|b| [b.first, b.second])
-                .flatten()
-                .collect();
+            let hops: BTreeSet<Ipv4Addr> = lt.buckets.iter().flat_map(|b| b.hops()).collect();
             for dip in hops {
                 if backends.contains_key(&dip) || in_file.contains_key(&dip) {
                     continue;
@@ -197,9 +201,14 @@ impl ControlPlane {
                 rt.removed_at_ms = Some(now_ms);
                 backends.insert(dip, rt);
             }
+            // The chains as the data plane holds them; a different
+            // `previous_owners` in the file trims or widens them in the
+            // update below (a step, installed like any change).
+            let previous = lt.buckets.iter().map(|b| b.previous().count()).max();
+            let previous = previous.unwrap_or(0).max(config.rebalance.previous_owners as usize);
             let mut st = ServiceState::new(
                 lt.service_index,
-                Table::adopt(lt.buckets, lt.moved_at),
+                Table::adopt(lt.buckets, lt.moved_at, previous),
                 backends,
                 now_ms,
             );
@@ -218,9 +227,11 @@ impl ControlPlane {
                 .map(|b| b.config.clone())
                 .collect();
             adopted_services.push(as_recorded);
-            cp.services.insert(key, st);
+            cp.services.insert(key, std::sync::Arc::new(st));
         }
-        cp.config.services = adopted_services;
+        let mut as_adopted = cp.config().clone();
+        as_adopted.services = adopted_services;
+        cp.set_config(as_adopted);
         let before: BTreeSet<(ServiceKey, Ipv4Addr)> = cp
             .services
             .iter()
@@ -231,10 +242,10 @@ impl ControlPlane {
         // Backends that `update` added to adopted services are not new to
         // the cluster: unknown with the first result deciding, like at any
         // start, rather than reload additions that need rise_count.
-        for (key, st) in cp.services.iter_mut() {
-            if !adopted.contains(key) {
+        for key in adopted.iter() {
+            let Some(st) = cp.state_mut(key) else {
                 continue;
-            }
+            };
             for (dip, b) in st.backends.iter_mut() {
                 if !before.contains(&(*key, *dip)) && b.health.health == Health::Unknown {
                     b.health = HealthState::at_start(now_ms);

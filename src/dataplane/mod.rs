@@ -285,6 +285,7 @@ impl<'obj> Dataplane<'obj> {
                 index,
                 table,
                 slot_of,
+                changed: None,
             }],
         )
     }
@@ -591,6 +592,7 @@ impl DataplaneOps for Dataplane<'_> {
             index,
             table,
             slot_of,
+            ..
         } in items
         {
             let v = abi::inner_table_values(table, *index, *slot_of);

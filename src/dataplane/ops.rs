@@ -97,6 +97,9 @@ pub struct TableInstall<'a> {
     pub table: &'a Table,
     /// Counter slot of a first hop.
     pub slot_of: &'a dyn Fn(Ipv4Addr) -> u32,
+    /// The buckets that changed since this service's table was last
+    /// installed, ascending (None: write every bucket).
+    pub changed: Option<&'a [u32]>,
 }
 
 /// What the control plane writes into the data plane's maps (and the two

@@ -146,9 +146,11 @@ pub(super) fn read_tables(services: &dyn MapCore) -> Result<Vec<(ServiceKey, Liv
                 service_index: hdr.service_index,
                 buckets: buckets
                     .iter()
-                    .map(|b| Bucket {
-                        first: (b.first_hop != 0).then(|| abi::addr_from_be(b.first_hop)),
-                        second: (b.second_hop != 0).then(|| abi::addr_from_be(b.second_hop)),
+                    .map(|b| {
+                        Bucket::new(
+                            (b.first_hop != 0).then(|| abi::addr_from_be(b.first_hop)),
+                            (b.second_hop != 0).then(|| abi::addr_from_be(b.second_hop)),
+                        )
                     })
                     .collect(),
                 moved_at: buckets

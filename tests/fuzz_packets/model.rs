@@ -50,7 +50,7 @@ impl World {
                 (k.vip, k.port, k.protocol.number()),
                 Svc {
                     index: t.service_index,
-                    buckets: t.buckets.iter().map(|b| (b.first, b.second)).collect(),
+                    buckets: t.buckets.iter().map(|b| (b.first(), b.second())).collect(),
                     slots: t.slots.clone(),
                 },
             );

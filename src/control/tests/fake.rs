@@ -6,9 +6,14 @@
 //! installed table: the service's VIP is in `vips` (the TC program drops an
 //! inner packet to an address that is not a VIP) and every hop of its
 //! buckets is in `cluster_nodes` (the TC program drops GUE from a source
-//! outside the set; a hop is the source of what it forwards). The check
-//! looks at state only, so it holds whatever order the control plane writes
-//! in.
+//! outside the set; a hop is the source of what it forwards), and every
+//! hop has a counter slot of its own that no other address of any installed
+//! table holds (the data plane names hops by slot). The check looks at
+//! state only, so it holds whatever order the control plane writes in.
+//!
+//! An install with a list of changed buckets writes only those, as the
+//! data plane does: a list that misses a bucket leaves the fake's table
+//! different from the control plane's, which the tests compare.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
@@ -40,9 +45,10 @@ pub(super) enum Call {
 pub(super) struct Installed {
     pub index: u32,
     pub buckets: Vec<Bucket>,
-    /// `backend_stats` slot of each first hop.
+    /// Counter slot of each hop (first hops and previous owners).
     pub slots: BTreeMap<Ipv4Addr, u32>,
 }
+
 
 #[derive(Debug, Default)]
 pub(super) struct FakeDataplane {
@@ -66,6 +72,9 @@ pub(super) struct FakeDataplane {
     /// Attaching XDP fails (as on a device without native XDP, or with
     /// another program attached).
     pub fail_xdp_attach: bool,
+    /// Every table install: the service and how many buckets it wrote
+    /// (None: the whole table).
+    pub writes: Vec<(ServiceKey, Option<usize>)>,
     /// Unsafe states seen: after which call (index into `calls`), and why.
     pub violations: Vec<(usize, String)>,
 }
@@ -80,17 +89,27 @@ impl FakeDataplane {
                 self.violations
                     .push((at, format!("{key} is installed but its VIP is not in vips")));
             }
-            let hops: BTreeSet<Ipv4Addr> = t
-                .buckets
-                .iter()
-                .flat_map(|b| [b.first, b.second])
-                .flatten()
-                .collect();
+            let hops: BTreeSet<Ipv4Addr> = t.buckets.iter().flat_map(|b| b.hops()).collect();
             for hop in hops.difference(&self.nodes) {
                 self.violations.push((
                     at,
                     format!("{hop}, a hop of {key}, is not in cluster_nodes"),
                 ));
+            }
+        }
+        let mut by_slot: BTreeMap<u32, Ipv4Addr> = BTreeMap::new();
+        for (key, t) in &self.services {
+            for (&dip, &slot) in &t.slots {
+                if slot == crate::control::OVERFLOW_SLOT {
+                    self.violations
+                        .push((at, format!("{dip}, a hop of {key}, has no slot of its own")));
+                }
+                if let Some(other) = by_slot.insert(slot, dip).filter(|&o| o != dip) {
+                    self.violations.push((
+                        at,
+                        format!("slot {slot} names both {other} and {dip} (hop of {key})"),
+                    ));
+                }
             }
         }
     }
@@ -168,22 +187,47 @@ impl DataplaneOps for FakeDataplane {
             if fail_after == Some(i) {
                 break;
             }
-            let slots = item
-                .table
-                .buckets()
+            let table = item.table;
+            let mut buckets = match (item.changed, self.services.get(&item.key)) {
+                (Some(_), Some(have)) if have.buckets.len() == table.size() as usize => {
+                    have.buckets.clone()
+                }
+                (Some(_), _) => {
+                    self.violations.push((
+                        self.calls.len(),
+                        format!(
+                            "{}: a list of changed buckets for a table not installed at this size",
+                            item.key
+                        ),
+                    ));
+                    vec![Bucket::default(); table.size() as usize]
+                }
+                (None, _) => Vec::new(),
+            };
+            match item.changed {
+                Some(changed) => {
+                    for &i in changed {
+                        buckets[i as usize] = table.bucket(i as usize);
+                    }
+                }
+                None => buckets = table.buckets(),
+            }
+            let slots = buckets
                 .iter()
-                .filter_map(|b| b.first)
+                .flat_map(|b| b.hops())
                 .map(|d| (d, (item.slot_of)(d)))
                 .collect();
             self.services.insert(
                 item.key,
                 Installed {
                     index: item.index,
-                    buckets: item.table.buckets().to_vec(),
+                    buckets,
                     slots,
                 },
             );
         }
+        self.writes
+            .extend(items.iter().map(|i| (i.key, i.changed.map(|c| c.len()))));
         self.record(Call::InstallTables(items.iter().map(|i| i.key).collect()));
         match fail_after {
             Some(n) if n < items.len() => bail!("injected: batch failed at item {n}"),

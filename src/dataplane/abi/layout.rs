@@ -96,11 +96,12 @@ pub fn inner_table_values(
         pad: [0; 2],
     };
     values.extend_from_slice(bytes_of(&hdr));
-    for (i, b) in table.buckets().iter().enumerate() {
+    for i in 0..table.size() as usize {
+        let (first, second) = (table.first(i), table.second(i));
         let v = sys::nilb_bucket {
-            first_hop: b.first.map_or(0, addr_be),
-            second_hop: b.second.map_or(0, addr_be),
-            first_slot: b.first.map_or(0, slot_of),
+            first_hop: first.map_or(0, addr_be),
+            second_hop: second.map_or(0, addr_be),
+            first_slot: first.map_or(0, slot_of),
             moved_at_s: table
                 .moved_at(i)
                 .map_or(0, |ms| (ms / 1000).clamp(1, u32::MAX as u64) as u32),
