@@ -48,7 +48,7 @@ fn main() {
         .allowlist_var("NILB_.*")
         .rustified_enum("nilb_counter")
         .constified_enum_module(
-            "nilb_(limits|wire|config_flags|control_health|control_admin|control_flags)",
+            "nilb_(limits|wire|config_flags|control_health|control_admin|control_flags|filter_bits|filter_kind)",
         )
         .derive_default(true)
         .derive_debug(true)

@@ -3,8 +3,9 @@
 
     report.py --work DIR --out FILE
 
-DIR holds machine.txt, load-*.txt, dataplane.json, control.json, reload.json and
-e2e-runs.jsonl (each optional: a section that did not run shows as "not run").
+DIR holds machine.txt, load-*.txt, dataplane.json, control.json, reload.json,
+filters.json and e2e-runs.jsonl (each optional: a section that did not run shows
+as "not run").
 """
 
 import argparse
@@ -65,6 +66,7 @@ def main():
     dp = load_json(os.path.join(w, "dataplane.json"))
     cp = load_json(os.path.join(w, "control.json"))
     rl = load_json(os.path.join(w, "reload.json"))
+    fl = load_json(os.path.join(w, "filters.json"))
     e2e = []
     try:
         with open(os.path.join(w, "e2e-runs.jsonl")) as f:
@@ -238,6 +240,44 @@ def main():
     else:
         rows.append(("Reload", "not run or failed", "-", "-", "-", "-", "-"))
 
+    # ---- edge filters
+    fl_names = {
+        "denied_host": ("denied packet (a /32 of the list)", "bare XDP_DROP", 0.9),
+        "denied_subnet": ("denied packet (under a /24 of the list)", "bare XDP_DROP", 0.9),
+        "allowed_vip": ("allowed VIP packet", "nilb without filters", 0.9),
+        "trie_host": ("(design not taken) one LPM_TRIE lookup, denied /32", "bare XDP_DROP", None),
+    }
+    if fl:
+        n = fl["prefixes"]
+        for c in fl["live"]:
+            what, ref, tgt = fl_names.get(c["case"], (c["case"], c["baseline"], None))
+            ratio = c["ratio_median"]
+            ok = None if tgt is None else ratio >= tgt
+            rows.append((
+                f"Filters ({n:,} prefixes), Mpps (1 CPU)",
+                what,
+                fmt(c["mpps_median"], 3),
+                f"{fmt(c['base_mpps_median'], 3)} ({ref})",
+                f"{fmt(ratio, 3)} ({min(c['ratio']):.2f}-{max(c['ratio']):.2f})",
+                f">= {tgt}" if tgt else "-",
+                status(ok),
+            ))
+            if tgt:
+                targets.append((f"Filters, {what}, {n:,} prefixes", f"{ratio:.3f} of {ref}", f">= {tgt}", ok))
+        first = fl["first"]["read_compile_ms"] + fl["first"]["install_ms"]
+        swap = fl["swap"]["total_ms_median"]
+        for label, ms in ((f"loading {n:,} prefixes (read, compile, build maps, flip)", first),
+                          (f"swapping in another {n:,} (as SIGHUP: read, compile, build, flip)", swap)):
+            ok = ms < 2000
+            rows.append(("Filters, ms", label, fmt(ms, 0), "-", "-", "< 2000 ms", status(ok)))
+            targets.append((f"Filters, {label}", f"{ms:.0f} ms", "< 2000 ms", ok))
+        rows.append(("Filters, memory", f"kernel maps of the live generation ({n:,} prefixes)",
+                     f"{fl['swap']['kernel_bytes'] / 1048576:.1f} MiB", "-", "-", "reported", "-"))
+        rows.append(("Filters, memory", "daemon peak RSS growth while compiling",
+                     f"{fl['process']['peak_growth_all_kb'] / 1024:.0f} MiB", "-", "-", "reported", "-"))
+    else:
+        rows.append(("Filters", "not run or failed", "-", "-", "-", "-", "-"))
+
     # ---- write
     L = []
     L.append("# nilb benchmarks")
@@ -252,7 +292,7 @@ def main():
              f"{m.get('virt', '?')} virtualisation; {m.get('os', '?')}, kernel {m.get('kernel', '?')}; "
              f"{m.get('rustc', '?')}; {m.get('clang', '?')}; hardware perf counters: {m.get('perf_hw', '?')}")
     loads = []
-    for sec in ("start", "xdp", "control", "reload", "e2e", "end"):
+    for sec in ("start", "xdp", "control", "reload", "filters", "e2e", "end"):
         t = read(os.path.join(w, f"load-{sec}.txt"))
         if t:
             body = "; ".join(x.replace("load average at ", "").replace("load ", "") for x in t.splitlines())
@@ -387,6 +427,52 @@ def main():
             d = rl[key]
             L.append(f"- {label}: SIGHUP to live {', '.join(f'{x:.1f}' for x in d['live_ms'])} ms; "
                      f"daemon's elapsed {', '.join(f'{x:.1f}' for x in d['daemon_ms'])} ms")
+        L.append("")
+
+    if fl:
+        n = fl["prefixes"]
+        L.append("## Edge filter details")
+        L.append("")
+        L.append(f"Two lists of {n:,} prefixes (95 % /32, 4.5 % /24, 0.5 % /20-/23, outside 10/8), "
+                 f"{fl['distinct_prefixes']:,} distinct after compilation; {fl['long_entries']:,} addresses "
+                 f"in the long table ({fl['buckets']:,} buckets of 64 bytes). Written as list files and read "
+                 "the way the daemon reads them (`filters::lists::prepare`: read, parse, check against the "
+                 "cluster's addresses, compile), then installed through `ControlPlane::apply` (build the "
+                 "generation that is not live, flip one bit of `nilb_config`, wait an RCU grace period, "
+                 "release the old generation).")
+        L.append("")
+        f0, sw = fl["first"], fl["swap"]
+        L.append("| phase | first load, ms | swap, ms (median; per repetition) |")
+        L.append("|---|---:|---|")
+        L.append(f"| read, parse, check, compile | {f0['read_compile_ms']:.0f} | {sw['read_compile_ms_median']:.0f} "
+                 f"({', '.join(f'{x:.0f}' for x in sw['read_compile_ms'])}) |")
+        L.append(f"| install (apply) | {f0['install_ms']:.0f} | {sw['install_ms_median']:.0f} "
+                 f"({', '.join(f'{x:.0f}' for x in sw['install_ms'])}) |")
+        L.append(f"| of which maps built and flipped (data plane) | {f0['maps_ms']:.0f} | {sw['maps_ms_median']:.0f} "
+                 f"({', '.join(f'{x:.0f}' for x in sw['maps_ms'])}) |")
+        L.append("")
+        p = fl["process"]
+        L.append(f"Memory: kernel maps of the live generation {fl['swap']['kernel_bytes'] / 1048576:.1f} MiB "
+                 "(flat table 32 MiB + long table; during a swap both generations exist until the flip is "
+                 f"done); the benchmark process's peak RSS grew by {p['peak_growth_first_kb'] / 1024:.0f} MiB "
+                 f"for the first load and {p['peak_growth_all_kb'] / 1024:.0f} MiB over all swaps (two "
+                 "compiled sets live at once during a swap).")
+        L.append("")
+        tr = fl["trie"]
+        L.append(f"The design not taken: the same {fl['distinct_prefixes']:,} prefixes in one `LPM_TRIE` take "
+                 f"{tr['fill_ms']:.0f} ms to fill with `BPF_MAP_UPDATE_BATCH` (the kernel reports "
+                 f"{tr['memlock_bytes'] / 1048576:.0f} MiB), and its lookup costs a denied packet the ratio "
+                 "in the results table (docs/design.md \"Edge filters\").")
+        L.append("")
+        L.append("| case | Mpps per run | baseline Mpps per run | program ns | baseline ns |")
+        L.append("|---|---|---|---:|---:|")
+        for c in fl["live"]:
+            L.append(f"| {fl_names.get(c['case'], (c['case'],))[0]} | {', '.join(f'{x:.2f}' for x in c['mpps'])} | "
+                     f"{', '.join(f'{x:.2f}' for x in c['base_mpps'])} | {c['prog_ns']:.0f} | {c['base_prog_ns']:.0f} |")
+        L.append("")
+        L.append("Program ns: `BPF_PROG_TEST_RUN`, repeat 100000, ns per run including the test-run floor. "
+                 "Denied and dropped frames are counted as generated per second (nothing leaves the "
+                 "interface); allowed VIP frames as counted on the peer.")
         L.append("")
 
     if e2e:

@@ -118,5 +118,128 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } rst_budget SEC(".maps");
+/* ---- edge filters (docs/design.md "Edge filters") ------------------------
+ * Lists live in two generations (index 0 and 1 of each outer map and of
+ * the per-generation arrays); nilb_config.flags names the live one, so a
+ * reload builds the other one completely and then flips one bit. Inner maps
+ * are created by the control plane; templates declare sizes only. */
+
+/* Flat IPv4 table of one generation: one u16 per /24 (NILB_FV_FLAT_*),
+ * four per element. A fixed size (no BPF_F_INNER_MAP), so the verifier
+ * inlines its lookups; libbpf creates the template only while it creates
+ * the outer map. */
+struct filter_flat_inner {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, NILB_FILTER_FLAT_ELEMS);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(__u64));
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, 2);
+	__type(key, __u32);
+	__array(values, struct filter_flat_inner);
+} filter_flat SEC(".maps");
+
+/* Addresses of /24s with longer prefixes -> verdict word, one generation:
+ * struct nilb_filter_bucket per element, filled with one memory copy. Two
+ * fixed sizes (lookups inlined): a small table for short lists, a large
+ * one for threat feeds; nilb_config.flags says which one is live. */
+struct filter_long_small_inner {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1 << NILB_FILTER_LONG_SMALL_BITS);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(struct nilb_filter_bucket));
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, 2);
+	__type(key, __u32);
+	__array(values, struct filter_long_small_inner);
+} filter_long_small SEC(".maps");
+
+struct filter_long_inner {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1 << NILB_FILTER_LONG_LARGE_BITS);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(struct nilb_filter_bucket));
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, 2);
+	__type(key, __u32);
+	__array(values, struct filter_long_inner);
+} filter_long SEC(".maps");
+
+/* Services' allow and deny prefixes of one generation:
+ * struct nilb_filter_v4_key -> verdict word. */
+struct filter_trie_inner {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 1);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(key_size, sizeof(struct nilb_filter_v4_key));
+	__uint(value_size, sizeof(__u32));
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, 2);
+	__type(key, __u32);
+	__array(values, struct filter_trie_inner);
+} filter_trie SEC(".maps");
+
+/* Rate-limit state, one LRU (sized by filters.rate_limit_sources; a new
+ * size swaps in a new map): struct nilb_rate_key -> struct nilb_rate_state. */
+struct filter_rate_inner {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1);
+	__uint(key_size, sizeof(struct nilb_rate_key));
+	__uint(value_size, sizeof(struct nilb_rate_state));
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__array(values, struct filter_rate_inner);
+} filter_rate_lru SEC(".maps");
+
+/* gen x NILB_FILTER_VERDICTS + index -> verdict word (flat table entries). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2 * NILB_FILTER_VERDICTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} filter_verdicts SEC(".maps");
+
+/* gen x NILB_FILTER_SCOPES + scope -> struct nilb_filter_scope. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2 * NILB_FILTER_SCOPES);
+	__type(key, __u32);
+	__type(value, struct nilb_filter_scope);
+} filter_scopes SEC(".maps");
+
+/* Rule id -> struct nilb_filter_rule (ids are stable across reloads). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, NILB_MAX_FILTER_RULES);
+	__type(key, __u32);
+	__type(value, struct nilb_filter_rule);
+} filter_rules SEC(".maps");
+
+/* Rule id -> what the rule dropped, per CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, NILB_MAX_FILTER_RULES);
+	__type(key, __u32);
+	__type(value, struct nilb_filter_stats);
+} filter_stats SEC(".maps");
 
 #endif /* NILB_MAPS_H */

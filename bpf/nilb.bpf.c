@@ -14,6 +14,7 @@
  *   hash.h    the flow hash (twin of src/hash.rs)
  *   too_big.h the balancer's ICMP "fragmentation needed" reply to packets
  *             too big for the encapsulation
+ *   filter.h  edge filters: deny and allow lists, rate limits
  *
  * XDP balancer (nilb_xdp_balancer), on nodes that receive VIP traffic:
  *   IPv4 TCP/UDP to a configured (VIP, port, protocol) -> flow hash -> bucket
@@ -22,7 +23,9 @@
  *   on the quoted flow. Fragments and malformed packets to a VIP are
  *   dropped; packets too big for the encapsulation are answered with ICMP
  *   "fragmentation needed" (DF) or dropped. Everything else passes
- *   untouched.
+ *   untouched. Edge filters (when loaded) drop what the operator names:
+ *   the global stage before the service lookup (every IPv4 packet but
+ *   cluster addresses), the service stage after it.
  *
  * TC second chance (nilb_tc_second_chance), clsact ingress on every node:
  *   GUE for this node from a cluster address -> decapsulate if the inner
@@ -35,6 +38,7 @@
 #include "icmp.h"
 #include "hash.h"
 #include "too_big.h"
+#include "filter.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -395,11 +399,34 @@ int nilb_xdp_balancer(struct xdp_md *ctx)
 		return XDP_PASS;
 	}
 	/* Without its configuration the balancer does nothing to IPv4, not
-	 * even drop fragments or malformed packets to VIPs. */
+	 * even drop fragments or malformed packets to VIPs (nor filter). */
 	cfg = get_config();
 	if (!cfg) {
 		count(C_XDP_PASS_NO_CONFIG);
 		return XDP_PASS;
+	}
+	/* Edge filters, global stage: every IPv4 frame, VIP or not, before
+	 * anything else is looked at (a denied source costs as little as
+	 * possible). Most sources are in no list: their /24's flat entry,
+	 * read here, is 0. A /24 a live rule denies, the common case of a
+	 * list, is dropped right here. */
+	if (cfg->flags & NILB_F_FILTER_ANY_GLOBAL) {
+		__u32 flags = cfg->flags, entry = 0;
+
+		if (flags & NILB_F_FILTER_GLOBAL_LIST)
+			entry = filter_flat_entry(filter_gen(flags), iph->saddr);
+		if (entry) {
+			__u32 v = filter_global_verdict(flags, iph->saddr, entry);
+
+			if (v && !(v & ~(__u32)NILB_FV_RULE_MASK)) {
+				filter_count(v, bpf_ntohs(iph->tot_len));
+				count(C_XDP_DROP_FILTER);
+				return XDP_DROP;
+			}
+		}
+		if ((entry || (flags & NILB_F_FILTER_GLOBAL_RATE)) &&
+		    filter_global(flags, iph, bpf_ntohs(iph->tot_len), data_end, entry))
+			return XDP_DROP;
 	}
 	frame_len = data_end - data;
 	ihl_len = iph->ihl * 4;
@@ -462,6 +489,11 @@ int nilb_xdp_balancer(struct xdp_md *ctx)
 	}
 	if (!table)
 		goto not_service;
+	/* Edge filters, service stage: the service's own TCP and UDP packets
+	 * (an ICMP error comes from a router, not from the client). */
+	if ((cfg->flags & NILB_F_FILTER_SERVICES) && !(what & WHAT_ICMP) &&
+	    filter_service(cfg->flags, table, iph->saddr, tot_len, what & WHAT_SYN))
+		return XDP_DROP;
 	if (xdp_bucket(table, hash, udp, &hops))
 		return XDP_DROP;
 	eth = xdp_encap(ctx, eth, cfg, &hops, hash, tot_len, frame_len, macs);

@@ -31,6 +31,25 @@ enum nilb_limits {
 	NILB_TX_HOPS = 2,
 	/* (service, backend) pairs with their own balancer counters. */
 	NILB_MAX_BACKEND_SLOTS = 16384,
+	/* Edge filters (docs/design.md "Edge filters"): rules over all scopes
+	 * (deny and allow lists, rate limits); rule id 0 means "no rule". */
+	NILB_MAX_FILTER_RULES = 4096,
+	/* Rate-limit rules one scope (global, or one service) may have. */
+	NILB_FILTER_RATE_RULES = 4,
+	/* Elements of a generation's flat IPv4 table: one u16 entry per /24,
+	 * four entries per 8-byte element (an array element takes at least
+	 * 8 bytes: a u16 each would take 128 MiB instead of 32). */
+	NILB_FILTER_FLAT_ELEMS = 16777216 / 4,
+	/* Slots of a bucket of the long table (struct nilb_filter_bucket). */
+	NILB_FILTER_BUCKET_SLOTS = 8,
+	/* Buckets of the two sizes of long table (fixed sizes, so that the
+	 * verifier inlines their lookups): 256 KiB and 32 MiB. */
+	NILB_FILTER_LONG_SMALL_BITS = 12,
+	NILB_FILTER_LONG_LARGE_BITS = 19,
+	/* Verdict words one generation's flat table can name. */
+	NILB_FILTER_VERDICTS = 16384,
+	/* Filter scopes per generation: 0 global, 1 + service index. */
+	NILB_FILTER_SCOPES = 1 + NILB_MAX_SERVICES,
 };
 
 enum nilb_wire {
@@ -72,6 +91,59 @@ enum nilb_config_flags {
 	/* The last hop answers a TCP segment (not RST, not SYN) of an unknown
 	 * flow with a RST from the VIP, rate-limited (`unknown_flow: rst`). */
 	NILB_F_UNKNOWN_FLOW_RST = 2,
+	/* Edge filters (docs/design.md "Edge filters"). The live generation
+	 * of the filter maps is 1 (else 0); flipping this bit swaps every
+	 * list at once. */
+	NILB_F_FILTER_GEN1 = 0x100,
+	/* The live generation has a global prefix table (filter_flat). */
+	NILB_F_FILTER_GLOBAL_LIST = 0x200,
+	/* The global scope has rate limits. */
+	NILB_F_FILTER_GLOBAL_RATE = 0x400,
+	/* Some service has filters (filter_scopes of the live generation). */
+	NILB_F_FILTER_SERVICES = 0x800,
+	/* The live generation's long table is the large one (filter_long). */
+	NILB_F_FILTER_LONG_LARGE = 0x1000,
+};
+
+/*
+ * Edge filters: a verdict word (u32) says what the prefix lists decide for
+ * a source. Bits 0-12: the rule that drops it (0: none); bit 13: that
+ * rule is marked to cover cluster addresses, so the source is checked
+ * against cluster_nodes first (which are never filtered). Bits 16-29: the
+ * same for a dry-run rule that would drop it (counted, not dropped).
+ * Entries of the flat table (u16, entry i = the /24 i): bit 15 says "the
+ * /24 has longer prefixes: look the address up in filter_long"; with bit
+ * 14 set, bits 0-12 are the verdict itself (a live rule that drops, nothing
+ * else: the common case, one lookup less); else bits 0-13 index the
+ * generation's filter_verdicts (0: no verdict). filter_long is a
+ * hash table of addresses with two choices of bucket (the first unless it
+ * is full): (addr x NILB_FH_MUL1) >> shift and (addr x NILB_FH_MUL2) >> shift, in
+ * 32-bit arithmetic on the network-order address as loaded on a
+ * little-endian machine, shift = 32 - log2(buckets); a generation's long
+ * table is filter_long_small or, with NILB_F_FILTER_LONG_LARGE,
+ * filter_long.
+ */
+enum nilb_filter_bits {
+	NILB_FV_RULE_MASK = 0x1fff,
+	NILB_FV_COVERS_CLUSTER = 0x2000,
+	NILB_FV_DRY_SHIFT = 16,
+	NILB_FV_FLAT_EXT = 0x8000,
+	NILB_FV_FLAT_DIRECT = 0x4000,
+	NILB_FV_FLAT_INDEX = 0x3fff,
+	NILB_FH_MUL1 = 0x9e3779b1,
+	NILB_FH_MUL2 = 0x85ebca77,
+	/* struct nilb_filter_scope.flags: look the source up in filter_trie. */
+	NILB_FS_PREFIXES = 1,
+	/* struct nilb_filter_rule.flags */
+	NILB_FR_DRY_RUN = 1,
+	NILB_FR_COVERS_CLUSTER = 2,
+};
+
+/* struct nilb_filter_rule.kind */
+enum nilb_filter_kind {
+	NILB_FK_DENY = 1,
+	NILB_FK_ALLOW = 2,
+	NILB_FK_RATE = 3,
 };
 
 /*
@@ -100,6 +172,10 @@ enum nilb_counter {
 	C_XDP_PASS_NO_CONFIG,       /* config map empty (daemon not ready): every IPv4 packet passed */
 	C_XDP_ICMP_TOO_BIG,         /* DF packet + GUE exceeds the MTU: ICMP frag-needed sent back from the VIP */
 	C_XDP_DROP_TOO_BIG_LIMITED, /* DF packet too big, its ICMP reply over icmp_too_big_rate: dropped */
+	C_XDP_DROP_FILTER,          /* dropped by a deny rule, or by a service's allow list */
+	C_XDP_DROP_RATE_LIMIT,      /* dropped by a rate limit */
+	C_XDP_FILTER_DRY_RUN,       /* a dry-run rule would have dropped it: counted, not dropped (a verdict is counted too) */
+	C_XDP_FILTER_EXEMPT,        /* a rule matched a cluster address, which is never filtered (a verdict is counted too) */
 	/* TC second chance */
 	C_TC_PASS_OTHER,            /* not GUE addressed to this node: passed untouched */
 	C_TC_DECAP_SYN,             /* TCP SYN: accepted (new connection) */
@@ -272,6 +348,76 @@ struct nilb_control_state {
 	__u64 since_ms;       /* the health verdict holds since */
 	__u64 removed_at_ms;  /* left the file (NILB_CS_REMOVED_AT) */
 	__u64 empty_since_ms; /* removing and owning no bucket since (NILB_CS_EMPTY_SINCE) */
+};
+
+/* Value of `filter_rules` (ARRAY, key rule id): what the data plane needs
+ * of a filter rule, and its name for the tools that read the pins. */
+struct nilb_filter_rule {
+	__u8 kind;              /* enum nilb_filter_kind; 0: slot unused */
+	__u8 flags;             /* NILB_FR_* */
+	__u16 pad;
+	__u32 scope;            /* 0 global, 1 + service index */
+	__u32 mask_v4;          /* rate limits: network-order mask that turns a
+				 * source into its key (/32 or /24) */
+	__u32 prefix_v6;        /* rate limits: the same for IPv6 later (128 or 64) */
+	__u64 pkt_interval_ns;  /* rate: 1e9 / packets per second (0: no limit) */
+	__u64 pkt_tolerance_ns; /* rate: (burst - 1) x interval */
+	__u64 syn_interval_ns;  /* the same for TCP SYNs */
+	__u64 syn_tolerance_ns;
+	__u8 name[32];          /* the rule's name, NUL-terminated (31 bytes at most) */
+};
+
+/* Value of `filter_stats` (PERCPU_ARRAY, key rule id). */
+struct nilb_filter_stats {
+	__u64 packets;  /* dropped by the rule (dry run: would have been) */
+	__u64 bytes;    /* their L3 bytes */
+};
+
+/* Element of `filter_scopes` (ARRAY, key gen x NILB_FILTER_SCOPES + scope;
+ * scope 0 global, 1 + service index): a scope's filters in one generation. */
+struct nilb_filter_scope {
+	__u32 no_match;  /* verdict word when no prefix matches (a service's
+			  * allow list drops what it does not list) */
+	__u16 flags;     /* NILB_FS_PREFIXES */
+	__u16 rate[NILB_FILTER_RATE_RULES]; /* rate-limit rule ids; 0 ends the list */
+	__u16 pad;
+};
+
+/* Element of a generation's long table (filter_long, an ARRAY of buckets):
+ * addresses (network order) in /24s that have prefixes longer than /24,
+ * each with its verdict word; a slot with verdict 0 is empty. */
+struct nilb_filter_bucket {
+	__u32 addr[NILB_FILTER_BUCKET_SLOTS];
+	__u32 verdict[NILB_FILTER_BUCKET_SLOTS];
+};
+
+/* Key of a generation's service prefix trie (LPM_TRIE, in `filter_trie`):
+ * the scope's 32 bits then the address, so that one trie holds every
+ * service's lists and a match never crosses services. IPv6 gets a trie of
+ * its own with a 16-byte address. */
+struct nilb_filter_v4_key {
+	__u32 prefixlen;  /* 32 + prefix length */
+	__u32 scope;      /* 1 + service index, host order, matched whole */
+	__u32 addr;       /* IPv4, network order */
+};
+
+/* Key of a rate-limit state (LRU_HASH in `filter_rate_lru`). The family tag and
+ * the 16-byte address let IPv6 sources share the map later. */
+struct nilb_rate_key {
+	__u16 rule;     /* rule id */
+	__u8 family;    /* 2 (AF_INET) */
+	__u8 pad;
+	__u32 addr[4];  /* source under the rule's mask; IPv4 in addr[0],
+			 * network order, the rest 0 */
+};
+
+/* Value of a rate-limit state: GCRA, the token bucket kept as the time at
+ * which it is full again (docs/design.md "Edge filters"). */
+struct nilb_rate_state {
+	__u64 pkt_tat_ns;     /* packets: theoretical arrival time */
+	__u64 syn_tat_ns;     /* SYNs: theoretical arrival time */
+	__u64 dropped;        /* packets this key lost to the rule (dry run: would have) */
+	__u64 dropped_bytes;  /* their L3 bytes */
 };
 
 /* Input record of the hash probe program (bpf/hash_probe.bpf.c), used by

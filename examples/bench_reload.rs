@@ -222,7 +222,11 @@ fn breakdown(n: u16, reps: usize, out_path: &str) -> Result<()> {
     let node = Ipv4Addr::new(10, 98, 0, 1);
     let dir = std::env::temp_dir().join(format!("nilb-breakdown-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let variants = [("a", config(n, 0)), ("one", config(n, 1)), ("all", config(n, n))];
+    let variants = [
+        ("a", config(n, 0)),
+        ("one", config(n, 1)),
+        ("all", config(n, n)),
+    ];
     for (name, text) in &variants {
         std::fs::write(dir.join(format!("{name}.yaml")), text)?;
     }
@@ -250,18 +254,29 @@ fn breakdown(n: u16, reps: usize, out_path: &str) -> Result<()> {
     let mut now = 1_000u64;
     for (variant, back) in [("a", false), ("one", true), ("all", true)] {
         let mut steps: Vec<(&'static str, Vec<f64>)> = [
-            "parse", "clone", "update", "apply", "state_file", "metrics", "drop_old", "total",
+            "parse",
+            "clone",
+            "update",
+            "apply",
+            "state_file",
+            "metrics",
+            "drop_old",
+            "total",
         ]
         .iter()
         .map(|s| (*s, Vec::new()))
         .collect();
         let mut installed = 0;
         for _ in 0..reps {
-            for target in if back { vec![variant, "a"] } else { vec![variant] } {
+            for target in if back {
+                vec![variant, "a"]
+            } else {
+                vec![variant]
+            } {
                 now += 1_000;
                 let t0 = Instant::now();
-                let config =
-                    nilb::config::Config::load(&path(target)).map_err(|e| anyhow::anyhow!("{e}"))?;
+                let config = nilb::config::Config::load(&path(target))
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
                 let t1 = Instant::now();
                 let mut next = cp.clone();
                 let t2 = Instant::now();

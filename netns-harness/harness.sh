@@ -32,6 +32,8 @@ DW_YAML=""                # the service's dynamic_weight flow mapping (dw only),
 UNKNOWN_FLOW=drop         # cluster.unknown_flow of the generated config (rst scenario)
 EXTRA_SERVICES=""         # YAML list items appended to services: (udp scenario), empty: none
 ENCAP_YAML=""             # the service's encap_check (true|false), empty: nilb's default (on)
+FILTERS_YAML=""           # top-level `filters:` block, YAML lines (filters only), empty: none
+WEB_FILTERS_YAML=""       # the service's `filters:` block, YAML lines indented 6 (filters only)
 RETIRED_LOGS=0
 
 # json FILE EXPR: evaluate a Python expression over the JSON document d (FILE "-": stdin)
@@ -80,6 +82,7 @@ write_config() {
     echo "    protocol: tcp"
     [[ -n $DW_YAML ]] && echo "    dynamic_weight: $DW_YAML"
     [[ -n $ENCAP_YAML ]] && echo "    encap_check: $ENCAP_YAML"
+    [[ -n $WEB_FILTERS_YAML ]] && printf '    filters:\n%s\n' "$WEB_FILTERS_YAML"
     case $NH_HEALTH_CHECK in
       http) echo "    health_check: {http: {uri: /healthz, codes: [200]}}" ;;
       kglb) echo "    health_check: {checker: {http: {uri: /healthz, check_port: 80}}, fall_count: $HC_FALL, interval_ms: $HC_INTERVAL_MS, rise_count: $HC_RISE}" ;;
@@ -91,11 +94,12 @@ write_config() {
       echo "      - {dip: ${NH_NODE_IP[$n]}, hostname: $n, weight: ${WEIGHT[$n]}${BSTATE[$n]:+, state: ${BSTATE[$n]}}}"
     done
     if [[ -n $EXTRA_SERVICES ]]; then printf '%s\n' "$EXTRA_SERVICES"; fi
+    if [[ -n $FILTERS_YAML ]]; then printf '%s\n' "$FILTERS_YAML"; fi
   } >"$tmp" && mv -f "$tmp" "$CFG"
 }
 
 # base_config: write the base config (weights 1:1:2, every backend active, no
-# dynamic weights, default pacing); status 0 if that changed the file
+# dynamic weights, no filters, default pacing); status 0 if that changed the file
 base_config() {
   local before=""
   [[ -f $CFG ]] && before=$(<"$CFG")
@@ -104,6 +108,8 @@ base_config() {
   UNKNOWN_FLOW=drop
   EXTRA_SERVICES=""
   ENCAP_YAML=""
+  FILTERS_YAML=""
+  WEB_FILTERS_YAML=""
   RB_MAX_STEP_PERCENT=$RB_BASE_MAX_STEP_PERCENT
   write_config "${BASE_WEIGHTS[@]}"
   [[ $(<"$CFG") != "$before" ]]

@@ -59,13 +59,18 @@
 #   dw  dynamic weights (cpu): node2's reported CPU rises to 95 %, its bucket share
 #      falls in paced steps while the others rise, then returns; 36 held
 #      connections see no reset; CSV + PNG of the shares over time
+#   filters edge filters: SYN floods from an attacker namespace (a denied prefix read
+#      from a list file, a source over a per-source SYN limit) while the client makes
+#      300 requests; the list file changes + SIGHUP mid-flood; 300/300 succeed, the
+#      floods are counted per rule and no denied SYN reaches a backend (captured)
 #   e  SIGTERM: every nilb exits 0 and leaves no XDP program / tc ingress filter
 # Every scenario first establishes the base state (harness.sh: weights 1:1:2, every
 # backend up, nilb running everywhere, node1's table settled) and leaves it behind
 # (e leaves the daemons stopped; a later scenario starts them again), so any
 # scenario runs alone or in any order.
 # Default: all, in the order a b c d h1 h2 h3 h4 h5 h6 spoof mtu encap-check neigh udp timewait
-# rst restart downrestart removerestart offlinecheck drainedfallback panic xdpfail clockstep dw e.
+# rst filters restart downrestart removerestart offlinecheck drainedfallback panic xdpfail
+# clockstep dw e.
 # SCENARIO... run in the order given; --only LIST (comma-separated) runs a subset in
 # the default order. "health" means h1,h2,h3,h4,h5,h6, "all" everything.
 # Prints "PASS <scenario>: ..." or "FAIL <scenario>: ..." per scenario and a closing
@@ -112,8 +117,8 @@ source "$HERE/harness.sh"
 
 usage() { sed -n '2,/^# shellcheck disable/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 
-ALL_SCENARIOS=(a b c d h1 h2 h3 h4 h5 h6 spoof mtu encap-check neigh udp timewait rst restart
-  downrestart removerestart offlinecheck drainedfallback panic xdpfail clockstep dw e)
+ALL_SCENARIOS=(a b c d h1 h2 h3 h4 h5 h6 spoof mtu encap-check neigh udp timewait rst filters
+  restart downrestart removerestart offlinecheck drainedfallback panic xdpfail clockstep dw e)
 HEALTH_SCENARIOS=(h1 h2 h3 h4 h5 h6)
 for f in "$HERE"/scenarios/*.sh; do
   # shellcheck source=/dev/null

@@ -5,7 +5,9 @@
 #
 #   --only LIST  comma list of: xdp (XDP and TC data plane), control (tables and map
 #                sync), reload (SIGHUP to live), e2e (iperf3 and HTTP through the VIP
-#                versus direct); default all. Sections not run show as "not run".
+#                versus direct), filters (edge filters with 1,000,000 prefixes: denied and
+#                allowed packets, loading and swapping the lists); default all. Sections
+#                not run show as "not run".
 #   --reps N     repetitions per measurement (default 5; the XDP pairs run 2N times)
 #   --out FILE   where to write the report (default BENCHMARKS.md in the repository)
 #   --keep       keep the work directory (raw JSON, logs) even after a clean run
@@ -21,10 +23,16 @@
 #               install_table and its steps, full apply of 100 services);
 #   4. reload:  `nilb run` with 100 services in a namespace, config rewritten + SIGHUP,
 #               pinned map polled until the new tables are live (examples/bench_reload.rs);
-#   5. e2e:     the netns harness topology (netns-harness/lib.sh): iperf3 and
+#   5. filters: same namespace set-up as xdp; examples/bench_filters.rs, pinned to one
+#               CPU: two lists of 1,000,000 prefixes (list files), loaded and swapped as
+#               a SIGHUP does (time per phase, kernel memory, peak RSS), then live frames:
+#               a denied source against a bare XDP_DROP, an allowed VIP packet against
+#               nilb without filters, and the same list in one LPM_TRIE (the design not
+#               taken) against XDP_DROP;
+#   6. e2e:     the netns harness topology (netns-harness/lib.sh): iperf3 and
 #               short-connection HTTP (examples/bench_http.rs) from the client through
 #               the VIP and directly to the same backend, alternating, same run;
-#   6. bench/report.py renders medians, ratios, targets, machine and load into the report.
+#   7. bench/report.py renders medians, ratios, targets, machine and load into the report.
 #
 # Everything runs in namespaces this script creates and deletes (also on Ctrl-C);
 # nothing is configured in the root namespace. Raw results: $WORK (printed).
@@ -36,7 +44,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$HERE/env.sh" # PATH for cargo; cd to the repository root
 REPO=$PWD
 
-ONLY="xdp,control,reload,e2e"
+ONLY="xdp,control,reload,filters,e2e"
 REPS=5
 OUT=$REPO/BENCHMARKS.md
 KEEP=0
@@ -113,12 +121,12 @@ for c in clang ip tc ethtool iperf3 nsenter taskset python3; do
 done
 say "building (release)"
 if ! cargo build --release --bin nilb --example bench_dataplane --example bench_control \
-  --example bench_reload --example bench_http 2>&1 | tail -n 3; then
+  --example bench_reload --example bench_http --example bench_filters 2>&1 | tail -n 3; then
   echo "bench.sh: build failed"; exit 1
 fi
 NILB=$REPO/target/release/nilb
 EX=$REPO/target/release/examples
-for b in "$NILB" "$EX/bench_dataplane" "$EX/bench_control" "$EX/bench_reload" "$EX/bench_http"; do
+for b in "$NILB" "$EX/bench_dataplane" "$EX/bench_control" "$EX/bench_reload" "$EX/bench_http" "$EX/bench_filters"; do
   [[ -x $b ]] || { echo "bench.sh: $b was not built"; exit 1; }
 done
 INC=$(find "$REPO"/target/release/build -maxdepth 3 -path '*/libbpf-sys-*/out/include' -type d 2>/dev/null | head -n 1)
@@ -237,6 +245,35 @@ if want reload; then
   fi
   ((rc_ok)) || section_fail "reload" reload
   echo "load after: $(loadavg)" >>"$WORK/load-reload.txt"
+fi
+
+# ---------------------------------------------------------------- edge filters
+if want filters; then
+  say "edge filters, 1,000,000 prefixes (pinned to CPU $CPU)"
+  echo "load before: $(loadavg)" >"$WORK/load-filters.txt"
+  NS="$PFX-fl"
+  if new_ns fl &&
+    ip -n "$NS" link add gen0 type veth peer name sink0 &&
+    ip -n "$NS" addr add 10.99.0.1/24 dev gen0 &&
+    ip -n "$NS" link set gen0 up && ip -n "$NS" link set sink0 up &&
+    ip netns exec "$NS" sysctl -qw net.ipv4.conf.gen0.forwarding=1 net.ipv4.conf.all.rp_filter=0 \
+      net.ipv4.conf.gen0.rp_filter=0 &&
+    ip -n "$NS" addr add 10.99.0.100/32 dev lo; then
+    SINK_MAC=$(ip -n "$NS" -o link show sink0 | sed -n 's#.*link/ether \([0-9a-f:]*\).*#\1#p')
+    for h in 11 12 13; do
+      ip -n "$NS" neigh replace "10.99.0.$h" lladdr "$SINK_MAC" dev gen0 nud permanent
+    done
+    mkdir -p "$WORK/filters"
+    if ! timeout 900 ip netns exec "$NS" taskset -c "$CPU" "$EX/bench_filters" --obj "$WORK/bench.bpf.o" \
+      --dir "$WORK/filters" --prefixes "${BENCH_FILTER_PREFIXES:-1000000}" --reps "$REPS" --frames 1000000 \
+      --out "$WORK/filters.json" 2> >(tee "$WORK/filters.log" >&2); then
+      section_fail "filters" filters
+    fi
+    rm -f "$WORK"/filters/list*.txt # 2 x 16 MB, not worth keeping
+  else
+    section_fail "filters namespace setup" filters
+  fi
+  echo "load after: $(loadavg)" >>"$WORK/load-filters.txt"
 fi
 
 # ---------------------------------------------------------------- end to end

@@ -27,6 +27,7 @@
 //! a step of the wall clock changes no pacing, and the move times and
 //! removal times kept in the pinned maps mean the same to the next daemon.
 
+use std::collections::BTreeMap;
 use std::mem::MaybeUninit;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
@@ -42,12 +43,13 @@ use tracing::{error, info, warn};
 use crate::config::{Config, Protocol, ServiceKey};
 use crate::control::{ControlPlane, Mode, Plan};
 use crate::dataplane::{Dataplane, DataplaneOps, XdpMode};
+use crate::filters::{lists, FilterSet, RuleIdent, Scope};
 use crate::health::checker::{CheckResult, Checkers};
 use crate::health::encap::{EncapCheckers, EncapResult};
 use crate::health::load::{LoadResult, Scrapers};
 use crate::limits;
 use crate::metrics::{self, HostCpu};
-use crate::status::{rfc3339, ReloadStatus, Status};
+use crate::status::{rfc3339, FiltersStatus, ReloadStatus, Status};
 
 /// Options of `nilb run`.
 #[derive(Clone, Debug)]
@@ -295,6 +297,79 @@ impl Probes<'_> {
     }
 }
 
+/// Log the filters about to be installed: per rule its prefixes and
+/// sources; on a node that is not a balancer, that none are loaded.
+fn log_filters(set: &FilterSet, compile_ms: u64, balancer: bool, config: &Config) {
+    let configured = !config.filters.deny.is_empty()
+        || !config.filters.rate_limit.is_empty()
+        || config.services.iter().any(|s| !s.filters.is_empty());
+    if !balancer {
+        if configured {
+            info!("filters are configured but apply where the XDP balancer runs; this node is not a balancer");
+        }
+        return;
+    }
+    if set.is_empty() {
+        return;
+    }
+    info!(
+        rules = set.rules.len(),
+        prefixes = set.prefixes(),
+        compile_ms,
+        "filters compiled"
+    );
+    for r in &set.rules {
+        let sources: Vec<String> = r
+            .sources
+            .iter()
+            .map(|s| {
+                if s.ipv6_ignored > 0 {
+                    format!(
+                        "{}: {} (+{} IPv6 ignored: not filtered yet)",
+                        s.origin, s.prefixes, s.ipv6_ignored
+                    )
+                } else {
+                    format!("{}: {}", s.origin, s.prefixes)
+                }
+            })
+            .collect();
+        info!(
+            id = r.id,
+            scope = %r.ident.scope,
+            kind = r.ident.kind.as_str(),
+            name = %r.ident.name,
+            dry_run = r.dry_run,
+            "filter rule: {}",
+            if sources.is_empty() { "rate limit".to_string() } else { sources.join(", ") }
+        );
+    }
+}
+
+/// Rule ids of an adopted data plane's rules, by identity (scope 0 global,
+/// 1 + a service index of `cp`).
+fn adopted_rule_ids(dp: &Dataplane<'_>, cp: &ControlPlane) -> BTreeMap<RuleIdent, u16> {
+    let by_index: BTreeMap<u32, ServiceKey> =
+        cp.services().iter().map(|(k, s)| (s.index, *k)).collect();
+    dp.live_filter_rules()
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|r| {
+            let scope = match r.scope {
+                0 => Scope::Global,
+                s => Scope::Service(*by_index.get(&(s - 1))?),
+            };
+            Some((
+                RuleIdent {
+                    scope,
+                    kind: r.kind,
+                    name: r.name,
+                },
+                r.id,
+            ))
+        })
+        .collect()
+}
+
 /// Everything the control loop owns.
 struct Daemon<'a, 'obj> {
     opts: &'a RunOptions,
@@ -314,6 +389,8 @@ struct Daemon<'a, 'obj> {
     reloads: (u64, u64),
     state_dirty: bool,
     state_written: Instant,
+    /// Milliseconds the last read and compile of the filter lists took.
+    filters_compile_ms: u64,
 }
 
 /// What nilb needs from the host, each missing piece explained in one line.
@@ -406,7 +483,7 @@ async fn serve(
     let mut dp = Dataplane::load_pinned(&mut storage, Some(&opts.pin_dir))?;
     dp.set_interface(ifindex, opts.xdp_mode);
     let now = clock::control_ms(&clock);
-    let (cp, plan) = if dp.adopted() {
+    let (mut cp, mut plan) = if dp.adopted() {
         let mut live = dp.live_tables().context("reading the adopted tables")?;
         // Move times written by an older daemon are Unix seconds.
         let (boot, wall) = (clock.boot_ms(), clock.wall_ms());
@@ -438,9 +515,43 @@ async fn serve(
         let plan = cp.full_plan();
         (cp, plan)
     };
+    // The edge filters: an adopted data plane keeps filtering with the
+    // lists it has until the new generation is flipped in.
+    let prev = if dp.adopted() {
+        adopted_rule_ids(&dp, &cp)
+    } else {
+        BTreeMap::new()
+    };
+    let (filters, filters_compile_ms) = lists::prepare(
+        cp.config(),
+        &opts.config,
+        &cp.cluster_addresses(),
+        balancer,
+        None,
+        &prev,
+    )
+    .map_err(anyhow::Error::new)?;
+    log_filters(&filters, filters_compile_ms, balancer, cp.config());
+    cp.set_filters(filters);
+    // At start the filters are always written: an adopted data plane may
+    // hold an earlier daemon's rules that this config no longer has.
+    plan.filters = true;
     // Re-installing adopted tables writes the same buckets: no flow moves.
     cp.apply(&mut dp, node, &plan)
         .context("filling the data plane maps")?;
+    if let Some(i) = dp
+        .last_filter_install()
+        .filter(|_| !cp.filters().is_empty())
+    {
+        info!(
+            generation = i.generation,
+            maps_ms = i.maps_ms,
+            bytes = i.bytes,
+            long_entries = i.long_entries,
+            trie_entries = i.trie_entries,
+            "filters installed"
+        );
+    }
     // New programs replace the old ones atomically; the maps stay.
     dp.attach_tc(ifindex)?;
     if balancer {
@@ -489,6 +600,7 @@ async fn serve(
         reloads: (0, 0),
         state_dirty: true,
         state_written: Instant::now(),
+        filters_compile_ms,
     };
     d.probes.sync(&d.cp)?;
     for (key, st) in d.cp.services() {
@@ -881,7 +993,7 @@ impl Daemon<'_, '_> {
     }
 
     fn write_state(&mut self) {
-        let status = Status::of(
+        let mut status = Status::of(
             &self.cp,
             self.node,
             crate::status::Role {
@@ -891,6 +1003,13 @@ impl Daemon<'_, '_> {
             &self.opts.config,
             self.last_reload.clone(),
         );
+        if !self.cp.filters().is_empty() {
+            status.filters = Some(FiltersStatus::of(
+                self.cp.filters(),
+                self.filters_compile_ms,
+                self.dp.last_filter_install(),
+            ));
+        }
         match status.write(&self.opts.state_file) {
             Ok(()) => {
                 self.state_dirty = false;
@@ -941,25 +1060,66 @@ impl Daemon<'_, '_> {
             }
         };
         let was_balancer = self.xdp_running();
+        let is_balancer = config.cluster.balancers.contains(&self.node);
+        // The lists are read and checked before anything changes: a bad
+        // list file rejects the reload like a bad configuration, and the
+        // lists in force stay.
+        let mut cluster = config.cluster_addresses();
+        cluster.extend(self.cp.cluster_addresses());
+        let (filters, compile_ms) = match lists::prepare(
+            &config,
+            &self.opts.config,
+            &cluster,
+            is_balancer,
+            Some(self.cp.filters()),
+            &self.cp.filters().ids(),
+        ) {
+            Ok(f) => f,
+            Err(e) => {
+                error!(
+                    problems = e.problems.len(),
+                    "reload rejected, running configuration and filter lists kept: {}",
+                    e.one_line()
+                );
+                self.record_reload(Some(e.one_line()));
+                self.write_state();
+                return;
+            }
+        };
         let now = self.now_ms();
         let probes = &mut self.probes;
-        let result = self
-            .cp
-            .reload(config, now, &mut self.dp, self.node, &mut |cp| {
-                probes.sync(cp)
-            });
+        let result = self.cp.reload_with_filters(
+            config,
+            Some(filters),
+            now,
+            &mut self.dp,
+            self.node,
+            &mut |cp| probes.sync(cp),
+        );
         let plan = match result {
             Ok((next, plan)) => {
                 self.cp = next;
                 plan
             }
             Err(e) => {
-                error!(stage = ?e.stage, "reload failed, running configuration kept: {e}");
+                error!(stage = ?e.stage, "reload failed, running configuration and filters kept: {e}");
                 self.record_reload(Some(e.to_string()));
                 self.write_state();
                 return;
             }
         };
+        if plan.filters {
+            self.filters_compile_ms = compile_ms;
+            log_filters(self.cp.filters(), compile_ms, is_balancer, self.cp.config());
+            if let Some(i) = self.dp.last_filter_install() {
+                info!(
+                    generation = i.generation,
+                    maps_ms = i.maps_ms,
+                    bytes = i.bytes,
+                    "filters swapped in"
+                );
+            }
+        }
         match (was_balancer, self.xdp_running()) {
             (false, true) => info!(node = %self.node, "this node became a balancer: XDP attached"),
             (true, false) => {

@@ -3,9 +3,10 @@
 //! Library half of the one crate (the `nilb` binary is `src/main.rs`), its
 //! modules from the top of the dependency graph down (a module uses only
 //! modules further down; there are no cycles):
-//! - [`daemon`]: `nilb run`; [`tools`], [`replay`], [`metrics`], [`status`]:
-//!   the operator commands, the replay tool, Prometheus metrics and the state
-//!   file;
+//! - [`daemon`]: `nilb run`; [`tools`], [`filter_report`], [`replay`],
+//!   [`metrics`], [`status`]: the operator commands (filters: `nilb
+//!   filters` and their part of the others), the replay tool, Prometheus
+//!   metrics and the state file;
 //! - [`control`]: running config, tables and their application through
 //!   [`dataplane::DataplaneOps`];
 //! - [`dataplane`]: loading, attaching and filling the BPF programs;
@@ -13,11 +14,14 @@
 //!   [`netlink`];
 //!   [`health`]: backend health checks and load scrapes; [`weights`]: the
 //!   dynamic-weights controller;
+//! - [`filters`]: the edge filters compiled from the config and its list
+//!   files (pure, but for reading the list files);
 //! - [`config`]: YAML schema and validation (pure);
 //! - [`table`]: Beamer-style bucket tables (pure); [`hash`]: the flow hash
 //!   shared with BPF (pure); [`packet`]: one-line frame descriptions for replay;
 //!   [`quic_lb`]: QUIC-LB connection IDs for servers and the balancer (pure);
-//! - leaves: [`types`] (service keys, load samples), [`limits`] (the data
+//! - leaves: [`prefix`] (source prefixes and list files of the edge
+//!   filters), [`types`] (service keys, load samples), [`limits`] (the data
 //!   plane's compiled-in capacities), [`abi_sys`] (the generated mirror of
 //!   `bpf/nilb.h`), [`clock`] (the boot-time clock the control plane runs
 //!   on).
@@ -30,6 +34,8 @@ pub mod config;
 pub mod control;
 pub mod daemon;
 pub mod dataplane;
+pub mod filter_report;
+pub mod filters;
 pub mod hash;
 pub mod health;
 pub mod limits;
@@ -37,6 +43,7 @@ pub mod metrics;
 pub mod neighbours;
 pub mod netlink;
 pub mod packet;
+pub mod prefix;
 pub mod quic_lb;
 pub mod replay;
 pub mod status;

@@ -15,6 +15,10 @@ pub const MAX_VIPS: u32 = l::NILB_MAX_VIPS;
 pub const MAX_TABLE_SIZE: u32 = l::NILB_MAX_TABLE_SIZE;
 /// (service, backend) pairs with their own counters, over all services.
 pub const MAX_BACKEND_SLOTS: u32 = l::NILB_MAX_BACKEND_SLOTS;
+/// Filter rules over all scopes (rule id 0 means none, so one less is usable).
+pub const MAX_FILTER_RULES: u32 = l::NILB_MAX_FILTER_RULES;
+/// Rate-limit rules one scope may have.
+pub const FILTER_RATE_RULES: u32 = l::NILB_FILTER_RATE_RULES;
 /// Bytes added by GUE with one listed hop (outer IPv4 + UDP + GUE + hop):
 /// the most a TCP flow's packets carry.
 pub const GUE_OVERHEAD: u32 = nilb_wire::NILB_GUE_BASE_OVERHEAD + 4;

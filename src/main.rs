@@ -142,6 +142,20 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Print the edge filters of the running data plane: every rule with
+    /// the packets and bytes it dropped (dry-run rules: would have), and the
+    /// sources rate limits dropped most.
+    Filters {
+        /// Pin directory of the running daemon.
+        #[arg(long, default_value = DEFAULT_PIN_DIR)]
+        pin_dir: PathBuf,
+        /// How many rate-limited sources to list (most dropped first).
+        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=10000))]
+        top: u32,
+        /// Print everything as one line of JSON (schema in docs/operations.md).
+        #[arg(long)]
+        json: bool,
+    },
     /// Print the live tables of the running data plane: per service the
     /// backends' bucket shares and, with --buckets or --json, every bucket
     /// (first hop, second hop, counter slot, move time).
@@ -286,7 +300,14 @@ fn dispatch(command: Command, format: LogFormat) -> Result<ExitCode> {
             Ok(src) => match Config::parse(&src) {
                 Ok(c) => {
                     tools::check_summary(&c, &mut stdout)?;
-                    Ok(ExitCode::SUCCESS)
+                    // The list files the filters name: read, checked, compiled.
+                    match nilb::filter_report::check_filters(&c, &config, &mut stdout)? {
+                        Ok(_) => Ok(ExitCode::SUCCESS),
+                        Err(e) => {
+                            let _ = writeln!(std::io::stderr(), "{}: {e}", config.display());
+                            Ok(ExitCode::from(2))
+                        }
+                    }
                 }
                 Err(e) => {
                     report_invalid(&config, &e, format);
@@ -349,11 +370,19 @@ fn dispatch(command: Command, format: LogFormat) -> Result<ExitCode> {
             } else {
                 TableSource::Config
             };
+            let mut r = tools::lookup_report(&c, src, dst, protocol, source)?;
+            r.filters = nilb::filter_report::lookup_filters(
+                &c,
+                &config,
+                src,
+                dst,
+                protocol,
+                live.then_some(pin_dir.as_path()),
+            )?;
             if json {
-                let r = tools::lookup_report(&c, src, dst, protocol, source)?;
                 tools::write_json(&r, &mut stdout)?;
             } else {
-                tools::lookup(&c, src, dst, protocol, source, &mut stdout)?;
+                tools::print_lookup(&c, &r, &mut stdout)?;
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -378,6 +407,17 @@ fn dispatch(command: Command, format: LogFormat) -> Result<ExitCode> {
                 tools::write_json(&tools::stats_report(&pin_dir)?, &mut stdout)?;
             } else {
                 tools::stats(&pin_dir, all, &mut stdout)?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Filters { pin_dir, top, json } => {
+            if json {
+                tools::write_json(
+                    &nilb::filter_report::filters_report(&pin_dir, top as usize)?,
+                    &mut stdout,
+                )?;
+            } else {
+                nilb::filter_report::filters(&pin_dir, top as usize, &mut stdout)?;
             }
             Ok(ExitCode::SUCCESS)
         }

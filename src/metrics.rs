@@ -356,6 +356,8 @@ pub trait StatsSource {
     fn service_stats(&self, index: u32) -> Result<crate::abi_sys::nilb_service_stats>;
     /// Balancer stats of backend slot `slot`, summed over CPUs.
     fn backend_stats(&self, slot: u32) -> Result<crate::abi_sys::nilb_backend_stats>;
+    /// Packets and bytes the edge filter rule `id` dropped, summed over CPUs.
+    fn filter_stats(&self, id: u16) -> Result<crate::abi_sys::nilb_filter_stats>;
 }
 
 impl StatsSource for crate::dataplane::Dataplane<'_> {
@@ -367,6 +369,9 @@ impl StatsSource for crate::dataplane::Dataplane<'_> {
     }
     fn backend_stats(&self, slot: u32) -> Result<crate::abi_sys::nilb_backend_stats> {
         crate::dataplane::Dataplane::backend_stats(self, slot)
+    }
+    fn filter_stats(&self, id: u16) -> Result<crate::abi_sys::nilb_filter_stats> {
+        crate::dataplane::Dataplane::filter_stats(self, id)
     }
 }
 
@@ -658,6 +663,40 @@ pub fn build(
             labels(&[("kind", kind)]),
             v as f64,
         );
+    }
+    for r in &cp.filters().rules {
+        let scope = r.ident.scope.to_string();
+        let l = labels(&[
+            ("rule", r.ident.name.as_str()),
+            ("scope", scope.as_str()),
+            ("kind", r.ident.kind.as_str()),
+            ("dry_run", if r.dry_run { "true" } else { "false" }),
+        ]);
+        if let Ok(st) = dp.filter_stats(r.id) {
+            s.add(
+                "nilb_filter_dropped_packets_total",
+                "Packets an edge filter rule dropped (dry_run=\"true\": would have dropped).",
+                Kind::Counter,
+                l.clone(),
+                st.packets as f64,
+            );
+            s.add(
+                "nilb_filter_dropped_bytes_total",
+                "L3 bytes of the packets an edge filter rule dropped (dry_run=\"true\": would have dropped).",
+                Kind::Counter,
+                l.clone(),
+                st.bytes as f64,
+            );
+        }
+        if r.rate.is_none() {
+            s.add(
+                "nilb_filter_prefixes",
+                "IPv4 prefixes of a deny or allow rule (inline and from its list files).",
+                Kind::Gauge,
+                l,
+                r.prefixes() as f64,
+            );
+        }
     }
     for (result, v) in [("success", facts.reloads.0), ("failure", facts.reloads.1)] {
         s.add(

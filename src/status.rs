@@ -168,6 +168,86 @@ pub struct Status {
     pub stopped: Option<String>,
     /// Services in key order.
     pub services: Vec<ServiceStatus>,
+    /// The edge filters in force (None: none configured, or not a
+    /// balancer: filters apply where the XDP balancer runs).
+    #[serde(default)]
+    pub filters: Option<FiltersStatus>,
+}
+
+/// The edge filters in force.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FiltersStatus {
+    /// Rules by id.
+    pub rules: Vec<FilterRuleStatus>,
+    /// IPv4 prefixes over all rules.
+    pub prefixes: usize,
+    /// The live generation of the filter maps (0 or 1).
+    pub generation: Option<u32>,
+    /// Reading and compiling the lists, ms (last time they changed).
+    pub compile_ms: u64,
+    /// Building the maps and flipping to them, ms.
+    pub maps_ms: Option<u64>,
+    /// Kernel memory of the live filter maps, bytes.
+    pub bytes: Option<u64>,
+}
+
+/// One filter rule.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FilterRuleStatus {
+    /// Rule id (counters in `nilb stats` and `nilb filters`).
+    pub id: u16,
+    /// Name.
+    pub name: String,
+    /// `global` or the service's `VIP:PORT/PROTOCOL`.
+    pub scope: String,
+    /// deny, allow or rate_limit.
+    pub kind: String,
+    /// Counts without dropping.
+    pub dry_run: bool,
+    /// IPv4 prefixes (deny and allow).
+    pub prefixes: usize,
+    /// Where they came from: `inline` or a list file, with counts.
+    pub sources: Vec<String>,
+}
+
+impl FiltersStatus {
+    /// The status of `set`, with what its compile and install took.
+    pub fn of(
+        set: &crate::filters::FilterSet,
+        compile_ms: u64,
+        install: Option<&crate::dataplane::filters::FilterInstall>,
+    ) -> FiltersStatus {
+        FiltersStatus {
+            rules: set
+                .rules
+                .iter()
+                .map(|r| FilterRuleStatus {
+                    id: r.id,
+                    name: r.ident.name.clone(),
+                    scope: r.ident.scope.to_string(),
+                    kind: r.ident.kind.as_str().to_string(),
+                    dry_run: r.dry_run,
+                    prefixes: r.prefixes(),
+                    sources: r
+                        .sources
+                        .iter()
+                        .map(|s| {
+                            let mut t = format!("{}: {} prefixes", s.origin, s.prefixes);
+                            if s.ipv6_ignored > 0 {
+                                t += &format!(" ({} IPv6 ignored)", s.ipv6_ignored);
+                            }
+                            t
+                        })
+                        .collect(),
+                })
+                .collect(),
+            prefixes: set.prefixes(),
+            generation: install.map(|i| i.generation),
+            compile_ms,
+            maps_ms: install.map(|i| i.maps_ms),
+            bytes: install.map(|i| i.bytes),
+        }
+    }
 }
 
 /// RFC 3339 time of `t` (seconds precision, UTC).
@@ -298,6 +378,7 @@ impl Status {
             last_reload,
             stopped: None,
             services,
+            filters: None,
         }
     }
 
@@ -390,6 +471,30 @@ impl Status {
                 r.failed,
                 r.error.as_deref().unwrap_or("?")
             )?,
+        }
+        if let Some(f) = &self.filters {
+            writeln!(
+                out,
+                "filters: {} rule(s), {} prefixes, generation {}, compiled in {} ms, maps built and flipped in {}, {}  (counters: nilb filters)",
+                f.rules.len(),
+                f.prefixes,
+                f.generation.map_or("-".to_string(), |g| g.to_string()),
+                f.compile_ms,
+                f.maps_ms.map_or("-".to_string(), |m| format!("{m} ms")),
+                f.bytes.map_or("-".to_string(), |b| format!("{:.1} MiB", b as f64 / 1048576.0)),
+            )?;
+            for r in &f.rules {
+                writeln!(
+                    out,
+                    "  rule {:>4} {:<24} {:<22} {:<10}{} {}",
+                    r.id,
+                    r.name,
+                    r.scope,
+                    r.kind,
+                    if r.dry_run { " (dry run)" } else { "" },
+                    r.sources.join(", ")
+                )?;
+            }
         }
         for s in &self.services {
             writeln!(out)?;
@@ -514,6 +619,22 @@ mod tests {
                     last_error: None,
                 }],
             }],
+            filters: Some(FiltersStatus {
+                rules: vec![FilterRuleStatus {
+                    id: 1,
+                    name: "feed".into(),
+                    scope: "global".into(),
+                    kind: "deny".into(),
+                    dry_run: false,
+                    prefixes: 3,
+                    sources: vec!["/etc/nilb/feed.txt: 3 prefixes".into()],
+                }],
+                prefixes: 3,
+                generation: Some(1),
+                compile_ms: 2,
+                maps_ms: None,
+                bytes: Some(33_554_432),
+            }),
         }
     }
 

@@ -216,6 +216,9 @@ pub struct LookupReport {
     pub previous_hop_hostnames: Vec<Option<String>>,
     /// UDP source port of the GUE packet (from the hash).
     pub gue_source_port: u16,
+    /// Which edge filter rules decide the client's source (`null`: no
+    /// filter is configured); see docs/operations.md "Edge filters".
+    pub filters: Option<crate::filter_report::FilterLookup>,
 }
 
 /// Which service, bucket and hops a client flow maps to.
@@ -285,6 +288,7 @@ pub fn lookup_report(
         previous_hops: b.previous().collect(),
         previous_hop_hostnames: b.previous().map(|p| hostname(Some(p))).collect(),
         gue_source_port: gue_source_port(hash),
+        filters: None,
     })
 }
 
@@ -298,6 +302,13 @@ pub fn lookup(
     out: &mut dyn Write,
 ) -> Result<Bucket> {
     let r = lookup_report(config, src, dst, protocol, source)?;
+    print_lookup(config, &r, out)
+}
+
+/// Print a lookup report (and its filter part, if it has one).
+pub fn print_lookup(config: &Config, r: &LookupReport, out: &mut dyn Write) -> Result<Bucket> {
+    let (src, dst) = (r.src, r.dst);
+    let protocol = parse_protocol(&r.protocol)?;
     let service = config
         .service(&ServiceKey {
             vip: *dst.ip(),
@@ -343,6 +354,9 @@ pub fn lookup(
             out,
             "note: this bucket has no first hop; the balancer drops the packet"
         )?;
+    }
+    if let Some(f) = &r.filters {
+        crate::filter_report::print_lookup(f, out)?;
     }
     Ok(Bucket::new(r.first_hop, r.previous_hops.iter().copied()))
 }
@@ -642,6 +656,8 @@ pub struct StatsReport {
     pub counters: BTreeMap<&'static str, u64>,
     /// Per service, in key order.
     pub services: Vec<ServiceStatsReport>,
+    /// Every edge filter rule with what it dropped.
+    pub filters: Vec<crate::filter_report::RuleStatsReport>,
 }
 
 /// Counters of one service.
@@ -746,6 +762,7 @@ pub fn stats_report(dir: &Path) -> Result<StatsReport> {
         unknown_flow: s.unknown_flow.name(),
         counters: COUNTER_NAMES.iter().copied().zip(values).collect(),
         services,
+        filters: crate::filter_report::rule_stats(&pins)?,
     })
 }
 
@@ -793,6 +810,13 @@ pub fn stats(dir: &Path, all: bool, out: &mut dyn Write) -> Result<()> {
                 b.new_connections
             )?;
         }
+    }
+    if all || !r.filters.is_empty() {
+        writeln!(
+            out,
+            "filter rules (nilb filters adds the sources rate limits hit most):"
+        )?;
+        crate::filter_report::print_rule_stats(&r.filters, out)?;
     }
     Ok(())
 }

@@ -410,6 +410,43 @@ fn accepted_is_valid(src: &str) -> Result<(), TestCaseError> {
             prop_assert!(!c.cluster.balancers.is_empty());
             prop_assert!(c.cluster.gue_port != 0);
             prop_assert!(c.services.len() <= 1024);
+            // Filters: valid rule names, rules with something in them, rates
+            // of at least one per second, at most 4 rate limits a scope, and
+            // no unmarked top-level deny over a cluster address.
+            let cluster = c.cluster_addresses();
+            let mut scopes = vec![(&c.filters.deny, &c.filters.rate_limit, None)];
+            for s in &c.services {
+                scopes.push((
+                    &s.filters.deny,
+                    &s.filters.rate_limit,
+                    s.filters.allow.as_ref(),
+                ));
+            }
+            for (gi, (deny, rates, allow)) in scopes.into_iter().enumerate() {
+                prop_assert!(rates.len() <= 4);
+                let mut seen = std::collections::HashSet::new();
+                for r in deny.iter().chain(allow) {
+                    prop_assert!(!r.name.is_empty() && r.name.len() <= 31);
+                    prop_assert!(seen.insert(r.name.clone()), "rule name {} twice", r.name);
+                    prop_assert!(!r.prefixes.is_empty() || !r.files.is_empty());
+                    if gi == 0 && !r.covers_cluster {
+                        for (p, _) in &r.prefixes {
+                            prop_assert!(
+                                !cluster.iter().any(|a| p.contains(*a)),
+                                "{p} covers the cluster"
+                            );
+                        }
+                    }
+                    prop_assert!(gi == 0 || !r.covers_cluster);
+                }
+                for r in rates {
+                    prop_assert!(seen.insert(r.name.clone()), "rule name {} twice", r.name);
+                    prop_assert!(r.packets.is_some() || r.syns.is_some());
+                    for rate in r.packets.iter().chain(&r.syns) {
+                        prop_assert!(rate.per_second >= 1 && rate.burst >= 1);
+                    }
+                }
+            }
             let mut names = std::collections::HashSet::new();
             let mut keys = std::collections::HashSet::new();
             for s in &c.services {

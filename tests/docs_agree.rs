@@ -6,7 +6,7 @@
 //! configuration loader fills in; and the systemd unit's documentation paths
 //! against the documented install. No root needed.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 use std::path::Path;
 
@@ -15,6 +15,7 @@ use nilb::abi_sys::{nilb_backend_stats, nilb_service_stats};
 use nilb::config::{Checker, Config, Protocol, Scheme, ServiceKey};
 use nilb::control::ControlPlane;
 use nilb::dataplane::abi::COUNTER_NAMES;
+use nilb::filters::{FilterSet, Lists};
 use nilb::metrics::{self, CpuTimes, DaemonFacts, StatsSource};
 use nilb::status::{Status, BACKEND_COLUMNS};
 use nilb::types::LoadSample;
@@ -161,10 +162,17 @@ services:
     backends:
       - {dip: 10.0.0.11, hostname: edge-11}
       - {dip: 10.0.0.12, weight: 200}
+filters:
+  deny:
+    - {name: feed, prefixes: [192.0.2.0/24]}
 "#;
 
 fn control_plane() -> ControlPlane {
-    let mut cp = ControlPlane::new(Config::parse(CONFIG).unwrap(), 0);
+    let config = Config::parse(CONFIG).unwrap();
+    let mut cp = ControlPlane::new(config.clone(), 0);
+    // A filter rule, so that its metrics and status fields are built too.
+    let filters = FilterSet::compile(&config, &Lists::new(), &BTreeMap::new()).unwrap();
+    cp.set_filters(std::sync::Arc::new(filters));
     let key = ServiceKey {
         vip: Ipv4Addr::new(10, 0, 0, 100),
         port: 80,
@@ -200,6 +208,20 @@ fn sample_status() -> Status {
         }),
     );
     s.stopped = Some("at 2025-01-01T00:00:00Z with --keep-dataplane".into());
+    let cp = control_plane();
+    let install = nilb::dataplane::filters::FilterInstall {
+        generation: 1,
+        maps_ms: 3,
+        bytes: 33_554_432,
+        rules: 1,
+        long_entries: 0,
+        trie_entries: 0,
+    };
+    s.filters = Some(nilb::status::FiltersStatus::of(
+        cp.filters(),
+        2,
+        Some(&install),
+    ));
     s
 }
 
@@ -282,6 +304,9 @@ impl StatsSource for Zeros {
     }
     fn backend_stats(&self, _slot: u32) -> Result<nilb_backend_stats> {
         Ok(nilb_backend_stats::default())
+    }
+    fn filter_stats(&self, _id: u16) -> Result<nilb::abi_sys::nilb_filter_stats> {
+        Ok(nilb::abi_sys::nilb_filter_stats::default())
     }
 }
 

@@ -15,6 +15,10 @@
  *   xdp_pass_only baseline of the non-VIP path: XDP_PASS.
  *   count_drop    the counting peer: count per CPU, XDP_DROP.
  *   tc_pass_only  baseline of the TC path: TC_ACT_OK.
+ *   drop_only     baseline of a denied packet: XDP_DROP (edge filters).
+ *   probe_trie    the alternative design for the global deny list: one
+ *                 LPM_TRIE lookup of the source, XDP_DROP on a hit
+ *                 (examples/bench_filters.rs compares it with nilb).
  *   probe_*       single operations of nilb's fast path, for the cost
  *                 breakdown (run with BPF_PROG_TEST_RUN repeat, packet
  *                 unchanged).
@@ -66,6 +70,20 @@ struct {
 	__type(key, __u64);
 	__type(value, __u64);
 } probe_hash_map SEC(".maps");
+
+struct probe_lpm_key {
+	__u32 prefixlen;
+	__u32 addr;
+};
+
+/* Filled by bench_filters with the same prefixes as nilb's list. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 4000000);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct probe_lpm_key);
+	__type(value, __u32);
+} probe_trie_map SEC(".maps");
 
 SEC("xdp")
 int gen_tail(struct xdp_md *ctx)
@@ -125,6 +143,32 @@ SEC("tc")
 int tc_pass_only(struct __sk_buff *skb)
 {
 	return TC_ACT_OK;
+}
+
+SEC("xdp")
+int drop_only(struct xdp_md *ctx)
+{
+	return XDP_DROP;
+}
+
+SEC("xdp")
+int probe_trie(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct iphdr *iph = data + 14;
+	struct probe_lpm_key k = { .prefixlen = 32 };
+	__u32 *v;
+
+	if ((void *)(iph + 1) > data_end)
+		return XDP_ABORTED;
+	k.addr = iph->saddr;
+	v = bpf_map_lookup_elem(&probe_trie_map, &k);
+	if (v) {
+		gen.sink += *v;
+		return XDP_DROP;
+	}
+	return XDP_PASS;
 }
 
 /* ---- probes: one operation each, packet left unchanged ----------------- */

@@ -13,7 +13,9 @@
 //! panic_threshold_percent), `services` with name, vip, port, protocol,
 //! table_size, health_check, panic_threshold_percent and backends (dip,
 //! hostname, weight, state) and dynamic_weight (source cpu|qps, metrics_port,
-//! target_percent and tuning knobs).
+//! target_percent and tuning knobs), and `filters` (top level and per service:
+//! deny and allow rules with inline prefixes and list files, rate limits;
+//! list files are named here and read by [`crate::filters`]).
 //!
 //! Health checks accept the shape of docs/config.md (`health_check: {http:
 //! {...}, fall_count, ...}`) and the Ni/kglb nesting (`health_check: {checker:
@@ -39,8 +41,9 @@ use std::path::Path;
 /// a [`Service`] is named by them.
 pub use crate::types::{Protocol, ServiceKey};
 pub use model::{
-    Backend, BackendState, Checker, Cluster, Config, DynamicWeight, HealthCheck, LoadSource,
-    Rebalance, Scheme, Service, TlsOptions, UnknownFlow,
+    Backend, BackendState, Checker, Cluster, Config, DynamicWeight, Filters, HealthCheck, ListFile,
+    LoadSource, PrefixRule, Rate, RatePer, RateRule, Rebalance, Scheme, Service, ServiceFilters,
+    TlsOptions, UnknownFlow,
 };
 pub use yaml::Position;
 
@@ -90,6 +93,16 @@ pub const DEFAULT_MIN_BUCKET_AGE_MS: u64 = 300_000;
 /// through one more move of their bucket; the cost is 4 bytes of GUE per
 /// previous owner listed, only in buckets that moved).
 pub const DEFAULT_PREVIOUS_OWNERS: u32 = crate::table::MAX_PREVIOUS as u32;
+/// Default `filters.rate_limit_sources` (rate-limit states kept at once).
+pub const DEFAULT_RATE_LIMIT_SOURCES: u32 = 65_536;
+/// Largest `filters.rate_limit_sources` (about 100 bytes each in the kernel).
+pub const MAX_RATE_LIMIT_SOURCES: u64 = 1 << 24;
+/// Smallest `filters.rate_limit_sources`.
+pub const MIN_RATE_LIMIT_SOURCES: u64 = 1024;
+/// Longest filter rule name (the data plane keeps 31 bytes and a NUL).
+pub const MAX_RULE_NAME: usize = 31;
+/// Highest rate a rate limit accepts, per second.
+pub const MAX_RATE_PER_SECOND: u64 = 1_000_000_000;
 
 impl Config {
     /// Read and validate the file at `path`.

@@ -5,13 +5,15 @@
 use std::collections::BTreeSet;
 use std::fmt;
 use std::net::Ipv4Addr;
+use std::path::PathBuf;
 
 use serde::Deserialize;
 
 use super::{
-    DEFAULT_MAX_STEP_PERCENT, DEFAULT_MIN_BUCKET_AGE_MS, DEFAULT_MIN_STEP_INTERVAL_MS,
-    DEFAULT_PREVIOUS_OWNERS,
+    Position, DEFAULT_MAX_STEP_PERCENT, DEFAULT_MIN_BUCKET_AGE_MS, DEFAULT_MIN_STEP_INTERVAL_MS,
+    DEFAULT_PREVIOUS_OWNERS, DEFAULT_RATE_LIMIT_SOURCES,
 };
+use crate::prefix::Prefix4;
 pub use crate::types::UnknownFlow;
 use crate::types::{Protocol, ServiceKey};
 
@@ -168,6 +170,126 @@ pub struct DynamicWeight {
     pub max_weight_percent: u32,
 }
 
+/// What a rate limit counts separately (`per`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RatePer {
+    /// Each source address.
+    #[default]
+    Address,
+    /// Each /24 of IPv4 sources (each /64 of IPv6 sources, once nilb
+    /// handles IPv6).
+    Subnet,
+}
+
+impl fmt::Display for RatePer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            RatePer::Address => "address",
+            RatePer::Subnet => "subnet",
+        })
+    }
+}
+
+/// A list file named by a prefix rule (read by [`crate::filters`], not by
+/// the configuration: `Config::parse` does no I/O).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ListFile {
+    /// The path as written; relative paths are relative to the directory
+    /// of the configuration file.
+    pub path: PathBuf,
+    /// Field path in the configuration, e.g. `filters.deny[0].files[1]`.
+    pub field: String,
+    /// Where the path is written in the configuration.
+    pub position: Option<Position>,
+}
+
+/// A deny or allow rule: source prefixes inline and from list files.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct PrefixRule {
+    /// Name, unique in its scope (`[A-Za-z0-9_.-]{1,31}`); default
+    /// `deny-N` or `allow`.
+    pub name: String,
+    /// Field path of the rule, e.g. `services[0].filters.allow`.
+    pub field: String,
+    /// Inline prefixes, with where each is written.
+    pub prefixes: Vec<(Prefix4, Option<Position>)>,
+    /// List files.
+    pub files: Vec<ListFile>,
+    /// Count what it would drop, drop nothing.
+    pub dry_run: bool,
+    /// (Global deny rules.) The rule may cover cluster addresses, which the
+    /// data plane then exempts packet by packet; without it `nilb check`
+    /// rejects such a rule.
+    pub covers_cluster: bool,
+}
+
+/// A rate: so many per second, with a burst.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Rate {
+    /// Sustained rate, per second (>= 1).
+    pub per_second: u64,
+    /// Largest burst (>= 1): a source that was quiet may send this many at
+    /// once.
+    pub burst: u64,
+}
+
+/// A per-source rate limit (a token bucket per source and limit).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct RateRule {
+    /// Name, unique in its scope; default `rate-N`.
+    pub name: String,
+    /// Field path of the rule, e.g. `filters.rate_limit[0]`.
+    pub field: String,
+    /// Per address or per subnet.
+    pub per: RatePer,
+    /// Packets per second, if limited.
+    pub packets: Option<Rate>,
+    /// TCP SYNs (new connections) per second, if limited.
+    pub syns: Option<Rate>,
+    /// Count what it would drop, drop nothing.
+    pub dry_run: bool,
+}
+
+/// Top-level `filters:`: rules for everything the XDP balancer sees.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Filters {
+    /// Rate-limit states kept at once (LRU), over all rules.
+    pub rate_limit_sources: u32,
+    /// Deny rules.
+    pub deny: Vec<PrefixRule>,
+    /// Rate limits.
+    pub rate_limit: Vec<RateRule>,
+}
+
+impl Default for Filters {
+    fn default() -> Self {
+        Filters {
+            rate_limit_sources: DEFAULT_RATE_LIMIT_SOURCES,
+            deny: Vec::new(),
+            rate_limit: Vec::new(),
+        }
+    }
+}
+
+/// A service's `filters:`: rules for its own packets.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ServiceFilters {
+    /// When present, only these sources reach the service.
+    pub allow: Option<PrefixRule>,
+    /// Deny rules.
+    pub deny: Vec<PrefixRule>,
+    /// Rate limits.
+    pub rate_limit: Vec<RateRule>,
+}
+
+impl ServiceFilters {
+    /// Whether the service has any filter.
+    pub fn is_empty(&self) -> bool {
+        self.allow.is_none() && self.deny.is_empty() && self.rate_limit.is_empty()
+    }
+}
+
 /// A validated configuration.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
@@ -177,6 +299,8 @@ pub struct Config {
     pub rebalance: Rebalance,
     /// Services in file order.
     pub services: Vec<Service>,
+    /// Edge filters for everything the XDP balancer sees.
+    pub filters: Filters,
 }
 
 /// `cluster:` section.
@@ -223,6 +347,8 @@ pub struct Service {
     pub encap_check: bool,
     /// Backends in file order.
     pub backends: Vec<Backend>,
+    /// Edge filters for the service's own packets.
+    pub filters: ServiceFilters,
 }
 
 /// A backend of a service.

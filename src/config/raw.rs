@@ -4,7 +4,7 @@
 
 use serde::Deserialize;
 
-use super::model::{BackendState, LoadSource, UnknownFlow};
+use super::model::{BackendState, LoadSource, RatePer, UnknownFlow};
 use crate::types::Protocol;
 
 #[derive(Deserialize)]
@@ -16,6 +16,59 @@ pub(super) struct RawConfig {
     pub(super) defaults: RawDefaults,
     #[serde(default)]
     pub(super) services: Vec<RawService>,
+    pub(super) filters: Option<RawFilters>,
+}
+
+/// Top-level `filters:` (docs/config.md "Filters").
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawFilters {
+    pub(super) rate_limit_sources: Option<u64>,
+    #[serde(default)]
+    pub(super) deny: Vec<RawPrefixRule>,
+    #[serde(default)]
+    pub(super) rate_limit: Vec<RawRateRule>,
+}
+
+/// A service's `filters:`.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawServiceFilters {
+    pub(super) allow: Option<RawPrefixRule>,
+    #[serde(default)]
+    pub(super) deny: Vec<RawPrefixRule>,
+    #[serde(default)]
+    pub(super) rate_limit: Vec<RawRateRule>,
+}
+
+/// A deny or allow rule: prefixes inline and from list files.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawPrefixRule {
+    pub(super) name: Option<String>,
+    #[serde(default)]
+    pub(super) prefixes: Vec<String>,
+    #[serde(default)]
+    pub(super) files: Vec<String>,
+    #[serde(default)]
+    pub(super) dry_run: bool,
+    #[serde(default)]
+    pub(super) covers_cluster: bool,
+}
+
+/// A rate-limit rule.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRateRule {
+    pub(super) name: Option<String>,
+    #[serde(default)]
+    pub(super) per: RatePer,
+    pub(super) packets_per_second: Option<u64>,
+    pub(super) burst_packets: Option<u64>,
+    pub(super) syns_per_second: Option<u64>,
+    pub(super) burst_syns: Option<u64>,
+    #[serde(default)]
+    pub(super) dry_run: bool,
 }
 
 #[derive(Deserialize)]
@@ -121,6 +174,7 @@ pub(super) struct RawService {
     pub(super) encap_check: Option<bool>,
     #[serde(default)]
     pub(super) backends: Vec<RawBackend>,
+    pub(super) filters: Option<RawServiceFilters>,
 }
 
 #[derive(Deserialize)]

@@ -7,19 +7,23 @@ use std::collections::{HashMap, HashSet};
 use std::net::Ipv4Addr;
 
 use super::model::{
-    Backend, Checker, Cluster, Config, DynamicWeight, HealthCheck, LoadSource, Rebalance, Scheme,
-    Service, TlsOptions,
+    Backend, Checker, Cluster, Config, DynamicWeight, Filters, HealthCheck, ListFile, LoadSource,
+    PrefixRule, Rate, RateRule, Rebalance, Scheme, Service, ServiceFilters, TlsOptions,
 };
 use super::raw::{
-    RawBackend, RawCluster, RawConfig, RawDefaults, RawDynamicWeight, RawHealthCheck, RawHttp,
-    RawNone, RawRebalance, RawService, RawTcp, RawTiming,
+    RawBackend, RawCluster, RawConfig, RawDefaults, RawDynamicWeight, RawFilters, RawHealthCheck,
+    RawHttp, RawNone, RawPrefixRule, RawRateRule, RawRebalance, RawService, RawServiceFilters,
+    RawTcp, RawTiming,
 };
 use super::{
     Position, Problem, DEFAULT_GUE_PORT, DEFAULT_ICMP_TOO_BIG_RATE, DEFAULT_INTERVAL_MS,
-    DEFAULT_PANIC_THRESHOLD_PERCENT, DEFAULT_RISE_FALL, DEFAULT_TABLE_SIZE, DEFAULT_TIMEOUT_MS,
-    DEFAULT_WEIGHT, MAX_TOTAL_BUCKETS, MIN_BUCKETS_PER_BACKEND, MIN_INTERVAL_MS, MIN_TABLE_SIZE,
+    DEFAULT_PANIC_THRESHOLD_PERCENT, DEFAULT_RATE_LIMIT_SOURCES, DEFAULT_RISE_FALL,
+    DEFAULT_TABLE_SIZE, DEFAULT_TIMEOUT_MS, DEFAULT_WEIGHT, MAX_RATE_LIMIT_SOURCES,
+    MAX_RATE_PER_SECOND, MAX_RULE_NAME, MAX_TOTAL_BUCKETS, MIN_BUCKETS_PER_BACKEND,
+    MIN_INTERVAL_MS, MIN_RATE_LIMIT_SOURCES, MIN_TABLE_SIZE,
 };
 use crate::limits;
+use crate::prefix::SourcePrefix;
 use crate::types::Protocol;
 
 /// Collects problems while the raw file is turned into a [`Config`].
@@ -510,13 +514,303 @@ impl Validator {
         let cluster = self.cluster(&raw.cluster);
         let defaults = self.defaults(&raw.defaults);
         let services = self.services(raw.services, &cluster, &defaults);
+        let filters = self.filters(raw.filters.unwrap_or_default());
         let cfg = Config {
             cluster,
             rebalance: defaults.rebalance,
             services,
+            filters,
         };
         self.data_plane_limits(&cfg);
+        self.filter_limits(&cfg);
         cfg
+    }
+
+    /// Top-level `filters:`: the rate-limit state size, deny rules and rate
+    /// limits (cluster coverage is checked once every address is known, in
+    /// [`Validator::filter_limits`]).
+    fn filters(&mut self, raw: RawFilters) -> Filters {
+        let rate_limit_sources = match raw.rate_limit_sources {
+            Some(n) if !(MIN_RATE_LIMIT_SOURCES..=MAX_RATE_LIMIT_SOURCES).contains(&n) => {
+                self.report(
+                    "filters.rate_limit_sources",
+                    format!("{n} is outside {MIN_RATE_LIMIT_SOURCES}-{MAX_RATE_LIMIT_SOURCES}"),
+                );
+                DEFAULT_RATE_LIMIT_SOURCES
+            }
+            Some(n) => n as u32,
+            None => DEFAULT_RATE_LIMIT_SOURCES,
+        };
+        let mut names = HashMap::new();
+        let deny = raw
+            .deny
+            .into_iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let field = format!("filters.deny[{i}]");
+                self.prefix_rule(&field, r, &format!("deny-{i}"), true, &mut names)
+            })
+            .collect();
+        let rate_limit = self.rate_rules("filters", raw.rate_limit, &mut names);
+        Filters {
+            rate_limit_sources,
+            deny,
+            rate_limit,
+        }
+    }
+
+    /// A service's `filters:` (`sp`: the service's field path).
+    fn service_filters(&mut self, sp: &str, raw: RawServiceFilters) -> ServiceFilters {
+        let mut names = HashMap::new();
+        let allow = raw.allow.map(|r| {
+            let field = format!("{sp}.filters.allow");
+            self.prefix_rule(&field, r, "allow", false, &mut names)
+        });
+        let deny = raw
+            .deny
+            .into_iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let field = format!("{sp}.filters.deny[{i}]");
+                self.prefix_rule(&field, r, &format!("deny-{i}"), false, &mut names)
+            })
+            .collect();
+        let rate_limit = self.rate_rules(&format!("{sp}.filters"), raw.rate_limit, &mut names);
+        ServiceFilters {
+            allow,
+            deny,
+            rate_limit,
+        }
+    }
+
+    /// A rule's name (or `default`): valid and unique in its scope (`names`:
+    /// name -> field path of the rule that has it).
+    fn rule_name(
+        &mut self,
+        field: &str,
+        name: Option<String>,
+        default: &str,
+        names: &mut HashMap<String, String>,
+    ) -> String {
+        // A problem with a given name points at it, with a default name at the rule.
+        let at = if name.is_some() {
+            format!("{field}.name")
+        } else {
+            field.to_string()
+        };
+        let name = name.unwrap_or_else(|| default.to_string());
+        if name.is_empty()
+            || name.len() > MAX_RULE_NAME
+            || !name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.')
+        {
+            self.report(
+                at,
+                format!(
+                    "`{name}` is not a valid rule name (1-{MAX_RULE_NAME} of A-Z a-z 0-9 _ . -)"
+                ),
+            );
+        } else if let Some(prev) = names.insert(name.clone(), field.to_string()) {
+            self.report(
+                at,
+                format!("rule name `{name}` is already used by {prev} in the same scope"),
+            );
+        }
+        name
+    }
+
+    /// A deny or allow rule at `field`: name, inline prefixes (IPv4), list
+    /// files; `global`: a top-level rule (only those may cover cluster
+    /// addresses).
+    fn prefix_rule(
+        &mut self,
+        field: &str,
+        r: RawPrefixRule,
+        default_name: &str,
+        global: bool,
+        names: &mut HashMap<String, String>,
+    ) -> PrefixRule {
+        let name = self.rule_name(field, r.name, default_name, names);
+        let mut prefixes = Vec::new();
+        for (i, text) in r.prefixes.iter().enumerate() {
+            let path = format!("{field}.prefixes[{i}]");
+            match text.trim().parse::<SourcePrefix>() {
+                Ok(SourcePrefix::V4(p)) => {
+                    let pos = self.positions.get(&path).copied();
+                    prefixes.push((p, pos));
+                }
+                Ok(SourcePrefix::V6(..)) => self.report(
+                    path,
+                    format!("`{text}`: IPv6 prefixes are not filtered yet (nilb balances IPv4 only; XDP passes IPv6 untouched)"),
+                ),
+                Err(e) => self.report(path, e.0),
+            }
+        }
+        let mut files = Vec::new();
+        for (i, f) in r.files.iter().enumerate() {
+            let path = format!("{field}.files[{i}]");
+            if f.trim().is_empty() || f.contains('\0') {
+                self.report(&path, format!("`{f}` is not a file name"));
+                continue;
+            }
+            files.push(ListFile {
+                path: f.into(),
+                position: self.positions.get(&path).copied(),
+                field: path,
+            });
+        }
+        if r.prefixes.is_empty() && r.files.is_empty() {
+            self.report(
+                field,
+                "needs prefixes or files (one prefix per line) or both",
+            );
+        }
+        if r.covers_cluster && !global {
+            self.report(
+                format!("{field}.covers_cluster"),
+                "only top-level deny rules may cover cluster addresses (a service's rules never see the cluster's GUE or health checks)",
+            );
+        }
+        PrefixRule {
+            name,
+            field: field.to_string(),
+            prefixes,
+            files,
+            dry_run: r.dry_run,
+            covers_cluster: r.covers_cluster && global,
+        }
+    }
+
+    /// The rate limits of one scope (`base`: the path of its `filters`).
+    fn rate_rules(
+        &mut self,
+        base: &str,
+        raw: Vec<RawRateRule>,
+        names: &mut HashMap<String, String>,
+    ) -> Vec<RateRule> {
+        let max = limits::FILTER_RATE_RULES as usize;
+        if raw.len() > max {
+            self.report(
+                format!("{base}.rate_limit"),
+                format!("{} rate limits; a scope may have at most {max}", raw.len()),
+            );
+        }
+        raw.into_iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let field = format!("{base}.rate_limit[{i}]");
+                let name = self.rule_name(&field, r.name, &format!("rate-{i}"), names);
+                let packets = self.rate(
+                    &field,
+                    "packets_per_second",
+                    r.packets_per_second,
+                    "burst_packets",
+                    r.burst_packets,
+                );
+                let syns = self.rate(
+                    &field,
+                    "syns_per_second",
+                    r.syns_per_second,
+                    "burst_syns",
+                    r.burst_syns,
+                );
+                if r.packets_per_second.is_none() && r.syns_per_second.is_none() {
+                    self.report(
+                        &field,
+                        "needs packets_per_second or syns_per_second (or both)",
+                    );
+                }
+                RateRule {
+                    name,
+                    field,
+                    per: r.per,
+                    packets,
+                    syns,
+                    dry_run: r.dry_run,
+                }
+            })
+            .collect()
+    }
+
+    /// One dimension of a rate limit: a rate (1 .. MAX_RATE_PER_SECOND) and
+    /// its burst (default: one second's worth).
+    fn rate(
+        &mut self,
+        field: &str,
+        rate_key: &str,
+        rate: Option<u64>,
+        burst_key: &str,
+        burst: Option<u64>,
+    ) -> Option<Rate> {
+        let Some(per_second) = rate else {
+            if burst.is_some() {
+                self.report(
+                    format!("{field}.{burst_key}"),
+                    format!("{burst_key} without {rate_key}"),
+                );
+            }
+            return None;
+        };
+        if !(1..=MAX_RATE_PER_SECOND).contains(&per_second) {
+            self.report(
+                format!("{field}.{rate_key}"),
+                format!("{per_second} is outside 1-{MAX_RATE_PER_SECOND}"),
+            );
+        }
+        let given = burst.is_some();
+        let burst = burst.unwrap_or(per_second);
+        if given && !(1..=MAX_RATE_PER_SECOND).contains(&burst) {
+            self.report(
+                format!("{field}.{burst_key}"),
+                format!("{burst} is outside 1-{MAX_RATE_PER_SECOND}"),
+            );
+        }
+        Some(Rate {
+            per_second: per_second.clamp(1, MAX_RATE_PER_SECOND),
+            burst: burst.clamp(1, MAX_RATE_PER_SECOND),
+        })
+    }
+
+    /// Limits over every filter rule: how many rules there are, and no
+    /// top-level deny rule that is not marked `covers_cluster` covers a
+    /// cluster address with an inline prefix (list files are checked when
+    /// they are read, by [`crate::filters`]).
+    fn filter_limits(&mut self, cfg: &Config) {
+        let rules = cfg.filters.deny.len()
+            + cfg.filters.rate_limit.len()
+            + cfg
+                .services
+                .iter()
+                .map(|s| {
+                    s.filters.deny.len()
+                        + s.filters.rate_limit.len()
+                        + usize::from(s.filters.allow.is_some())
+                })
+                .sum::<usize>();
+        let max = limits::MAX_FILTER_RULES as usize - 1;
+        if rules > max {
+            self.report(
+                "filters",
+                format!(
+                    "{rules} filter rules over all scopes exceed the data plane's limit of {max}"
+                ),
+            );
+        }
+        let cluster = cfg.cluster_addresses();
+        for (ri, r) in cfg.filters.deny.iter().enumerate() {
+            if r.covers_cluster {
+                continue;
+            }
+            for (pi, (p, _)) in r.prefixes.iter().enumerate() {
+                if let Some(a) = cluster.iter().find(|a| p.contains(**a)) {
+                    self.report(
+                        format!("filters.deny[{ri}].prefixes[{pi}]"),
+                        format!("{p} covers cluster address {a} (a balancer or backend; the cluster's own GUE and health checks are never filtered): narrow the prefix, or mark the rule `covers_cluster: true` to have cluster addresses exempted"),
+                    );
+                }
+            }
+        }
     }
 
     fn version(&mut self, version: u32) {
@@ -659,6 +953,7 @@ impl Validator {
         };
         let encap_check = self.encap_check(&sp, &rs, &health_check, defaults.encap_check);
         let backends = self.backends(&sp, vip, rs.backends);
+        let filters = self.service_filters(&sp, rs.filters.unwrap_or_default());
         Service {
             name: rs.name,
             vip,
@@ -670,6 +965,7 @@ impl Validator {
             panic_threshold_percent,
             encap_check,
             backends,
+            filters,
         }
     }
 

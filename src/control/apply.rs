@@ -18,7 +18,9 @@ impl ControlPlane {
     ///    maps hold and what the new state needs, so no table installed next
     ///    points at an address the programs would reject;
     /// 3. fresh counter slots and service indexes are zeroed, before the
-    ///    tables that count into them;
+    ///    tables that count into them; the edge filters are installed (a
+    ///    new generation flipped in, or nothing if they are the ones
+    ///    installed), before the tables of services they name;
     /// 4. changed `control_state` records are written (before the tables,
     ///    so a daemon killed in between restarts with the verdicts that the
     ///    tables follow);
@@ -54,6 +56,8 @@ impl ControlPlane {
         for &index in &plan.fresh_service_indexes {
             dp.zero_service_stats(index)?;
         }
+        let index_of = |k: &ServiceKey| self.services.get(k).map(|s| s.index);
+        dp.install_filters(&self.filters, &index_of)?;
         let records = self.records_of(plan);
         if !records.is_empty() {
             dp.write_control_state(&records)?;
@@ -129,6 +133,7 @@ impl ControlPlane {
                 .collect(),
             settings_changed: true,
             all_records: true,
+            filters: true,
             ..Plan::default()
         }
     }

@@ -56,10 +56,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
-use crate::config::{
-    Backend, BackendState, Checker, Config, DynamicWeight, Rebalance, Service,
-};
+use crate::config::{Backend, BackendState, Checker, Config, DynamicWeight, Rebalance, Service};
 use crate::dataplane::NodeSettings;
+use crate::filters::FilterSet;
 use crate::health::checker::CheckTarget;
 use crate::health::{Health, HealthState};
 use crate::limits;
@@ -323,6 +322,8 @@ pub struct Plan {
     pub records: BTreeSet<u32>,
     /// Rewrite every slot of `control_state` (a full plan).
     pub all_records: bool,
+    /// The edge filters changed ([`ControlPlane::set_filters`]).
+    pub filters: bool,
 }
 
 /// One backend's change in a dynamic-weights round.
@@ -350,6 +351,7 @@ impl Plan {
             && self.fresh_service_indexes.is_empty()
             && self.records.is_empty()
             && !self.all_records
+            && !self.filters
     }
 
     /// True when the plan has nothing to write nor to report.
@@ -393,6 +395,7 @@ impl Plan {
         self.reweighted.extend(other.reweighted);
         self.records.extend(other.records);
         self.all_records |= other.all_records;
+        self.filters |= other.filters;
     }
 }
 
@@ -414,6 +417,9 @@ pub struct ControlPlane {
     /// applied, so only the next reload gives them out again.
     retiring_slots: BTreeSet<u32>,
     retiring_indexes: BTreeSet<u32>,
+    /// The edge filters compiled from the config and its lists (shared:
+    /// a 1M-prefix set is large, and a reload clones the state).
+    filters: Arc<FilterSet>,
 }
 
 /// The `backend_stats` slot shared by backends that found no free slot (the
@@ -461,12 +467,14 @@ impl ControlPlane {
                 cluster: config.cluster.clone(),
                 rebalance: config.rebalance,
                 services: Vec::new(),
+                filters: config.filters.clone(),
             }),
             by_key: Arc::new(HashMap::new()),
             services: BTreeMap::new(),
             used_slots: BTreeSet::new(),
             retiring_slots: BTreeSet::new(),
             retiring_indexes: BTreeSet::new(),
+            filters: Arc::new(FilterSet::default()),
         }
     }
 
@@ -521,6 +529,21 @@ impl ControlPlane {
     /// The running configuration of one service (a lookup, not a scan).
     pub fn service_config(&self, key: &ServiceKey) -> Option<&Service> {
         self.by_key.get(key).map(|&i| &self.config.services[i])
+    }
+
+    /// The edge filters in force.
+    pub fn filters(&self) -> &Arc<FilterSet> {
+        &self.filters
+    }
+
+    /// Use `set` as the edge filters (compiled from this state's config and
+    /// its list files; the daemon passes an empty set on nodes that do not
+    /// run the XDP balancer). Returns whether it differs from the set in
+    /// force; the caller then marks its plan (`Plan::filters`).
+    pub fn set_filters(&mut self, set: Arc<FilterSet>) -> bool {
+        let changed = set.digest != self.filters.digest || set.rules != self.filters.rules;
+        self.filters = set;
+        changed
     }
 
     /// State of one service.
@@ -639,8 +662,7 @@ impl ControlPlane {
                             if !rt.health.is_up() {
                                 rt.health = HealthState::unchecked(now_ms);
                             }
-                        } else if was == BackendState::Offline && b.state != BackendState::Offline
-                        {
+                        } else if was == BackendState::Offline && b.state != BackendState::Offline {
                             // Back from offline: its old verdict is stale.
                             rt.health = HealthState::recheck(now_ms);
                         } else if check_changed {
@@ -1041,7 +1063,11 @@ impl ControlPlane {
                 .get(&d)
                 .is_some_and(|b| b.config.state != BackendState::Offline)
         };
-        let down = |d: Ipv4Addr| backends.get(&d).is_some_and(|b| b.verdict() == Health::Down);
+        let down = |d: Ipv4Addr| {
+            backends
+                .get(&d)
+                .is_some_and(|b| b.verdict() == Health::Down)
+        };
         // Entering panic or fail-open spreads at once: the backends left are
         // failing or overloaded, so there is nothing to protect by pacing,
         // and second chance keeps whatever connections they still serve.

@@ -205,7 +205,9 @@ impl ControlPlane {
             // `previous_owners` in the file trims or widens them in the
             // update below (a step, installed like any change).
             let previous = lt.buckets.iter().map(|b| b.previous().count()).max();
-            let previous = previous.unwrap_or(0).max(config.rebalance.previous_owners as usize);
+            let previous = previous
+                .unwrap_or(0)
+                .max(config.rebalance.previous_owners as usize);
             let mut st = ServiceState::new(
                 lt.service_index,
                 Table::adopt(lt.buckets, lt.moved_at, previous),

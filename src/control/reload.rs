@@ -5,12 +5,14 @@
 
 use std::fmt;
 use std::net::Ipv4Addr;
+use std::sync::Arc;
 
 use anyhow::Result;
 
 use super::{ControlPlane, Plan};
 use crate::config::Config;
 use crate::dataplane::DataplaneOps;
+use crate::filters::FilterSet;
 
 /// The part of a reload that failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -85,8 +87,27 @@ impl ControlPlane {
         node: Ipv4Addr,
         checks: &mut dyn FnMut(&ControlPlane) -> Result<()>,
     ) -> Result<(ControlPlane, Plan), ReloadError> {
+        self.reload_with_filters(config, None, now_ms, dp, node, checks)
+    }
+
+    /// [`Self::reload`] that also switches to the edge filters `filters`
+    /// (compiled from `config` and its list files before the transaction;
+    /// None keeps the filters in force). The returned plan's `filters` says
+    /// whether they changed; a failed reload keeps the running filters.
+    pub fn reload_with_filters(
+        &self,
+        config: Config,
+        filters: Option<Arc<FilterSet>>,
+        now_ms: u64,
+        dp: &mut dyn DataplaneOps,
+        node: Ipv4Addr,
+        checks: &mut dyn FnMut(&ControlPlane) -> Result<()>,
+    ) -> Result<(ControlPlane, Plan), ReloadError> {
         let mut next = self.clone();
-        let plan = next.update(config, now_ms);
+        let mut plan = next.update(config, now_ms);
+        if let Some(f) = filters {
+            plan.filters |= next.set_filters(f);
+        }
         let fail = |stage: ReloadStage, e: anyhow::Error| ReloadError {
             stage,
             reason: format!("{e:#}"),

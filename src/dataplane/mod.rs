@@ -23,7 +23,9 @@
 //!   ICMP "fragmentation needed" replies (neither pinned nor written from
 //!   user space);
 //! - `rst_budget`: the TC program's RST rate limit for `unknown_flow: rst`
-//!   (per CPU, not pinned, not written from user space).
+//!   (per CPU, not pinned, not written from user space);
+//! - the edge filters' maps (`filter_*`, see [`filters`]): two generations
+//!   of prefix tables, rules, their counters and the rate-limit state.
 //!
 //! A service's table is replaced by building a complete new inner array and
 //! swapping it into the outer map in one update, so the programs never see an
@@ -31,9 +33,11 @@
 //!
 //! Files: [`abi`] (layouts, raw kernel calls, test runs: all of nilb's
 //! `unsafe`), [`ops`] (the [`DataplaneOps`] seam the control plane writes
-//! through), [`pinned`] (the pinned maps' names and readers).
+//! through), [`pinned`] (the pinned maps' names and readers), [`filters`]
+//! (installing and reading the edge filters).
 
 pub mod abi;
+pub mod filters;
 pub mod hints;
 pub mod libbpf_log;
 pub mod ops;
@@ -96,6 +100,8 @@ pub struct Dataplane<'obj> {
     vips: BTreeSet<Ipv4Addr>,
     nodes: BTreeSet<Ipv4Addr>,
     adopted: bool,
+    settings: Option<NodeSettings>,
+    filters: filters::FilterState,
 }
 
 /// TC filter handle and priority nilb uses on clsact ingress ("ni").
@@ -236,11 +242,14 @@ impl<'obj> Dataplane<'obj> {
             vips: BTreeSet::new(),
             nodes: BTreeSet::new(),
             adopted,
+            settings: None,
+            filters: filters::FilterState::default(),
         };
         if adopted {
             // Start the set diffs from what the maps hold.
             dp.vips = address_keys(&dp.skel.maps.vips);
             dp.nodes = address_keys(&dp.skel.maps.cluster_nodes);
+            dp.adopt_filters();
         }
         Ok(dp)
     }
@@ -507,10 +516,14 @@ impl<'obj> Dataplane<'obj> {
     }
 }
 
-/// The BPF maps behind the control plane's writes.
-impl DataplaneOps for Dataplane<'_> {
-    fn set_settings(&mut self, s: &NodeSettings) -> Result<()> {
-        let flags = match s.unknown_flow {
+impl Dataplane<'_> {
+    /// Write `nilb_config` from the last settings and the filter flags.
+    fn write_config(&mut self) -> Result<()> {
+        let Some(s) = self.settings else {
+            bail!("node settings must be written before the filters");
+        };
+        let mut flags = self.filters.flags & filters::FILTER_FLAGS;
+        flags |= match s.unknown_flow {
             UnknownFlow::Drop => 0,
             UnknownFlow::Local => abi::sys::nilb_config_flags::NILB_F_UNKNOWN_FLOW_LOCAL,
             UnknownFlow::Rst => abi::sys::nilb_config_flags::NILB_F_UNKNOWN_FLOW_RST,
@@ -521,6 +534,22 @@ impl DataplaneOps for Dataplane<'_> {
             .nilb_config
             .update(&0u32.to_ne_bytes(), abi::bytes_of(&v), MapFlags::ANY)
             .context("writing nilb_config")
+    }
+}
+
+/// The BPF maps behind the control plane's writes.
+impl DataplaneOps for Dataplane<'_> {
+    fn set_settings(&mut self, s: &NodeSettings) -> Result<()> {
+        self.settings = Some(*s);
+        self.write_config()
+    }
+
+    fn install_filters(
+        &mut self,
+        set: &crate::filters::FilterSet,
+        index_of: &dyn Fn(&ServiceKey) -> Option<u32>,
+    ) -> Result<()> {
+        self.install_filter_set(set, index_of)
     }
 
     fn vips(&self) -> &BTreeSet<Ipv4Addr> {

@@ -10,6 +10,7 @@ use std::net::Ipv4Addr;
 
 use anyhow::Result;
 
+use crate::filters::FilterSet;
 use crate::table::Table;
 use crate::types::{ServiceKey, UnknownFlow};
 
@@ -153,4 +154,15 @@ pub trait DataplaneOps {
     /// interface the data plane was given; attaching refuses to replace
     /// another program.
     fn set_xdp(&mut self, attached: bool) -> Result<()>;
+    /// Make `set` the live edge filters (docs/design.md "Edge filters"):
+    /// build the generation that is not live, then flip to it in one
+    /// write, so that no packet sees an empty or half-built list;
+    /// `index_of` gives each service's stats index (its filter scope). A
+    /// set equal to the installed one (same digest and indexes) is not
+    /// rebuilt. On an error before the flip the live filters stay.
+    fn install_filters(
+        &mut self,
+        set: &FilterSet,
+        index_of: &dyn Fn(&ServiceKey) -> Option<u32>,
+    ) -> Result<()>;
 }

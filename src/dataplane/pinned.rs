@@ -36,9 +36,24 @@ pub const BACKEND_STATS: &str = "backend_stats";
 /// restarted daemon keeps them; the programs never read it.
 pub const CONTROL_STATE: &str = "control_state";
 
+/// The edge filters' maps (docs/design.md "Edge filters"): both
+/// generations of the flat and long tables and the service trie, the
+/// rate-limit state, verdicts, scopes, rules and their counters.
+pub const FILTER_MAPS: [&str; 9] = [
+    "filter_flat",
+    "filter_long",
+    "filter_long_small",
+    "filter_trie",
+    "filter_rate_lru",
+    "filter_verdicts",
+    "filter_scopes",
+    "filter_rules",
+    "filter_stats",
+];
+
 /// Names of the maps pinned under the pin directory, as the BPF object
 /// names them.
-pub const PINNED_MAPS: [&str; 8] = [
+pub const PINNED_MAPS: [&str; 17] = [
     SERVICES,
     CLUSTER_NODES,
     VIPS,
@@ -47,12 +62,32 @@ pub const PINNED_MAPS: [&str; 8] = [
     SERVICE_STATS,
     BACKEND_STATS,
     CONTROL_STATE,
+    FILTER_MAPS[0],
+    FILTER_MAPS[1],
+    FILTER_MAPS[2],
+    FILTER_MAPS[3],
+    FILTER_MAPS[4],
+    FILTER_MAPS[5],
+    FILTER_MAPS[6],
+    FILTER_MAPS[7],
+    FILTER_MAPS[8],
 ];
 
 /// Pinned maps a daemon may adopt the others without: pins of an older
 /// daemon that did not have them are completed with empty ones (the
 /// forwarding state, which is in the other maps, carries over).
-pub const ADOPT_WITHOUT: [&str; 1] = [CONTROL_STATE];
+pub const ADOPT_WITHOUT: [&str; 10] = [
+    CONTROL_STATE,
+    FILTER_MAPS[0],
+    FILTER_MAPS[1],
+    FILTER_MAPS[2],
+    FILTER_MAPS[3],
+    FILTER_MAPS[4],
+    FILTER_MAPS[5],
+    FILTER_MAPS[6],
+    FILTER_MAPS[7],
+    FILTER_MAPS[8],
+];
 
 /// Maps of a running daemon, opened from their pins (for `nilb stats` and
 /// `nilb lookup --live`).
@@ -67,6 +102,10 @@ pub struct PinnedMaps {
     pub backend_stats: libbpf_rs::MapHandle,
     /// `nilb_config`.
     pub config: libbpf_rs::MapHandle,
+    /// The edge filters' maps, by name ([`FILTER_MAPS`]).
+    pub filter: BTreeMap<&'static str, libbpf_rs::MapHandle>,
+    /// The pin directory.
+    pub dir: std::path::PathBuf,
 }
 
 impl PinnedMaps {
@@ -88,7 +127,39 @@ impl PinnedMaps {
             service_stats: open(SERVICE_STATS)?,
             backend_stats: open(BACKEND_STATS)?,
             config: open(CONFIG)?,
+            filter: FILTER_MAPS
+                .iter()
+                .map(|n| Ok((*n, open(n)?)))
+                .collect::<Result<_>>()?,
+            dir: dir.to_path_buf(),
         })
+    }
+
+    /// A filter map by name (one of [`FILTER_MAPS`]).
+    pub fn filter_map(&self, name: &str) -> &libbpf_rs::MapHandle {
+        &self.filter[name]
+    }
+
+    /// `nilb_config.flags` as the daemon wrote them.
+    pub fn config_flags(&self) -> Result<u32> {
+        let v = self
+            .config
+            .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)?
+            .context("nilb_config is empty")?;
+        let c: abi::sys::nilb_config = abi::read_struct(&v)?;
+        Ok(c.flags)
+    }
+
+    /// The maps a live filter lookup reads.
+    pub fn live_filter_maps(&self) -> super::filters::LiveFilterMaps<'_> {
+        super::filters::LiveFilterMaps {
+            flat: self.filter_map("filter_flat"),
+            long: self.filter_map("filter_long"),
+            long_small: self.filter_map("filter_long_small"),
+            trie: self.filter_map("filter_trie"),
+            scopes: self.filter_map("filter_scopes"),
+            verdicts: self.filter_map("filter_verdicts"),
+        }
     }
 
     /// Node settings the daemon wrote.

@@ -459,7 +459,9 @@ impl Table {
             chains: (0..size as usize)
                 .map(|i| self.chains[i & old_mask])
                 .collect(),
-            moved: (0..size as usize).map(|i| self.moved[i & old_mask]).collect(),
+            moved: (0..size as usize)
+                .map(|i| self.moved[i & old_mask])
+                .collect(),
             epoch_ms: self.epoch_ms,
         };
         t.recount();
@@ -754,7 +756,13 @@ impl Table {
         // Chains as the rules want them: previous owners that may no
         // longer be hops leave, those known down go last.
         for c in &mut new.chains {
-            let (t, _) = chain_of(c[0], c[1..].iter().copied(), max_prev, &roles.keep, &roles.down);
+            let (t, _) = chain_of(
+                c[0],
+                c[1..].iter().copied(),
+                max_prev,
+                &roles.keep,
+                &roles.down,
+            );
             *c = t;
         }
 
@@ -1005,8 +1013,7 @@ impl Table {
                     let c = self.chains[i];
                     let candidates = std::iter::once(prev).chain(c[1..].iter().copied());
                     let max = self.previous as usize;
-                    let (chain, forgotten) =
-                        chain_of(0, candidates, max, &roles.keep, &roles.down);
+                    let (chain, forgotten) = chain_of(0, candidates, max, &roles.keep, &roles.down);
                     self.chains[i] = chain;
                     moves.forgotten += forgotten;
                     last = None;

@@ -268,11 +268,17 @@ fn twenty_weight_changes_one_second_apart() {
         }
         report(&format!("20 changes 1 s apart, {backends} backends"), &runs);
         let lost: Vec<u64> = runs.iter().map(|r| r.1.lost).collect();
-        assert!(lost[0] > 0, "one previous owner loses connections: {lost:?}");
+        assert!(
+            lost[0] > 0,
+            "one previous owner loses connections: {lost:?}"
+        );
         if backends == 3 {
             assert_eq!(lost[1..], [0, 0], "2 previous owners cover 3 backends");
         } else {
-            assert!(lost[2] < lost[0] / 2, "3 previous owners lose less: {lost:?}");
+            assert!(
+                lost[2] < lost[0] / 2,
+                "3 previous owners lose less: {lost:?}"
+            );
         }
     }
 }
@@ -336,7 +342,10 @@ fn failures_and_recoveries() {
         );
         runs.push((previous, o));
     }
-    report("6 h of failures and recoveries every 2 min, 6 backends", &runs);
+    report(
+        "6 h of failures and recoveries every 2 min, 6 backends",
+        &runs,
+    );
     let lost: Vec<u64> = runs.iter().map(|r| r.1.lost).collect();
     assert!(
         lost[2] <= lost[1] && lost[1] < lost[0],

@@ -84,7 +84,8 @@ fn weight_change_moves_minimum_and_keeps_second_hop() {
     for (o, n) in old.buckets().iter().zip(new.buckets()) {
         if o.first() != n.first() {
             assert_eq!(
-                n.second(), o.first(),
+                n.second(),
+                o.first(),
                 "a moved bucket keeps its old owner as second hop"
             );
         } else {
@@ -110,7 +111,10 @@ fn removing_one_of_n_moves_exactly_its_buckets() {
         // Failure: forced out, still allowed as second hop.
         let (new, moves) = old.rebalance(
             &targets(&rest),
-            &Rules { forced_out: &|d| d == ip(2), ..Rules::default() },
+            &Rules {
+                forced_out: &|d| d == ip(2),
+                ..Rules::default()
+            },
             5,
             StepLimits {
                 max_moves: 0,
@@ -144,7 +148,11 @@ fn offline_clears_both_hops() {
     assert!(mid.second_shares()[&ip(1)] > 0);
     let (new, moves) = mid.rebalance(
         &targets(&[(2, 1)]),
-        &Rules { keep: &|d| d != ip(1), forced_out: &|d| d == ip(1), ..Rules::default() },
+        &Rules {
+            keep: &|d| d != ip(1),
+            forced_out: &|d| d == ip(1),
+            ..Rules::default()
+        },
         2,
         StepLimits::NONE,
     );
@@ -220,11 +228,17 @@ fn weight_change_in_limited_steps_reaches_exact_shares() {
 fn fail_and_recover_swaps_most_buckets_back() {
     let all = targets(&[(1, 1), (2, 1), (3, 1), (4, 1)]);
     let t0 = Table::build(4096, &all);
-    let owned_before: Vec<usize> = (0..4096)
-        .filter(|&i| t0.first(i) == Some(ip(3)))
-        .collect();
+    let owned_before: Vec<usize> = (0..4096).filter(|&i| t0.first(i) == Some(ip(3))).collect();
     let rest = targets(&[(1, 1), (2, 1), (4, 1)]);
-    let (t1, _) = t0.rebalance(&rest, &Rules { forced_out: &|d| d == ip(3), ..Rules::default() }, 10, StepLimits::NONE);
+    let (t1, _) = t0.rebalance(
+        &rest,
+        &Rules {
+            forced_out: &|d| d == ip(3),
+            ..Rules::default()
+        },
+        10,
+        StepLimits::NONE,
+    );
     // Recovery is voluntary: limited steps, 2 % each, buckets at least 0 ms old.
     let lim = StepLimits {
         max_moves: 82,
@@ -297,7 +311,15 @@ fn no_bucket_moves_voluntarily_twice_within_min_age() {
 #[test]
 fn no_targets_drops_but_keeps_previous_owner() {
     let t0 = Table::build(64, &targets(&[(1, 1)]));
-    let (t1, _) = t0.rebalance(&[], &Rules { forced_out: &|_| true, ..Rules::default() }, 1, StepLimits::NONE);
+    let (t1, _) = t0.rebalance(
+        &[],
+        &Rules {
+            forced_out: &|_| true,
+            ..Rules::default()
+        },
+        1,
+        StepLimits::NONE,
+    );
     assert!(t1
         .buckets()
         .iter()

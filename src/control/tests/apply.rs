@@ -423,3 +423,51 @@ fn only_plans_that_change_settings_write_nilb_config() {
     let s = dp.settings.unwrap();
     assert_eq!(s.hash_seed, 8);
 }
+
+/// A reload that adds a service with an allow list: the filters that name
+/// it are installed (at its index) before its table, so no packet reaches
+/// the new service unfiltered; an unchanged filter set is not installed
+/// again.
+#[test]
+fn filters_of_a_new_service_are_in_place_before_its_table() {
+    use crate::filters::{FilterSet, Lists};
+    let compile = |c: &Config, prev: &ControlPlane| {
+        std::sync::Arc::new(FilterSet::compile(c, &Lists::new(), &prev.filters().ids()).unwrap())
+    };
+    let one = config(0, &[WEB_11_12]);
+    let mut cp = ControlPlane::new(one.clone(), 0);
+    let f = compile(&one, &cp);
+    cp.set_filters(f);
+    let mut dp = FakeDataplane::default();
+    cp.apply(&mut dp, NODE, &cp.full_plan()).unwrap();
+    dp.calls.clear();
+    let api = API_15.replace(
+        "backends:",
+        "filters: {allow: {name: office, prefixes: [192.0.2.0/24]}}, backends:",
+    );
+    let two = config(0, &[api.as_str(), WEB_11_12]);
+    let mut plan = cp.update(two.clone(), 1000);
+    let f = compile(&two, &cp);
+    plan.filters = cp.set_filters(f);
+    assert!(plan.filters);
+    cp.apply(&mut dp, NODE, &plan).unwrap();
+    let filters = dp
+        .position(|c| matches!(c, Call::InstallFilters(_, s) if s.contains_key(&API)))
+        .expect("filters installed");
+    let tables = dp
+        .position(|c| matches!(c, Call::InstallTables(k) if k.contains(&API)))
+        .expect("api installed");
+    assert!(filters < tables, "{:?}", dp.calls);
+    assert_eq!(
+        dp.filters.as_ref().unwrap().1[&API],
+        cp.service(&API).unwrap().index
+    );
+    assert_eq!(dp.violations, []);
+    // The same set again: nothing to install.
+    dp.calls.clear();
+    let plan = cp.update(two.clone(), 2000);
+    let f = compile(&two, &cp);
+    assert!(!cp.set_filters(f));
+    cp.apply(&mut dp, NODE, &plan).unwrap();
+    assert_eq!(dp.position(|c| matches!(c, Call::InstallFilters(..))), None);
+}

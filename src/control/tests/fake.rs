@@ -21,6 +21,7 @@ use std::net::Ipv4Addr;
 use anyhow::{bail, Result};
 
 use crate::dataplane::{ControlRecord, DataplaneOps, NodeSettings, TableInstall};
+use crate::filters::FilterSet;
 use crate::table::Bucket;
 use crate::types::ServiceKey;
 
@@ -38,6 +39,9 @@ pub(super) enum Call {
     /// How many slots one batch wrote, and which of them got a record.
     WriteControlState(usize, Vec<u32>),
     SetXdp(bool),
+    /// A filter set that differs from the installed one: its digest and
+    /// each filtered service's index.
+    InstallFilters(u64, BTreeMap<ServiceKey, u32>),
 }
 
 /// A table as the fake holds it.
@@ -48,7 +52,6 @@ pub(super) struct Installed {
     /// Counter slot of each hop (first hops and previous owners).
     pub slots: BTreeMap<Ipv4Addr, u32>,
 }
-
 
 #[derive(Debug, Default)]
 pub(super) struct FakeDataplane {
@@ -77,6 +80,10 @@ pub(super) struct FakeDataplane {
     pub writes: Vec<(ServiceKey, Option<usize>)>,
     /// Unsafe states seen: after which call (index into `calls`), and why.
     pub violations: Vec<(usize, String)>,
+    /// The installed filters: digest and the index of each filtered
+    /// service (like the real data plane, an equal set is not installed
+    /// again).
+    pub filters: Option<(u64, BTreeMap<ServiceKey, u32>)>,
 }
 
 impl FakeDataplane {
@@ -95,6 +102,14 @@ impl FakeDataplane {
                     at,
                     format!("{hop}, a hop of {key}, is not in cluster_nodes"),
                 ));
+            }
+            if let Some(index) = self.filters.as_ref().and_then(|(_, s)| s.get(key)) {
+                if *index != t.index {
+                    self.violations.push((
+                        at,
+                        format!("{key} is installed with index {} but its filters are at scope index {index}", t.index),
+                    ));
+                }
             }
         }
         let mut by_slot: BTreeMap<u32, Ipv4Addr> = BTreeMap::new();
@@ -262,6 +277,24 @@ impl DataplaneOps for FakeDataplane {
             bail!("injected: attaching XDP in Native mode: Operation not supported (os error 95)");
         }
         self.xdp = attached;
+        Ok(())
+    }
+
+    fn install_filters(
+        &mut self,
+        set: &FilterSet,
+        index_of: &dyn Fn(&ServiceKey) -> Option<u32>,
+    ) -> Result<()> {
+        let scopes: BTreeMap<ServiceKey, u32> = set
+            .services
+            .keys()
+            .map(|k| (*k, index_of(k).unwrap_or(u32::MAX)))
+            .collect();
+        let want = (set.digest, scopes);
+        if self.filters.as_ref() != Some(&want) {
+            self.filters = Some(want.clone());
+            self.record(Call::InstallFilters(want.0, want.1));
+        }
         Ok(())
     }
 

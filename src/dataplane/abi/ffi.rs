@@ -31,6 +31,73 @@ pub fn create_array(name: &str, value_size: u32, entries: u32) -> Result<libbpf_
     .with_context(|| format!("creating bucket array {name} ({entries} entries)"))
 }
 
+/// Create a map of `map_type` with `flags` (filter maps made by the control
+/// plane: the inner maps of the edge filters, the rate-limit LRU).
+pub fn create_map(
+    map_type: libbpf_rs::MapType,
+    name: &str,
+    key_size: u32,
+    value_size: u32,
+    entries: u32,
+    flags: u32,
+) -> Result<libbpf_rs::MapHandle> {
+    let opts = libbpf_rs::libbpf_sys::bpf_map_create_opts {
+        sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_map_create_opts>() as _,
+        map_flags: flags,
+        ..Default::default()
+    };
+    libbpf_rs::MapHandle::create(map_type, Some(name), key_size, value_size, entries, &opts)
+        .with_context(|| format!("creating map {name} ({entries} entries)"))
+}
+
+/// Memory the kernel charges for a map, bytes (`memlock` of its fdinfo).
+pub fn map_memlock(map: &dyn MapCore) -> Option<u64> {
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&map.as_fd());
+    let text = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("memlock:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Wait until every BPF program that was running has finished (an RCU
+/// grace period): the kernel waits for one after each update of a
+/// map-in-map, so this updates one slot of a private ARRAY_OF_MAPS that no
+/// program reads.
+pub struct RcuBarrier {
+    outer: libbpf_rs::MapHandle,
+    inner: libbpf_rs::MapHandle,
+}
+
+impl RcuBarrier {
+    /// The private maps (created once per data plane).
+    pub fn new() -> Result<Self> {
+        let inner = create_map(libbpf_rs::MapType::Array, "nilb_rcu_in", 4, 4, 1, 0)?;
+        let opts = libbpf_rs::libbpf_sys::bpf_map_create_opts {
+            sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_map_create_opts>() as _,
+            inner_map_fd: std::os::fd::AsRawFd::as_raw_fd(&inner.as_fd()) as u32,
+            ..Default::default()
+        };
+        let outer = libbpf_rs::MapHandle::create(
+            libbpf_rs::MapType::ArrayOfMaps,
+            Some("nilb_rcu"),
+            4,
+            4,
+            1,
+            &opts,
+        )
+        .context("creating the RCU barrier map")?;
+        Ok(RcuBarrier { outer, inner })
+    }
+
+    /// One grace period.
+    pub fn wait(&self) -> Result<()> {
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&self.inner.as_fd()) as u32;
+        self.outer
+            .update(&0u32.to_ne_bytes(), &fd.to_ne_bytes(), MapFlags::ANY)
+            .context("waiting for an RCU grace period")
+    }
+}
+
 /// Write `values` (whole elements) into a `BPF_F_MMAPABLE` array from
 /// element 0, with one memory copy.
 pub fn fill_array(map: &libbpf_rs::MapHandle, values: &[u8]) -> Result<()> {

@@ -23,6 +23,12 @@ unsafe impl plain::Plain for sys::nilb_backend_stats {}
 unsafe impl plain::Plain for sys::nilb_hash_probe {}
 unsafe impl plain::Plain for sys::nilb_addr_info {}
 unsafe impl plain::Plain for sys::nilb_control_state {}
+unsafe impl plain::Plain for sys::nilb_filter_rule {}
+unsafe impl plain::Plain for sys::nilb_filter_stats {}
+unsafe impl plain::Plain for sys::nilb_filter_scope {}
+unsafe impl plain::Plain for sys::nilb_filter_v4_key {}
+unsafe impl plain::Plain for sys::nilb_rate_key {}
+unsafe impl plain::Plain for sys::nilb_rate_state {}
 
 /// View a plain struct as its bytes.
 pub fn bytes_of<T: plain::Plain>(v: &T) -> &[u8] {
@@ -270,6 +276,68 @@ pub fn sum_service_stats(values: &[Vec<u8>]) -> Result<sys::nilb_service_stats> 
     Ok(total)
 }
 
+/// Per-CPU filter rule stats summed over CPUs.
+pub fn sum_filter_stats(values: &[Vec<u8>]) -> Result<sys::nilb_filter_stats> {
+    let mut total = sys::nilb_filter_stats::default();
+    for v in values {
+        let s: sys::nilb_filter_stats = read_struct(v)?;
+        total.packets += s.packets;
+        total.bytes += s.bytes;
+    }
+    Ok(total)
+}
+
+/// The `filter_rules` value of a rule (`scope`: 0 global, 1 + service
+/// index).
+pub fn filter_rule_value(rule: &crate::filters::Rule, scope: u32) -> sys::nilb_filter_rule {
+    use crate::filters::{gcra, rate_mask};
+    let mut f = 0u8;
+    if rule.dry_run {
+        f |= sys::nilb_filter_bits::NILB_FR_DRY_RUN as u8;
+    }
+    if rule.covers_cluster {
+        f |= sys::nilb_filter_bits::NILB_FR_COVERS_CLUSTER as u8;
+    }
+    let mut v = sys::nilb_filter_rule {
+        kind: rule.ident.kind.code(),
+        flags: f,
+        scope,
+        ..Default::default()
+    };
+    if let Some((per, packets, syns)) = &rule.rate {
+        v.mask_v4 = rate_mask(*per);
+        v.prefix_v6 = match per {
+            crate::config::RatePer::Address => 128,
+            crate::config::RatePer::Subnet => 64,
+        };
+        if let Some(r) = packets {
+            (v.pkt_interval_ns, v.pkt_tolerance_ns) = gcra(r);
+        }
+        if let Some(r) = syns {
+            (v.syn_interval_ns, v.syn_tolerance_ns) = gcra(r);
+        }
+    }
+    let n = rule.ident.name.len().min(v.name.len() - 1);
+    v.name[..n].copy_from_slice(&rule.ident.name.as_bytes()[..n]);
+    v
+}
+
+/// A rule's name from its `filter_rules` value.
+pub fn filter_rule_name(v: &sys::nilb_filter_rule) -> String {
+    let end = v.name.iter().position(|&b| b == 0).unwrap_or(v.name.len());
+    String::from_utf8_lossy(&v.name[..end]).into_owned()
+}
+
+/// Key of the service prefix trie for `prefix` in scope `scope` (1 +
+/// service index).
+pub fn filter_trie_key(scope: u32, prefix: &crate::prefix::Prefix4) -> sys::nilb_filter_v4_key {
+    sys::nilb_filter_v4_key {
+        prefixlen: 32 + prefix.len as u32,
+        scope,
+        addr: addr_be(prefix.addr),
+    }
+}
+
 /// Per-CPU backend stats summed over CPUs.
 pub fn sum_backend_stats(values: &[Vec<u8>]) -> Result<sys::nilb_backend_stats> {
     let mut total = sys::nilb_backend_stats::default();
@@ -297,6 +365,15 @@ mod tests {
         assert_eq!(std::mem::size_of::<sys::nilb_service_stats>(), 32);
         assert_eq!(std::mem::size_of::<sys::nilb_control_state>(), 48);
         assert_eq!(std::mem::size_of::<skel::types::xdp_md>(), 24);
+        assert_eq!(std::mem::size_of::<sys::nilb_filter_rule>(), 80);
+        assert_eq!(std::mem::size_of::<sys::nilb_filter_scope>(), 16);
+        assert_eq!(std::mem::size_of::<sys::nilb_filter_v4_key>(), 12);
+        assert_eq!(std::mem::size_of::<sys::nilb_rate_key>(), 20);
+        assert_eq!(std::mem::size_of::<sys::nilb_rate_state>(), 32);
+        assert_eq!(
+            std::mem::size_of::<sys::nilb_filter_bucket>(),
+            8 * crate::filters::BUCKET_SLOTS
+        );
     }
 
     #[test]
