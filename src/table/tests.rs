@@ -414,3 +414,162 @@ fn capped_quotas_give_what_a_capped_target_cannot_take_to_the_others() {
         vec![10, 20, 5]
     );
 }
+
+/// Move every bucket of a 1-backend table to `to` (forced: the owner is
+/// out), at time `now`.
+fn move_all(t: &Table, to: u8, now: u64) -> (Table, Moves) {
+    let from: Vec<Ipv4Addr> = t.shares().keys().copied().collect();
+    t.rebalance(
+        &targets(&[(to, 1)]),
+        &Rules {
+            forced_out: &|d| from.contains(&d),
+            ..Rules::default()
+        },
+        now,
+        StepLimits::NONE,
+    )
+}
+
+#[test]
+fn chains_remember_the_last_owners_newest_first_and_forget_the_oldest() {
+    let mut t = Table::build(16, &targets(&[(1, 1)]));
+    assert_eq!(t.previous_owners(), MAX_PREVIOUS);
+    for (k, to) in [2u8, 3, 4].into_iter().enumerate() {
+        let (n, m) = move_all(&t, to, k as u64 + 1);
+        assert_eq!((m.moved, m.forgotten), (16, 0));
+        t = n;
+    }
+    for i in 0..16 {
+        assert_eq!(t.first(i), Some(ip(4)));
+        assert_eq!(t.previous(i).collect::<Vec<_>>(), [ip(3), ip(2), ip(1)]);
+    }
+    assert_eq!(t.chain_lengths(), [0, 0, 0, 16]);
+    // A fifth owner: the oldest (.1) is forgotten.
+    let (t5, m) = move_all(&t, 5, 10);
+    assert_eq!(m.forgotten, 16);
+    assert_eq!(
+        t5.previous(0).collect::<Vec<_>>(),
+        [ip(4), ip(3), ip(2)],
+        "newest first, the oldest forgotten"
+    );
+    // Remembering 1: every chain is cut to its newest entry.
+    let short = t.with_previous_owners(1);
+    assert_eq!(short.previous(3).collect::<Vec<_>>(), [ip(3)]);
+    assert_eq!(short.changed_from(&t).len(), 16);
+    let (s, m) = move_all(&short, 5, 10);
+    assert_eq!(m.forgotten, 16);
+    assert_eq!(s.previous(0).collect::<Vec<_>>(), [ip(4)]);
+}
+
+#[test]
+fn a_swap_back_turns_the_chain_and_forgets_nobody() {
+    let mut t = Table::build(16, &targets(&[(1, 1)]));
+    for (k, to) in [2u8, 3].into_iter().enumerate() {
+        t = move_all(&t, to, k as u64 + 1).0;
+    }
+    // .1, a previous owner, must gain everything again.
+    let (n, m) = t.rebalance(&targets(&[(1, 1)]), &Rules::default(), 5, StepLimits::NONE);
+    assert_eq!((m.moved, m.swapped, m.forgotten), (16, 16, 0));
+    for i in 0..16 {
+        assert_eq!(n.first(i), Some(ip(1)));
+        assert_eq!(
+            n.previous(i).collect::<Vec<_>>(),
+            [ip(3), ip(2)],
+            "the new first hop leaves the previous owners"
+        );
+    }
+}
+
+#[test]
+fn down_previous_owners_go_last_and_offline_ones_leave() {
+    let mut t = Table::build(16, &targets(&[(1, 1)]));
+    for (k, to) in [2u8, 3, 4].into_iter().enumerate() {
+        t = move_all(&t, to, k as u64 + 1).0;
+    }
+    // .3 (the newest previous owner) is known down: listed last.
+    let (n, m) = t.rebalance(
+        &targets(&[(4, 1)]),
+        &Rules {
+            down: &|d| d == ip(3),
+            ..Rules::default()
+        },
+        10,
+        StepLimits::NONE,
+    );
+    assert_eq!(m.moved, 0);
+    assert_eq!(n.previous(0).collect::<Vec<_>>(), [ip(2), ip(1), ip(3)]);
+    assert_eq!(n.changed_from(&t).len(), 16, "every chain was reordered");
+    // .2 goes offline: it leaves every chain, the rest keep their order.
+    let (o, _) = n.rebalance(
+        &targets(&[(4, 1)]),
+        &Rules {
+            keep: &|d| d != ip(2),
+            down: &|d| d == ip(3),
+            ..Rules::default()
+        },
+        11,
+        StepLimits::NONE,
+    );
+    assert_eq!(o.previous(0).collect::<Vec<_>>(), [ip(1), ip(3)]);
+    assert!(!o.hops().contains(&ip(2)), "no chain names it");
+}
+
+#[test]
+fn voluntary_moves_take_buckets_whose_chain_has_room_first() {
+    // .1 and .2 share 64 buckets; 8 of .1's buckets already moved once
+    // (from .3), so their chain of 1 previous owner is full.
+    let t = Table::build(64, &targets(&[(3, 1), (1, 7)])).with_previous_owners(1);
+    let (t, _) = t.rebalance(&targets(&[(1, 1)]), &Rules::default(), 1, StepLimits::NONE);
+    let full: Vec<usize> = (0..64).filter(|&i| t.second(i).is_some()).collect();
+    assert_eq!(full.len(), 8);
+    // .2 joins and must take 32 of .1's 64: none of the 8 full ones move
+    // (moving them would forget .3).
+    let (n, m) = t.rebalance(
+        &targets(&[(1, 1), (2, 1)]),
+        &Rules::default(),
+        2,
+        StepLimits::NONE,
+    );
+    assert_eq!((m.moved, m.forgotten), (32, 0));
+    for &i in &full {
+        assert_eq!(
+            n.first(i),
+            Some(ip(1)),
+            "bucket {i} with a full chain moved"
+        );
+    }
+}
+
+#[test]
+fn changed_from_lists_exactly_the_buckets_that_differ() {
+    let old = Table::build(256, &targets(&[(1, 1), (2, 1)]));
+    let (new, m) = free(&old, &[(1, 1), (2, 3)], 7);
+    let changed = new.changed_from(&old);
+    let differ: Vec<u32> = (0..256u32)
+        .filter(|&i| {
+            let i = i as usize;
+            old.bucket(i) != new.bucket(i) || old.moved_at(i) != new.moved_at(i)
+        })
+        .collect();
+    assert_eq!(changed, differ);
+    assert_eq!(changed.len(), m.moved);
+    assert!(old.changed_from(&old).is_empty());
+    // Rebuilt from the same buckets (other host numbering): equal.
+    let again = Table::adopt(
+        new.buckets(),
+        (0..256).map(|i| new.moved_at(i)).collect(),
+        MAX_PREVIOUS,
+    );
+    assert!(again.changed_from(&new).is_empty());
+    assert_eq!(again, new);
+}
+
+#[test]
+fn a_bucket_costs_twelve_bytes() {
+    let t = Table::build(4096, &targets(&[(1, 1), (2, 1), (3, 1)]));
+    let per_bucket = t.heap_bytes() as f64 / 4096.0;
+    assert!(
+        (12.0..12.1).contains(&per_bucket),
+        "{per_bucket} bytes per bucket"
+    );
+}
