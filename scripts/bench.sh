@@ -247,7 +247,7 @@ if want reload; then
     if grep -qw ready "$RDIR/nilb.log"; then
       READY_MS=$((($(date +%s%N) - T0) / 1000000))
       RSS=$(awk '/^VmRSS:/ {print $2}' "/proc/$RPID/status")
-      if ! timeout 600 nsenter --target "$RPID" --mount --net "$EX/bench_reload" measure --pid "$RPID" \
+      if ! timeout 600 nsenter --target "$RPID" --mount --net "$EX/bench_reload" measure --services "$NSV" --pid "$RPID" \
         --config "$RCFG" --dir "$RDIR" --log "$RDIR/nilb.log" --pin-dir "$PIN" --reps "$REPS" \
         --out "$OUTJ" 2> >(tee "$WORK/reload-$NSV.log" >&2); then
         rc_ok=0

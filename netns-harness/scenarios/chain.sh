@@ -14,6 +14,8 @@
 # The balancer lists as many hops as its data plane holds: with a data plane
 # that lists one previous owner, the N=3 phase behaves like N=1 after the
 # second hop.
+# nginx is started afresh per phase (stalled connections of the first phase
+# keep server sockets that would answer reused client ports).
 # Needs: the base state, wrk and nginx (scripts/setup.sh). Leaves: the base
 # state (nginx stopped, `chain` removed).
 
@@ -76,9 +78,19 @@ chain_drops() {
 # chain_phase N: one run of wrk through 20 weight changes with
 # previous_owners N; sets CHAIN_STALLED and appends to nums
 chain_phase() {
-  local prev=$1 k t0 tend w res before=() after=() n lens wpid delay=${NH_CHAIN_DELAY_MS:-50}
+  local prev=$1 k t0 tend w res before=() after=() n lens wpid delay=${NH_CHAIN_DELAY_MS:-50} pids=()
   local weights=("3 1 1" "1 3 1" "1 1 3")
   CHAIN_STALLED=""
+  # nginx afresh per phase: the previous phase's stalled connections still
+  # hold server sockets that would answer this phase's reused client ports.
+  for n in "${NH_NODES[@]}"; do
+    rm -f "$NH_OUT/nginx-$n/access.log" "$NH_OUT/nginx-$n/nginx.pid"
+    chain_nginx_start "$n"
+    pids+=("$NH_BG_PID")
+  done
+  if ! nh_wait_until 10 test -s "$NH_OUT/nginx-node3/nginx.pid"; then
+    echo "  (N=$prev) nginx did not start: $(tail -n 3 "$NH_OUT/nginx-node3/error.log" 2>/dev/null | tr '\n' ' ')"
+  fi
   # shellcheck disable=SC2034 # read by write_config (harness.sh)
   RB_PREVIOUS_OWNERS=$prev
   # A fresh table for the phase: `chain` removed, then added with 1:1:1.
@@ -113,8 +125,8 @@ chain_phase() {
   if ! nh_wait_until 15 nh_not_alive "$wpid"; then echo "  (N=$prev) wrk still running; stopping it"; fi
   nh_stop "$wpid" TERM 3
   tend=$(nh_now)
-  sleep 1.5 # nginx flushes its access log every second
   for n in "${NH_NODES[@]}"; do save_stats "$n" "$NH_OUT/stats-$n-chain$prev-1.json"; after+=("$NH_OUT/stats-$n-chain$prev-1.json"); done
+  for n in "${pids[@]}"; do nh_stop "$n" QUIT 5; done # QUIT: nginx writes its buffered log
   res=$("$NH_PY" "$HERE/chain.py" stalled --client "${NH_CLIENT_IP:-10.77.0.2}" --since "$t0" --end "$tend" --quiet 3 \
     "$NH_OUT"/nginx-node*/access.log)
   lens=$(st get "$(state_of node1)" "svc.get('chain_lengths')" --service chain 2>/dev/null)
@@ -126,7 +138,7 @@ chain_phase() {
 }
 
 scenario_chain() {
-  local nums="" ok=1 n pids=() s1 s3
+  local nums="" ok=1 n s1 s3
   header "(chain) 100 keep-alive connections (wrk -> nginx) through 20 weight changes 1 s apart: previous_owners 1 vs 3"
   for n in wrk nginx; do
     if ! command -v "$n" >/dev/null; then
@@ -135,16 +147,10 @@ scenario_chain() {
     fi
   done
   need_base chain || return
-  for n in "${NH_NODES[@]}"; do
-    chain_nginx_start "$n"
-    pids+=("$NH_BG_PID")
-  done
-  if ! nh_wait_until 10 test -s "$NH_OUT/nginx-node3/nginx.pid"; then ok=0; fi
   chain_phase 1 || ok=0
   s1=$CHAIN_STALLED
   chain_phase 3 || ok=0
   s3=$CHAIN_STALLED
-  for n in "${pids[@]}"; do nh_stop "$n" TERM 5; done
   EXTRA_SERVICES=""
   leave_base
   [[ $s3 == 0 && -n $s1 ]] || ok=0
