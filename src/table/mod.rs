@@ -754,8 +754,11 @@ impl Table {
         }
 
         // Chains as the rules want them: previous owners that may no
-        // longer be hops leave, those known down go last.
-        for c in &mut new.chains {
+        // longer be hops leave, those known down go last. Chains are kept
+        // clean (no repeats, not the first hop, not longer than the
+        // memory), so without such owners there is nothing to do.
+        let trim = (1..n).any(|k| !roles.keep[k] || roles.down[k]);
+        for c in new.chains.iter_mut().filter(|c| trim && c[1] != 0) {
             let (t, _) = chain_of(
                 c[0],
                 c[1..].iter().copied(),
