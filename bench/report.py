@@ -66,6 +66,9 @@ def main():
     dp = load_json(os.path.join(w, "dataplane.json"))
     cp = load_json(os.path.join(w, "control.json"))
     rl = load_json(os.path.join(w, "reload.json"))
+    rl1000 = load_json(os.path.join(w, "reload-1000.json"))
+    rdaemon = {n: load_json(os.path.join(w, f"reload-daemon-{n}.json")) for n in (100, 1000)}
+    rbreak = {n: load_json(os.path.join(w, f"reload-breakdown-{n}.json")) for n in (100, 1000)}
     fl = load_json(os.path.join(w, "filters.json"))
     e2e = []
     try:
@@ -242,6 +245,39 @@ def main():
             targets.append((f"SIGHUP to live, 100 services, {label}", f"{d['live_ms_median']:.1f} ms", "< 100 ms", ok))
     else:
         rows.append(("Reload", "not run or failed", "-", "-", "-", "-", "-"))
+    if rl1000:
+        for label, key, limit in (("1 of 1,000 services changed", "one_changed", 50),
+                                  ("all 1,000 services changed", "all_changed", 250)):
+            d = rl1000[key]
+            ok = d["live_ms_median"] < limit
+            rows.append((
+                "Reload, ms",
+                f"SIGHUP to new table live (1,000 services, {label})",
+                fmt(d["live_ms_median"], 1),
+                f"daemon's own elapsed_us: {fmt(d['daemon_ms_median'], 1)}",
+                "-",
+                f"< {limit} ms",
+                status(ok),
+            ))
+            targets.append((f"SIGHUP to live, 1,000 services, {label}", f"{d['live_ms_median']:.1f} ms", f"< {limit} ms", ok))
+    for n in (100, 1000):
+        rd, rb = rdaemon[n], rbreak[n]
+        if rd:
+            rows.append(("Reload", f"`nilb run` with {n:,} services: start to ready, ms",
+                         str(rd["ready_ms"]), "-", "-", "-", "-"))
+            ok = rd["rss_kb_after"] <= 128 * 1024
+            rows.append(("Reload", f"`nilb run` with {n:,} services: daemon RSS after the reloads, MB",
+                         fmt(rd["rss_kb_after"] / 1024, 1), f"at ready {fmt(rd['rss_kb_ready'] / 1024, 1)}",
+                         "-", "<= 128 MB" if n == 1000 else "-", status(ok) if n == 1000 else "-"))
+            if n == 1000:
+                targets.append(("Daemon RSS, 1,000 services", f"{rd['rss_kb_after'] / 1024:.1f} MB", "<= 128 MB", ok))
+        if rb:
+            h = rb["health_event_ms_median"]
+            ok = h < 20
+            rows.append(("Reload, ms", f"health event of one backend to its table live ({n:,} services, in-process)",
+                         fmt(h, 2), "-", "-", "< 20 ms" if n == 1000 else "-", status(ok) if n == 1000 else "-"))
+            if n == 1000:
+                targets.append(("Health event to live, 1,000 services", f"{h:.2f} ms", "< 20 ms", ok))
 
     # ---- edge filters
     fl_names = {
@@ -419,10 +455,45 @@ def main():
                  "pinned `services` map is polled every 0.2 ms until every service that must change "
                  "points to a new bucket array, whose content is then checked.")
         L.append("")
-        for label, key in (("1 service changed", "one_changed"), ("100 services changed", "all_changed")):
-            d = rl[key]
-            L.append(f"- {label}: SIGHUP to live {', '.join(f'{x:.1f}' for x in d['live_ms'])} ms; "
-                     f"daemon's elapsed {', '.join(f'{x:.1f}' for x in d['daemon_ms'])} ms")
+        for doc, n in ((rl, "100"), (rl1000, "1,000")):
+            if not doc:
+                continue
+            for label, key in ((f"1 of {n} services changed", "one_changed"), (f"all {n} services changed", "all_changed")):
+                d = doc[key]
+                L.append(f"- {label}: SIGHUP to live {', '.join(f'{x:.1f}' for x in d['live_ms'])} ms; "
+                         f"daemon's elapsed {', '.join(f'{x:.1f}' for x in d['daemon_ms'])} ms")
+        L.append("")
+
+    if any(rbreak.values()):
+        L.append("## Reload breakdown")
+        L.append("")
+        L.append("`bench_reload breakdown`: the daemon's reload steps timed one by one in-process, on a data "
+                 "plane of its own (medians, ms). `state_handover` is what the event loop does for the state "
+                 "file (a copy of the state for the writer thread); `state_write_background` is that "
+                 "thread's encode and write; `total` is file to live plus the hand-over.")
+        L.append("")
+        cols = ["parse", "clone", "update", "apply", "state_handover", "metrics", "drop_old", "total",
+                "state_write_background"]
+        L.append("| services | reload | installed | " + " | ".join(cols) + " |")
+        L.append("|---|---|---:|" + "---:|" * len(cols))
+        for n in (100, 1000):
+            rb = rbreak[n]
+            if not rb:
+                continue
+            for key in ("nothing_changed", "one_changed", "all_changed"):
+                d = rb.get(key)
+                if not d:
+                    continue
+                L.append(f"| {n:,} | {key.replace('_', ' ')} | {d['installed']} | "
+                         + " | ".join(fmt(d.get(c + "_ms"), 2) for c in cols) + " |")
+        L.append("")
+        for n in (100, 1000):
+            rb = rbreak[n]
+            if rb:
+                L.append(f"- {n:,} services: `ControlPlane::new` {fmt(rb['cp_new_ms'], 1)} ms, first full apply "
+                         f"{fmt(rb['start_apply_ms'], 1)} ms, health event to live {fmt(rb['health_event_ms_median'], 2)} ms; "
+                         f"RSS of the benchmark process {fmt(rb['rss_kb_before'] / 1024, 1)} MB before the state, "
+                         f"{fmt(rb['rss_kb_state'] / 1024, 1)} MB with it")
         L.append("")
 
     if fl:

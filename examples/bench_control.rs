@@ -25,7 +25,7 @@ use anyhow::Result;
 use nilb::config::{Config, Protocol, ServiceKey};
 use nilb::control::ControlPlane;
 use nilb::dataplane::{Dataplane, DataplaneOps};
-use nilb::table::{StepLimits, Table, Target};
+use nilb::table::{Rules, StepLimits, Table, Target};
 
 mod bench_common;
 use bench_common::*;
@@ -107,14 +107,22 @@ fn main() -> Result<()> {
         let failed = t[0].dip;
         let rest: Vec<Target> = t[1..].to_vec();
         let fail = time_ms(reps, || {
-            base.rebalance(&rest, |_| true, |d| d == failed, 1000, StepLimits::NONE)
+            base.rebalance(
+                &rest,
+                &Rules {
+                    forced_out: &|d| d == failed,
+                    ..Rules::default()
+                },
+                1000,
+                StepLimits::NONE,
+            )
         });
         let mut heavier = t.clone();
         heavier[0].weight = 200;
         let weight = time_ms(reps, || {
-            base.rebalance(&heavier, |_| true, |_| false, 1000, StepLimits::NONE)
+            base.rebalance(&heavier, &Rules::default(), 1000, StepLimits::NONE)
         });
-        let (_, moves) = base.rebalance(&heavier, |_| true, |_| false, 1000, StepLimits::NONE);
+        let (_, moves) = base.rebalance(&heavier, &Rules::default(), 1000, StepLimits::NONE);
 
         let c0 = parse(&config(&[(80, n, size)], 100))?;
         let c1 = parse(&config(&[(80, n, size)], 200))?;
@@ -141,16 +149,8 @@ fn main() -> Result<()> {
         let slot_of = |d: Ipv4Addr| u32::from(d) - u32::from(dip(0)) + 1;
         let install = time_ms(reps, || dp.install_table(&key, 0, &base, &slot_of).unwrap());
         // The buckets the weight change moved, written alone, back and forth.
-        let (moved_table, _) =
-            base.rebalance(&heavier, |_| true, |_| false, 1000, StepLimits::NONE);
-        let changed: Vec<u32> = (0..size as usize)
-            .filter(|&i| {
-                base.first(i) != moved_table.first(i)
-                    || !base.previous(i).eq(moved_table.previous(i))
-                    || base.moved_at(i) != moved_table.moved_at(i)
-            })
-            .map(|i| i as u32)
-            .collect();
+        let (moved_table, _) = base.rebalance(&heavier, &Rules::default(), 1000, StepLimits::NONE);
+        let changed: Vec<u32> = moved_table.changed_from(&base);
         let mut flip = false;
         let install_changed = time_ms(reps, || {
             flip = !flip;

@@ -16,6 +16,18 @@
 //!       written); the other services must keep theirs. It takes the
 //!       daemon's own "reload applied elapsed_us=N" from its log.
 //!
+//!   bench_reload breakdown [--services 1000] [--reps 5] [--out FILE.json]
+//!       in-process, on a data plane of its own (root): where the time of a
+//!       reload goes, step by step as the daemon runs them (read + parse +
+//!       validate the file, copy the running state, `ControlPlane::update`,
+//!       `ControlPlane::apply` (the map writes), handing the state to the
+//!       state file's writer thread, the metrics snapshot, dropping the
+//!       replaced state; `total` is file to live, and the writer thread's
+//!       encode + write is timed apart), for a reload that
+//!       changes nothing, one service, or every service; and a health
+//!       failure of one backend of one service (`observe` + apply). Also the
+//!       process's RSS with the running state built.
+//!
 //! Run `measure` in the daemon's mount namespace (nsenter --target PID
 //! --mount --net): `ip netns exec` gives the daemon its own /sys.
 
@@ -173,6 +185,207 @@ fn step(
     })
 }
 
+/// Resident set size of this process, kB (VmRSS).
+fn rss_kb(pid: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+fn ms_since(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1e3
+}
+
+/// `breakdown`: the daemon's reload steps, timed one by one in-process.
+fn breakdown(n: u16, reps: usize, out_path: &str) -> Result<()> {
+    use nilb::control::ControlPlane;
+    use nilb::status::{Role, Status};
+    use std::mem::MaybeUninit;
+    let node = Ipv4Addr::new(10, 98, 0, 1);
+    let dir = std::env::temp_dir().join(format!("nilb-breakdown-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let variants = [
+        ("a", config(n, 0)),
+        ("one", config(n, 1)),
+        ("all", config(n, n)),
+    ];
+    for (name, text) in &variants {
+        std::fs::write(dir.join(format!("{name}.yaml")), text)?;
+    }
+    let path = |v: &str| dir.join(format!("{v}.yaml"));
+    let rss_before = rss_kb("self");
+    let mut storage = MaybeUninit::uninit();
+    let mut dp = nilb::dataplane::Dataplane::load(&mut storage)?;
+    let t = Instant::now();
+    let base = nilb::config::Config::load(&path("a")).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut cp = ControlPlane::new(base, 0);
+    let plan = cp.full_plan();
+    let new_ms = ms_since(t);
+    let t = Instant::now();
+    cp.apply(&mut dp, node, &plan)?;
+    let start_apply_ms = ms_since(t);
+    let rss_state = rss_kb("self");
+    let state_file = dir.join("state.yaml");
+    let role = Role {
+        running: true,
+        configured: true,
+    };
+    // (variant, step) -> runs
+    type Steps = Vec<(&'static str, Vec<f64>)>;
+    let mut rows: Vec<(&'static str, usize, Steps)> = Vec::new();
+    let mut now = 1_000u64;
+    for (variant, back) in [("a", false), ("one", true), ("all", true)] {
+        let mut steps: Vec<(&'static str, Vec<f64>)> = [
+            "parse",
+            "clone",
+            "update",
+            "apply",
+            "state_handover",
+            "metrics",
+            "drop_old",
+            "total",
+            "state_write_background",
+        ]
+        .iter()
+        .map(|s| (*s, Vec::new()))
+        .collect();
+        let mut installed = 0;
+        for _ in 0..reps {
+            for target in if back {
+                vec![variant, "a"]
+            } else {
+                vec![variant]
+            } {
+                now += 1_000;
+                let t0 = Instant::now();
+                let config = nilb::config::Config::load(&path(target))
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+                let t1 = Instant::now();
+                let mut next = cp.clone();
+                let t2 = Instant::now();
+                let plan = next.update(config, now);
+                let t3 = Instant::now();
+                next.apply(&mut dp, node, &plan)?;
+                let t4 = Instant::now();
+                let old = std::mem::replace(&mut cp, next);
+                // What the daemon's loop does for the state file: hand a
+                // copy of the state to its writer thread.
+                let handed = std::hint::black_box(cp.clone());
+                let t5 = Instant::now();
+                std::hint::black_box(nilb::metrics::build(
+                    &dp,
+                    &cp,
+                    nilb::metrics::DaemonFacts {
+                        reloads: (0, 0),
+                        balancer: true,
+                        balancer_configured: true,
+                        last_reload_ok: Some(true),
+                        neighbour_refreshes: (0, 0, 0),
+                    },
+                    None,
+                ));
+                let t6 = Instant::now();
+                drop(old);
+                let t7 = Instant::now();
+                // What the writer thread then does, off the loop.
+                Status::of(&handed, node, role, &path(target), None).write(&state_file)?;
+                let t8 = Instant::now();
+                if target == variant {
+                    installed = plan.install.len();
+                    let d = |a: Instant, b: Instant| (b - a).as_secs_f64() * 1e3;
+                    for (i, v) in [
+                        d(t0, t1),
+                        d(t1, t2),
+                        d(t2, t3),
+                        d(t3, t4),
+                        d(t4, t5),
+                        d(t5, t6),
+                        d(t6, t7),
+                        d(t0, t5),
+                        d(t7, t8),
+                    ]
+                    .into_iter()
+                    .enumerate()
+                    {
+                        steps[i].1.push(v);
+                    }
+                }
+            }
+        }
+        let label = match variant {
+            "a" => "nothing_changed",
+            "one" => "one_changed",
+            _ => "all_changed",
+        };
+        eprintln!(
+            "{n} services, {label} ({installed} installed): {}",
+            steps
+                .iter()
+                .map(|(s, v)| format!("{s} {:.2}", median(v)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        rows.push((label, installed, steps));
+    }
+    // A health failure of one backend of one service, and its recovery.
+    let key = ServiceKey {
+        vip: VIP,
+        port: 1000,
+        protocol: Protocol::Tcp,
+    };
+    let mut health = Vec::new();
+    for _ in 0..reps {
+        // Results until the verdict flips (fall_count / rise_count): the
+        // one that flips it is timed with its apply.
+        for ok in [false, true] {
+            for _ in 0..10 {
+                now += 60_000;
+                let result = if ok { Ok(()) } else { Err("down".to_string()) };
+                let t0 = Instant::now();
+                let plan = cp.observe(&key, DRAINED, result, now);
+                let Some(plan) = plan.filter(|p| !p.install.is_empty()) else {
+                    continue;
+                };
+                cp.apply(&mut dp, node, &plan)?;
+                health.push(ms_since(t0));
+                break;
+            }
+        }
+    }
+    let rss_end = rss_kb("self");
+    let _ = std::fs::remove_dir_all(&dir);
+    eprintln!(
+        "{n} services: ControlPlane::new {new_ms:.1} ms, first full apply {start_apply_ms:.1} ms; \
+         health event + apply {:.2} ms; RSS {} kB before, {} kB with the state, {} kB at the end",
+        median(&health),
+        rss_before,
+        rss_state,
+        rss_end
+    );
+    let mut doc = format!(
+        "{{\"services\": {n}, \"reps\": {reps}, \"cp_new_ms\": {new_ms:.2}, \"start_apply_ms\": {start_apply_ms:.2}, \
+         \"health_event_ms_median\": {:.3}, \"rss_kb_before\": {rss_before}, \"rss_kb_state\": {rss_state}, \"rss_kb_end\": {rss_end}",
+        median(&health)
+    );
+    for (label, installed, steps) in &rows {
+        let _ = write!(doc, ", \"{label}\": {{\"installed\": {installed}");
+        for (s, v) in steps {
+            let _ = write!(doc, ", \"{s}_ms\": {:.3}", median(v));
+        }
+        doc.push('}');
+    }
+    doc.push_str("}\n");
+    if out_path.is_empty() {
+        print!("{doc}");
+    } else {
+        std::fs::write(out_path, doc)?;
+    }
+    Ok(())
+}
+
 fn main() -> Result<()> {
     let mode = std::env::args().nth(1).unwrap_or_default();
     let n: u16 = arg("--services", "100").parse()?;
@@ -248,6 +461,10 @@ fn main() -> Result<()> {
             }
             Ok(())
         }
-        _ => bail!("usage: bench_reload gen|measure ... (see the source)"),
+        "breakdown" => {
+            let reps: usize = arg("--reps", "5").parse()?;
+            breakdown(n, reps, &arg("--out", ""))
+        }
+        _ => bail!("usage: bench_reload gen|measure|breakdown ... (see the source)"),
     }
 }

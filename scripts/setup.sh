@@ -6,7 +6,8 @@
 #          (clang compiles the BPF programs, libclang feeds bindgen)
 #   tools: bpftool (regenerating vmlinux.h)
 #   tests: iproute2 ethtool tcpdump iputils-ping procps util-linux python3 curl iperf3
-#          file (static check), gnuplot-nox (dynamic-weights plot)
+#          file (static check), gnuplot-nox (dynamic-weights plot),
+#          wrk nginx-light (harness scenario chain: HTTP load through weight changes)
 set -euo pipefail
 
 if [ "$(id -u)" -ne 0 ]; then
@@ -18,7 +19,7 @@ PACKAGES=(
   clang llvm libelf-dev zlib1g-dev pkg-config make gcc libclang-dev
   bpftool
   iproute2 ethtool tcpdump iputils-ping procps util-linux python3 curl iperf3
-  file gnuplot-nox
+  file gnuplot-nox wrk nginx-light
 )
 
 missing=()

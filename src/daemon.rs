@@ -14,7 +14,8 @@
 //! - a health-check result: update the backend's state machine; a failure
 //!   moves buckets at once, a recovery in paced steps.
 //! - a tick (every 200 ms): paced voluntary steps, removals of drained-out
-//!   backends, the state file.
+//!   backends, the state file (encoded and written on a thread of its own,
+//!   so the loop never waits for it).
 //! - SIGINT, SIGTERM: detach everything this process attached, remove its
 //!   pins, exit 0.
 //!
@@ -391,8 +392,79 @@ struct Daemon<'a, 'obj> {
     reloads: (u64, u64),
     state_dirty: bool,
     state_written: Instant,
+    /// Encodes and writes the state file off the event loop.
+    state_writer: StateWriter,
     /// Milliseconds the last read and compile of the filter lists took.
     filters_compile_ms: u64,
+}
+
+/// One state file to write: what [`Status::of`] reads.
+struct StateJob {
+    cp: ControlPlane,
+    node: Ipv4Addr,
+    role: crate::status::Role,
+    config: PathBuf,
+    last_reload: Option<ReloadStatus>,
+    filters: Option<FiltersStatus>,
+}
+
+/// Writes the state file on a thread of its own, so that a reload's swap
+/// or a health event's install never waits for the encoding (tens of ms
+/// with 1,000 services) and the disk. Jobs still queued when the thread
+/// gets to them are skipped for the newest one.
+struct StateWriter {
+    tx: Option<std::sync::mpsc::Sender<StateJob>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl StateWriter {
+    fn start(path: PathBuf) -> StateWriter {
+        let (tx, rx) = std::sync::mpsc::channel::<StateJob>();
+        let thread = std::thread::Builder::new()
+            .name("nilb-state".into())
+            .spawn(move || {
+                // Warn once per run of failures, not every 5 s.
+                let mut failing = false;
+                while let Ok(mut job) = rx.recv() {
+                    while let Ok(newer) = rx.try_recv() {
+                        job = newer;
+                    }
+                    let mut status =
+                        Status::of(&job.cp, job.node, job.role, &job.config, job.last_reload);
+                    status.filters = job.filters;
+                    match status.write(&path) {
+                        Ok(()) => failing = false,
+                        Err(e) if !failing => {
+                            failing = true;
+                            warn!("writing the state file: {e:#}");
+                        }
+                        Err(_) => {}
+                    }
+                }
+            })
+            .ok();
+        if thread.is_none() {
+            warn!("could not start the state file writer thread: the state file is not written");
+        }
+        StateWriter {
+            tx: thread.is_some().then_some(tx),
+            thread,
+        }
+    }
+
+    fn queue(&self, job: StateJob) {
+        if let Some(tx) = &self.tx {
+            let _ = tx.send(job);
+        }
+    }
+
+    /// Write what is queued, then stop the thread.
+    fn finish(&mut self) {
+        self.tx = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 /// What nilb needs from the host, each missing piece explained in one line.
@@ -438,9 +510,9 @@ pub fn run(opts: &RunOptions) -> Result<()> {
         warn!(%node, "this node is neither a balancer nor a backend in the config; GUE from it will be rejected by others");
     }
     let udp = config.services.iter().any(|s| s.protocol == Protocol::Udp);
-    // Previous owners a bucket keeps: the table keeps one (the data plane
-    // lists up to limits::MAX_PREVIOUS_OWNERS).
-    let previous = 1;
+    // Previous owners a bucket keeps (`rebalance.previous_owners`): a TCP
+    // flow's packets list that many hops, a UDP flow's one more.
+    let previous = config.rebalance.previous_owners;
     check_interface(&opts.interface, balancer, previous, udp);
     // Pins where a restarted daemon finds them (dataplane::pins).
     let placement = crate::dataplane::pins::prepare(&opts.pin_dir)?;
@@ -609,6 +681,7 @@ async fn serve(
         reloads: (0, 0),
         state_dirty: true,
         state_written: Instant::now(),
+        state_writer: StateWriter::start(opts.state_file.clone()),
         filters_compile_ms,
     };
     d.probes.sync(&d.cp)?;
@@ -663,6 +736,9 @@ async fn serve(
     d.probes.checkers = None;
     d.probes.scrapers = None;
     d.probes.encap = None;
+    // Queued state writes finish first: the last state file below must
+    // not be overwritten, nor a removed one written again.
+    d.state_writer.finish();
     if opts.keep_dataplane {
         info!(
             pin_dir = %opts.pin_dir.display(),
@@ -779,14 +855,12 @@ impl Daemon<'_, '_> {
         }
     }
 
-    /// Every hop in the tables (first and second hops), but this node.
+    /// Every hop in the tables (first hops and previous owners), but this
+    /// node.
     fn hops(&self) -> std::collections::BTreeSet<Ipv4Addr> {
         let mut hops = std::collections::BTreeSet::new();
         for st in self.cp.services().values() {
-            for b in st.table.buckets() {
-                hops.extend(b.first);
-                hops.extend(b.second);
-            }
+            hops.extend(st.table.hops());
         }
         hops.remove(&self.node);
         hops
@@ -1003,37 +1077,30 @@ impl Daemon<'_, '_> {
         }
     }
 
+    /// Hand the state to the writer thread (a copy of the control plane
+    /// costs one reference count per service): the file follows within
+    /// the time its encoding takes, and the loop does not wait for it.
     fn write_state(&mut self) {
-        let mut status = Status::of(
-            &self.cp,
-            self.node,
-            crate::status::Role {
-                running: self.xdp_running(),
-                configured: self.is_balancer(),
-            },
-            &self.opts.config,
-            self.last_reload.clone(),
-        );
-        if !self.cp.filters().is_empty() {
-            status.filters = Some(FiltersStatus::of(
+        let filters = (!self.cp.filters().is_empty()).then(|| {
+            FiltersStatus::of(
                 self.cp.filters(),
                 self.filters_compile_ms,
                 self.dp.last_filter_install(),
-            ));
-        }
-        match status.write(&self.opts.state_file) {
-            Ok(()) => {
-                self.state_dirty = false;
-                self.state_written = Instant::now();
-            }
-            Err(e) => {
-                if self.state_dirty {
-                    warn!("writing the state file: {e:#}");
-                }
-                self.state_dirty = false;
-                self.state_written = Instant::now();
-            }
-        }
+            )
+        });
+        self.state_writer.queue(StateJob {
+            cp: self.cp.clone(),
+            node: self.node,
+            role: crate::status::Role {
+                running: self.xdp_running(),
+                configured: self.is_balancer(),
+            },
+            config: self.opts.config.clone(),
+            last_reload: self.last_reload.clone(),
+            filters,
+        });
+        self.state_dirty = false;
+        self.state_written = Instant::now();
     }
 
     fn record_reload(&mut self, error: Option<String>) {

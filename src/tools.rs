@@ -202,12 +202,14 @@ pub struct LookupReport {
     pub first_hop: Option<Ipv4Addr>,
     /// Its hostname in the config, if it has one.
     pub first_hop_hostname: Option<String>,
-    /// Second hop of the bucket (its newest previous owner), if any.
+    /// Second hop of the bucket (its newest previous owner), if any: the
+    /// first element of `previous_hops`, kept for readers of schema 1.
     pub second_hop: Option<Ipv4Addr>,
     /// Its hostname in the config, if it has one.
     pub second_hop_hostname: Option<String>,
-    /// Every previous owner of the bucket, newest first (the hops the
-    /// balancer lists in GUE; `second_hop` is the first of them).
+    /// Every previous owner of the bucket, newest first (those known down
+    /// after the others): the hops the balancer lists in GUE after the first
+    /// hop, which second chance walks in this order.
     pub previous_hops: Vec<Ipv4Addr>,
     /// Their hostnames in the config (`null` where none), in the same order.
     pub previous_hop_hostnames: Vec<Option<String>>,
@@ -431,7 +433,8 @@ pub struct BucketReport {
     /// Gets new connections; `null`: the balancer drops the packets.
     pub first_hop: Option<Ipv4Addr>,
     /// Gets packets the first hop does not know (the newest previous
-    /// owner); `null`: none.
+    /// owner); `null`: none. The first element of `previous_hops`, kept for
+    /// readers of schema 1.
     pub second_hop: Option<Ipv4Addr>,
     /// Every previous owner, newest first: the hops the balancer lists in
     /// GUE, tried in this order (`second_hop` is the first).
@@ -968,7 +971,7 @@ mod tests {
             for (i, (got, b)) in s.buckets.iter().zip(want.buckets()).enumerate() {
                 assert_eq!(
                     (got.first_hop, got.second_hop),
-                    (b.first, b.second),
+                    (b.first(), b.second()),
                     "bucket {i}"
                 );
                 assert_eq!(

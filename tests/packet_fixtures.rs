@@ -421,9 +421,7 @@ fn xdp_icmp_frag_needed_follows_the_embedded_flow() {
 
         // The client's flow is client:cport -> VIP:80.
         let h = hash_of((CLIENT, VIP, cport, 80, IPPROTO_TCP));
-        let first = table.buckets()[(h & (table.size() - 1)) as usize]
-            .first
-            .unwrap();
+        let first = table.first((h & (table.size() - 1)) as usize).unwrap();
         let mac = if first == B12 { MAC12 } else { MAC13 };
         seen.insert(first);
         let want = encapsulated(mac, net.mac, first, &[], gue_sport(h), &inner);

@@ -101,8 +101,8 @@ pub struct TableInstall<'a> {
     /// one backend per slot.
     pub slot_of: &'a dyn Fn(Ipv4Addr) -> u32,
     /// Indexes of the buckets that changed (hops or move time) since this
-    /// service's last install; None: all of them. Only these are written
-    /// when the table keeps its size.
+    /// service's last install, ascending; None: all of them. Only these are
+    /// written when the table keeps its size.
     pub changed: Option<&'a [u32]>,
 }
 
