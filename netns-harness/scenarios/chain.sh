@@ -11,6 +11,14 @@
 # packets are dropped open: `unknown_flow: drop`). Printed per phase: stalled
 # connections, connections seen, requests, tc_drop_unknown_flow summed over
 # the nodes, node1's chain lengths. Pass: 0 stalled with 3 previous owners.
+# Then long-lived streams: 30 held keep-alive connections to `web` (port 80,
+# backend.py) sending a request every second while the heavy backend of `web`
+# rotates (3:1:1, 1:3:1, ...) every ~1.5 s, until each connection's bucket
+# moved 5 times (node1's live table looked up after every change; at most 36
+# changes), with previous_owners 1 (baseline) and 3. Printed per N: moves per
+# connection, ok / resets / failures of the held connections. Pass also needs,
+# with 3: at least 20 of the 30 buckets moved 5 times or more, and 0 resets,
+# 0 failures, every connection answered by the backend it opened on.
 # The balancer lists as many hops as its data plane holds: with a data plane
 # that lists one previous owner, the N=3 phase behaves like N=1 after the
 # second hop.
@@ -137,6 +145,68 @@ chain_phase() {
   nums+="previous_owners $prev: stalled $CHAIN_STALLED of $(json - 'd["connections"]' <<<"$res"), tc_drop_unknown_flow +$(($(chain_drops "${after[@]}") - $(chain_drops "${before[@]}"))); "
 }
 
+# chain_streams N SPORT_BASE: 30 held connections sending every second through
+# 5 moves of their bucket with previous_owners N; sets STREAMS_OK (1: all
+# answered, none reset or failed, and at least 20 buckets moved 5 times) and
+# appends to nums
+chain_streams() {
+  local prev=$1 base=$2 k w sp first okc resets fails rounds done5=0 changes=0 dist
+  local weights=("3 1 1" "1 3 1" "1 1 3") until=$NH_OUT/hold-streams$1.until
+  local -A last=() moves=()
+  STREAMS_OK=0
+  # shellcheck disable=SC2034 # read by write_config (harness.sh)
+  RB_PREVIOUS_OWNERS=$prev
+  EXTRA_SERVICES=""
+  write_config "${BASE_WEIGHTS[@]}"
+  hup_all
+  wait_reload node1 5 >/dev/null || echo "  (streams N=$prev) node1 did not reload"
+  if ! nh_local "$NH_PY" "$HERE/state.py" wait "$(state_of node1)" "settled(1) and svc.get('previous_owners') == $prev"     --timeout 15 >"$NH_OUT/streams-wait.out" 2>&1; then
+    echo "  (streams N=$prev) web not settled with previous_owners $prev: $(tr '\n' ' ' <"$NH_OUT/streams-wait.out")"
+    return 1
+  fi
+  hold_bg "streams$prev" --count 30 --sport-base "$base" --rounds 100000 --interval 1 --timeout 2 \
+    --max-seconds 110 --until "$until"
+  if [[ ! -s $HOLD_STATE ]]; then
+    echo "  (streams N=$prev) the hold client did not open its connections"
+    hold_finish 5
+    return 1
+  fi
+  while read -r sp _ first _; do last[$sp]=$first moves[$sp]=0; done < <(
+    "$NH_PY" "$HERE/lookup.py" --nilb "$NILB" --config "$CFG" --result "$HOLD_STATE" --live "${PIN_DIR[node1]}" --hops 2>/dev/null)
+  touch "$HOLD_GO"
+  for ((k = 0; k < 36 && done5 < ${#last[@]}; k++)); do
+    w=${weights[k % 3]}
+    # shellcheck disable=SC2086 # three weights
+    write_config $w
+    hup_all
+    changes=$((changes + 1))
+    sleep 1.2
+    done5=0
+    while read -r sp _ first _; do
+      [[ -n ${last[$sp]:-} ]] || continue
+      if [[ $first != "${last[$sp]}" ]]; then
+        moves[$sp]=$((moves[$sp] + 1))
+        last[$sp]=$first
+      fi
+      ((moves[$sp] >= 5)) && done5=$((done5 + 1))
+    done < <("$NH_PY" "$HERE/lookup.py" --nilb "$NILB" --config "$CFG" --result "$HOLD_STATE" --live "${PIN_DIR[node1]}" \
+      --hops 2>/dev/null)
+  done
+  touch "$until"
+  hold_finish 40
+  dist=$(for sp in "${!moves[@]}"; do echo "${moves[$sp]}"; done | sort -n | uniq -c | awk '{ printf "%s%sx%d", (NR > 1 ? ", " : ""), $1, $2 }')
+  if ! hold_read; then
+    echo "  (streams N=$prev) the hold client left no result"
+    nums+="streams previous_owners $prev: no result; "
+    return 1
+  fi
+  echo "  (streams N=$prev) $changes weight changes; moves of the 30 buckets (connections x moves): $dist; 5 or more: $done5"
+  echo "  (streams N=$prev) held connections: ok $okc of 30 over $rounds rounds, resets $resets, failures $fails"
+  nums+="streams previous_owners $prev: $done5/30 buckets moved >= 5 times in $changes changes, held ok $okc/30, resets $resets, failures $fails; "
+  [[ $okc == 30 && $resets == 0 && $fails == 0 && $done5 -ge 20 ]] && STREAMS_OK=1
+  return 0
+}
+
 scenario_chain() {
   local nums="" ok=1 n s1 s3
   header "(chain) 100 keep-alive connections (wrk -> nginx) through 20 weight changes 1 s apart: previous_owners 1 vs 3"
@@ -151,6 +221,9 @@ scenario_chain() {
   s1=$CHAIN_STALLED
   chain_phase 3 || ok=0
   s3=$CHAIN_STALLED
+  chain_streams 1 62000 || ok=0
+  chain_streams 3 62100 || ok=0
+  ((STREAMS_OK)) || ok=0
   EXTRA_SERVICES=""
   leave_base
   [[ $s3 == 0 && -n $s1 ]] || ok=0
