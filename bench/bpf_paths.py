@@ -168,8 +168,6 @@ class Run:
     def lookup(self, handle, keyaddr):
         name = next((n for n, h in self.maps.items() if h == handle), None)
         sc = self.sc
-        if name is None and handle in sc.get("_inner", {}):
-            name = "inner:" + sc["_inner"][handle]
         self.lookups[name] = self.lookups.get(name, 0) + 1
         if name == "counters":
             k = self.mem.read(keyaddr, 4)
@@ -184,13 +182,18 @@ class Run:
             svc = sc.get("services", {}).get(k)
             if svc is None:
                 return 0
-            h = 0xE0000000 + 0x100 * list(sc["services"]).index(k)
-            sc.setdefault("_inner", {})[h] = svc
-            return h
-        if name and name.startswith("inner:"):
+            return self.value(("services", k), sc["tables"][svc]["service"])
+        if name == "buckets":
             idx = self.mem.read(keyaddr, 4)
-            t = sc["tables"][name[6:]]
-            return self.value(("inner", name, idx), t["header"] if idx == 0 else t["bucket"])
+            for t in sc["tables"].values():
+                base, mask = struct.unpack_from("<II", t["service"])
+                if base <= idx <= base + mask:
+                    return self.value(("buckets", idx), t["bucket"])
+            return 0
+        if name == "backends":
+            slot = self.mem.read(keyaddr, 4)
+            addr = sc.get("backends", {}).get(slot, 0)
+            return self.value(("backends", slot), struct.pack("<IIIII", addr, 0, 0, 0, 4 if addr else 0))
         if name in ("vips", "cluster_nodes"):
             return self.value((name, 0)) if self.mem.read(keyaddr, 4) in sc.get(name, ()) else 0
         pre = sc.get("prefill", {}).get(name)
@@ -422,24 +425,37 @@ def skey(port, proto=6):
     return ip4(VIP) + struct.pack(">H", port) + bytes([proto, 0])
 
 
-def table(first, second="0.0.0.0"):
-    return {"header": struct.pack("<IIII", 4095, 0, 0, 0),
-            "bucket": struct.pack("<IIII", u32(first), u32(second), 0, 0)}
+# Backend slots (the `backends` map): slot -> address; slot 0 is never used.
+SLOTS = {u32("10.99.0.%d" % h): h - 10 for h in range(11, 17)}
+BACKENDS = {slot: addr for addr, slot in SLOTS.items()}
 
 
-XDP_BASE = {"kind": "xdp", "config": config(NODE), "vips": {u32(VIP)},
+def table(first, *previous, index=0):
+    """A service whose every bucket has first hop `first` and the previous
+    owners `previous` (newest first), its region at index * 4096."""
+    base = index * 4096
+    hops = [SLOTS[u32(a)] for a in (first,) + previous] + [0] * (4 - 1 - len(previous))
+    return {"service": struct.pack("<IIII", base, 4095, index, 0),
+            "bucket": struct.pack("<HHHH", *hops)}
+
+
+XDP_BASE = {"kind": "xdp", "config": config(NODE), "vips": {u32(VIP)}, "backends": BACKENDS,
             "services": {skey(80): "web", skey(53, 17): "dns"},
-            "tables": {"web": table("10.99.0.11"), "dns": table("10.99.0.11")}}
-TC_BASE = {"kind": "tc", "config": config(TC_NODE), "vips": {u32(VIP)},
+            "tables": {"web": table("10.99.0.11"), "dns": table("10.99.0.11", index=1)}}
+TC_BASE = {"kind": "tc", "config": config(TC_NODE), "vips": {u32(VIP)}, "backends": BACKENDS,
            "cluster_nodes": {u32(NODE), u32("10.99.0.11"), u32("10.99.0.13")},
            "services": {skey(80): "web", skey(53, 17): "dns"},
-           "tables": {"web": table("10.99.0.12"), "dns": table("10.99.0.12")}}
+           "tables": {"web": table("10.99.0.12"), "dns": table("10.99.0.12", index=1)}}
 DNS = ipv4("10.99.0.2", VIP, 17, udp(41000, 53, bytes(20)))
 
 SCENARIOS = [
     ("xdp", "vip", "TCP to a VIP, no second hop (XDP_TX)", eth(ipv4("10.99.0.50", VIP, 6, tcp(40000, 80, 0x10))), {}, 3),
     ("xdp", "vip_second_hop", "TCP to a VIP, second hop listed", eth(ipv4("10.99.0.50", VIP, 6, tcp(40000, 80, 0x10))),
      {"tables": {"web": table("10.99.0.14", "10.99.0.11")}}, 3),
+    ("xdp", "vip_prev2", "TCP to a VIP, two previous owners listed", eth(ipv4("10.99.0.50", VIP, 6, tcp(40000, 80, 0x10))),
+     {"tables": {"web": table("10.99.0.14", "10.99.0.11", "10.99.0.12")}}, 3),
+    ("xdp", "vip_prev3", "TCP to a VIP, three previous owners listed", eth(ipv4("10.99.0.50", VIP, 6, tcp(40000, 80, 0x10))),
+     {"tables": {"web": table("10.99.0.14", "10.99.0.11", "10.99.0.12", "10.99.0.13")}}, 3),
     ("xdp", "vip_too_big", "TCP to a VIP, DF, 1480 bytes, FIB says MTU 1500: ICMP frag-needed (XDP_TX)",
      eth(ipv4("10.99.0.50", VIP, 6, tcp(40000, 80, 0x10, 1440))),
      {"fib_rc": 8, "fib_mtu": 1500, "prefill": {"icmp_limit": struct.pack("<QQ", 0, 10**9)}}, 3),
@@ -451,7 +467,10 @@ SCENARIOS = [
     ("tc", "non_gue_pass", "TCP to the node (not GUE): pass", eth(ipv4("10.99.0.50", TC_NODE, 6, tcp(40000, 22, 0x10))), {}, 0),
     ("xdp", "vip_udp", "UDP to a VIP, no second hop (XDP_TX)", eth(DNS), {}, 3),
     ("xdp", "vip_udp_second_hop", "UDP to a VIP, second hop and first hop again listed", eth(DNS),
-     {"tables": {"web": table("10.99.0.11"), "dns": table("10.99.0.14", "10.99.0.11")}}, 3),
+     {"tables": {"web": table("10.99.0.11"), "dns": table("10.99.0.14", "10.99.0.11", index=1)}}, 3),
+    ("xdp", "vip_udp_prev3", "UDP to a VIP, three previous owners and the first hop again listed", eth(DNS),
+     {"tables": {"web": table("10.99.0.11"),
+                 "dns": table("10.99.0.14", "10.99.0.11", "10.99.0.12", "10.99.0.13", index=1)}}, 3),
     ("xdp", "icmp_error", "ICMP frag-needed about a TCP flow: balanced like the flow", eth(icmp_error(6, 80, 40000)), {}, 3),
     ("tc", "time_wait_forward", "GUE, TIME_WAIT socket, hop left: forward", gue(0x10), {"socket": 6}, 7),
     ("tc", "udp_connected", "GUE, UDP with a connected socket: decapsulate", gue(0, inner=DNS),

@@ -66,6 +66,9 @@ def main():
     dp = load_json(os.path.join(w, "dataplane.json"))
     cp = load_json(os.path.join(w, "control.json"))
     rl = load_json(os.path.join(w, "reload.json"))
+    rl1000 = load_json(os.path.join(w, "reload-1000.json"))
+    rdaemon = {n: load_json(os.path.join(w, f"reload-daemon-{n}.json")) for n in (100, 1000)}
+    rbreak = {n: load_json(os.path.join(w, f"reload-breakdown-{n}.json")) for n in (100, 1000)}
     fl = load_json(os.path.join(w, "filters.json"))
     e2e = []
     try:
@@ -81,6 +84,8 @@ def main():
     xdp_names = {
         "vip": "TCP to a VIP, no second hop",
         "vip_second_hop": "TCP to a VIP, second hop in every bucket",
+        "vip_prev2": "TCP to a VIP, 2 previous owners in every bucket",
+        "vip_prev3": "TCP to a VIP, 3 previous owners in every bucket",
         "vip_100_services": "TCP to a VIP with 100 services (flows over all)",
         "non_vip_pass": "non-VIP (UDP to the node itself), XDP_PASS",
         "quic_plaintext": "QUIC-LB short header, plaintext server ID",
@@ -105,7 +110,8 @@ def main():
                 ))
                 continue
             vip = c["case"] != "non_vip_pass"
-            tgt = 0.7 if vip else 0.95
+            # issue 12: >= 0.8 with one service, >= 0.75 with 100
+            tgt = {"vip": 0.8, "vip_100_services": 0.75}.get(c["case"], 0.7) if vip else 0.95
             ratio = c["ratio_median"]
             ok = ratio >= tgt
             ref = "MAC swap + XDP_TX" if vip else "XDP_PASS only"
@@ -233,7 +239,7 @@ def main():
                          fmt(t["cp_update"]["median_ms"], 3), "-", "-", "-", "-"))
             rows.append(("Control, ms", f"map sync of the full table ({t['buckets']} buckets, install_table)",
                          fmt(t["install_table"]["median_ms"], 3),
-                         f"one outer-map swap alone: {fmt(t['install_swap']['median_ms'], 3)} (an RCU grace period)",
+                         f"the {t.get('changed_buckets', '?')} buckets a weight change moved, alone: {fmt(t['install_changed']['median_ms'], 3)}" if "install_changed" in t else "-",
                          "-", "-", "-"))
         h = cp["hundred_services"]
         rows.append(("Control, ms", "map sync of 100 services x 4096 buckets (full plan apply)",
@@ -257,6 +263,39 @@ def main():
             targets.append((f"SIGHUP to live, 100 services, {label}", f"{d['live_ms_median']:.1f} ms", "< 100 ms", ok))
     else:
         rows.append(("Reload", "not run or failed", "-", "-", "-", "-", "-"))
+    if rl1000:
+        for label, key, limit in (("1 of 1,000 services changed", "one_changed", 50),
+                                  ("all 1,000 services changed", "all_changed", 250)):
+            d = rl1000[key]
+            ok = d["live_ms_median"] < limit
+            rows.append((
+                "Reload, ms",
+                f"SIGHUP to new table live (1,000 services, {label})",
+                fmt(d["live_ms_median"], 1),
+                f"daemon's own elapsed_us: {fmt(d['daemon_ms_median'], 1)}",
+                "-",
+                f"< {limit} ms",
+                status(ok),
+            ))
+            targets.append((f"SIGHUP to live, 1,000 services, {label}", f"{d['live_ms_median']:.1f} ms", f"< {limit} ms", ok))
+    for n in (100, 1000):
+        rd, rb = rdaemon[n], rbreak[n]
+        if rd:
+            rows.append(("Reload", f"`nilb run` with {n:,} services: start to ready, ms",
+                         str(rd["ready_ms"]), "-", "-", "-", "-"))
+            ok = rd["rss_kb_after"] <= 128 * 1024
+            rows.append(("Reload", f"`nilb run` with {n:,} services: daemon RSS after the reloads, MB",
+                         fmt(rd["rss_kb_after"] / 1024, 1), f"at ready {fmt(rd['rss_kb_ready'] / 1024, 1)}",
+                         "-", "<= 128 MB" if n == 1000 else "-", status(ok) if n == 1000 else "-"))
+            if n == 1000:
+                targets.append(("Daemon RSS, 1,000 services", f"{rd['rss_kb_after'] / 1024:.1f} MB", "<= 128 MB", ok))
+        if rb:
+            h = rb["health_event_ms_median"]
+            ok = h < 20
+            rows.append(("Reload, ms", f"health event of one backend to its table live ({n:,} services, in-process)",
+                         fmt(h, 2), "-", "-", "< 20 ms" if n == 1000 else "-", status(ok) if n == 1000 else "-"))
+            if n == 1000:
+                targets.append(("Health event to live, 1,000 services", f"{h:.2f} ms", "< 20 ms", ok))
 
     # ---- edge filters
     fl_names = {
@@ -399,24 +438,17 @@ def main():
     if cp:
         L.append("## Control plane details (ms, median)")
         L.append("")
-        L.append("`install_table` is the library call as it is; the next columns replay its steps one by one "
-                 "(serialise, create the array, fill it with `BPF_MAP_UPDATE_BATCH`, swap it into `services` "
-                 "with one update); the mmap line below fills a `BPF_F_MMAPABLE` array instead.")
+        L.append("`install_table` writes every bucket of the table in place through the pool's mapping; "
+                 "`changed` writes only the buckets a weight change moved (`TableInstall::changed`).")
         L.append("")
-        L.append("| backends x buckets | build | rebalance, failure | rebalance, weight x2 (buckets moved) | ControlPlane::new | ControlPlane::update | install_table | serialise | create array | batch fill | swap |")
-        L.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        L.append("| backends x buckets | build | rebalance, failure | rebalance, weight x2 (buckets moved) | ControlPlane::new | ControlPlane::update | install_table | changed (buckets) |")
+        L.append("|---|---:|---:|---:|---:|---:|---:|---:|")
         for t in cp["tables"]:
-            g = lambda k: fmt(t[k]["median_ms"], 3)
+            g = lambda k: fmt(t[k]["median_ms"], 3) if k in t else "-"
             L.append(f"| {t['backends']} x {t['buckets']} | {g('build')} | {g('rebalance_failure')} | "
                      f"{g('rebalance_weight')} ({t['weight_change_moved']}) | {g('cp_new')} | {g('cp_update')} | "
-                     f"{g('install_table')} | {g('install_serialise')} | {g('install_create')} | "
-                     f"{g('install_fill')} | {g('install_swap')} |")
+                     f"{g('install_table')} | {g('install_changed')} ({t.get('changed_buckets', '-')}) |")
         h = cp["hundred_services"]
-        L.append("")
-        L.append("Fill through `mmap` of a `BPF_F_MMAPABLE` array instead of "
-                 "`BPF_MAP_UPDATE_BATCH` (creation included): " + "; ".join(
-                     f"{t['buckets']} buckets {fmt(t['fill_mmap_experiment']['median_ms'], 3)} ms"
-                     for t in cp["tables"] if "fill_mmap_experiment" in t) + ".")
         L.append("")
         L.append(f"100 services x 4096 buckets (3 backends each), through ControlPlane::apply: full apply {fmt(h['full_apply']['median_ms'], 1)} ms; "
                  f"a reload doubling one weight in every service: ControlPlane::update "
@@ -436,15 +468,53 @@ def main():
     if rl:
         L.append("## Reload details")
         L.append("")
-        L.append("`nilb run` on a veth in its own namespace with 100 services (4096 buckets, 3 backends, no "
-                 "health checks). Per repetition the config is rewritten (rename) and SIGHUP sent; the "
-                 "pinned `services` map is polled every 0.2 ms until every service that must change "
-                 "points to a new bucket array, whose content is then checked.")
+        L.append("`nilb run` on a veth in its own namespace with 100 and with 1,000 services (4096 buckets, "
+                 "3 backends, no health checks). Per repetition the config is rewritten (rename) and SIGHUP "
+                 "sent; the pinned tables are read every 0.2 ms (one read of the whole pool while more than "
+                 "8 services are pending, else service by service) until every service that must change "
+                 "shows its new buckets (the drained backend's first-hop buckets gone, or back); on 2 CPUs "
+                 "this reader competes with the daemon, so with 1,000 services the daemon's own elapsed "
+                 "time is the closer number.")
         L.append("")
-        for label, key in (("1 service changed", "one_changed"), ("100 services changed", "all_changed")):
-            d = rl[key]
-            L.append(f"- {label}: SIGHUP to live {', '.join(f'{x:.1f}' for x in d['live_ms'])} ms; "
-                     f"daemon's elapsed {', '.join(f'{x:.1f}' for x in d['daemon_ms'])} ms")
+        for doc, n in ((rl, "100"), (rl1000, "1,000")):
+            if not doc:
+                continue
+            for label, key in ((f"1 of {n} services changed", "one_changed"), (f"all {n} services changed", "all_changed")):
+                d = doc[key]
+                L.append(f"- {label}: SIGHUP to live {', '.join(f'{x:.1f}' for x in d['live_ms'])} ms; "
+                         f"daemon's elapsed {', '.join(f'{x:.1f}' for x in d['daemon_ms'])} ms")
+        L.append("")
+
+    if any(rbreak.values()):
+        L.append("## Reload breakdown")
+        L.append("")
+        L.append("`bench_reload breakdown`: the daemon's reload steps timed one by one in-process, on a data "
+                 "plane of its own (medians, ms). `state_handover` is what the event loop does for the state "
+                 "file (a copy of the state for the writer thread); `state_write_background` is that "
+                 "thread's encode and write; `total` is file to live plus the hand-over.")
+        L.append("")
+        cols = ["parse", "clone", "update", "apply", "state_handover", "metrics", "drop_old", "total",
+                "state_write_background"]
+        L.append("| services | reload | installed | " + " | ".join(cols) + " |")
+        L.append("|---|---|---:|" + "---:|" * len(cols))
+        for n in (100, 1000):
+            rb = rbreak[n]
+            if not rb:
+                continue
+            for key in ("nothing_changed", "one_changed", "all_changed"):
+                d = rb.get(key)
+                if not d:
+                    continue
+                L.append(f"| {n:,} | {key.replace('_', ' ')} | {d['installed']} | "
+                         + " | ".join(fmt(d.get(c + "_ms"), 2) for c in cols) + " |")
+        L.append("")
+        for n in (100, 1000):
+            rb = rbreak[n]
+            if rb:
+                L.append(f"- {n:,} services: `ControlPlane::new` {fmt(rb['cp_new_ms'], 1)} ms, first full apply "
+                         f"{fmt(rb['start_apply_ms'], 1)} ms, health event to live {fmt(rb['health_event_ms_median'], 2)} ms; "
+                         f"RSS of the benchmark process {fmt(rb['rss_kb_before'] / 1024, 1)} MB before the state, "
+                         f"{fmt(rb['rss_kb_state'] / 1024, 1)} MB with it")
         L.append("")
 
     if fl:
@@ -519,6 +589,14 @@ def main():
                          f"{ht[0]['errors'] if ht else '-'} |")
         L.append("")
 
+    # Hand-kept record of what each data-plane change bought (numbers of the
+    # runs that chose it); carried into every report.
+    hist = os.path.join(os.path.dirname(os.path.abspath(__file__)), "history.md")
+    if os.path.exists(hist):
+        with open(hist) as f:
+            L.append(f.read().rstrip("\n"))
+        L.append("")
+
     L.append("## Method notes")
     L.append("")
     L.append("- Live frames: `BPF_PROG_TEST_RUN` with `BPF_F_TEST_XDP_LIVE_FRAMES` on `gen0` of a veth pair; "
@@ -527,7 +605,8 @@ def main():
              "generated / wall time, since they go up the node's stack). Everything runs on the pinned CPU "
              "(the peer's NAPI runs in the softirq of the sending CPU).")
     L.append("- The 64-byte frames (TCP ACK with 10 bytes payload, or UDP) carry no Ethernet padding; nilb "
-             "adds 36 bytes of GUE (40 with a second hop) and sends 100/104-byte frames, the baseline 64.")
+             "adds 36 + 4N bytes of GUE (N the hops listed: 0 to 3 previous owners) and sends 100-112-byte "
+             "frames, the baseline 64.")
     L.append("- TC: `BPF_PROG_TEST_RUN` of `nilb_tc_second_chance` on a GUE frame (outer 10.99.0.1 -> node "
              "10.99.0.12, one listed hop), one run per call, median; an established TCP socket and a listener "
              "on VIP:80 exist in the namespace.")

@@ -62,21 +62,20 @@ static __always_inline int is_vip(__u32 addr)
 	return bpf_map_lookup_elem(&vips, &addr) != NULL;
 }
 
-/* Returns: the bucket array of service (vip, port, proto) (network order),
- * or NULL if no such service is configured. */
-static __always_inline void *service_table(__u32 vip, __u16 port, __u8 proto)
+/* Returns: the service (vip, port, proto) (network order), or NULL if no
+ * such service is configured. */
+static __always_inline struct nilb_service *service_of(__u32 vip, __u16 port, __u8 proto)
 {
 	struct nilb_service_key key = { .vip = vip, .port = port, .proto = proto };
 
 	return bpf_map_lookup_elem(&services, &key);
 }
 
-/* Returns: the per-service counters of the service whose table header is
- * hdr, or NULL. */
+/* Returns: the per-service counters of svc, or NULL. */
 static __always_inline struct nilb_service_stats *
-service_stats_of(const struct nilb_table_header *hdr)
+service_stats_of(const struct nilb_service *svc)
 {
-	__u32 idx = hdr->service_index;
+	__u32 idx = svc->service_index;
 
 	return bpf_map_lookup_elem(&service_stats, &idx);
 }

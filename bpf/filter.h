@@ -293,25 +293,21 @@ static __noinline int filter_global(__u32 flags, const struct iphdr *iph, __u32 
 
 /*
  * Service stage for a TCP or UDP packet from saddr (len L3 bytes; syn: a
- * TCP SYN without ACK) to the service whose bucket array is table; flags:
+ * TCP SYN without ACK) to service svc (its stats index names its scope); flags:
  * nilb_config.flags with NILB_F_FILTER_SERVICES set. The service's prefixes
  * (allow and deny, longest prefix decides) or, when none matches, the
  * scope's no-match verdict (its allow list's default); then its rate limits.
  * Returns: 1 to drop, else 0.
  */
-static __noinline int filter_service(__u32 flags, void *table, __u32 saddr, __u32 len,
-					  __u32 syn)
+static __noinline int filter_service(__u32 flags, const struct nilb_service *svc, __u32 saddr,
+					  __u32 len, __u32 syn)
 {
 	struct nilb_filter_v4_key k = {};
-	struct nilb_table_header *hdr;
 	struct nilb_filter_scope *sc;
-	__u32 gen = filter_gen(flags), zero = 0, key, v, *w;
+	__u32 gen = filter_gen(flags), index = svc->service_index, key, v, *w;
 	void *trie;
 
-	hdr = bpf_map_lookup_elem(table, &zero);
-	if (!hdr)
-		return 0;
-	key = gen * NILB_FILTER_SCOPES + 1 + hdr->service_index;
+	key = gen * NILB_FILTER_SCOPES + 1 + index;
 	sc = bpf_map_lookup_elem(&filter_scopes, &key);
 	if (!sc)
 		return 0;
@@ -320,7 +316,7 @@ static __noinline int filter_service(__u32 flags, void *table, __u32 saddr, __u3
 		trie = bpf_map_lookup_elem(&filter_trie, &gen);
 		if (trie) {
 			k.prefixlen = 64;
-			k.scope = 1 + hdr->service_index;
+			k.scope = 1 + index;
 			k.addr = saddr;
 			w = bpf_map_lookup_elem(trie, &k);
 			if (w)

@@ -10,8 +10,9 @@
  *                valid when forwarding)
  *   GUE          version 0, C 0, hlen 1 + N, proto 4 (IPv4), flags 0
  *   private      type 0, next hop index, hop count N
- *   hops         N IPv4 addresses, network order: the second hop, and for
- *                a UDP flow the first hop again after it
+ *   hops         N IPv4 addresses, network order: the bucket's previous
+ *                owners, newest first, and for a UDP flow the first hop
+ *                again after them
  *   inner IPv4 packet
  */
 #ifndef NILB_GUE_H
@@ -42,14 +43,14 @@ static __always_inline __u32 gue_overhead(__u32 nhops)
 
 /*
  * Write the Ethernet type, outer IPv4 (cfg->node_addr -> daddr), UDP and GUE
- * in front of an inner IPv4 packet of inner_len bytes, listing nhops hops:
- * none, `second`, or `second` and then daddr again (the balancer's UDP
- * rule). The caller has checked that the headers and NILB_TX_HOPS hops lie
- * within the packet; the MACs are the caller's.
+ * in front of an inner IPv4 packet of inner_len bytes, listing the first
+ * nhops (at most NILB_TX_HOPS) addresses of `list`. The caller has checked
+ * that the headers and NILB_TX_HOPS hops lie within the packet; the MACs
+ * are the caller's.
  * Returns: nothing.
  */
 static __always_inline void gue_write(struct ethhdr *eth, const struct nilb_config *cfg,
-				      __u32 daddr, __u32 second, __u32 nhops, __u32 hash,
+				      __u32 daddr, const __u32 *list, __u32 nhops, __u32 hash,
 				      __u32 inner_len)
 {
 	struct iphdr *oip = (void *)(eth + 1);
@@ -58,6 +59,7 @@ static __always_inline void gue_write(struct ethhdr *eth, const struct nilb_conf
 	__u32 len = inner_len + gue_overhead(nhops);
 	__u32 sum;
 
+	_Static_assert(NILB_TX_HOPS == 4, "gue_write lists up to four hops");
 	eth->h_proto = bpf_htons(ETH_P_IP);
 
 	*(__u16 *)oip = bpf_htons(0x4500); /* version 4, IHL 5, TOS 0 */
@@ -82,10 +84,14 @@ static __always_inline void gue_write(struct ethhdr *eth, const struct nilb_conf
 	/* [hlen][proto][flags 0 0] [private type 0 0][next hop 0][hop count] */
 	((__u32 *)gue)[0] = bpf_htonl(((1 + nhops) << 24) | (GUE_PROTO_IPV4 << 16));
 	((__u32 *)gue)[1] = bpf_htonl(nhops);
-	if (nhops)
-		gue->hops[0] = second;
+	if (nhops > 0)
+		gue->hops[0] = list[0];
 	if (nhops > 1)
-		gue->hops[1] = daddr;
+		gue->hops[1] = list[1];
+	if (nhops > 2)
+		gue->hops[2] = list[2];
+	if (nhops > 3)
+		gue->hops[3] = list[3];
 }
 
 /* Result of gue_parse. */

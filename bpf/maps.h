@@ -12,24 +12,53 @@
 #include "nilb.h"
 #include "quic_lb.h"
 
-/* Template of a service's bucket array. BPF_F_INNER_MAP lets each service
- * have its own table size; BPF_F_MMAPABLE lets the control plane fill a new
- * array with one memory copy. Element 0 is struct nilb_table_header. */
-struct inner_table {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 2);
-	__uint(map_flags, BPF_F_INNER_MAP | BPF_F_MMAPABLE);
-	__uint(key_size, sizeof(__u32));
-	__uint(value_size, sizeof(struct nilb_bucket));
-};
-
-/* (VIP, port, protocol) -> the service's bucket array. */
+/* (VIP, port, protocol) -> the service's region of the bucket pool and its
+ * stats index. BPF_F_NO_PREALLOC: a replaced value is freed only after an
+ * RCU grace period, so a program that looked it up reads it whole. */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH_OF_MAPS);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, NILB_MAX_SERVICES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, struct nilb_service_key);
-	__array(values, struct inner_table);
+	__type(value, struct nilb_service);
 } services SEC(".maps");
+
+/* The bucket pool: every service's buckets, at table_base + (hash &
+ * table_mask). A plain ARRAY, so the verifier inlines its lookups; sized by
+ * the control plane when it creates the map (max_entries here is a
+ * placeholder); BPF_F_MMAPABLE so that it writes changed buckets in place. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct nilb_bucket);
+} buckets SEC(".maps");
+
+/* Parallel to `buckets`: CLOCK_BOOTTIME seconds of each bucket's last
+ * first-hop change (0: never), a __u32 per bucket, two per element (an
+ * ARRAY element takes 8 bytes at least), so that through the mapping it is
+ * a flat array of __u32 with the buckets' indexes. The control plane's
+ * history (it paces voluntary moves); the programs never read it, so it
+ * stays out of the buckets' cache lines. Sized with the pool. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, __u64);
+} bucket_moved SEC(".maps");
+
+/* Backend slot -> address (struct nilb_backend): what hops[] name. Written
+ * by the control plane through the mapping before any bucket names the
+ * slot. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, NILB_MAX_BACKEND_SLOTS);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct nilb_backend);
+} backends SEC(".maps");
 
 /* Addresses allowed to send GUE to this node. */
 struct {
@@ -63,7 +92,7 @@ struct {
 	__type(value, __u64);
 } counters SEC(".maps");
 
-/* nilb_table_header.service_index -> per-service counters. */
+/* nilb_service.service_index -> per-service counters. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, NILB_MAX_SERVICES);
@@ -71,7 +100,8 @@ struct {
 	__type(value, struct nilb_service_stats);
 } service_stats SEC(".maps");
 
-/* nilb_bucket.first_slot -> what the balancer sent to that backend. */
+/* Backend slot (nilb_bucket.hops[0]) -> what the balancer sent to that
+ * backend as first hop. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, NILB_MAX_BACKEND_SLOTS);
@@ -79,7 +109,8 @@ struct {
 	__type(value, struct nilb_backend_stats);
 } backend_stats SEC(".maps");
 
-/* nilb_bucket.first_slot -> this CPU's last FIB answer for that hop. Per
+/* Backend slot (nilb_bucket.hops[0]) -> this CPU's last FIB answer for
+ * that hop. Per
  * CPU: each entry is written only by the CPU that reads it, so no reader
  * sees half of another CPU's update (a new hop with old MACs). Costs
  * NILB_MAX_BACKEND_SLOTS * 40 bytes per CPU and one FIB lookup per hop, CPU

@@ -20,16 +20,17 @@
  *
  * XDP balancer (nilb_xdp_balancer), on nodes that receive VIP traffic:
  *   IPv4 TCP/UDP to a configured (VIP, port, protocol) -> flow hash -> bucket
- *   -> GUE to the bucket's first hop, listing the second hop (and for UDP
- *   the first hop again after it). A QUIC packet to a service with quic_lb
- *   whose connection ID carries a known server ID goes to that backend
- *   instead, no bucket involved. ICMP errors about a VIP flow are hashed
- *   on the quoted flow. Fragments and malformed packets to a VIP are
- *   dropped; packets too big for the encapsulation are answered with ICMP
- *   "fragmentation needed" (DF) or dropped. Everything else passes
- *   untouched. Edge filters (when loaded) drop what the operator names:
- *   the global stage before the service lookup (every IPv4 packet but
- *   cluster addresses), the service stage after it.
+ *   of the service's region of the pool -> GUE to the bucket's first hop,
+ *   listing its previous owners (and for UDP the first hop again after
+ *   them). A QUIC packet to a service with quic_lb whose connection ID
+ *   carries a known server ID goes to that backend instead, no bucket
+ *   involved. ICMP errors about a VIP flow are hashed on the quoted flow.
+ *   Fragments and malformed packets to a VIP are dropped; packets too big
+ *   for the encapsulation are answered with ICMP "fragmentation needed"
+ *   (DF) or dropped. Everything else passes untouched. Edge filters (when
+ *   loaded) drop what the operator names: the global stage before the
+ *   service lookup (every IPv4 packet but cluster addresses), the service
+ *   stage after it.
  *
  * TC second chance (nilb_tc_second_chance), clsact ingress on every node:
  *   GUE for this node from a cluster address -> decapsulate if the inner
@@ -80,14 +81,15 @@ static __always_inline int xdp_to_tc(struct xdp_md *ctx, __u32 ifindex)
  * Returns: the service's bucket array, with *hash set to the flow hash; or
  * NULL if the flow is for no service.
  */
-static __always_inline void *xdp_flow_service(const struct flow4 *flow, __u32 seed, __u32 *hash)
+static __always_inline struct nilb_service *xdp_flow_service(const struct flow4 *flow,
+							      __u32 seed, __u32 *hash)
 {
-	void *table = service_table(flow->daddr, flow->dport, flow->proto);
+	struct nilb_service *svc = service_of(flow->daddr, flow->dport, flow->proto);
 
-	if (table)
+	if (svc)
 		*hash = nilb_flow_hash(flow->saddr, flow->daddr, flow->sport, flow->dport,
 				       flow->proto, seed);
-	return table;
+	return svc;
 }
 
 /*
@@ -96,7 +98,7 @@ static __always_inline void *xdp_flow_service(const struct flow4 *flow, __u32 se
  * Callers pass proto as a constant, so that the hash folds it.
  * Returns: as xdp_flow_service.
  */
-static __always_inline void *xdp_l4_service(const struct iphdr *iph, const __u16 *ports,
+static __always_inline struct nilb_service *xdp_l4_service(const struct iphdr *iph, const __u16 *ports,
 					    __u8 proto, __u32 seed, __u32 *hash)
 {
 	struct flow4 flow = {
@@ -113,9 +115,12 @@ static __always_inline void *xdp_l4_service(const struct iphdr *iph, const __u16
 /* The hops a bucket gives a flow. */
 struct xdp_hops {
 	__u32 first;     /* IPv4 network order, non-zero */
-	__u32 second;    /* IPv4 network order; 0: none (one equal to first is not listed) */
-	__u32 nhops;     /* hops listed: 0; 1 (second); 2 for UDP (second, then
-			  * first again: docs/design.md "Second chance (TC)") */
+	/* Hops listed in GUE, IPv4 network order: the bucket's previous owners
+	 * newest first (without the first hop, each once), and for UDP, when
+	 * any is listed, the first hop again after them (docs/design.md
+	 * "Second chance (TC)"). */
+	__u32 list[NILB_TX_HOPS];
+	__u32 nhops;     /* entries of list used */
 	__u32 slot;      /* backend slot of (service, first hop) */
 	__u32 overhead;  /* GUE bytes with the hops listed: gue_overhead(nhops) */
 	/* The balancer's counters of the first hop (backend_stats[slot]),
@@ -123,53 +128,118 @@ struct xdp_hops {
 	struct nilb_backend_stats *stats;
 };
 
+/* Returns: the IPv4 address (network order) of backend slot `slot`, 0 if
+ * the slot has none. */
+static __always_inline __u32 backend_addr(__u32 slot)
+{
+	struct nilb_backend *be = bpf_map_lookup_elem(&backends, &slot);
+
+	return be ? be->addr[0] : 0;
+}
+
+/* Add `prev` (an address, 0: none) to the hops listed in *l (l[0..2],
+ * filled in order, 0 after the last) unless it is 0, the first hop or
+ * listed already. Constant indexes only: the verifier refuses a stack
+ * write at a variable offset of this shape. */
+static __always_inline void list_once(__u32 *l, __u32 first, __u32 prev)
+{
+	if (!prev || prev == first || prev == l[0] || prev == l[1])
+		return;
+	if (!l[0])
+		l[0] = prev;
+	else if (!l[1])
+		l[1] = prev;
+	else
+		l[2] = prev;
+}
+
 /*
- * Bucket lookup: the bucket `hash` selects in a service's table (its header
- * gives the size). udp: the flow is UDP, whose packets come back to the
- * first hop when the second has no connected socket for them: the first
- * hop is listed again after the second.
- * Returns: 0 with *hops filled, or -1 if there is no first hop (counted:
- * C_XDP_DROP_NO_BACKEND, and the service's xdp_drops unless the table has
- * no header).
+ * The hops listed for a bucket whose previous owners' slots are `chain`
+ * (hops[1..] in its low 48 bits), first hop
+ * `first`: the previous owners up to the first empty slot, newest first,
+ * each once and none equal to the first hop (slots without an address are
+ * skipped); for UDP, when any is listed, the first hop again after them.
+ * Fills hops->list, nhops and overhead.
  */
-static __always_inline int xdp_bucket(void *table, __u32 hash, __u8 udp,
+static __always_inline void xdp_previous_owners(__u64 chain, __u32 first, __u8 udp,
+						struct xdp_hops *hops)
+{
+	__u32 *l = hops->list;
+	__u32 s, n;
+
+	l[0] = l[1] = l[2] = l[3] = 0;
+	_Static_assert(NILB_MAX_OWNERS == 4, "three previous owners");
+	s = chain & 0xffff;
+	if (s) {
+		list_once(l, first, backend_addr(s));
+		s = (chain >> 16) & 0xffff;
+		if (s) {
+			list_once(l, first, backend_addr(s));
+			s = (chain >> 32) & 0xffff;
+			if (s)
+				list_once(l, first, backend_addr(s));
+		}
+	}
+	n = !!l[0] + !!l[1] + !!l[2];
+	if (udp && n) {
+		if (n == 1)
+			l[1] = first;
+		else if (n == 2)
+			l[2] = first;
+		else
+			l[3] = first;
+		n++;
+	}
+	hops->nhops = n;
+	hops->overhead = gue_overhead(n);
+}
+
+/*
+ * Bucket lookup: the bucket `hash` selects in service svc's region of the
+ * pool, read as one word (a chain written concurrently is seen whole), its
+ * slots turned into addresses. udp: the flow is UDP, whose packets come
+ * back to the first hop when no listed hop has a connected socket for
+ * them: the first hop is listed again at the end.
+ * Returns: 0 with *hops filled, or -1 if there is no first hop (counted:
+ * C_XDP_DROP_NO_BACKEND and the service's xdp_drops).
+ */
+static __always_inline int xdp_bucket(const struct nilb_service *svc, __u32 hash, __u8 udp,
 				      struct xdp_hops *hops)
 {
-	struct nilb_table_header *hdr;
 	struct nilb_bucket *b;
-	__u32 zero = 0, idx, first, second;
+	__u32 idx, first, slot;
+	__u64 chain;
 
-	hdr = bpf_map_lookup_elem(table, &zero);
-	if (!hdr) {
-		count(C_XDP_DROP_NO_BACKEND);
-		return -1;
-	}
-	idx = 1 + (hash & hdr->table_mask);
-	b = bpf_map_lookup_elem(table, &idx);
-	if (!b || !b->first_hop) {
-		struct nilb_service_stats *st = service_stats_of(hdr);
+	idx = svc->table_base + (hash & svc->table_mask);
+	b = bpf_map_lookup_elem(&buckets, &idx);
+	chain = b ? *(volatile __u64 *)b : 0;
+	slot = chain & 0xffff;
+	first = slot ? backend_addr(slot) : 0;
+	if (!first) {
+		struct nilb_service_stats *st = service_stats_of(svc);
 
 		if (st)
 			st->xdp_drops++;
 		count(C_XDP_DROP_NO_BACKEND);
 		return -1;
 	}
-	first = b->first_hop;
-	second = b->second_hop;
 	hops->first = first;
-	if (second == first)
-		second = 0;
-	hops->second = second;
-	hops->nhops = second ? 1 + udp : 0;
-	hops->overhead = gue_overhead(hops->nhops);
-	hops->slot = b->first_slot;
+	hops->slot = slot;
+	chain >>= 16;
+	if (!chain) {
+		/* The common case: a bucket that never moved lists no hop. */
+		hops->nhops = 0;
+		hops->overhead = gue_overhead(0);
+	} else {
+		xdp_previous_owners(chain, first, udp, hops);
+	}
 	hops->stats = bpf_map_lookup_elem(&backend_stats, &hops->slot);
 	return 0;
 }
 
 /*
  * QUIC-LB (bpf/quic_lb.h; docs/design.md "Balancer (XDP)"): for a UDP
- * packet to a service with `quic_lb` (table: its bucket array; the UDP
+ * packet to a service with `quic_lb` (idx: its service index; the UDP
  * payload at [off, end) of the frame), the backend whose server ID the QUIC
  * destination connection ID carries, whatever the packet's 4-tuple.
  * Returns: 0 with *hops filled (no other hop listed: the server ID names
@@ -179,22 +249,16 @@ static __always_inline int xdp_bucket(void *table, __u32 hash, __u8 udp,
  * Not inlined: its locals would push the balancer's stack, with the edge
  * filters' calls, over the verifier's 512 bytes.
  */
-static __noinline int xdp_quic_hops(struct xdp_md *ctx, void *table, __u32 off, __u32 end,
+static __noinline int xdp_quic_hops(struct xdp_md *ctx, __u32 idx, __u32 off, __u32 end,
 				    struct xdp_hops *hops)
 {
-	struct nilb_table_header *hdr;
 	struct nilb_quic_backend *b;
 	struct quic_lb_scratch *s;
 	struct quic_lb_crypto *c;
 	struct nilb_quic_lb *q;
-	__u32 zero = 0, idx, cid_len = 0;
+	__u32 zero = 0, cid_len = 0;
 	int r;
 
-	/* The service index: the table header's. */
-	hdr = bpf_map_lookup_elem(table, &zero);
-	if (!hdr)
-		return -1;
-	idx = hdr->service_index;
 	q = bpf_map_lookup_elem(&quic_config, &idx);
 	if (!q || q->algorithm == NILB_QUIC_OFF)
 		return -1;
@@ -226,7 +290,6 @@ static __noinline int xdp_quic_hops(struct xdp_md *ctx, void *table, __u32 off, 
 	if (!b || !b->dip)
 		goto unknown;
 	hops->first = b->dip;
-	hops->second = 0;
 	hops->nhops = 0;
 	hops->overhead = gue_overhead(0);
 	hops->slot = b->slot;
@@ -266,17 +329,16 @@ static __always_inline struct ethhdr *xdp_encap(struct xdp_md *ctx, struct ethhd
 	}
 	eth = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;
-	/* Outer headers + GUE with NILB_TX_HOPS hops + the inner IPv4 header:
-	 * always there after adjust_head succeeded (the inner packet has at
-	 * least 20 bytes of IPv4 and 8 of L4, more than the 4 of each hop not
-	 * listed). Only the verifier needs this check; should it ever fail,
-	 * the drop is counted like a failed resize. */
-	if ((void *)eth + sizeof(*eth) + NILB_GUE_BASE_OVERHEAD + 4 * NILB_TX_HOPS +
-		    sizeof(struct iphdr) > data_end) {
+	/* Outer headers + GUE with NILB_TX_HOPS hops: always there after
+	 * adjust_head succeeded (the inner packet has at least 20 bytes of
+	 * IPv4 and 8 of L4, more than the 4 of each hop not listed). Only the
+	 * verifier needs this check; should it ever fail, the drop is counted
+	 * like a failed resize. */
+	if ((void *)eth + sizeof(*eth) + NILB_GUE_BASE_OVERHEAD + 4 * NILB_TX_HOPS > data_end) {
 		count(C_XDP_DROP_ADJUST_FAILED);
 		return NULL;
 	}
-	gue_write(eth, cfg, hops->first, hops->second, hops->nhops, hash, inner_len);
+	gue_write(eth, cfg, hops->first, hops->list, hops->nhops, hash, inner_len);
 	return eth;
 }
 
@@ -358,7 +420,7 @@ static __always_inline int xdp_next_hop(struct xdp_md *ctx, struct ethhdr *eth,
 	if (first == cfg->node_addr) {
 		/* This node is the first hop: hand the GUE packet to our own TC
 		 * program, which applies second chance like on any backend. */
-		if (hops->second && xdp_wire_too_big(ctx, out_len, &mtu))
+		if (hops->nhops && xdp_wire_too_big(ctx, out_len, &mtu))
 			goto too_big;
 		copy_macs(eth, macs);
 		counter = C_XDP_ENCAP_LOCAL;
@@ -462,7 +524,8 @@ int nilb_xdp_balancer(struct xdp_md *ctx)
 	__u32 ihl_len, tot_len, frame_len, hash = 0, what = 0;
 	__u8 macs[2 * ETH_ALEN];
 	__u8 udp = 0;
-	void *l4, *table;
+	struct nilb_service *table;
+	void *l4;
 
 	if ((void *)(eth + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_IP)) {
 		count(C_XDP_PASS_NON_IP);
@@ -572,7 +635,7 @@ int nilb_xdp_balancer(struct xdp_md *ctx)
 	/* QUIC-LB (a service with quic_lb): the backend the connection ID
 	 * names; else the bucket. */
 	if (!(udp && iph->protocol == IPPROTO_UDP &&
-	      xdp_quic_hops(ctx, table, (l4 - data) + sizeof(struct udphdr),
+	      xdp_quic_hops(ctx, table->service_index, (l4 - data) + sizeof(struct udphdr),
 			    sizeof(*eth) + tot_len, &hops) == 0) &&
 	    xdp_bucket(table, hash, udp, &hops))
 		return XDP_DROP;
@@ -762,19 +825,14 @@ static __always_inline int tc_local_match(struct __sk_buff *skb, struct iphdr *i
  * service. */
 static __always_inline struct nilb_service_stats *tc_flow_stats(const struct flow4 *f)
 {
-	struct nilb_table_header *hdr;
-	__u32 zero = 0;
-	void *table;
+	struct nilb_service *svc;
 
 	if (!f->proto)
 		return NULL;
-	table = service_table(f->daddr, f->dport, f->proto);
-	if (!table)
+	svc = service_of(f->daddr, f->dport, f->proto);
+	if (!svc)
 		return NULL;
-	hdr = bpf_map_lookup_elem(table, &zero);
-	if (!hdr)
-		return NULL;
-	return service_stats_of(hdr);
+	return service_stats_of(svc);
 }
 
 /* Remove outer IPv4 + UDP + GUE (hdr_len bytes after Ethernet) and count

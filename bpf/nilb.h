@@ -25,11 +25,17 @@ enum nilb_limits {
 	NILB_MAX_TABLE_SIZE = 65536,
 	/* Hops a received GUE header may list (glb-director sends at most a few). */
 	NILB_MAX_GUE_HOPS = 8,
-	/* Most hops nilb's balancer lists: the bucket's second hop, when it
-	 * has one other than the first hop, and for a UDP flow the first hop
-	 * again after it (docs/design.md "Second chance (TC)"). */
-	NILB_TX_HOPS = 2,
-	/* (service, backend) pairs with their own balancer counters. */
+	/* Owners a bucket remembers: its first hop and up to three previous
+	 * owners (struct nilb_bucket). */
+	NILB_MAX_OWNERS = 4,
+	/* Most hops nilb's balancer lists: a bucket's previous owners other
+	 * than its first hop (up to NILB_MAX_OWNERS - 1), and for a UDP flow
+	 * with any listed the first hop again after them (docs/design.md
+	 * "Second chance (TC)"). */
+	NILB_TX_HOPS = NILB_MAX_OWNERS,
+	/* Backend slots: (service, backend) pairs, each with its address in
+	 * `backends` and its own balancer counters. Slot 0 is never given out
+	 * (it ends a bucket's chain). Slot ids fit the 16 bits of a hop. */
 	NILB_MAX_BACKEND_SLOTS = 16384,
 	/* Edge filters (docs/design.md "Edge filters"): rules over all scopes
 	 * (deny and allow lists, rate limits); rule id 0 means "no rule". */
@@ -207,7 +213,7 @@ enum nilb_counter {
 	NILB_COUNTER_MAX,
 };
 
-/* Key of the `services` map (HASH_OF_MAPS). 8 bytes. */
+/* Key of the `services` map (HASH). 8 bytes. */
 struct nilb_service_key {
 	__u32 vip;     /* IPv4, network order */
 	__u16 port;    /* network order */
@@ -215,28 +221,43 @@ struct nilb_service_key {
 	__u8 pad;      /* always 0 */
 };
 
-/*
- * Element of a service's inner bucket array. 16 bytes.
- * Index 0 of every inner array is the table header (struct nilb_table_header,
- * same size), buckets live at 1 + (hash & table_mask). Keeping the header in
- * the same inner map makes size, service index and buckets change in one
- * atomic outer-map update.
- */
-struct nilb_bucket {
-	__u32 first_hop;   /* IPv4 network order; 0 = none (drop) */
-	__u32 second_hop;  /* IPv4 network order; 0 = none */
-	__u32 first_slot;  /* (service, first hop) slot: index into `backend_stats`
-			    * and `hop_cache` */
-	__u32 moved_at_s;  /* control plane only: last first-hop change,
-			    * CLOCK_BOOTTIME seconds (0 = never), so a restarted
-			    * daemon keeps the history that paces voluntary
-			    * moves (older daemons wrote Unix seconds) */
-};
-
-struct nilb_table_header {
+/* Value of the `services` map: where the service's buckets are in the
+ * pool and which counters are its. 16 bytes. A service whose table changes
+ * size (or a new service) gets a new region and a new value in one update;
+ * other changes are written into its buckets in place. */
+struct nilb_service {
+	__u32 table_base;     /* first bucket of its region of `buckets` */
 	__u32 table_mask;     /* table_size - 1; table_size a power of two */
 	__u32 service_index;  /* index into `service_stats` */
-	__u32 pad[2];
+	__u32 flags;          /* reserved for modes, 0 */
+};
+
+/*
+ * Element of the `buckets` pool: bucket table_base + (hash & table_mask)
+ * of a service. 8 bytes, read by the programs as one __u64 and written by
+ * the control plane with one aligned 8-byte store, so a chain is never
+ * seen half written. hops[0]: backend slot of the first hop (0: none,
+ * packets are dropped); hops[1..]: slots of the previous owners, newest
+ * first, ending at the first 0. Addresses are in `backends`; the last move
+ * time, which only the control plane reads, in `bucket_moved`.
+ */
+struct nilb_bucket {
+	__u16 hops[NILB_MAX_OWNERS];
+};
+
+/* Family of struct nilb_backend. */
+enum nilb_family {
+	NILB_FAMILY_NONE = 0,  /* slot unused */
+	NILB_FAMILY_IPV4 = 4,
+	NILB_FAMILY_IPV6 = 6,  /* reserved */
+};
+
+/* Value of the `backends` map (ARRAY, key backend slot): the address of
+ * the slot's backend, written before any bucket names the slot. 20 bytes,
+ * IPv6-ready. */
+struct nilb_backend {
+	__u32 addr[4];   /* IPv4 in addr[0], network order; the rest 0 */
+	__u32 family;    /* enum nilb_family */
 };
 
 /* The only element of the `config` map (ARRAY, key 0). Network order for

@@ -169,7 +169,7 @@ fn load_nilb(pin: Option<&std::path::Path>) -> Result<Loaded> {
     let before: BTreeSet<i32> = my_prog_fds().iter().map(|p| p.0).collect();
     let storage: &'static mut MaybeUninit<libbpf_rs::OpenObject> =
         Box::leak(Box::new(MaybeUninit::uninit()));
-    let dp = Dataplane::load_pinned(storage, pin)?;
+    let dp = Dataplane::load_pinned(storage, pin, 16 * 65536)?;
     let mut xdp = None;
     let mut tc = None;
     for (fd, id, ty) in my_prog_fds() {
@@ -634,6 +634,31 @@ fn main() -> Result<()> {
     let (dp1, _) = configured(&[&one], NODE)?;
     let (dp2, cp2) = configured(&[&one, &moved], NODE)?;
     let (dp100, _) = configured(&[&hundred], NODE)?;
+    // Two and three previous owners in every bucket: the second-hop table
+    // with longer chains written straight into the pool (the drained
+    // backends .11-.13 have slots in the service).
+    let chained = |n: usize| -> Result<Loaded> {
+        let (mut l, _) = configured(&[&one, &moved], NODE)?;
+        let (key, t) = l.dp.live_tables()?.remove(0);
+        let older: Vec<Ipv4Addr> = ["10.99.0.11", "10.99.0.12", "10.99.0.13"]
+            .iter()
+            .map(|a| a.parse().unwrap())
+            .collect();
+        let mut chains = t.to_chains();
+        for c in &mut chains.chains {
+            let mut prev = c.1.clone();
+            prev.extend(older.iter().filter(|a| !c.1.contains(a)).copied());
+            prev.truncate(n);
+            c.1 = prev;
+        }
+        if chains.chains.iter().any(|c| c.1.len() != n) {
+            bail!("chain setup failed: not every bucket has {n} previous owners");
+        }
+        l.dp.install_chains(&key, t.service_index, &chains, &|d| t.slots[&d], None)?;
+        Ok(l)
+    };
+    let dp_prev2 = chained(2)?;
+    let dp_prev3 = chained(3)?;
     let (dptc, _) = configured(&[&one], TC_NODE)?;
     let with_second: u32 = cp2
         .services()
@@ -709,6 +734,26 @@ fn main() -> Result<()> {
             name: "vip_second_hop",
             what: "TCP to a VIP, every bucket with a second hop",
             nilb: &dp2,
+            base: macswap,
+            base_name: "macswap_tx",
+            gen: &g_vip,
+            frame: &vip,
+            expect: "xdp_encap_tx",
+        },
+        Case {
+            name: "vip_prev2",
+            what: "TCP to a VIP, every bucket with 2 previous owners",
+            nilb: &dp_prev2,
+            base: macswap,
+            base_name: "macswap_tx",
+            gen: &g_vip,
+            frame: &vip,
+            expect: "xdp_encap_tx",
+        },
+        Case {
+            name: "vip_prev3",
+            what: "TCP to a VIP, every bucket with 3 previous owners",
+            nilb: &dp_prev3,
             base: macswap,
             base_name: "macswap_tx",
             gen: &g_vip,

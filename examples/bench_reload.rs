@@ -9,13 +9,24 @@
 //!       [--pin-dir /sys/fs/bpf/nilb] [--reps 5] [--out FILE.json]
 //!       with `nilb run --config PATH` running as PID on a.yaml: per
 //!       repetition a -> one -> a -> all -> a. Each step copies the variant
-//!       over PATH (rename), sends SIGHUP and polls the pinned `services` map
-//!       until every service that must change points at a new bucket array
-//!       (the daemon builds a complete array and swaps it in, so a new array
-//!       id means the new table is live). Then it reads the new array of the
-//!       first service and checks that backend .13 owns no bucket (drained)
-//!       or some (active), and takes the daemon's own "reload applied
-//!       elapsed_us=N" from its log.
+//!       over PATH (rename), sends SIGHUP and polls the pinned tables until
+//!       every service that must change has the variant's table: backend .13
+//!       owns no bucket (drained) or some (active) (the daemon writes the
+//!       changed buckets in place, so the table is live once they are
+//!       written); the other services must keep theirs. It takes the
+//!       daemon's own "reload applied elapsed_us=N" from its log.
+//!
+//!   bench_reload breakdown [--services 1000] [--reps 5] [--out FILE.json]
+//!       in-process, on a data plane of its own (root): where the time of a
+//!       reload goes, step by step as the daemon runs them (read + parse +
+//!       validate the file, copy the running state, `ControlPlane::update`,
+//!       `ControlPlane::apply` (the map writes), handing the state to the
+//!       state file's writer thread, the metrics snapshot, dropping the
+//!       replaced state; `total` is file to live, and the writer thread's
+//!       encode + write is timed apart), for a reload that
+//!       changes nothing, one service, or every service; and a health
+//!       failure of one backend of one service (`observe` + apply). Also the
+//!       process's RSS with the running state built.
 //!
 //! Run `measure` in the daemon's mount namespace (nsenter --target PID
 //! --mount --net): `ip netns exec` gives the daemon its own /sys.
@@ -26,9 +37,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use libbpf_rs::{MapCore, MapFlags, MapHandle};
 use nilb::config::{Protocol, ServiceKey};
-use nilb::dataplane::abi;
+use nilb::dataplane::PinnedMaps;
 
 mod bench_common;
 use bench_common::*;
@@ -58,20 +68,44 @@ fn config(services: u16, drain: u16) -> String {
     s
 }
 
-fn key_bytes(port: u16) -> Vec<u8> {
-    let k = abi::service_key(&ServiceKey {
+fn key(port: u16) -> ServiceKey {
+    ServiceKey {
         vip: VIP,
         port,
         protocol: Protocol::Tcp,
-    });
-    abi::bytes_of(&k).to_vec()
+    }
 }
 
-fn inner_id(services: &MapHandle, key: &[u8]) -> Result<u32> {
-    let v = services
-        .lookup(key, MapFlags::ANY)?
+/// Buckets of service `port` whose first hop is the drained backend.
+fn drained(pins: &PinnedMaps, port: u16) -> Result<u32> {
+    let t = pins
+        .table(&key(port))?
         .context("service missing from the services map")?;
-    Ok(u32::from_ne_bytes(v[..4].try_into()?))
+    Ok(t.chains.iter().filter(|c| c.0 == Some(DRAINED)).count() as u32)
+}
+
+/// [`drained`] of every service in `ports`, from one read of the pool (the
+/// drained backend has a slot per service; its first-hop buckets are those
+/// whose `hops[0]` is one of its slots). Cheaper than a read per service
+/// once more than a few are pending.
+fn drained_many(pins: &PinnedMaps, ports: &[u16]) -> Result<Vec<(u16, u32)>> {
+    let (tables, backends) = pins.raw_tables()?;
+    let slots: Vec<u16> = (0..backends.len())
+        .filter(|&s| backends[s] == Some(DRAINED))
+        .map(|s| s as u16)
+        .collect();
+    ports
+        .iter()
+        .map(|&p| {
+            let k = key(p);
+            let t = tables
+                .iter()
+                .find(|t| t.key == k)
+                .context("service missing from the services map")?;
+            let n = t.buckets.iter().filter(|h| slots.contains(&h[0])).count();
+            Ok((p, n as u32))
+        })
+        .collect()
 }
 
 fn reload_lines(log: &Path) -> Vec<u64> {
@@ -105,25 +139,21 @@ fn step(
     dir: &Path,
     variant: &'static str,
     expect_changed: &[u16],
-    services: &MapHandle,
+    pins: &PinnedMaps,
     ports: &[u16],
     log: &Path,
 ) -> Result<Step> {
     let before: Vec<u32> = ports
         .iter()
-        .map(|p| inner_id(services, &key_bytes(*p)))
+        .map(|p| drained(pins, *p))
         .collect::<Result<_>>()?;
+    let want_drained = variant != "a";
+    let done = |n: u32| (n == 0) == want_drained;
     let lines_before = reload_lines(log).len();
     let tmp = cfg.with_extension("bench-tmp");
     std::fs::copy(dir.join(format!("{variant}.yaml")), &tmp)?;
     std::fs::rename(&tmp, cfg)?;
-    let mut pending: Vec<(u16, Vec<u8>, u32)> = expect_changed
-        .iter()
-        .map(|p| {
-            let i = ports.iter().position(|x| x == p).unwrap();
-            (*p, key_bytes(*p), before[i])
-        })
-        .collect();
+    let mut pending: Vec<u16> = expect_changed.to_vec();
     let t0 = Instant::now();
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(pid),
@@ -132,17 +162,25 @@ fn step(
     let mut first = None;
     while !pending.is_empty() {
         let mut still = Vec::with_capacity(pending.len());
-        for (p, k, old) in pending {
-            if inner_id(services, &k)? != old {
+        let counts = if pending.len() > 8 {
+            drained_many(pins, &pending)?
+        } else {
+            pending
+                .iter()
+                .map(|&p| Ok((p, drained(pins, p)?)))
+                .collect::<Result<_>>()?
+        };
+        for (p, n) in counts {
+            if done(n) {
                 first.get_or_insert_with(|| t0.elapsed());
             } else {
-                still.push((p, k, old));
+                still.push(p);
             }
         }
         pending = still;
         if t0.elapsed() > Duration::from_secs(10) {
             bail!(
-                "{variant}: {} services still not swapped after 10 s",
+                "{variant}: {} services still without the new table after 10 s",
                 pending.len()
             );
         }
@@ -153,22 +191,11 @@ fn step(
     let all = t0.elapsed();
     // Services that must not change did not.
     for (i, p) in ports.iter().enumerate() {
-        if !expect_changed.contains(p) && inner_id(services, &key_bytes(*p))? != before[i] {
-            bail!("{variant}: service port {p} was swapped although unchanged");
+        if !expect_changed.contains(p) && drained(pins, *p)? != before[i] {
+            bail!("{variant}: service port {p} changed although its config did not");
         }
     }
-    // The new table of the first changed service: what the variant says.
-    let id = inner_id(services, &key_bytes(expect_changed[0]))?;
-    let inner = MapHandle::from_map_id(id)?;
-    let (_, buckets) = abi::read_inner_table(&inner)?;
-    let drained_buckets = buckets
-        .iter()
-        .filter(|b| b.first_hop == abi::addr_be(DRAINED))
-        .count() as u32;
-    let want_drained = variant != "a";
-    if want_drained != (drained_buckets == 0) {
-        bail!("{variant}: backend {DRAINED} owns {drained_buckets} buckets in the new table");
-    }
+    let drained_buckets = drained(pins, expect_changed[0])?;
     // The daemon's own measurement.
     let deadline = Instant::now() + Duration::from_secs(5);
     let daemon = loop {
@@ -190,6 +217,209 @@ fn step(
     })
 }
 
+/// Resident set size of this process, kB (VmRSS).
+fn rss_kb(pid: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+fn ms_since(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1e3
+}
+
+/// `breakdown`: the daemon's reload steps, timed one by one in-process.
+fn breakdown(n: u16, reps: usize, out_path: &str) -> Result<()> {
+    use nilb::control::ControlPlane;
+    use nilb::status::{Role, Status};
+    use std::mem::MaybeUninit;
+    let node = Ipv4Addr::new(10, 98, 0, 1);
+    let dir = std::env::temp_dir().join(format!("nilb-breakdown-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let variants = [
+        ("a", config(n, 0)),
+        ("one", config(n, 1)),
+        ("all", config(n, n)),
+    ];
+    for (name, text) in &variants {
+        std::fs::write(dir.join(format!("{name}.yaml")), text)?;
+    }
+    let path = |v: &str| dir.join(format!("{v}.yaml"));
+    let rss_before = rss_kb("self");
+    let mut storage = MaybeUninit::uninit();
+    // A pool sized for the configuration, as the daemon sizes it at start.
+    let sizing = nilb::config::Config::load(&path("a")).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut dp = nilb::dataplane::Dataplane::load_for(&mut storage, &sizing)?;
+    let t = Instant::now();
+    let base = nilb::config::Config::load(&path("a")).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut cp = ControlPlane::new(base, 0);
+    let plan = cp.full_plan();
+    let new_ms = ms_since(t);
+    let t = Instant::now();
+    cp.apply(&mut dp, node, &plan)?;
+    let start_apply_ms = ms_since(t);
+    let rss_state = rss_kb("self");
+    let state_file = dir.join("state.yaml");
+    let role = Role {
+        running: true,
+        configured: true,
+    };
+    // (variant, step) -> runs
+    type Steps = Vec<(&'static str, Vec<f64>)>;
+    let mut rows: Vec<(&'static str, usize, Steps)> = Vec::new();
+    let mut now = 1_000u64;
+    for (variant, back) in [("a", false), ("one", true), ("all", true)] {
+        let mut steps: Vec<(&'static str, Vec<f64>)> = [
+            "parse",
+            "clone",
+            "update",
+            "apply",
+            "state_handover",
+            "metrics",
+            "drop_old",
+            "total",
+            "state_write_background",
+        ]
+        .iter()
+        .map(|s| (*s, Vec::new()))
+        .collect();
+        let mut installed = 0;
+        for _ in 0..reps {
+            for target in if back {
+                vec![variant, "a"]
+            } else {
+                vec![variant]
+            } {
+                now += 1_000;
+                let t0 = Instant::now();
+                let config = nilb::config::Config::load(&path(target))
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+                let t1 = Instant::now();
+                let mut next = cp.clone();
+                let t2 = Instant::now();
+                let plan = next.update(config, now);
+                let t3 = Instant::now();
+                next.apply(&mut dp, node, &plan)?;
+                let t4 = Instant::now();
+                let old = std::mem::replace(&mut cp, next);
+                // What the daemon's loop does for the state file: hand a
+                // copy of the state to its writer thread.
+                let handed = std::hint::black_box(cp.clone());
+                let t5 = Instant::now();
+                std::hint::black_box(nilb::metrics::build(
+                    &dp,
+                    &cp,
+                    nilb::metrics::DaemonFacts {
+                        reloads: (0, 0),
+                        balancer: true,
+                        balancer_configured: true,
+                        last_reload_ok: Some(true),
+                        neighbour_refreshes: (0, 0, 0),
+                    },
+                    None,
+                ));
+                let t6 = Instant::now();
+                drop(old);
+                let t7 = Instant::now();
+                // What the writer thread then does, off the loop.
+                Status::of(&handed, node, role, &path(target), None).write(&state_file)?;
+                let t8 = Instant::now();
+                if target == variant {
+                    installed = plan.install.len();
+                    let d = |a: Instant, b: Instant| (b - a).as_secs_f64() * 1e3;
+                    for (i, v) in [
+                        d(t0, t1),
+                        d(t1, t2),
+                        d(t2, t3),
+                        d(t3, t4),
+                        d(t4, t5),
+                        d(t5, t6),
+                        d(t6, t7),
+                        d(t0, t5),
+                        d(t7, t8),
+                    ]
+                    .into_iter()
+                    .enumerate()
+                    {
+                        steps[i].1.push(v);
+                    }
+                }
+            }
+        }
+        let label = match variant {
+            "a" => "nothing_changed",
+            "one" => "one_changed",
+            _ => "all_changed",
+        };
+        eprintln!(
+            "{n} services, {label} ({installed} installed): {}",
+            steps
+                .iter()
+                .map(|(s, v)| format!("{s} {:.2}", median(v)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        rows.push((label, installed, steps));
+    }
+    // A health failure of one backend of one service, and its recovery.
+    let key = ServiceKey {
+        vip: VIP,
+        port: 1000,
+        protocol: Protocol::Tcp,
+    };
+    let mut health = Vec::new();
+    for _ in 0..reps {
+        // Results until the verdict flips (fall_count / rise_count): the
+        // one that flips it is timed with its apply.
+        for ok in [false, true] {
+            for _ in 0..10 {
+                now += 60_000;
+                let result = if ok { Ok(()) } else { Err("down".to_string()) };
+                let t0 = Instant::now();
+                let plan = cp.observe(&key, DRAINED, result, now);
+                let Some(plan) = plan.filter(|p| !p.install.is_empty()) else {
+                    continue;
+                };
+                cp.apply(&mut dp, node, &plan)?;
+                health.push(ms_since(t0));
+                break;
+            }
+        }
+    }
+    let rss_end = rss_kb("self");
+    let _ = std::fs::remove_dir_all(&dir);
+    eprintln!(
+        "{n} services: ControlPlane::new {new_ms:.1} ms, first full apply {start_apply_ms:.1} ms; \
+         health event + apply {:.2} ms; RSS {} kB before, {} kB with the state, {} kB at the end",
+        median(&health),
+        rss_before,
+        rss_state,
+        rss_end
+    );
+    let mut doc = format!(
+        "{{\"services\": {n}, \"reps\": {reps}, \"cp_new_ms\": {new_ms:.2}, \"start_apply_ms\": {start_apply_ms:.2}, \
+         \"health_event_ms_median\": {:.3}, \"rss_kb_before\": {rss_before}, \"rss_kb_state\": {rss_state}, \"rss_kb_end\": {rss_end}",
+        median(&health)
+    );
+    for (label, installed, steps) in &rows {
+        let _ = write!(doc, ", \"{label}\": {{\"installed\": {installed}");
+        for (s, v) in steps {
+            let _ = write!(doc, ", \"{s}_ms\": {:.3}", median(v));
+        }
+        doc.push('}');
+    }
+    doc.push_str("}\n");
+    if out_path.is_empty() {
+        print!("{doc}");
+    } else {
+        std::fs::write(out_path, doc)?;
+    }
+    Ok(())
+}
+
 fn main() -> Result<()> {
     let mode = std::env::args().nth(1).unwrap_or_default();
     let n: u16 = arg("--services", "100").parse()?;
@@ -209,8 +439,7 @@ fn main() -> Result<()> {
             let pin = PathBuf::from(arg("--pin-dir", "/sys/fs/bpf/nilb"));
             let reps: usize = arg("--reps", "5").parse()?;
             let out_path = arg("--out", "");
-            let services = MapHandle::from_pinned_path(pin.join("services"))
-                .with_context(|| format!("opening {}/services", pin.display()))?;
+            let pins = PinnedMaps::open(&pin)?;
             let ports: Vec<u16> = (1000..1000 + n).collect();
             let mut steps = Vec::new();
             for rep in 0..reps {
@@ -220,9 +449,9 @@ fn main() -> Result<()> {
                     ("all", ports.clone()),
                     ("a", ports.clone()),
                 ] {
-                    let s = step(pid, &cfg, &dir, variant, &changed, &services, &ports, &log)?;
+                    let s = step(pid, &cfg, &dir, variant, &changed, &pins, &ports, &log)?;
                     eprintln!(
-                        "rep {rep} -> {variant}: {} services swapped, first {:.1} ms, all {:.1} ms, daemon says {:.1} ms; drained backend owns {} buckets",
+                        "rep {rep} -> {variant}: {} services changed, first {:.1} ms, all {:.1} ms, daemon says {:.1} ms; drained backend owns {} buckets",
                         s.changed, s.first_ms, s.all_ms, s.daemon_ms, s.drained_buckets
                     );
                     steps.push(s);
@@ -266,6 +495,10 @@ fn main() -> Result<()> {
             }
             Ok(())
         }
-        _ => bail!("usage: bench_reload gen|measure ... (see the source)"),
+        "breakdown" => {
+            let reps: usize = arg("--reps", "5").parse()?;
+            breakdown(n, reps, &arg("--out", ""))
+        }
+        _ => bail!("usage: bench_reload gen|measure|breakdown ... (see the source)"),
     }
 }

@@ -26,6 +26,7 @@ declare -A HUP_RELOADS=() # node -> reloads (applied + rejected) in its state be
 HC_INTERVAL_MS=500 HC_TIMEOUT_MS=300 HC_RISE=2 HC_FALL=2
 RB_MIN_INTERVAL_MS=200 RB_MAX_STEP_PERCENT=50 RB_MIN_BUCKET_AGE_MS=2000
 RB_BASE_MAX_STEP_PERCENT=$RB_MAX_STEP_PERCENT
+RB_PREVIOUS_OWNERS=""     # rebalance.previous_owners (chain), empty: nilb's default
 BASE_WEIGHTS=(1 1 2)
 HEALTH_MARGIN=${NH_HEALTH_MARGIN:-0.5}
 DW_YAML=""                # the service's dynamic_weight flow mapping (dw only), empty: none
@@ -58,6 +59,7 @@ weights_ratio() { local n s=""; for n in "${NH_NODES[@]}"; do s+="${s:+:}${WEIGH
 
 # write_config W1 W2 W3: (re)write $CFG atomically with these weights (and the
 # backend states in BSTATE, DW_YAML, ENCAP_YAML, RB_MAX_STEP_PERCENT,
+# RB_PREVIOUS_OWNERS,
 # UNKNOWN_FLOW, EXTRA_SERVICES)
 write_config() {
   local i=0 n tmp=$CFG.tmp
@@ -75,7 +77,7 @@ write_config() {
     echo "defaults:"
     echo "  table_size: 1024"
     echo "  health_check: {interval_ms: $HC_INTERVAL_MS, timeout_ms: $HC_TIMEOUT_MS, rise_count: $HC_RISE, fall_count: $HC_FALL}"
-    echo "  rebalance: {min_interval_ms: $RB_MIN_INTERVAL_MS, max_step_percent: $RB_MAX_STEP_PERCENT, min_bucket_age_ms: $RB_MIN_BUCKET_AGE_MS}"
+    echo "  rebalance: {min_interval_ms: $RB_MIN_INTERVAL_MS, max_step_percent: $RB_MAX_STEP_PERCENT, min_bucket_age_ms: $RB_MIN_BUCKET_AGE_MS${RB_PREVIOUS_OWNERS:+, previous_owners: $RB_PREVIOUS_OWNERS}}"
     [[ -n ${NILB_HARNESS_DEFAULTS_EXTRA:-} ]] && printf '%s\n' "$NILB_HARNESS_DEFAULTS_EXTRA"
     echo "services:"
     echo "  - name: web"
@@ -116,6 +118,7 @@ base_config() {
   BALANCERS=""
   ROUTING_YAML=""
   RB_MAX_STEP_PERCENT=$RB_BASE_MAX_STEP_PERCENT
+  RB_PREVIOUS_OWNERS=""
   write_config "${BASE_WEIGHTS[@]}"
   [[ $(<"$CFG") != "$before" ]]
 }

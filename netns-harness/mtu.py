@@ -3,15 +3,18 @@
 (Python 3 stdlib only).
 
     mtu.py pick   --nilb PATH --config CFG --client-ip IP --vip VIP [--port 80]
-                  --not-first HOP --sport-base N --count N
+                  --not-first HOP --sport-base N --count N [--live PIN_DIR]
     mtu.py upload --host VIP [--port 80] --bind IP --sports P1,P2,... --bytes N
                   [--timeout S] [--out FILE]
 
 pick: client source ports from --sport-base upwards whose flow CLIENT:PORT ->
 VIP:PORT the config's table does not send to --not-first (the balancer, so that
 the first hop is remote and the packet crosses the wire in GUE), asked with
-`nilb lookup --json`; prints one JSON line {"sports": [...], "first_hops":
-{HOP: N}, "skipped": N}.
+`nilb lookup --json` (with --live: `--live --pin-dir PIN_DIR`, the running
+daemon's table); prints one JSON line {"sports": [...], "first_hops": {HOP: N},
+"skipped": N, "most_previous": N}, most_previous the most previous owners a
+picked flow's bucket lists (its packets carry 36 + 4N bytes of GUE, so the
+client learns a path MTU of 1500 - 36 - 4 x most_previous).
 
 upload: one connection per source port, all at once, each sends an HTTP POST
 with a body of --bytes bytes (full-sized segments: DF set, as Linux sends TCP)
@@ -33,23 +36,27 @@ import time
 
 
 def cmd_pick(a):
-    sports, hops, skipped = [], {}, 0
+    sports, hops, skipped, most = [], {}, 0, 0
     port = a.sport_base
+    live = ["--live", "--pin-dir", a.live] if a.live else []
     while len(sports) < a.count and port < a.sport_base + 20 * a.count + 100:
-        cmd = [a.nilb, "lookup", "--json", "--config", a.config,
-               "%s:%d" % (a.client_ip, port), "%s:%d" % (a.vip, a.port), "tcp"]
+        cmd = [a.nilb, "lookup", "--json", "--config", a.config] + live + [
+            "%s:%d" % (a.client_ip, port), "%s:%d" % (a.vip, a.port), "tcp"]
         try:
             out = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
-            first = json.loads(out.stdout).get("first_hop")
+            d = json.loads(out.stdout)
+            first = d.get("first_hop")
+            previous = d.get("previous_hops") or []
         except (OSError, subprocess.TimeoutExpired, ValueError, AttributeError):
-            first = None
+            first, previous = None, []
         if first and first != a.not_first:
             sports.append(port)
             hops[first] = hops.get(first, 0) + 1
+            most = max(most, len(previous))
         else:
             skipped += 1
         port += 1
-    print(json.dumps({"sports": sports, "first_hops": hops, "skipped": skipped}))
+    print(json.dumps({"sports": sports, "first_hops": hops, "skipped": skipped, "most_previous": most}))
     return 0 if len(sports) == a.count else 1
 
 
@@ -142,6 +149,7 @@ def main():
     p.add_argument("--not-first", required=True, help="address the first hop must not be")
     p.add_argument("--sport-base", type=int, required=True)
     p.add_argument("--count", type=int, required=True)
+    p.add_argument("--live", metavar="PIN_DIR", help="look up in the running daemon's table under PIN_DIR")
     u = sub.add_parser("upload", help="concurrent HTTP POST uploads, one per source port")
     u.add_argument("--host", required=True)
     u.add_argument("--port", type=int, default=80)

@@ -9,14 +9,18 @@ PIN_DIR` prints the whole live table (the nilb binary from --nilb, else
 $NH_NILB, else `nilb` on PATH), so a restart can be checked for "no bucket
 moved" over every bucket.  dump saves that document as it is (schema 1,
 docs/operations.md "Machine-readable output": services[] with key,
-table_size, service_index, map_id, backends[] and buckets[] of first_hop,
-second_hop, counter_slot, moved_at_s) and prints one line per service.
+table_size, service_index, table_base, backends[] and buckets[] of first_hop,
+second_hop, previous_hops, counter_slot, moved_at_s) and prints one line per
+service.
 
 compare prints differences (at most 10) and, last,
-    SUMMARY <PASS|FAIL> services=N buckets=N moved=N second_changed=N age_changed=N
+    SUMMARY <PASS|FAIL> services=N buckets=N moved=N second_changed=N age_changed=N chain_changed=N chain_entries=N
 moved: first hop differs; second_changed: second hop differs; age_changed:
-moved_at_s differs (the move history that paces later moves).  PASS when all
-three are 0 and both dumps hold the same services.  Exit 0 on PASS, 1 on FAIL,
+moved_at_s differs (the move history that paces later moves); chain_changed:
+the previous owners (previous_hops, the whole chain) differ; chain_entries:
+the previous owners listed over all buckets of the first dump (how much chain
+the check covered).  PASS when moved, second_changed, age_changed and
+chain_changed are 0 and both dumps hold the same services.  Exit 0 on PASS, 1 on FAIL,
 2 on unreadable input.
 """
 
@@ -47,10 +51,18 @@ def by_key(doc):
     return {s["key"]: s for s in doc["services"]}
 
 
+def previous(bucket):
+    """A bucket's previous owners, newest first (a dump without
+    previous_hops: its second hop alone)."""
+    if "previous_hops" in bucket:
+        return list(bucket["previous_hops"])
+    return [bucket["second_hop"]] if bucket.get("second_hop") else []
+
+
 def compare(a, b):
     sa, sb = by_key(a), by_key(b)
     lines = []
-    moved = second = age = total = 0
+    moved = second = age = total = chain = entries = 0
     ok = set(sa) == set(sb)
     if not ok:
         lines.append("services differ: before %s, after %s" % (sorted(sa), sorted(sb)))
@@ -68,13 +80,18 @@ def compare(a, b):
                 second += 1
             if x["moved_at_s"] != y["moved_at_s"]:
                 age += 1
+            px, py = previous(x), previous(y)
+            entries += len(px)
+            if px != py:
+                chain += 1
             if x != y and len(lines) < 10:
-                lines.append("%s bucket %d: first %s second %s moved_at %s -> first %s second %s moved_at %s" % (
-                    name, i, x["first_hop"] or "-", x["second_hop"] or "-", x["moved_at_s"],
-                    y["first_hop"] or "-", y["second_hop"] or "-", y["moved_at_s"]))
-    ok = ok and moved == 0 and second == 0 and age == 0
-    return ok, lines, "SUMMARY %s services=%d buckets=%d moved=%d second_changed=%d age_changed=%d" % (
-        "PASS" if ok else "FAIL", len(set(sa) & set(sb)), total, moved, second, age)
+                lines.append("%s bucket %d: first %s previous %s moved_at %s -> first %s previous %s moved_at %s" % (
+                    name, i, x["first_hop"] or "-", ",".join(px) or "-", x["moved_at_s"],
+                    y["first_hop"] or "-", ",".join(py) or "-", y["moved_at_s"]))
+    ok = ok and moved == 0 and second == 0 and age == 0 and chain == 0
+    return ok, lines, ("SUMMARY %s services=%d buckets=%d moved=%d second_changed=%d age_changed=%d"
+                       " chain_changed=%d chain_entries=%d") % (
+        "PASS" if ok else "FAIL", len(set(sa) & set(sb)), total, moved, second, age, chain, entries)
 
 
 def main():

@@ -21,8 +21,10 @@
 #               baselines, frames counted on the peer; TC program cost per packet;
 #   3. control: examples/bench_control.rs (Table::build/rebalance, ControlPlane::update,
 #               install_table and its steps, full apply of 100 services);
-#   4. reload:  `nilb run` with 100 services in a namespace, config rewritten + SIGHUP,
-#               pinned map polled until the new tables are live (examples/bench_reload.rs);
+#   4. reload:  `nilb run` with 100 and with 1,000 services in a namespace, config
+#               rewritten + SIGHUP, pinned map polled until the new tables are live
+#               (examples/bench_reload.rs measure), start to ready and RSS; then the
+#               same reloads step by step in-process (bench_reload breakdown);
 #   5. filters: same namespace set-up as xdp; examples/bench_filters.rs, pinned to one
 #               CPU: two lists of 1,000,000 prefixes (list files), loaded and swapped as
 #               a SIGHUP does (time per phase, kernel memory, peak RSS), then live frames:
@@ -206,43 +208,66 @@ fi
 
 # ---------------------------------------------------------------- SIGHUP to live
 if want reload; then
-  say "SIGHUP to live (nilb run, 100 services)"
   echo "load before: $(loadavg)" >"$WORK/load-reload.txt"
   NS="$PFX-rl"
-  RDIR=$WORK/reload
-  mkdir -p "$RDIR"
-  RCFG=$RDIR/nilb.yaml
-  PIN=/sys/fs/bpf/nilb-bench
   rc_ok=0
   if new_ns rl &&
     ip -n "$NS" link add r0 mtu 1600 type veth peer name r1 mtu 1600 &&
     ip -n "$NS" addr add 10.98.0.1/24 dev r0 &&
     ip -n "$NS" link set r0 up && ip -n "$NS" link set r1 up &&
-    ip netns exec "$NS" sysctl -qw net.ipv4.conf.r0.forwarding=1 &&
-    "$EX/bench_reload" gen --dir "$RDIR" --services 100 && cp "$RDIR/a.yaml" "$RCFG"; then
+    ip netns exec "$NS" sysctl -qw net.ipv4.conf.r0.forwarding=1; then
+    rc_ok=1
+  fi
+  # 100 services (reload.json) and 1,000 (reload-1000.json); per size also the
+  # in-process breakdown of a reload (reload-breakdown-N.json) and the daemon's
+  # start to ready and RSS (reload-daemon-N.json).
+  for NSV in 100 1000; do
+    ((rc_ok)) || break
+    say "SIGHUP to live (nilb run, $NSV services)"
+    RDIR=$WORK/reload-$NSV
+    mkdir -p "$RDIR"
+    RCFG=$RDIR/nilb.yaml
+    PIN=/sys/fs/bpf/nilb-bench
+    OUTJ=$WORK/reload.json
+    [[ $NSV == 100 ]] || OUTJ=$WORK/reload-$NSV.json
+    if ! "$EX/bench_reload" gen --dir "$RDIR" --services "$NSV" || ! cp "$RDIR/a.yaml" "$RCFG"; then
+      rc_ok=0
+      break
+    fi
+    T0=$(date +%s%N)
     ip netns exec "$NS" "$NILB" run --config "$RCFG" --interface r0 --node-address 10.98.0.1 \
       --pin-dir "$PIN" --state-file "$RDIR/state.yaml" </dev/null >"$RDIR/nilb.log" 2>&1 &
     RPID=$!
     MY_PIDS[$RPID]=1
-    for _ in $(seq 300); do
+    for _ in $(seq 600); do
       grep -qw ready "$RDIR/nilb.log" 2>/dev/null && break
       kill -0 "$RPID" 2>/dev/null || break
-      sleep 0.1
+      sleep 0.05
     done
     if grep -qw ready "$RDIR/nilb.log"; then
-      if timeout 300 nsenter --target "$RPID" --mount --net "$EX/bench_reload" measure --pid "$RPID" \
+      READY_MS=$((($(date +%s%N) - T0) / 1000000))
+      RSS=$(awk '/^VmRSS:/ {print $2}' "/proc/$RPID/status")
+      if ! timeout 600 nsenter --target "$RPID" --mount --net "$EX/bench_reload" measure --services "$NSV" --pid "$RPID" \
         --config "$RCFG" --dir "$RDIR" --log "$RDIR/nilb.log" --pin-dir "$PIN" --reps "$REPS" \
-        --out "$WORK/reload.json" 2> >(tee "$WORK/reload.log" >&2); then
-        rc_ok=1
+        --out "$OUTJ" 2> >(tee "$WORK/reload-$NSV.log" >&2); then
+        rc_ok=0
       fi
+      RSS_AFTER=$(awk '/^VmRSS:/ {print $2}' "/proc/$RPID/status")
+      echo "{\"services\": $NSV, \"ready_ms\": $READY_MS, \"rss_kb_ready\": $RSS, \"rss_kb_after\": $RSS_AFTER}" \
+        >"$WORK/reload-daemon-$NSV.json"
     else
       echo "nilb run did not become ready:"; tail -n 20 "$RDIR/nilb.log"
+      rc_ok=0
     fi
     kill -TERM "$RPID" 2>/dev/null
     for _ in $(seq 100); do kill -0 "$RPID" 2>/dev/null || break; sleep 0.1; done
     wait "$RPID" 2>/dev/null
     unset "MY_PIDS[$RPID]"
-  fi
+    if ! timeout 600 ip netns exec "$NS" "$EX/bench_reload" breakdown --services "$NSV" --reps "$REPS" \
+      --out "$WORK/reload-breakdown-$NSV.json" 2> >(tee -a "$WORK/reload-$NSV.log" >&2); then
+      rc_ok=0
+    fi
+  done
   ((rc_ok)) || section_fail "reload" reload
   echo "load after: $(loadavg)" >>"$WORK/load-reload.txt"
 fi

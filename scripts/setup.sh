@@ -7,7 +7,8 @@
 #          pointers need its BTF type tags; libclang feeds bindgen)
 #   tools: bpftool (regenerating vmlinux.h)
 #   tests: iproute2 ethtool tcpdump iputils-ping procps util-linux python3 curl iperf3
-#          file (static check), gnuplot-nox (dynamic-weights plot)
+#          file (static check), gnuplot-nox (dynamic-weights plot),
+#          wrk nginx-light (harness scenario chain: HTTP load through weight changes)
 set -euo pipefail
 
 if [ "$(id -u)" -ne 0 ]; then
@@ -19,7 +20,7 @@ PACKAGES=(
   clang-19 clang llvm libelf-dev zlib1g-dev pkg-config make gcc libclang-dev
   bpftool
   iproute2 ethtool tcpdump iputils-ping procps util-linux python3 curl iperf3
-  file gnuplot-nox
+  file gnuplot-nox wrk nginx-light
   # the ecmp harness scenarios: BIRD on the router and on every balancer
   # (Debian's bird2 service, if started, runs its own harmless default config)
   bird2

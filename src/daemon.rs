@@ -14,7 +14,8 @@
 //! - a health-check result: update the backend's state machine; a failure
 //!   moves buckets at once, a recovery in paced steps.
 //! - a tick (every 200 ms): paced voluntary steps, removals of drained-out
-//!   backends, the state file.
+//!   backends, the state file (encoded and written on a thread of its own,
+//!   so the loop never waits for it).
 //! - SIGINT, SIGTERM: detach everything this process attached, remove its
 //!   pins, exit 0.
 //!
@@ -146,30 +147,32 @@ fn lock_interface(interface: &str) -> Result<nix::fcntl::Flock<std::fs::File>> {
 }
 
 /// The warning for an interface MTU that cannot carry a 1500-byte client
-/// packet with GUE: a TCP flow's packets list at most one hop, a UDP flow's
-/// two (`udp`: the config has a UDP service). None if it can.
-fn mtu_warning(mtu: u32, udp: bool) -> Option<String> {
-    let overhead = if udp {
-        limits::GUE_OVERHEAD_MAX
-    } else {
-        limits::GUE_OVERHEAD
-    };
+/// packet with GUE: a TCP flow's packets list at most `previous` hops (the
+/// previous owners a bucket keeps), a UDP flow's one more, the first hop
+/// again (`udp`: the config has a UDP service). None if it can.
+fn mtu_warning(mtu: u32, previous: u32, udp: bool) -> Option<String> {
+    let tcp = limits::gue_overhead(previous);
+    let overhead = limits::gue_overhead(previous + udp as u32);
     let need = 1500 + overhead;
     if mtu >= need {
         return None;
     }
-    let what = if udp {
-        " (a UDP flow whose bucket has a second hop lists two hops)"
-    } else {
-        ""
+    let what = match (udp, previous) {
+        (true, 1) => " (a UDP flow whose bucket has a second hop lists two hops)".to_string(),
+        (true, n) => format!(
+            " (a UDP flow whose bucket has {n} previous owners lists {} hops)",
+            n + 1
+        ),
+        (false, 1) => String::new(),
+        (false, n) => format!(" (a bucket with {n} previous owners lists {n} hops)"),
     };
     let mut s = format!(
         "MTU {mtu} cannot carry a 1500-byte client packet plus {overhead} bytes of GUE{what}: raise the MTU between nodes to {need}"
     );
-    if mtu < 1500 + limits::GUE_OVERHEAD {
+    if mtu < 1500 + tcp {
         s += &format!(
             " or clamp the TCP MSS of the VIPs to {}",
-            mtu.saturating_sub(limits::GUE_OVERHEAD + 40)
+            mtu.saturating_sub(tcp + 40)
         );
     }
     if udp {
@@ -180,7 +183,7 @@ fn mtu_warning(mtu: u32, udp: bool) -> Option<String> {
 
 /// Warnings about the interface that the operator must hear at start
 /// (`udp`: the config has a UDP service).
-fn check_interface(interface: &str, balancer: bool, udp: bool) {
+fn check_interface(interface: &str, balancer: bool, previous: u32, udp: bool) {
     let read = |p: String| {
         std::fs::read_to_string(p)
             .ok()
@@ -189,7 +192,7 @@ fn check_interface(interface: &str, balancer: bool, udp: bool) {
     if let Some(mtu) =
         read(format!("/sys/class/net/{interface}/mtu")).and_then(|m| m.parse::<u32>().ok())
     {
-        if let Some(w) = mtu_warning(mtu, udp) {
+        if let Some(w) = mtu_warning(mtu, previous, udp) {
             warn!(interface, mtu, "{w}");
         }
     }
@@ -389,6 +392,8 @@ struct Daemon<'a, 'obj> {
     reloads: (u64, u64),
     state_dirty: bool,
     state_written: Instant,
+    /// Encodes and writes the state file off the event loop.
+    state_writer: StateWriter,
     /// Milliseconds the last read and compile of the filter lists took.
     filters_compile_ms: u64,
     /// VIP announcements through BIRD (`routing:`; docs/design.md "Several
@@ -408,6 +413,77 @@ struct RoutingHook {
     drained: bool,
     /// BIRD reconfigurations (ok, failed) the state file shows.
     applies: (u64, u64),
+}
+
+/// One state file to write: what [`Status::of`] reads.
+struct StateJob {
+    cp: ControlPlane,
+    node: Ipv4Addr,
+    role: crate::status::Role,
+    config: PathBuf,
+    last_reload: Option<ReloadStatus>,
+    filters: Option<FiltersStatus>,
+    routing: Option<crate::routing::RoutingStatus>,
+}
+
+/// Writes the state file on a thread of its own, so that a reload's swap
+/// or a health event's install never waits for the encoding (tens of ms
+/// with 1,000 services) and the disk. Jobs still queued when the thread
+/// gets to them are skipped for the newest one.
+struct StateWriter {
+    tx: Option<std::sync::mpsc::Sender<StateJob>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl StateWriter {
+    fn start(path: PathBuf) -> StateWriter {
+        let (tx, rx) = std::sync::mpsc::channel::<StateJob>();
+        let thread = std::thread::Builder::new()
+            .name("nilb-state".into())
+            .spawn(move || {
+                // Warn once per run of failures, not every 5 s.
+                let mut failing = false;
+                while let Ok(mut job) = rx.recv() {
+                    while let Ok(newer) = rx.try_recv() {
+                        job = newer;
+                    }
+                    let mut status =
+                        Status::of(&job.cp, job.node, job.role, &job.config, job.last_reload);
+                    status.filters = job.filters;
+                    status.routing = job.routing;
+                    match status.write(&path) {
+                        Ok(()) => failing = false,
+                        Err(e) if !failing => {
+                            failing = true;
+                            warn!("writing the state file: {e:#}");
+                        }
+                        Err(_) => {}
+                    }
+                }
+            })
+            .ok();
+        if thread.is_none() {
+            warn!("could not start the state file writer thread: the state file is not written");
+        }
+        StateWriter {
+            tx: thread.is_some().then_some(tx),
+            thread,
+        }
+    }
+
+    fn queue(&self, job: StateJob) {
+        if let Some(tx) = &self.tx {
+            let _ = tx.send(job);
+        }
+    }
+
+    /// Write what is queued, then stop the thread.
+    fn finish(&mut self) {
+        self.tx = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 /// What nilb needs from the host, each missing piece explained in one line.
@@ -453,7 +529,10 @@ pub fn run(opts: &RunOptions) -> Result<()> {
         warn!(%node, "this node is neither a balancer nor a backend in the config; GUE from it will be rejected by others");
     }
     let udp = config.services.iter().any(|s| s.protocol == Protocol::Udp);
-    check_interface(&opts.interface, balancer, udp);
+    // Previous owners a bucket keeps (`rebalance.previous_owners`): a TCP
+    // flow's packets list that many hops, a UDP flow's one more.
+    let previous = config.rebalance.previous_owners;
+    check_interface(&opts.interface, balancer, previous, udp);
     // Pins where a restarted daemon finds them (dataplane::pins).
     let placement = crate::dataplane::pins::prepare(&opts.pin_dir)?;
     let opts = &RunOptions {
@@ -497,7 +576,11 @@ async fn serve(
     let balancer = config.cluster.balancers.contains(&node);
     let clock = SystemClock;
     let mut storage = MaybeUninit::uninit();
-    let mut dp = Dataplane::load_pinned(&mut storage, Some(&opts.pin_dir))?;
+    // The bucket pool holds every table of the config plus one of the
+    // largest (a resize), in whole chunks; adopted pins that are smaller
+    // grow, larger ones keep their size (docs/design.md "Maps").
+    let pool = crate::dataplane::pool_buckets(&config);
+    let mut dp = Dataplane::load_pinned(&mut storage, Some(&opts.pin_dir), pool)?;
     dp.set_interface(ifindex, opts.xdp_mode);
     let now = clock::control_ms(&clock);
     let (mut cp, mut plan) = if dp.adopted() {
@@ -617,6 +700,7 @@ async fn serve(
         reloads: (0, 0),
         state_dirty: true,
         state_written: Instant::now(),
+        state_writer: StateWriter::start(opts.state_file.clone()),
         filters_compile_ms,
         routing: None,
     };
@@ -676,6 +760,9 @@ async fn serve(
     if !opts.keep_dataplane {
         d.withdraw_for_stop();
     }
+    // Queued state writes finish first: the last state file below must
+    // not be overwritten, nor a removed one written again.
+    d.state_writer.finish();
     if opts.keep_dataplane {
         info!(
             pin_dir = %opts.pin_dir.display(),
@@ -792,14 +879,12 @@ impl Daemon<'_, '_> {
         }
     }
 
-    /// Every hop in the tables (first and second hops), but this node.
+    /// Every hop in the tables (first hops and previous owners), but this
+    /// node.
     fn hops(&self) -> std::collections::BTreeSet<Ipv4Addr> {
         let mut hops = std::collections::BTreeSet::new();
         for st in self.cp.services().values() {
-            for b in st.table.buckets() {
-                hops.extend(b.first);
-                hops.extend(b.second);
-            }
+            hops.extend(st.table.hops());
         }
         hops.remove(&self.node);
         hops
@@ -1168,38 +1253,31 @@ impl Daemon<'_, '_> {
         }
     }
 
+    /// Hand the state to the writer thread (a copy of the control plane
+    /// costs one reference count per service): the file follows within
+    /// the time its encoding takes, and the loop does not wait for it.
     fn write_state(&mut self) {
-        let mut status = Status::of(
-            &self.cp,
-            self.node,
-            crate::status::Role {
-                running: self.xdp_running(),
-                configured: self.is_balancer(),
-            },
-            &self.opts.config,
-            self.last_reload.clone(),
-        );
-        status.routing = self.routing_status();
-        if !self.cp.filters().is_empty() {
-            status.filters = Some(FiltersStatus::of(
+        let filters = (!self.cp.filters().is_empty()).then(|| {
+            FiltersStatus::of(
                 self.cp.filters(),
                 self.filters_compile_ms,
                 self.dp.last_filter_install(),
-            ));
-        }
-        match status.write(&self.opts.state_file) {
-            Ok(()) => {
-                self.state_dirty = false;
-                self.state_written = Instant::now();
-            }
-            Err(e) => {
-                if self.state_dirty {
-                    warn!("writing the state file: {e:#}");
-                }
-                self.state_dirty = false;
-                self.state_written = Instant::now();
-            }
-        }
+            )
+        });
+        self.state_writer.queue(StateJob {
+            cp: self.cp.clone(),
+            node: self.node,
+            role: crate::status::Role {
+                running: self.xdp_running(),
+                configured: self.is_balancer(),
+            },
+            config: self.opts.config.clone(),
+            last_reload: self.last_reload.clone(),
+            filters,
+            routing: self.routing_status(),
+        });
+        self.state_dirty = false;
+        self.state_written = Instant::now();
     }
 
     fn record_reload(&mut self, error: Option<String>) {
@@ -1332,17 +1410,36 @@ mod tests {
     #[test]
     fn mtu_warning_counts_two_hops_for_udp_services() {
         // TCP only: one hop at most, 1540 carries a 1500-byte packet.
-        assert_eq!(mtu_warning(1540, false), None);
-        let w = mtu_warning(1500, false).unwrap();
+        assert_eq!(mtu_warning(1540, 1, false), None);
+        let w = mtu_warning(1500, 1, false).unwrap();
         assert!(w.contains("raise the MTU between nodes to 1540"), "{w}");
         assert!(w.contains("clamp the TCP MSS of the VIPs to 1420"), "{w}");
         // A UDP service: [second, first] adds 44 bytes; 1540 is 4 short.
-        let w = mtu_warning(1540, true).unwrap();
+        let w = mtu_warning(1540, 1, true).unwrap();
         assert!(w.contains("plus 44 bytes of GUE"), "{w}");
         assert!(w.contains("raise the MTU between nodes to 1544"), "{w}");
         assert!(!w.contains("MSS"), "TCP fits at 1540: {w}");
-        assert_eq!(mtu_warning(1544, true), None);
-        let w = mtu_warning(1500, true).unwrap();
+        assert_eq!(mtu_warning(1544, 1, true), None);
+        let w = mtu_warning(1500, 1, true).unwrap();
         assert!(w.contains("clamp the TCP MSS of the VIPs to 1420"), "{w}");
+    }
+
+    #[test]
+    fn mtu_warning_counts_every_previous_owner_listed() {
+        // Three previous owners: TCP lists three hops (48 bytes), UDP four.
+        assert_eq!(mtu_warning(1548, 3, false), None);
+        let w = mtu_warning(1544, 3, false).unwrap();
+        assert!(w.contains("plus 48 bytes of GUE"), "{w}");
+        assert!(w.contains("raise the MTU between nodes to 1548"), "{w}");
+        assert!(w.contains("clamp the TCP MSS of the VIPs to 1456"), "{w}");
+        let w = mtu_warning(1548, 3, true).unwrap();
+        assert!(w.contains("plus 52 bytes of GUE"), "{w}");
+        assert!(w.contains("lists 4 hops"), "{w}");
+        assert!(!w.contains("MSS"), "TCP fits at 1548: {w}");
+        assert_eq!(mtu_warning(1552, 3, true), None);
+        assert_eq!(
+            crate::limits::GUE_OVERHEAD_MAX,
+            crate::limits::gue_overhead(crate::limits::MAX_PREVIOUS_OWNERS + 1)
+        );
     }
 }

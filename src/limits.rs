@@ -19,12 +19,21 @@ pub const MAX_BACKEND_SLOTS: u32 = l::NILB_MAX_BACKEND_SLOTS;
 pub const MAX_FILTER_RULES: u32 = l::NILB_MAX_FILTER_RULES;
 /// Rate-limit rules one scope may have.
 pub const FILTER_RATE_RULES: u32 = l::NILB_FILTER_RATE_RULES;
-/// Bytes added by GUE with one listed hop (outer IPv4 + UDP + GUE + hop):
-/// the most a TCP flow's packets carry.
-pub const GUE_OVERHEAD: u32 = nilb_wire::NILB_GUE_BASE_OVERHEAD + 4;
+/// Bytes added by GUE listing `hops` hops (outer IPv4 + UDP + GUE + 4 per
+/// hop).
+pub const fn gue_overhead(hops: u32) -> u32 {
+    nilb_wire::NILB_GUE_BASE_OVERHEAD + 4 * hops
+}
+/// Bytes added by GUE with one listed hop: the most a TCP flow's packets
+/// carry when buckets keep one previous owner.
+pub const GUE_OVERHEAD: u32 = gue_overhead(1);
 /// Bytes added by GUE with the most hops the balancer lists: a UDP flow whose
-/// bucket has a second hop lists it and then the first hop again.
-pub const GUE_OVERHEAD_MAX: u32 = nilb_wire::NILB_GUE_BASE_OVERHEAD + 4 * l::NILB_TX_HOPS;
+/// bucket has every previous owner it can hold lists them and then the
+/// first hop again.
+pub const GUE_OVERHEAD_MAX: u32 = gue_overhead(l::NILB_TX_HOPS);
+/// Previous owners a bucket holds at most (`NILB_MAX_OWNERS - 1`): the
+/// most hops the balancer lists for a TCP flow.
+pub const MAX_PREVIOUS_OWNERS: u32 = l::NILB_MAX_OWNERS - 1;
 /// Default ICMP "fragmentation needed" replies per second per CPU
 /// (`cluster.icmp_too_big_rate`).
 pub const ICMP_TOO_BIG_RATE_DEFAULT: u16 = nilb_wire::NILB_ICMP_TOO_BIG_RATE_DEFAULT as u16;

@@ -107,7 +107,8 @@ pub fn replay(
 ) -> Result<Vec<Replayed>> {
     let gue_port = config.cluster.gue_port;
     let mut storage = MaybeUninit::uninit();
-    let mut dp = Dataplane::load(&mut storage)?;
+    // A pool sized for the config's tables (any number of services).
+    let mut dp = Dataplane::load_for(&mut storage, &config)?;
     let cp = ControlPlane::new(config, 0);
     cp.apply(&mut dp, node, &cp.full_plan())?;
 

@@ -74,6 +74,10 @@ pub struct BackendStatus {
     pub second_hop_buckets: u32,
     /// Share of buckets as second hop, percent.
     pub second_hop_percent: f64,
+    /// Buckets where it is a previous owner, at any place of the hop list
+    /// (second hop included).
+    #[serde(default)]
+    pub previous_hop_buckets: u32,
     /// Up/down transitions since the daemon started.
     pub transitions: u64,
     /// Why the last check failed, if it did.
@@ -121,6 +125,14 @@ pub struct ServiceStatus {
     pub exiting: bool,
     /// Voluntary bucket moves still to be done (paced by `rebalance`).
     pub pending_moves: usize,
+    /// Previous owners a bucket remembers at most
+    /// (`rebalance.previous_owners`).
+    #[serde(default)]
+    pub previous_owners: usize,
+    /// Buckets by the number of previous owners they list: element `k`
+    /// counts the buckets that list `k`.
+    #[serde(default)]
+    pub chain_lengths: Vec<u32>,
     /// Dynamic weights source (cpu or qps), if enabled.
     #[serde(default)]
     pub dynamic_weight: Option<String>,
@@ -251,7 +263,7 @@ pub const NOT_CHECKED: &str = "not checked";
 
 /// The columns of a service's backend table in `nilb status`, in order
 /// (docs/operations.md lists them; a test compares the two).
-pub const BACKEND_COLUMNS: [&str; 13] = [
+pub const BACKEND_COLUMNS: [&str; 14] = [
     "backend",
     "hostname",
     "state",
@@ -264,6 +276,7 @@ pub const BACKEND_COLUMNS: [&str; 13] = [
     "share",
     "2nd hop",
     "share",
+    "prev hops",
     "last error",
 ];
 
@@ -289,7 +302,7 @@ impl Status {
         };
         let mut services = Vec::new();
         for (key, st) in cp.services() {
-            let svc = cp.config().service(key);
+            let svc = cp.service_config(key);
             let name = svc.map(|s| s.name.clone()).unwrap_or_default();
             let cpu = svc
                 .and_then(|s| s.dynamic_weight.as_ref())
@@ -304,12 +317,14 @@ impl Status {
             let size = st.table.size();
             let firsts = st.table.shares();
             let seconds = st.table.second_shares();
+            let previous = st.table.previous_shares();
             let backends = st
                 .backends
                 .values()
                 .map(|b| {
                     let n = firsts.get(&b.config.dip).copied().unwrap_or(0);
                     let s = seconds.get(&b.config.dip).copied().unwrap_or(0);
+                    let p = previous.get(&b.config.dip).copied().unwrap_or(0);
                     BackendStatus {
                         dip: b.config.dip,
                         hostname: b.config.hostname.clone(),
@@ -336,6 +351,7 @@ impl Status {
                         share_percent: percent(n, size),
                         second_hop_buckets: s,
                         second_hop_percent: percent(s, size),
+                        previous_hop_buckets: p,
                         transitions: b.health.transitions,
                         last_error: b.health.last_error.clone().filter(|_| checked(b)),
                     }
@@ -349,6 +365,8 @@ impl Status {
                 mode: st.mode.name().to_string(),
                 exiting: st.exiting,
                 pending_moves: st.pending,
+                previous_owners: st.table.previous_owners(),
+                chain_lengths: st.table.chain_lengths().to_vec(),
                 dynamic_weight: dynamic,
                 backends,
             });
@@ -508,11 +526,23 @@ impl Status {
                 mode,
                 s.pending_moves
             )?;
+            let chains: Vec<String> = s
+                .chain_lengths
+                .iter()
+                .enumerate()
+                .map(|(k, n)| format!("{k}: {n}"))
+                .collect();
+            writeln!(
+                out,
+                "  previous owners remembered: up to {}; buckets by previous owners listed: {}",
+                s.previous_owners,
+                chains.join(", ")
+            )?;
             let c = BACKEND_COLUMNS;
             writeln!(
                 out,
-                "  {:<15} {:<16} {:<9} {:<11} {:<11} {:>6} {:>9} {:>6} {:>8} {:>7} {:>8} {:>7}  {}",
-                c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9], c[10], c[11], c[12]
+                "  {:<15} {:<16} {:<9} {:<11} {:<11} {:>6} {:>9} {:>6} {:>8} {:>7} {:>8} {:>7} {:>9}  {}",
+                c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9], c[10], c[11], c[12], c[13]
             )?;
             for b in &s.backends {
                 let load = b.load.map_or("-".to_string(), |l| format!("{l:.1}"));
@@ -523,7 +553,7 @@ impl Status {
                 };
                 writeln!(
                     out,
-                    "  {:<15} {:<16} {:<9} {:<11} {:<11} {:>6} {:>9.1} {:>6} {:>8} {:>6.1}% {:>8} {:>6.1}%  {}",
+                    "  {:<15} {:<16} {:<9} {:<11} {:<11} {:>6} {:>9.1} {:>6} {:>8} {:>6.1}% {:>8} {:>6.1}% {:>9}  {}",
                     b.dip.to_string(),
                     b.hostname.as_deref().unwrap_or("-"),
                     b.state,
@@ -536,6 +566,7 @@ impl Status {
                     b.share_percent,
                     b.second_hop_buckets,
                     b.second_hop_percent,
+                    b.previous_hop_buckets,
                     error
                 )?;
             }
@@ -572,6 +603,8 @@ mod tests {
                 mode: "normal".into(),
                 exiting: false,
                 pending_moves: 7,
+                previous_owners: 3,
+                chain_lengths: vec![1000, 20, 3, 1],
                 dynamic_weight: None,
                 backends: vec![BackendStatus {
                     dip: Ipv4Addr::new(10, 0, 0, 12),
@@ -588,6 +621,7 @@ mod tests {
                     share_percent: 50.0,
                     second_hop_buckets: 3,
                     second_hop_percent: 0.3,
+                    previous_hop_buckets: 5,
                     transitions: 1,
                     last_error: None,
                 }],

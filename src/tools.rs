@@ -9,15 +9,13 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
-use libbpf_rs::{MapCore, MapFlags, MapHandle};
 use serde::Serialize;
 
 use crate::config::{BackendState, Config, Protocol, ServiceKey};
 use crate::control::ControlPlane;
 use crate::dataplane::abi::{self, COUNTER_HELP, COUNTER_NAMES};
-use crate::dataplane::PinnedMaps;
+use crate::dataplane::{LiveTable, PinnedMaps, RawTable};
 use crate::hash::{bucket_of, flow_hash, gue_source_port, FlowTuple};
-use crate::table::Bucket;
 
 /// Print a summary of a valid configuration: services, backends and the
 /// share of buckets each backend gets in a freshly built table.
@@ -238,10 +236,17 @@ pub struct LookupReport {
     pub first_hop: Option<Ipv4Addr>,
     /// Its hostname in the config, if it has one.
     pub first_hop_hostname: Option<String>,
-    /// Second hop of the bucket, if any.
+    /// Second hop of the bucket (its newest previous owner), if any: the
+    /// first element of `previous_hops`, kept for readers of schema 1.
     pub second_hop: Option<Ipv4Addr>,
     /// Its hostname in the config, if it has one.
     pub second_hop_hostname: Option<String>,
+    /// Every previous owner of the bucket, newest first (those known down
+    /// after the others): the hops the balancer lists in GUE after the first
+    /// hop, which second chance walks in this order.
+    pub previous_hops: Vec<Ipv4Addr>,
+    /// Their hostnames in the config (`null` where none), in the same order.
+    pub previous_hop_hostnames: Vec<Option<String>>,
     /// UDP source port of the GUE packet (from the hash).
     pub gue_source_port: u16,
     /// Which edge filter rules decide the client's source (`null`: no
@@ -272,16 +277,14 @@ pub fn lookup_report(
         dport: dst.port(),
         proto: protocol.number(),
     };
-    let (seed, buckets, table, pin_dir) = match source {
+    let (seed, size, table, pin_dir, chain) = match source {
         TableSource::Config => {
             let cp = ControlPlane::new(config.clone(), 0);
-            let t = cp
-                .service(&key)
-                .expect("configured")
-                .table
-                .buckets()
-                .to_vec();
-            (config.cluster.hash_seed, t, "config", None)
+            let t = &cp.service(&key).expect("configured").table;
+            let seed = config.cluster.hash_seed;
+            let i = bucket_of(flow_hash(&flow, seed), t.size()) as usize;
+            let chain = (t.first(i), t.previous(i).collect::<Vec<_>>());
+            (seed, t.size(), "config", None, chain)
         }
         TableSource::Live(dir) => {
             let pins = PinnedMaps::open(dir)?;
@@ -291,12 +294,16 @@ pub fn lookup_report(
                 .into_iter()
                 .find(|(k, _)| *k == key)
                 .with_context(|| format!("the running data plane has no table for {key}"))?;
-            (seed, live.buckets, "live", Some(dir.display().to_string()))
+            let size = live.size() as u32;
+            let i = bucket_of(flow_hash(&flow, seed), size) as usize;
+            let chain = live.chains[i].clone();
+            (seed, size, "live", Some(dir.display().to_string()), chain)
         }
     };
     let hash = flow_hash(&flow, seed);
-    let bucket = bucket_of(hash, buckets.len() as u32);
-    let b = buckets[bucket as usize];
+    let bucket = bucket_of(hash, size);
+    let (first, previous) = chain;
+    let second = previous.first().copied();
     let hostname = |a: Option<Ipv4Addr>| {
         a.and_then(|a| service.backends.iter().find(|x| x.dip == a))
             .and_then(|x| x.hostname.clone())
@@ -313,17 +320,20 @@ pub fn lookup_report(
         hash_seed: seed,
         hash,
         bucket,
-        table_size: buckets.len() as u32,
-        first_hop: b.first,
-        first_hop_hostname: hostname(b.first),
-        second_hop: b.second,
-        second_hop_hostname: hostname(b.second),
+        table_size: size,
+        first_hop: first,
+        first_hop_hostname: hostname(first),
+        second_hop: second,
+        second_hop_hostname: hostname(second),
+        previous_hop_hostnames: previous.iter().map(|&p| hostname(Some(p))).collect(),
+        previous_hops: previous,
         gue_source_port: gue_source_port(hash),
         filters: None,
     })
 }
 
 /// Print which service, bucket and hops a client flow maps to.
+/// Returns: the report printed.
 pub fn lookup(
     config: &Config,
     src: SocketAddrV4,
@@ -331,13 +341,14 @@ pub fn lookup(
     protocol: Protocol,
     source: TableSource<'_>,
     out: &mut dyn Write,
-) -> Result<Bucket> {
+) -> Result<LookupReport> {
     let r = lookup_report(config, src, dst, protocol, source)?;
-    print_lookup(config, &r, out)
+    print_lookup(config, &r, out)?;
+    Ok(r)
 }
 
 /// Print a lookup report (and its filter part, if it has one).
-pub fn print_lookup(config: &Config, r: &LookupReport, out: &mut dyn Write) -> Result<Bucket> {
+pub fn print_lookup(config: &Config, r: &LookupReport, out: &mut dyn Write) -> Result<()> {
     let (src, dst) = (r.src, r.dst);
     let protocol = parse_protocol(&r.protocol)?;
     let service = config
@@ -369,6 +380,13 @@ pub fn print_lookup(config: &Config, r: &LookupReport, out: &mut dyn Write) -> R
     writeln!(out, "bucket    {} of {}", r.bucket, r.table_size)?;
     writeln!(out, "first hop {}", label(r.first_hop))?;
     writeln!(out, "second hop {}", label(r.second_hop))?;
+    if r.previous_hops.len() > 1 {
+        let older: Vec<String> = r.previous_hops[1..]
+            .iter()
+            .map(|&a| label(Some(a)))
+            .collect();
+        writeln!(out, "older hops {}", older.join(", "))?;
+    }
     writeln!(out, "GUE source port {}", r.gue_source_port)?;
     if r.first_hop.is_none() {
         writeln!(
@@ -379,49 +397,7 @@ pub fn print_lookup(config: &Config, r: &LookupReport, out: &mut dyn Write) -> R
     if let Some(f) = &r.filters {
         crate::filter_report::print_lookup(f, out)?;
     }
-    Ok(Bucket {
-        first: r.first_hop,
-        second: r.second_hop,
-    })
-}
-
-/// One service's inner bucket array as the BPF programs see it.
-#[derive(Clone, Debug)]
-pub struct RawTable {
-    /// The service.
-    pub key: ServiceKey,
-    /// Kernel id of the inner array.
-    pub map_id: u32,
-    /// Element 0: table mask and service index.
-    pub header: abi::sys::nilb_table_header,
-    /// Elements 1 ..= table size.
-    pub buckets: Vec<abi::sys::nilb_bucket>,
-}
-
-/// Every installed service's inner array, raw, in key order.
-pub fn read_raw_tables(pins: &PinnedMaps) -> Result<Vec<RawTable>> {
-    let mut out = Vec::new();
-    for k in pins.services.keys() {
-        let Some(key) = abi::parse_service_key(&k)? else {
-            continue;
-        };
-        let Some(id) = pins.services.lookup(&k, MapFlags::ANY)? else {
-            continue;
-        };
-        let map_id = u32::from_ne_bytes(id[..4].try_into().context("short map id")?);
-        let inner = MapHandle::from_map_id(map_id)
-            .with_context(|| format!("opening the table of {key} (map id {map_id})"))?;
-        let (header, buckets) = abi::read_inner_table(&inner)
-            .with_context(|| format!("reading the table of {key} (map id {map_id})"))?;
-        out.push(RawTable {
-            key,
-            map_id,
-            header,
-            buckets,
-        });
-    }
-    out.sort_by_key(|t| t.key);
-    Ok(out)
+    Ok(())
 }
 
 /// `nilb tables --json`: the live tables of a running data plane.
@@ -450,14 +426,15 @@ pub struct TableReport {
     pub port: u16,
     /// `tcp` or `udp`.
     pub protocol: String,
-    /// Kernel id of the inner array (changes whenever a table is swapped in).
-    pub map_id: u32,
+    /// First bucket of the service's region of the bucket pool (changes
+    /// when the table gets a new region: a new size).
+    pub table_base: u32,
     /// Index into `service_stats`.
     pub service_index: u32,
     /// Buckets.
     pub table_size: u32,
-    /// Every address that is first or second hop of some bucket, in address
-    /// order.
+    /// Every address that is a hop of some bucket (first hop or previous
+    /// owner), in address order.
     pub backends: Vec<TableBackend>,
     /// Buckets in index order (the bucket index is the position).
     pub buckets: Vec<BucketReport>,
@@ -476,18 +453,26 @@ pub struct TableBackend {
     pub second_hop_buckets: u32,
     /// Their share of the table, percent (0.1 precision).
     pub second_hop_percent: f64,
+    /// Buckets where it is a previous owner at any place in the chain
+    /// (second hop or older).
+    pub previous_hop_buckets: u32,
     /// `backend_stats` slot of its first-hop buckets (`null` if it is no
     /// bucket's first hop).
     pub counter_slot: Option<u32>,
 }
 
 /// One bucket of a live table.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct BucketReport {
     /// Gets new connections; `null`: the balancer drops the packets.
     pub first_hop: Option<Ipv4Addr>,
-    /// Gets packets the first hop does not know; `null`: none.
+    /// Gets packets the first hop does not know (the newest previous
+    /// owner); `null`: none. The first element of `previous_hops`, kept for
+    /// readers of schema 1.
     pub second_hop: Option<Ipv4Addr>,
+    /// Every previous owner, newest first: the hops the balancer lists in
+    /// GUE, tried in this order (`second_hop` is the first).
+    pub previous_hops: Vec<Ipv4Addr>,
     /// `backend_stats` slot the balancer counts this bucket's packets in
     /// (`null` without a first hop).
     pub counter_slot: Option<u32>,
@@ -497,33 +482,36 @@ pub struct BucketReport {
     pub moved_at_s: Option<u32>,
 }
 
-fn hop(v: u32) -> Option<Ipv4Addr> {
-    (v != 0).then(|| abi::addr_from_be(v))
-}
-
-/// A live table as reported by `nilb tables`.
-pub fn table_report(t: &RawTable) -> TableReport {
-    let size = t.header.table_mask.wrapping_add(1);
-    let buckets: Vec<BucketReport> = t
-        .buckets
+/// A live table as reported by `nilb tables` (`backends`: the address of
+/// every backend slot, index = slot).
+pub fn table_report(t: &RawTable, backends: &[Option<Ipv4Addr>]) -> TableReport {
+    let size = t.service.table_mask.wrapping_add(1);
+    let live = LiveTable::from_raw(t, backends);
+    let buckets: Vec<BucketReport> = live
+        .chains
         .iter()
-        .map(|b| BucketReport {
-            first_hop: hop(b.first_hop),
-            second_hop: hop(b.second_hop),
-            counter_slot: (b.first_hop != 0).then_some(b.first_slot),
-            moved_at_s: (b.moved_at_s != 0).then_some(b.moved_at_s),
+        .zip(&t.buckets)
+        .zip(&t.moved_s)
+        .map(|(((first, previous), hops), &moved)| BucketReport {
+            first_hop: *first,
+            second_hop: previous.first().copied(),
+            previous_hops: previous.clone(),
+            counter_slot: first.map(|_| hops[0] as u32),
+            moved_at_s: (moved != 0).then_some(moved),
         })
         .collect();
-    // dip -> (first, second, slot)
-    let mut by_dip: BTreeMap<Ipv4Addr, (u32, u32, Option<u32>)> = BTreeMap::new();
+    // dip -> (first, second, any previous place, slot)
+    let mut by_dip: BTreeMap<Ipv4Addr, (u32, u32, u32, Option<u32>)> = BTreeMap::new();
     for b in &buckets {
         if let Some(f) = b.first_hop {
             let e = by_dip.entry(f).or_default();
             e.0 += 1;
-            e.2 = e.2.or(b.counter_slot);
+            e.3 = e.3.or(b.counter_slot);
         }
-        if let Some(s) = b.second_hop {
-            by_dip.entry(s).or_default().1 += 1;
+        for (i, p) in b.previous_hops.iter().enumerate() {
+            let e = by_dip.entry(*p).or_default();
+            e.1 += (i == 0) as u32;
+            e.2 += 1;
         }
     }
     TableReport {
@@ -531,22 +519,29 @@ pub fn table_report(t: &RawTable) -> TableReport {
         vip: t.key.vip,
         port: t.key.port,
         protocol: t.key.protocol.to_string(),
-        map_id: t.map_id,
-        service_index: t.header.service_index,
+        table_base: t.service.table_base,
+        service_index: t.service.service_index,
         table_size: size,
         backends: by_dip
             .into_iter()
-            .map(|(dip, (first, second, slot))| TableBackend {
+            .map(|(dip, (first, second, previous, slot))| TableBackend {
                 dip,
                 buckets: first,
                 share_percent: percent(first, size),
                 second_hop_buckets: second,
                 second_hop_percent: percent(second, size),
+                previous_hop_buckets: previous,
                 counter_slot: slot,
             })
             .collect(),
         buckets,
     }
+}
+
+/// Every live table of the data plane pinned under `dir`, reported.
+fn table_reports(pins: &PinnedMaps) -> Result<Vec<TableReport>> {
+    let (tables, backends) = pins.raw_tables()?;
+    Ok(tables.iter().map(|t| table_report(t, &backends)).collect())
 }
 
 /// The live tables of the data plane pinned under `dir`.
@@ -558,7 +553,7 @@ pub fn tables_report(dir: &Path) -> Result<TablesReport> {
         pin_dir: dir.display().to_string(),
         node: s.node,
         hash_seed: s.hash_seed,
-        services: read_raw_tables(&pins)?.iter().map(table_report).collect(),
+        services: table_reports(&pins)?,
     })
 }
 
@@ -584,11 +579,11 @@ pub fn tables(dir: &Path, buckets: bool, out: &mut dyn Write) -> Result<()> {
         let last = s.buckets.iter().filter_map(|b| b.moved_at_s).max();
         writeln!(
             out,
-            "service {}: {} buckets, service index {}, inner map id {}, {} with a second hop, {} moved since built{}",
+            "service {}: {} buckets at {} of the pool, service index {}, {} with a second hop, {} moved since built{}",
             s.key,
             s.table_size,
+            s.table_base,
             s.service_index,
-            s.map_id,
             s.buckets.iter().filter(|b| b.second_hop.is_some()).count(),
             moved,
             match last {
@@ -623,19 +618,30 @@ pub fn tables(dir: &Path, buckets: bool, out: &mut dyn Write) -> Result<()> {
         if buckets {
             writeln!(
                 out,
-                "  {:>6}  {:<15} {:<15} {:>6}  moved at",
-                "bucket", "first hop", "second hop", "slot"
+                "  {:>6}  {:<15} {:<15} {:>6}  {:<25} older hops",
+                "bucket", "first hop", "second hop", "slot", "moved at"
             )?;
             for (i, b) in s.buckets.iter().enumerate() {
                 let a = |x: Option<Ipv4Addr>| x.map_or("-".to_string(), |x| x.to_string());
+                let older: Vec<String> = b
+                    .previous_hops
+                    .iter()
+                    .skip(1)
+                    .map(|x| x.to_string())
+                    .collect();
                 writeln!(
                     out,
-                    "  {:>6}  {:<15} {:<15} {:>6}  {}",
+                    "  {:>6}  {:<15} {:<15} {:>6}  {:<25} {}",
                     i,
                     a(b.first_hop),
                     a(b.second_hop),
                     b.counter_slot.map_or("-".to_string(), |x| x.to_string()),
-                    b.moved_at_s.map_or("-".to_string(), wall_time)
+                    b.moved_at_s.map_or("-".to_string(), wall_time),
+                    if older.is_empty() {
+                        "-".to_string()
+                    } else {
+                        older.join(",")
+                    }
                 )?;
             }
         }
@@ -719,8 +725,7 @@ pub fn stats_report(dir: &Path) -> Result<StatsReport> {
     let s = pins.settings()?;
     let values = abi::read_counters(&pins.counters)?;
     let mut services = Vec::new();
-    for t in read_raw_tables(&pins)? {
-        let table = table_report(&t);
+    for table in table_reports(&pins)? {
         let st = abi::read_percpu(
             &pins.service_stats,
             table.service_index,
@@ -845,46 +850,43 @@ mod tests {
         }
     }
 
-    fn raw_bucket(
-        first: Option<Ipv4Addr>,
-        second: Option<Ipv4Addr>,
-        slot: u32,
-        moved: u32,
-    ) -> sys::nilb_bucket {
-        sys::nilb_bucket {
-            first_hop: first.map_or(0, abi::addr_be),
-            second_hop: second.map_or(0, abi::addr_be),
-            first_slot: slot,
-            moved_at_s: moved,
-        }
+    /// Backend slots: 7 -> B11, 9 -> B12, 11 -> B13.
+    fn slots() -> Vec<Option<Ipv4Addr>> {
+        let mut v = vec![None; 16];
+        v[7] = Some(B11);
+        v[9] = Some(B12);
+        v[11] = Some(B13);
+        v
     }
 
     #[test]
     fn table_report_decodes_buckets_and_sums_shares() {
         let raw = RawTable {
             key: key(),
-            map_id: 42,
-            header: sys::nilb_table_header {
+            service: sys::nilb_service {
+                table_base: 4096,
                 table_mask: 3,
                 service_index: 5,
-                pad: [0; 2],
+                flags: 0,
             },
-            buckets: vec![
-                raw_bucket(Some(B11), None, 7, 0),
-                raw_bucket(Some(B12), Some(B11), 9, 1_700_000_000),
-                raw_bucket(Some(B11), Some(B13), 7, 0),
-                raw_bucket(None, Some(B12), 0, 1_700_000_100),
-            ],
+            buckets: vec![[7, 0, 0, 0], [9, 7, 0, 0], [7, 11, 9, 0], [0, 9, 0, 0]],
+            moved_s: vec![0, 1_700_000_000, 0, 1_700_000_100],
         };
-        let r = table_report(&raw);
+        let r = table_report(&raw, &slots());
         assert_eq!(r.key, "10.0.0.100:80/tcp");
         assert_eq!((r.vip, r.port, r.protocol.as_str()), (key().vip, 80, "tcp"));
-        assert_eq!((r.map_id, r.service_index, r.table_size), (42, 5, 4));
+        assert_eq!((r.table_base, r.service_index, r.table_size), (4096, 5, 4));
+        assert_eq!(
+            r.buckets[2].previous_hops,
+            vec![B13, B12],
+            "the whole chain, newest first"
+        );
         assert_eq!(
             r.buckets[1],
             BucketReport {
                 first_hop: Some(B12),
                 second_hop: Some(B11),
+                previous_hops: vec![B11],
                 counter_slot: Some(9),
                 moved_at_s: Some(1_700_000_000),
             }
@@ -894,6 +896,7 @@ mod tests {
             BucketReport {
                 first_hop: None,
                 second_hop: Some(B12),
+                previous_hops: vec![B12],
                 counter_slot: None,
                 moved_at_s: Some(1_700_000_100),
             }
@@ -902,14 +905,22 @@ mod tests {
         let summary: Vec<_> = r
             .backends
             .iter()
-            .map(|b| (b.dip, b.buckets, b.second_hop_buckets, b.counter_slot))
+            .map(|b| {
+                (
+                    b.dip,
+                    b.buckets,
+                    b.second_hop_buckets,
+                    b.previous_hop_buckets,
+                    b.counter_slot,
+                )
+            })
             .collect();
         assert_eq!(
             summary,
             vec![
-                (B11, 2, 1, Some(7)),
-                (B12, 1, 1, Some(9)),
-                (B13, 0, 1, None)
+                (B11, 2, 1, 1, Some(7)),
+                (B12, 1, 1, 2, Some(9)),
+                (B13, 0, 1, 1, None)
             ]
         );
         assert_eq!(r.backends[0].share_percent, 50.0);
@@ -971,7 +982,7 @@ mod tests {
             };
             let now = 1_700_000_000_000;
             let mut storage = std::mem::MaybeUninit::uninit();
-            let mut dp = Dataplane::load_pinned(&mut storage, Some(pins)).unwrap();
+            let mut dp = Dataplane::load_pinned(&mut storage, Some(pins), 65536).unwrap();
             let mut cp = ControlPlane::new(cfg([1, 1, 2]), now);
             // Up (unknown backends gain no buckets from a weight change).
             for i in 0..3u8 {
@@ -994,7 +1005,7 @@ mod tests {
             for (i, (got, b)) in s.buckets.iter().zip(want.buckets()).enumerate() {
                 assert_eq!(
                     (got.first_hop, got.second_hop),
-                    (b.first, b.second),
+                    (b.first(), b.second()),
                     "bucket {i}"
                 );
                 assert_eq!(
@@ -1052,7 +1063,7 @@ mod tests {
                 let dst = SocketAddrV4::new(key().vip, 80);
                 let live =
                     lookup_report(&c, src, dst, Protocol::Tcp, TableSource::Live(pins)).unwrap();
-                let b = s.buckets[live.bucket as usize];
+                let b = &s.buckets[live.bucket as usize];
                 assert_eq!(
                     (live.first_hop, live.second_hop),
                     (b.first_hop, b.second_hop)
@@ -1061,7 +1072,28 @@ mod tests {
                 let host = live.first_hop.map(|a| format!("n{}", a.octets()[3] - 10));
                 assert_eq!(live.first_hop_hostname, host);
             }
-            drop(dp);
+
+            // kill -9 and restart with a config that wants a larger pool: the
+            // next data plane adopts the pins, copies the pool into a larger
+            // one (every region where it was), and installing the adopted
+            // state stores no bucket word.
+            let before = tables_report(pins).unwrap();
+            assert!(dp.bucket_stores() > 0);
+            // A crash: no clean-up runs (dropping would unpin).
+            std::mem::forget(dp);
+            let mut storage2 = std::mem::MaybeUninit::uninit();
+            let mut dp2 = Dataplane::load_pinned(&mut storage2, Some(pins), 3 * 65536).unwrap();
+            assert!(dp2.adopted());
+            assert_eq!(dp2.pool_grew(), Some((65536, 3 * 65536)));
+            assert_eq!(tables_report(pins).unwrap().services, before.services);
+            let live = dp2.live_tables().unwrap();
+            let records = dp2.control_state().unwrap();
+            let (cp2, plan) = ControlPlane::adopt(c.clone(), live, records, now + 6_000);
+            cp2.apply(&mut dp2, B11, &plan).unwrap();
+            assert_eq!(dp2.bucket_stores(), 0, "the adopted state wrote no bucket");
+            assert_eq!(tables_report(pins).unwrap().services, before.services);
+            assert_eq!(dp2.pool_usage().buckets, 3 * 65536);
+            drop(dp2);
         });
     }
 }

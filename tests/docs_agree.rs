@@ -406,6 +406,7 @@ fn documented_defaults_are_the_loaders() {
             "defaults.rebalance.min_interval_ms" => c.rebalance.min_interval_ms.to_string(),
             "defaults.rebalance.max_step_percent" => c.rebalance.max_step_percent.to_string(),
             "defaults.rebalance.min_bucket_age_ms" => c.rebalance.min_bucket_age_ms.to_string(),
+            "defaults.rebalance.previous_owners" => c.rebalance.previous_owners.to_string(),
             "defaults.encap_check" => s.encap_check.to_string(),
             "defaults.panic_threshold_percent" => s.panic_threshold_percent.to_string(),
             "backends[].weight" => s.backends[0].weight.to_string(),

@@ -95,9 +95,7 @@ fn xdp_balancer_uses_the_same_hash_and_bucket() {
             },
             seed,
         );
-        let first = table.buckets()[(h & (table.size() - 1)) as usize]
-            .first
-            .unwrap();
+        let first = table.first((h & (table.size() - 1)) as usize).unwrap();
         assert_eq!(
             &out[14 + 16..14 + 20],
             &first.octets(),

@@ -421,9 +421,7 @@ fn xdp_icmp_frag_needed_follows_the_embedded_flow() {
 
         // The client's flow is client:cport -> VIP:80.
         let h = hash_of((CLIENT, VIP, cport, 80, IPPROTO_TCP));
-        let first = table.buckets()[(h & (table.size() - 1)) as usize]
-            .first
-            .unwrap();
+        let first = table.first((h & (table.size() - 1)) as usize).unwrap();
         let mac = if first == B12 { MAC12 } else { MAC13 };
         seen.insert(first);
         let want = encapsulated(mac, net.mac, first, &[], gue_sport(h), &inner);
@@ -817,4 +815,121 @@ fn xdp_hop_cache_still_checks_the_mtu() {
     // And small packets still use the cache.
     let ((v, _), _) = l.counted(|| l.dp.run_xdp(&small, net.ifindex).unwrap());
     assert_eq!(v, XDP_TX);
+}
+
+/// A bucket's chain as the balancer lists it in GUE: every previous owner,
+/// newest first, each once and never the first hop, up to the three a
+/// bucket holds; for UDP the first hop again after them (four hops, 52
+/// bytes of GUE). Chains the control plane would take several moves to
+/// make are written straight into the pool; a partial install writes only
+/// the buckets it names.
+#[test]
+fn xdp_lists_every_previous_owner_newest_first() {
+    require_root!("BPF, network namespace");
+    let net = TestNet::new();
+    let b14 = Ipv4Addr::new(10, 0, 0, 14);
+    let mut l = load(
+        &config(
+            &[(B12, 1, "active"), (B13, 1, "active"), (b14, 1, "active")],
+            "drop",
+        ),
+        NODE,
+    );
+    let live = l.dp.live_tables().unwrap();
+    let (web, dns) = (live[1].clone(), live[0].clone());
+    assert_eq!((web.0.port, dns.0.port), (80, 53));
+    // Slots: each service's own, else web's, and a free one for the
+    // balancer node.
+    let web_slots = web.1.slots.clone();
+    let slot = move |t: &(nilb::config::ServiceKey, nilb::dataplane::LiveTable), d: Ipv4Addr| {
+        t.1.slots
+            .get(&d)
+            .or(web_slots.get(&d))
+            .copied()
+            .unwrap_or(100)
+    };
+    let chains = |previous: &[Ipv4Addr], n: usize| nilb::dataplane::Chains {
+        chains: vec![(Some(B12), previous.to_vec()); n],
+        moved_at: vec![Some(5_000); n],
+    };
+    let install = |l: &mut Loaded,
+                   t: &(nilb::config::ServiceKey, nilb::dataplane::LiveTable),
+                   previous: &[Ipv4Addr],
+                   changed: Option<&[u32]>| {
+        let s = |d| slot(t, d);
+        l.dp.install_chains(&t.0, t.1.service_index, &chains(previous, 256), &s, changed)
+            .unwrap();
+    };
+    let tcp_in = l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40001, 80, ACK, b"x"));
+    let tcp_frame = client_frame(net.mac, &tcp_in);
+    let tcp_sport = sport_of(CLIENT, VIP, 40001, 80, IPPROTO_TCP);
+    let udp_in = l3(CLIENT, VIP, IPPROTO_UDP, &udp(5353, 53, b"q"));
+    let udp_frame = client_frame(net.mac, &udp_in);
+    let udp_sport = sport_of(CLIENT, VIP, 5353, 53, IPPROTO_UDP);
+
+    // (what, previous owners, hops listed for TCP, for UDP)
+    type Case<'a> = (&'a str, &'a [Ipv4Addr], &'a [Ipv4Addr], &'a [Ipv4Addr]);
+    let cases: [Case<'_>; 5] = [
+        (
+            "three previous owners",
+            &[B13, b14, NODE],
+            &[B13, b14, NODE],
+            &[B13, b14, NODE, B12],
+        ),
+        ("two", &[b14, B13], &[b14, B13], &[b14, B13, B12]),
+        (
+            "the first hop and repeats left out",
+            &[B13, B12, B13],
+            &[B13],
+            &[B13, B12],
+        ),
+        ("only the first hop: nothing listed", &[B12], &[], &[]),
+        ("none", &[], &[], &[]),
+    ];
+    for (what, previous, tcp_hops, udp_hops) in cases {
+        install(&mut l, &web, previous, None);
+        install(&mut l, &dns, previous, None);
+        let (v, out) = l.dp.run_xdp(&tcp_frame, net.ifindex).unwrap();
+        assert_eq!(v, XDP_TX, "{what}: TCP verdict");
+        assert_bytes(
+            &format!("{what}: TCP"),
+            &out,
+            &encapsulated(MAC12, net.mac, B12, tcp_hops, tcp_sport, &tcp_in),
+        );
+        let (v, out) = l.dp.run_xdp(&udp_frame, net.ifindex).unwrap();
+        assert_eq!(v, XDP_TX, "{what}: UDP verdict");
+        assert_bytes(
+            &format!("{what}: UDP"),
+            &out,
+            &encapsulated(MAC12, net.mac, B12, udp_hops, udp_sport, &udp_in),
+        );
+    }
+    // Four hops: GUE hlen 5, hop count 4, 52 bytes of outer headers.
+    install(&mut l, &dns, &[B13, b14, NODE], None);
+    let (_, out) = l.dp.run_xdp(&udp_frame, net.ifindex).unwrap();
+    assert_eq!(out.len(), udp_frame.len() + 52);
+    assert_eq!(&out[14 + 28..14 + 36], &[0x05, 4, 0, 0, 0, 0, 0, 4]);
+
+    // A partial install writes the buckets it names and no other: the TCP
+    // flow's bucket changes, every other bucket keeps [B13].
+    install(&mut l, &web, &[B13], None);
+    let i = hash_of((CLIENT, VIP, 40001, 80, IPPROTO_TCP)) & 255;
+    install(&mut l, &web, &[b14, B13], Some(&[i]));
+    let (_, out) = l.dp.run_xdp(&tcp_frame, net.ifindex).unwrap();
+    assert_bytes(
+        "partial install: the changed bucket",
+        &out,
+        &encapsulated(MAC12, net.mac, B12, &[b14, B13], tcp_sport, &tcp_in),
+    );
+    let read = l.dp.live_tables().unwrap();
+    let web_now = &read.iter().find(|(k, _)| k.port == 80).unwrap().1;
+    for (j, c) in web_now.chains.iter().enumerate() {
+        let want: &[Ipv4Addr] = if j as u32 == i { &[b14, B13] } else { &[B13] };
+        assert_eq!(c, &(Some(B12), want.to_vec()), "bucket {j} read back");
+    }
+    assert_eq!(
+        web_now.moved_at[0],
+        Some(5_000),
+        "move times stored in seconds"
+    );
 }

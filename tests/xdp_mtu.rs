@@ -66,11 +66,11 @@ fn flows_with_hops(l: &Loaded, first: Ipv4Addr, second: Ipv4Addr) -> Vec<u16> {
             .find(|(k, _)| k.port == 80)
             .unwrap()
             .1
-            .buckets;
+            .chains;
     let sports: Vec<u16> = (41100..43100u16)
         .filter(|&p| {
             let b = &buckets[hash_of((CLIENT, VIP, p, 80, IPPROTO_TCP)) as usize % buckets.len()];
-            (b.first, b.second) == (Some(first), Some(second))
+            (b.0, b.1.first().copied()) == (Some(first), Some(second))
         })
         .take(2)
         .collect();

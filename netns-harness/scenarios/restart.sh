@@ -141,7 +141,7 @@ restart_cycle() {
   echo "  new connections (20/s): before the signal $before, from the signal until the new daemon was ready $gap, after $after; node1 encapsulated $enc packets during the gap"
   window_ok "$gap" && window_ok "$after" && window_ok "$before" || CYCLE_OK=0
   CYCLE_NUMBERS+="exit $rc, gap $(nh_calc "$t_ready - $t_stop")s: new connections OK $gap in the gap ($after after), encapsulated in the gap $enc; adopted $([[ -n $adopted ]] && echo yes || echo NO); "
-  CYCLE_NUMBERS+="buckets compared $(sed -n 's/.* buckets=\([0-9]*\).*/\1/p' <<<"$cmp1"), moved $(sed -n 's/.* moved=\([0-9]*\).*/\1/p' <<<"$cmp1") at ready / $(sed -n 's/.* moved=\([0-9]*\).*/\1/p' <<<"$cmp2") later (second hops changed $(sed -n 's/.*second_changed=\([0-9]*\).*/\1/p' <<<"$cmp2"), move times changed $(sed -n 's/.*age_changed=\([0-9]*\).*/\1/p' <<<"$cmp2")); held flows with other hops (nilb lookup --live) $hop_moved/$(wc -l <"$NH_OUT/hops-$mode-before.txt")"
+  CYCLE_NUMBERS+="buckets compared $(sed -n 's/.* buckets=\([0-9]*\).*/\1/p' <<<"$cmp1"), moved $(sed -n 's/.* moved=\([0-9]*\).*/\1/p' <<<"$cmp1") at ready / $(sed -n 's/.* moved=\([0-9]*\).*/\1/p' <<<"$cmp2") later (second hops changed $(sed -n 's/.*second_changed=\([0-9]*\).*/\1/p' <<<"$cmp2"), move times changed $(sed -n 's/.*age_changed=\([0-9]*\).*/\1/p' <<<"$cmp2"), chains changed $(sed -n 's/.*chain_changed=\([0-9]*\).*/\1/p' <<<"$cmp1") at ready / $(sed -n 's/.*chain_changed=\([0-9]*\).*/\1/p' <<<"$cmp2") later of $(sed -n 's/.*chain_entries=\([0-9]*\).*/\1/p' <<<"$cmp1") previous-owner entries); held flows with other hops (nilb lookup --live) $hop_moved/$(wc -l <"$NH_OUT/hops-$mode-before.txt")"
   [[ $CYCLE_OK == 1 ]]
 }
 

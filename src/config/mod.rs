@@ -88,6 +88,11 @@ pub const MAX_PROBLEMS_SHOWN: usize = 100;
 pub const DEFAULT_PANIC_THRESHOLD_PERCENT: u32 = 0;
 /// Default `rebalance.min_bucket_age_ms`.
 pub const DEFAULT_MIN_BUCKET_AGE_MS: u64 = 300_000;
+/// Default `rebalance.previous_owners`: as many as the data plane lists
+/// (docs/design.md "Tables and pacing": each one more keeps connections
+/// through one more move of their bucket; the cost is 4 bytes of GUE per
+/// previous owner listed, only in buckets that moved).
+pub const DEFAULT_PREVIOUS_OWNERS: u32 = crate::table::MAX_PREVIOUS as u32;
 /// Default `filters.rate_limit_sources` (rate-limit states kept at once).
 pub const DEFAULT_RATE_LIMIT_SOURCES: u32 = 65_536;
 /// Default `routing.bird_socket` (Debian's bird2).

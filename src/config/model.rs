@@ -11,7 +11,7 @@ use serde::Deserialize;
 
 use super::{
     Position, DEFAULT_MAX_STEP_PERCENT, DEFAULT_MIN_BUCKET_AGE_MS, DEFAULT_MIN_STEP_INTERVAL_MS,
-    DEFAULT_RATE_LIMIT_SOURCES,
+    DEFAULT_PREVIOUS_OWNERS, DEFAULT_RATE_LIMIT_SOURCES,
 };
 use crate::prefix::Prefix4;
 use crate::quic_lb;
@@ -117,6 +117,9 @@ pub struct Rebalance {
     pub max_step_percent: u32,
     /// A bucket is not moved voluntarily again before this age, ms.
     pub min_bucket_age_ms: u64,
+    /// Previous owners a bucket remembers (the hops second chance walks
+    /// after the first hop), 1..=[`crate::table::MAX_PREVIOUS`].
+    pub previous_owners: u32,
 }
 
 impl Default for Rebalance {
@@ -125,6 +128,7 @@ impl Default for Rebalance {
             min_interval_ms: DEFAULT_MIN_STEP_INTERVAL_MS,
             max_step_percent: DEFAULT_MAX_STEP_PERCENT,
             min_bucket_age_ms: DEFAULT_MIN_BUCKET_AGE_MS,
+            previous_owners: DEFAULT_PREVIOUS_OWNERS,
         }
     }
 }

@@ -128,6 +128,7 @@ pub(super) struct RawRebalance {
     pub(super) min_interval_ms: Option<u64>,
     pub(super) max_step_percent: Option<u32>,
     pub(super) min_bucket_age_ms: Option<u64>,
+    pub(super) previous_owners: Option<u32>,
 }
 
 /// A service's `health_check`: one checker (directly or under kglb's

@@ -200,7 +200,18 @@ impl Validator {
             min_interval_ms: r.min_interval_ms.unwrap_or(d.min_interval_ms),
             max_step_percent: r.max_step_percent.unwrap_or(d.max_step_percent),
             min_bucket_age_ms: r.min_bucket_age_ms.unwrap_or(d.min_bucket_age_ms),
+            previous_owners: r.previous_owners.unwrap_or(d.previous_owners),
         };
+        let most = crate::table::MAX_PREVIOUS as u32;
+        if !(1..=most).contains(&out.previous_owners) {
+            self.report(
+                "defaults.rebalance.previous_owners",
+                format!(
+                    "{} is outside 1-{most} (a bucket lists its first hop and at most {most} previous owners)",
+                    out.previous_owners
+                ),
+            );
+        }
         if out.min_interval_ms > DAY_MS {
             self.report(
                 "defaults.rebalance.min_interval_ms",

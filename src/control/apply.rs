@@ -27,12 +27,15 @@ impl ControlPlane {
     ///    so a daemon killed in between restarts with the verdicts that the
     ///    tables follow);
     /// 5. all changed tables in one [`DataplaneOps::install_tables`] call
-    ///    (one atomic swap each, one RCU wait for the batch);
+    ///    (one atomic swap each, one RCU wait for the batch), each with the
+    ///    buckets that changed (`Plan::changed`) so the data plane can write
+    ///    only those;
     /// 6. the QUIC-LB routes ([`Self::quic_routes`]) are written (only
     ///    what changed);
     /// 7. services the maps hold that this state does not know are removed
-    ///    (the plan's removals, and any left by a failed apply of another
-    ///    state or by an earlier daemon whose pins were adopted);
+    ///    (the plan's removals; for a plan with removals or a full plan also
+    ///    any left by a failed apply of another state or by an earlier
+    ///    daemon whose pins were adopted);
     /// 8. the two sets narrow to what the new state needs.
     ///
     /// On an error nothing after the failing step runs and the error is
@@ -67,7 +70,7 @@ impl ControlPlane {
         let installs: Vec<(ServiceKey, &ServiceState)> = plan
             .install
             .keys()
-            .filter_map(|key| self.services.get(key).map(|st| (*key, st)))
+            .filter_map(|key| self.services.get(key).map(|st| (*key, &**st)))
             .collect();
         let slot_fns: Vec<Box<dyn Fn(Ipv4Addr) -> u32 + '_>> = installs
             .iter()
@@ -84,17 +87,22 @@ impl ControlPlane {
                 index: st.index,
                 table: &st.table,
                 slot_of: f.as_ref(),
+                changed: plan.changed.get(key).map(|c| &c[..]),
             })
             .collect();
         dp.install_tables(&items)?;
         dp.set_quic(&self.quic_routes())?;
         // Every service the maps hold that this state does not know: the
-        // plan's removals, and whatever a failed apply of another state
-        // left (a failed reload restores the running state with its full
-        // plan) or an earlier daemon whose pins were adopted ran.
-        for key in dp.installed_services()? {
-            if !self.services.contains_key(&key) {
-                dp.remove_service(&key)?;
+        // plan's removals, and (full plans) whatever a failed apply of
+        // another state left (a failed reload restores the running state
+        // with its full plan) or an earlier daemon whose pins were adopted
+        // ran. Other plans remove nothing, and asking the map for every key
+        // would cost one system call per service.
+        if !plan.remove.is_empty() || plan.all_records {
+            for key in dp.installed_services()? {
+                if !self.services.contains_key(&key) {
+                    dp.remove_service(&key)?;
+                }
             }
         }
         dp.set_vips(&vips)?;

@@ -52,19 +52,17 @@ mod targets;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
-use crate::config::{
-    Backend, BackendState, Checker, Config, DynamicWeight, HealthCheck, Rebalance, Service,
-};
+use crate::config::{Backend, BackendState, Checker, Config, DynamicWeight, Rebalance, Service};
 use crate::dataplane::NodeSettings;
 use crate::filters::FilterSet;
 use crate::health::checker::CheckTarget;
 use crate::health::{Health, HealthState};
 use crate::limits;
-use crate::table::{Moves, StepLimits, Table};
+use crate::table::{Moves, Rules, StepLimits, Table};
 use crate::types::{LoadSample, ServiceKey};
 use crate::weights::{self, BackendLoad};
 
@@ -295,6 +293,11 @@ impl ServiceState {
 pub struct Plan {
     /// Services whose table is new or different, with the buckets moved.
     pub install: BTreeMap<ServiceKey, Moves>,
+    /// Of the services in `install`, those whose table changed only in
+    /// some buckets since it was last installed: the indexes of those
+    /// buckets, ascending. A service in `install` without an entry here is
+    /// written whole (a new table, a new size, or a full plan).
+    pub changed: BTreeMap<ServiceKey, Vec<u32>>,
     /// Services no longer configured ([`ControlPlane::apply`] removes every
     /// installed service the state does not know, these included).
     pub remove: Vec<ServiceKey>,
@@ -356,8 +359,32 @@ impl Plan {
         self.is_empty() && self.mode_changed.is_empty() && self.reweighted.is_empty()
     }
 
+    /// Add an install of `key` (`changed`: the buckets that differ from
+    /// the installed table; None: all of them) to what the plan installs.
+    fn add_install(&mut self, key: ServiceKey, moves: Moves, changed: Option<Vec<u32>>) {
+        let known = self.install.insert(key, moves).is_some();
+        match (known, changed) {
+            (false, Some(c)) => {
+                self.changed.insert(key, c);
+            }
+            (true, Some(c)) => {
+                if let Some(have) = self.changed.get_mut(&key) {
+                    have.extend(c);
+                    have.sort_unstable();
+                    have.dedup();
+                }
+            }
+            (_, None) => {
+                self.changed.remove(&key);
+            }
+        }
+    }
+
     fn merge(&mut self, other: Plan) {
-        self.install.extend(other.install);
+        for (key, moves) in other.install {
+            let changed = other.changed.get(&key).cloned();
+            self.add_install(key, moves, changed);
+        }
         self.remove.extend(other.remove);
         self.settings_changed |= other.settings_changed;
         self.mode_changed.extend(other.mode_changed);
@@ -373,10 +400,17 @@ impl Plan {
 }
 
 /// The running configuration and everything derived from it.
+///
+/// Cloning is cheap: the configuration and each service's state are shared
+/// (`Arc`) and copied only when changed (copy on write), so a reload that
+/// computes the next state beside the running one copies only the services
+/// it changes.
 #[derive(Clone, Debug)]
 pub struct ControlPlane {
-    config: Config,
-    services: BTreeMap<ServiceKey, ServiceState>,
+    config: Arc<Config>,
+    /// Position of each service in `config.services`.
+    by_key: Arc<HashMap<ServiceKey, usize>>,
+    services: BTreeMap<ServiceKey, Arc<ServiceState>>,
     used_slots: BTreeSet<u32>,
     /// Slots and stats indexes freed by the last plans: the tables those
     /// plans replace or remove may count into them until the plans are
@@ -406,18 +440,40 @@ fn fresh_health(check: &Checker, now_ms: u64, added: bool) -> HealthState {
     }
 }
 
+/// The encapsulated checks' state of a service after a reload (or start):
+/// without `encap_check` its backends hold the `unchecked` placeholder;
+/// with it, a backend that still holds the placeholder (new, or its service
+/// just turned the check on) starts unknown: its first result decides, and
+/// until then its regular health alone does (the first encapsulated check
+/// runs within a second, before a new backend can pass `rise_count` regular
+/// checks). Others carry over.
+fn sync_encap(state: &mut ServiceState, service: &Service, now_ms: u64) {
+    let placeholder =
+        |h: &HealthState| h.health == Health::Up && h.last_check_ms.is_none() && h.transitions == 0;
+    for rt in state.backends.values_mut() {
+        if !service.encap_check {
+            if !placeholder(&rt.encap) {
+                rt.encap = HealthState::unchecked(now_ms);
+            }
+        } else if placeholder(&rt.encap) {
+            rt.encap = HealthState::at_start(now_ms);
+        }
+    }
+}
+
 impl ControlPlane {
     /// No services yet, `config`'s cluster and rebalance settings; `update`
     /// then adds the services.
     fn empty(config: &Config) -> Self {
         ControlPlane {
-            config: Config {
+            config: Arc::new(Config {
                 cluster: config.cluster.clone(),
                 rebalance: config.rebalance,
                 services: Vec::new(),
                 filters: config.filters.clone(),
                 routing: config.routing.clone(),
-            },
+            }),
+            by_key: Arc::new(HashMap::new()),
             services: BTreeMap::new(),
             used_slots: BTreeSet::new(),
             retiring_slots: BTreeSet::new(),
@@ -437,9 +493,10 @@ impl ControlPlane {
     }
 
     /// The lowest counter slot neither in use nor retiring (or the shared
-    /// overflow slot).
+    /// overflow slot). Slot 0 is never given out: it ends a bucket's chain
+    /// in the data plane.
     fn take_slot(&mut self, plan: &mut Plan) -> u32 {
-        let slot = (0..OVERFLOW_SLOT)
+        let slot = (1..OVERFLOW_SLOT)
             .find(|s| !self.used_slots.contains(s) && !self.retiring_slots.contains(s))
             .unwrap_or(OVERFLOW_SLOT);
         if slot != OVERFLOW_SLOT {
@@ -462,6 +519,24 @@ impl ControlPlane {
         &self.config
     }
 
+    /// Make `config` the running configuration.
+    fn set_config(&mut self, config: Config) {
+        self.by_key = Arc::new(
+            config
+                .services
+                .iter()
+                .enumerate()
+                .map(|(i, s)| (s.key(), i))
+                .collect(),
+        );
+        self.config = Arc::new(config);
+    }
+
+    /// The running configuration of one service (a lookup, not a scan).
+    pub fn service_config(&self, key: &ServiceKey) -> Option<&Service> {
+        self.by_key.get(key).map(|&i| &self.config.services[i])
+    }
+
     /// The edge filters in force.
     pub fn filters(&self) -> &Arc<FilterSet> {
         &self.filters
@@ -479,12 +554,18 @@ impl ControlPlane {
 
     /// State of one service.
     pub fn service(&self, key: &ServiceKey) -> Option<&ServiceState> {
-        self.services.get(key)
+        self.services.get(key).map(|s| &**s)
     }
 
     /// All services' state.
-    pub fn services(&self) -> &BTreeMap<ServiceKey, ServiceState> {
+    pub fn services(&self) -> &BTreeMap<ServiceKey, Arc<ServiceState>> {
         &self.services
+    }
+
+    /// One service's state to change (copied first if another state still
+    /// shares it).
+    fn state_mut(&mut self, key: &ServiceKey) -> Option<&mut ServiceState> {
+        self.services.get_mut(key).map(Arc::make_mut)
     }
 
     /// Whether the running configuration makes the node at `node` a
@@ -496,6 +577,12 @@ impl ControlPlane {
     /// Switch to `config` (a reload). Health carries over as the module
     /// documentation says; tables step towards the new targets (forced moves
     /// now, voluntary ones within the rebalance limits).
+    ///
+    /// The work follows what changed: a service whose configuration is the
+    /// same as the running one (and whose tables keep the same number of
+    /// previous owners) is not touched at all (no state copied, no
+    /// rebalance, nothing installed); its paced steps go on at the next
+    /// [`ControlPlane::tick`].
     pub fn update(&mut self, config: Config, now_ms: u64) -> Plan {
         let mut plan = Plan {
             settings_changed: config.cluster.hash_seed != self.config.cluster.hash_seed
@@ -504,11 +591,10 @@ impl ControlPlane {
                 || config.cluster.icmp_too_big_rate != self.config.cluster.icmp_too_big_rate,
             ..Plan::default()
         };
-        let records_before = self.records();
         // What earlier plans freed is no longer counted into: free again.
         self.retiring_slots.clear();
         self.retiring_indexes.clear();
-        let keys: BTreeSet<ServiceKey> = config.services.iter().map(Service::key).collect();
+        let keys: HashSet<ServiceKey> = config.services.iter().map(Service::key).collect();
         plan.remove = self
             .services
             .keys()
@@ -523,82 +609,21 @@ impl ControlPlane {
                 self.retiring_indexes.insert(st.index);
             }
         }
-        let old_checks: BTreeMap<ServiceKey, HealthCheck> = self
-            .config
-            .services
-            .iter()
-            .map(|s| (s.key(), s.health_check.clone()))
-            .collect();
+        let previous = config.rebalance.previous_owners as usize;
+        let memory_changed = config.rebalance.previous_owners
+            != self.config.rebalance.previous_owners
+            || self
+                .services
+                .values()
+                .any(|s| s.table.previous_owners() != previous);
         let mut used: BTreeSet<u32> = self.services.values().map(|s| s.index).collect();
         used.extend(&self.retiring_indexes);
+        // Services to step, and whether their table is new.
+        let mut touched: Vec<(ServiceKey, bool)> = Vec::new();
         for service in &config.services {
             let key = service.key();
             let check = &service.health_check.checker;
-            if self.services.contains_key(&key) {
-                let check_changed = old_checks.get(&key) != Some(&service.health_check);
-                let listed: BTreeSet<Ipv4Addr> = service.backends.iter().map(|b| b.dip).collect();
-                for b in &service.backends {
-                    let known = self.services[&key]
-                        .backends
-                        .get(&b.dip)
-                        .map(|rt| (rt.removed_at_ms.is_some(), rt.config.state));
-                    match known {
-                        Some((false, was)) => {
-                            let state = self.services.get_mut(&key).expect("service");
-                            let rt = state.backends.get_mut(&b.dip).expect("backend");
-                            if *check == Checker::None {
-                                if !rt.health.is_up() {
-                                    rt.health = HealthState::unchecked(now_ms);
-                                }
-                            } else if was == BackendState::Offline
-                                && b.state != BackendState::Offline
-                            {
-                                // Back from offline: its old verdict is stale.
-                                rt.health = HealthState::recheck(now_ms);
-                            } else if check_changed {
-                                rt.health.restart_streaks();
-                            }
-                            // Dynamic weights keep their ratio to the
-                            // configured weight; without them it is 1.
-                            rt.effective_weight = match service.dynamic_weight {
-                                Some(_) => {
-                                    rt.effective_weight * b.weight as f64
-                                        / rt.config.weight.max(1) as f64
-                                }
-                                None => b.weight as f64,
-                            };
-                            rt.config = b.clone();
-                        }
-                        Some((true, _)) => {
-                            // Back in the file while draining out.
-                            let state = self.services.get_mut(&key).expect("service");
-                            let rt = state.backends.get_mut(&b.dip).expect("backend");
-                            rt.effective_weight = b.weight as f64;
-                            rt.config = b.clone();
-                            rt.removed_at_ms = None;
-                            rt.empty_since_ms = None;
-                            rt.health = fresh_health(check, now_ms, true);
-                        }
-                        None => {
-                            let slot = self.take_slot(&mut plan);
-                            let state = self.services.get_mut(&key).expect("service");
-                            state.backends.insert(
-                                b.dip,
-                                BackendRuntime::new(b, fresh_health(check, now_ms, true), slot),
-                            );
-                        }
-                    }
-                }
-                let state = self.services.get_mut(&key).expect("service");
-                for (dip, rt) in state.backends.iter_mut() {
-                    if !listed.contains(dip) && rt.removed_at_ms.is_none() {
-                        rt.removed_at_ms = Some(now_ms);
-                    }
-                }
-                if state.table.size() != service.table_size {
-                    state.table = state.table.resized(service.table_size);
-                }
-            } else {
+            if !self.services.contains_key(&key) {
                 let index = (0..limits::MAX_SERVICES)
                     .find(|i| !used.contains(i))
                     .expect("config validation bounds the number of services");
@@ -612,15 +637,95 @@ impl ControlPlane {
                         BackendRuntime::new(b, fresh_health(check, now_ms, false), slot),
                     );
                 }
-                self.services.insert(
-                    key,
-                    ServiceState::new(index, Table::empty(service.table_size), backends, now_ms),
-                );
-                // A new table is built in one go.
-                plan.install.insert(key, Moves::default());
+                let table = Table::empty(service.table_size).with_previous_owners(previous);
+                let mut state = ServiceState::new(index, table, backends, now_ms);
+                sync_encap(&mut state, service, now_ms);
+                self.services.insert(key, Arc::new(state));
+                plan.records.extend(self.service_records(&key).into_keys());
+                touched.push((key, true));
+                continue;
             }
+            let running = self.service_config(&key);
+            if running == Some(service) {
+                if memory_changed {
+                    touched.push((key, false));
+                }
+                continue;
+            }
+            let check_changed = running.map(|s| &s.health_check) != Some(&service.health_check);
+            let records_before = self.service_records(&key);
+            let listed: BTreeSet<Ipv4Addr> = service.backends.iter().map(|b| b.dip).collect();
+            for b in &service.backends {
+                let known = self.services[&key]
+                    .backends
+                    .get(&b.dip)
+                    .map(|rt| (rt.removed_at_ms.is_some(), rt.config.state));
+                match known {
+                    Some((false, was)) => {
+                        let state = self.state_mut(&key).expect("service");
+                        let rt = state.backends.get_mut(&b.dip).expect("backend");
+                        if *check == Checker::None {
+                            if !rt.health.is_up() {
+                                rt.health = HealthState::unchecked(now_ms);
+                            }
+                        } else if was == BackendState::Offline && b.state != BackendState::Offline {
+                            // Back from offline: its old verdict is stale.
+                            rt.health = HealthState::recheck(now_ms);
+                        } else if check_changed {
+                            rt.health.restart_streaks();
+                        }
+                        // Dynamic weights keep their ratio to the
+                        // configured weight; without them it is 1.
+                        rt.effective_weight = match service.dynamic_weight {
+                            Some(_) => {
+                                rt.effective_weight * b.weight as f64
+                                    / rt.config.weight.max(1) as f64
+                            }
+                            None => b.weight as f64,
+                        };
+                        rt.config = b.clone();
+                    }
+                    Some((true, _)) => {
+                        // Back in the file while draining out.
+                        let state = self.state_mut(&key).expect("service");
+                        let rt = state.backends.get_mut(&b.dip).expect("backend");
+                        rt.effective_weight = b.weight as f64;
+                        rt.config = b.clone();
+                        rt.removed_at_ms = None;
+                        rt.empty_since_ms = None;
+                        rt.health = fresh_health(check, now_ms, true);
+                    }
+                    None => {
+                        let slot = self.take_slot(&mut plan);
+                        let state = self.state_mut(&key).expect("service");
+                        state.backends.insert(
+                            b.dip,
+                            BackendRuntime::new(b, fresh_health(check, now_ms, true), slot),
+                        );
+                    }
+                }
+            }
+            let state = self.state_mut(&key).expect("service");
+            for (dip, rt) in state.backends.iter_mut() {
+                if !listed.contains(dip) && rt.removed_at_ms.is_none() {
+                    rt.removed_at_ms = Some(now_ms);
+                }
+            }
+            sync_encap(state, service, now_ms);
+            // Records that changed (state, weight, health, slots given out).
+            let records_after = self.service_records(&key);
+            for (slot, r) in &records_after {
+                if records_before.get(slot) != Some(r) {
+                    plan.records.insert(*slot);
+                }
+            }
+            plan.records.extend(
+                records_before
+                    .keys()
+                    .filter(|s| !records_after.contains_key(s)),
+            );
+            touched.push((key, false));
         }
-        self.sync_encap(&config, now_ms);
         // Server IDs of the outgoing file, for backends that leave it.
         for s in &self.config.services {
             if let Some(q) = &s.quic_lb {
@@ -629,7 +734,7 @@ impl ControlPlane {
                 }
             }
         }
-        self.config = config;
+        self.set_config(config);
         let services = &self.services;
         self.quic_left.retain(|(k, dip), _| {
             services
@@ -637,53 +742,11 @@ impl ControlPlane {
                 .and_then(|st| st.backends.get(dip))
                 .is_some_and(|b| b.removed_at_ms.is_some())
         });
-        // Records that changed (state, weight, health, slots given out or
-        // retired).
-        let records_after = self.records();
-        for (slot, r) in &records_after {
-            if records_before.get(slot) != Some(r) {
-                plan.records.insert(*slot);
-            }
-        }
-        plan.records.extend(
-            records_before
-                .keys()
-                .filter(|s| !records_after.contains_key(s)),
-        );
-        let keys: Vec<ServiceKey> = self.services.keys().copied().collect();
-        for key in keys {
-            let fresh = plan.install.contains_key(&key);
+        for (key, fresh) in touched {
             let p = self.step(&key, now_ms, fresh);
             plan.merge(p);
         }
         plan
-    }
-
-    /// The encapsulated checks' state after a reload (or start): backends
-    /// of services without `encap_check` hold the `unchecked` placeholder;
-    /// with it, a backend that still holds the placeholder (new, or its
-    /// service just turned the check on) starts unknown: its first result
-    /// decides, and until then its regular health alone does (the first
-    /// encapsulated check runs within a second, before a new backend can
-    /// pass `rise_count` regular checks). Others carry over.
-    fn sync_encap(&mut self, config: &Config, now_ms: u64) {
-        let placeholder = |h: &HealthState| {
-            h.health == Health::Up && h.last_check_ms.is_none() && h.transitions == 0
-        };
-        for service in &config.services {
-            let Some(state) = self.services.get_mut(&service.key()) else {
-                continue;
-            };
-            for rt in state.backends.values_mut() {
-                if !service.encap_check {
-                    if !placeholder(&rt.encap) {
-                        rt.encap = HealthState::unchecked(now_ms);
-                    }
-                } else if placeholder(&rt.encap) {
-                    rt.encap = HealthState::at_start(now_ms);
-                }
-            }
-        }
     }
 
     /// Record an encapsulated-check result for (`service`, `dip`)
@@ -697,12 +760,12 @@ impl ControlPlane {
         result: Result<(), String>,
         now_ms: u64,
     ) -> Option<Plan> {
-        let svc = self.config.service(service)?;
+        let svc = self.service_config(service)?;
         if !svc.encap_check {
             return None;
         }
         let (rise, fall) = (svc.health_check.rise_count, svc.health_check.fall_count);
-        let rt = self.services.get_mut(service)?.backends.get_mut(&dip)?;
+        let rt = self.state_mut(service)?.backends.get_mut(&dip)?;
         if rt.removed_at_ms.is_some() || !rt.encap.observe(result, rise, fall, now_ms) {
             return None;
         }
@@ -744,9 +807,9 @@ impl ControlPlane {
         result: Result<(), String>,
         now_ms: u64,
     ) -> Option<Plan> {
-        let check = &self.config.service(service)?.health_check;
+        let check = &self.service_config(service)?.health_check;
         let (rise, fall) = (check.rise_count, check.fall_count);
-        let state = self.services.get_mut(service)?;
+        let state = self.state_mut(service)?;
         let rt = state.backends.get_mut(&dip)?;
         if rt.removed_at_ms.is_some() {
             return None;
@@ -768,7 +831,42 @@ impl ControlPlane {
         let min_age = self.config.rebalance.min_bucket_age_ms;
         let keys: Vec<ServiceKey> = self.services.keys().copied().collect();
         for key in keys {
-            let state = self.services.get_mut(&key).expect("key");
+            let removing = self.services[&key]
+                .backends
+                .values()
+                .any(|b| b.removed_at_ms.is_some());
+            let mut gone: Vec<Ipv4Addr> = Vec::new();
+            if removing {
+                gone = self.finish_removals(&key, min_age, now_ms, &mut plan);
+            }
+            let reweighted = self.adjust_weights(&key, now_ms);
+            let changed = !reweighted.is_empty();
+            if changed {
+                plan.reweighted.push((key, reweighted));
+            }
+            let state = &self.services[&key];
+            let due = state.pending > 0 && self.voluntary_allowed(&key, now_ms);
+            if due || changed || !gone.is_empty() {
+                let p = self.step(&key, now_ms, false);
+                plan.merge(p);
+            }
+        }
+        plan
+    }
+
+    /// Of `key`'s backends being removed, note since when each owns no
+    /// bucket, and drop those that have owned none for `min_age` ms
+    /// (returned; their slots retire).
+    fn finish_removals(
+        &mut self,
+        key: &ServiceKey,
+        min_age: u64,
+        now_ms: u64,
+        plan: &mut Plan,
+    ) -> Vec<Ipv4Addr> {
+        let key = *key;
+        {
+            let state = self.state_mut(&key).expect("key");
             let shares = state.table.shares();
             let mut touched = Vec::new();
             let gone: Vec<Ipv4Addr> = state
@@ -800,23 +898,12 @@ impl ControlPlane {
                 plan.removed_backends.push((key, *dip));
             }
             for slot in removed_slots {
-                self.retire_slot(slot, &mut plan);
+                self.retire_slot(slot, plan);
             }
             plan.records
                 .extend(touched.into_iter().filter(|&s| s != OVERFLOW_SLOT));
-            let reweighted = self.adjust_weights(&key, now_ms);
-            let changed = !reweighted.is_empty();
-            if changed {
-                plan.reweighted.push((key, reweighted));
-            }
-            let state = &self.services[&key];
-            let due = state.pending > 0 && self.voluntary_allowed(&key, now_ms);
-            if due || changed || !gone.is_empty() {
-                let p = self.step(&key, now_ms, false);
-                plan.merge(p);
-            }
+            gone
         }
-        plan
     }
 
     /// Record a load sample of (`service`, `dip`) taken at `now_ms`; an
@@ -829,8 +916,7 @@ impl ControlPlane {
         now_ms: u64,
     ) {
         let Some(rt) = self
-            .services
-            .get_mut(service)
+            .state_mut(service)
             .and_then(|s| s.backends.get_mut(&dip))
         else {
             return;
@@ -872,14 +958,13 @@ impl ControlPlane {
     /// (empty when no effective weight changed).
     fn adjust_weights(&mut self, key: &ServiceKey, now_ms: u64) -> Vec<Reweight> {
         let Some(dw) = self
-            .config
-            .service(key)
+            .service_config(key)
             .and_then(|s| s.dynamic_weight.clone())
         else {
             return Vec::new();
         };
-        let state = self.services.get_mut(key).expect("service state");
         let interval = dw.interval_ms;
+        let state = &self.services[key];
         let due = state
             .last_adjust_ms
             .is_none_or(|t| now_ms.saturating_sub(t) >= interval)
@@ -888,6 +973,7 @@ impl ControlPlane {
         if !due {
             return Vec::new();
         }
+        let state = self.state_mut(key).expect("service state");
         state.last_adjust_ms = Some(now_ms);
         let settled_since = state.changed_at_ms;
         let dips: Vec<Ipv4Addr> = state
@@ -948,12 +1034,25 @@ impl ControlPlane {
     fn step(&mut self, key: &ServiceKey, now_ms: u64, fresh: bool) -> Plan {
         let rebalance: Rebalance = self.config.rebalance;
         let threshold = self
-            .config
-            .service(key)
+            .service_config(key)
             .map_or(0, |s| s.panic_threshold_percent);
+        let size = self
+            .service_config(key)
+            .map_or(self.services[key].table.size(), |s| s.table_size);
+        let previous = self.config.rebalance.previous_owners as usize;
         let allowed = fresh || self.voluntary_allowed(key, now_ms);
-        let state = self.services.get_mut(key).expect("service state");
-        let size = state.table.size();
+        let state = self.state_mut(key).expect("service state");
+        // A new size (the same flows keep their hops, see `Table::resized`)
+        // or a new number of previous owners: the step starts from the
+        // reshaped table, and what it installs is compared with the old one.
+        let mut installed: Option<Table> = None;
+        if state.table.size() != size || state.table.previous_owners() != previous {
+            let mut t = state.table.resized(size);
+            if t.previous_owners() != previous {
+                t = t.with_previous_owners(previous);
+            }
+            installed = Some(std::mem::replace(&mut state.table, t));
+        }
 
         let choice = targets::choose(state, threshold);
         let mode = choice.mode;
@@ -978,10 +1077,17 @@ impl ControlPlane {
                         || (b.verdict() == Health::Down && !(exiting && b.is_live())))
             }
         };
-        let second_ok = |d: Ipv4Addr| {
+        // Offline and gone backends leave every chain; backends known down
+        // stay (their connections may be alive) but are listed last.
+        let keep = |d: Ipv4Addr| {
             backends
                 .get(&d)
                 .is_some_and(|b| b.config.state != BackendState::Offline)
+        };
+        let down = |d: Ipv4Addr| {
+            backends
+                .get(&d)
+                .is_some_and(|b| b.verdict() == Health::Down)
         };
         // Entering panic or fail-open spreads at once: the backends left are
         // failing or overloaded, so there is nothing to protect by pacing,
@@ -1013,9 +1119,12 @@ impl ControlPlane {
                 min_age_ms: rebalance.min_bucket_age_ms,
             }
         };
-        let (table, moves) = state
-            .table
-            .rebalance(&targets, second_ok, forced_out, now_ms, limits);
+        let rules = Rules {
+            keep: &keep,
+            forced_out: &forced_out,
+            down: &down,
+        };
+        let (table, moves) = state.table.rebalance(&targets, &rules, now_ms, limits);
 
         let mut plan = Plan::default();
         if mode != state.mode {
@@ -1031,9 +1140,16 @@ impl ControlPlane {
             state.moves_total.2 += moves.swapped as u64;
         }
         state.pending = moves.pending;
-        if fresh || table.buckets() != state.table.buckets() {
-            plan.install.insert(*key, moves);
+        let old = installed.as_ref().unwrap_or(&state.table);
+        if fresh || table.size() != old.size() {
+            plan.add_install(*key, moves, None);
             state.changed_at_ms = now_ms;
+        } else {
+            let changed = table.changed_from(old);
+            if !changed.is_empty() {
+                plan.add_install(*key, moves, Some(changed));
+                state.changed_at_ms = now_ms;
+            }
         }
         state.table = table;
         if state.exiting && !state.failed_owners_left() {

@@ -13,7 +13,7 @@ use crate::config::{Backend, BackendState, Checker, Config};
 use crate::dataplane::{ControlRecord, LiveTable, RecordAdmin, RecordHealth};
 use crate::health::{Health, HealthState};
 use crate::limits;
-use crate::table::Table;
+use crate::table::{Bucket, Table};
 use crate::types::ServiceKey;
 
 fn record_health(h: Health) -> RecordHealth {
@@ -37,7 +37,16 @@ impl ControlPlane {
     /// own, by slot.
     pub fn records(&self) -> BTreeMap<u32, ControlRecord> {
         let mut out = BTreeMap::new();
-        for (key, st) in &self.services {
+        for key in self.services.keys() {
+            out.extend(self.service_records(key));
+        }
+        out
+    }
+
+    /// The `control_state` records of one service's backends, by slot.
+    pub(super) fn service_records(&self, key: &ServiceKey) -> BTreeMap<u32, ControlRecord> {
+        let mut out = BTreeMap::new();
+        if let Some(st) = self.services.get(key) {
             for b in st.backends.values().filter(|b| b.slot != OVERFLOW_SLOT) {
                 let admin = match (b.removed_at_ms, b.config.state) {
                     (Some(_), _) => RecordAdmin::Removing,
@@ -102,7 +111,7 @@ impl ControlPlane {
             let Some(service) = config.service(&key) else {
                 continue;
             };
-            if lt.buckets.len() != service.table_size as usize
+            if lt.chains.len() != service.table_size as usize
                 || lt.service_index >= limits::MAX_SERVICES
                 || cp.services.values().any(|s| s.index == lt.service_index)
             {
@@ -174,10 +183,9 @@ impl ControlPlane {
             // earlier daemon was draining out (or that left the file while
             // no daemon ran). Connections may still depend on them.
             let hops: BTreeSet<Ipv4Addr> = lt
-                .buckets
+                .chains
                 .iter()
-                .flat_map(|b| [b.first, b.second])
-                .flatten()
+                .flat_map(|(f, p)| f.iter().chain(p.iter()).copied())
                 .collect();
             for dip in hops {
                 if backends.contains_key(&dip) || in_file.contains_key(&dip) {
@@ -197,9 +205,23 @@ impl ControlPlane {
                 rt.removed_at_ms = Some(now_ms);
                 backends.insert(dip, rt);
             }
+            // The chains as the data plane holds them; a different
+            // `previous_owners` in the file trims or widens them in the
+            // update below (a step, installed like any change).
+            let previous = lt.chains.iter().map(|(_, p)| p.len()).max();
+            let previous = previous
+                .unwrap_or(0)
+                .max(config.rebalance.previous_owners as usize);
             let mut st = ServiceState::new(
                 lt.service_index,
-                Table::adopt(lt.buckets, lt.moved_at),
+                Table::adopt(
+                    lt.chains
+                        .into_iter()
+                        .map(|(first, previous)| Bucket::new(first, previous))
+                        .collect(),
+                    lt.moved_at,
+                    previous,
+                ),
                 backends,
                 now_ms,
             );
@@ -218,9 +240,11 @@ impl ControlPlane {
                 .map(|b| b.config.clone())
                 .collect();
             adopted_services.push(as_recorded);
-            cp.services.insert(key, st);
+            cp.services.insert(key, std::sync::Arc::new(st));
         }
-        cp.config.services = adopted_services;
+        let mut as_adopted = cp.config().clone();
+        as_adopted.services = adopted_services;
+        cp.set_config(as_adopted);
         let before: BTreeSet<(ServiceKey, Ipv4Addr)> = cp
             .services
             .iter()
@@ -231,10 +255,10 @@ impl ControlPlane {
         // Backends that `update` added to adopted services are not new to
         // the cluster: unknown with the first result deciding, like at any
         // start, rather than reload additions that need rise_count.
-        for (key, st) in cp.services.iter_mut() {
-            if !adopted.contains(key) {
+        for key in adopted.iter() {
+            let Some(st) = cp.state_mut(key) else {
                 continue;
-            }
+            };
             for (dip, b) in st.backends.iter_mut() {
                 if !before.contains(&(*key, *dip)) && b.health.health == Health::Unknown {
                     b.health = HealthState::at_start(now_ms);

@@ -39,10 +39,12 @@
 pub mod abi;
 pub mod filters;
 pub mod hints;
+pub mod install;
 pub mod libbpf_log;
 pub mod ops;
 pub mod pinned;
 pub mod pins;
+pub mod pool;
 mod quic;
 
 use std::collections::BTreeSet;
@@ -54,16 +56,18 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, OpenObject, TcHook, TcHookBuilder, Xdp, XdpFlags};
-use tracing::warn;
+use tracing::{info, warn};
 
+use crate::config::Config;
 use crate::table::Table;
 use crate::types::{ServiceKey, UnknownFlow};
 use abi::skel::{NilbSkel, NilbSkelBuilder};
+pub use install::{ChainSource, Chains, RawTable};
 pub use ops::{
     ControlRecord, DataplaneOps, NodeSettings, QuicRoute, RecordAdmin, RecordHealth, TableInstall,
 };
-use pinned::{read_control_state, read_tables};
-pub use pinned::{LiveTable, PinnedMaps, ADOPT_WITHOUT, PINNED_MAPS};
+use pinned::read_control_state;
+pub use pinned::{LiveTable, PinnedMaps, ADOPT_WITHOUT, PINNED_MAPS, POOL_MAPS};
 
 /// XDP attach mode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -105,8 +109,62 @@ pub struct Dataplane<'obj> {
     /// What the QUIC-LB maps hold (they are not pinned: empty at load).
     quic: quic::QuicInstalled,
     adopted: bool,
+    book: install::PoolBook,
+    grew: Option<(u32, u32)>,
     settings: Option<NodeSettings>,
     filters: filters::FilterState,
+}
+
+/// Pool size of [`Dataplane::load`]: four chunks (262,144 buckets).
+pub const DEFAULT_POOL_BUCKETS: u32 = 4 * pool::CHUNK_BUCKETS;
+
+/// Buckets of the pool for `config`: every service's table plus one of the
+/// largest, in whole chunks (docs/design.md "Maps").
+pub fn pool_buckets(config: &Config) -> u32 {
+    pool::pool_buckets_for(config.services.iter().map(|s| s.table_size))
+}
+
+fn pool_maps<'a>(skel: &'a NilbSkel<'_>) -> install::PoolMaps<'a> {
+    install::PoolMaps {
+        services: &skel.maps.services,
+        buckets: &skel.maps.buckets,
+        moved: &skel.maps.bucket_moved,
+        backends: &skel.maps.backends,
+    }
+}
+
+/// Replace the pool maps pinned under `dir` (`old` buckets) by maps of
+/// `new` buckets holding the old contents in their prefix: each new map is
+/// created, filled, pinned beside the old pin and renamed over it (bpffs
+/// renames atomically), so that a crash in between leaves a usable pin.
+fn grow_pinned_pool(dir: &Path, old: u32, new: u32) -> Result<()> {
+    for (name, entries_old, entries_new, bytes) in [
+        (pinned::BUCKETS, old, new, old as usize * abi::BUCKET_BYTES),
+        (
+            pinned::BUCKET_MOVED,
+            old / 2,
+            new / 2,
+            old as usize * abi::MOVED_BYTES,
+        ),
+    ] {
+        let path = dir.join(name);
+        let from = libbpf_rs::MapHandle::from_pinned_path(&path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        debug_assert_eq!(from.max_entries(), entries_old);
+        let mut to = abi::create_mmapable_array(name, from.value_size(), entries_new)?;
+        let src = abi::ArrayMapping::new(from.as_fd(), 0, bytes, false)?;
+        let dst = abi::ArrayMapping::new(to.as_fd(), 0, bytes, true)?;
+        dst.write(0, &src.read(0, bytes));
+        drop((src, dst));
+        // bpffs refuses names with a dot.
+        let tmp = dir.join(format!("{name}_grown"));
+        let _ = std::fs::remove_file(&tmp);
+        to.pin(&tmp)
+            .with_context(|| format!("pinning the grown {name}"))?;
+        std::fs::rename(&tmp, &path)
+            .with_context(|| format!("replacing {} by the grown pool", path.display()))?;
+    }
+    Ok(())
 }
 
 /// TC filter handle and priority nilb uses on clsact ingress ("ni").
@@ -162,27 +220,43 @@ pub fn cleanup(ifindex: i32, pin_dir: &Path) -> Result<Vec<String>> {
 
 impl<'obj> Dataplane<'obj> {
     /// Open and load the BPF object (the verifier runs here), with no pins
-    /// (replay, tests). `storage` must outlive the data plane (libbpf-rs
-    /// skeleton rule).
+    /// and a pool of [`DEFAULT_POOL_BUCKETS`] (replay, tests). `storage`
+    /// must outlive the data plane (libbpf-rs skeleton rule).
     pub fn load(storage: &'obj mut MaybeUninit<OpenObject>) -> Result<Self> {
-        Self::load_pinned(storage, None)
+        Self::load_pinned(storage, None, DEFAULT_POOL_BUCKETS)
     }
 
-    /// Load with the shared maps pinned under `pin_dir`. Maps already
-    /// pinned there by an earlier daemon (killed, or stopped with
-    /// `--keep-dataplane`) are adopted: the new programs use the very same
-    /// maps, so tables, counters and the cluster set carry over and no
-    /// bucket moves. Pins whose layout does not match this binary's maps (an
-    /// upgrade that changed them) are replaced, with a warning.
+    /// [`Dataplane::load`] with a pool sized for `config`'s tables
+    /// ([`pool_buckets`]).
+    pub fn load_for(storage: &'obj mut MaybeUninit<OpenObject>, config: &Config) -> Result<Self> {
+        Self::load_pinned(storage, None, pool_buckets(config))
+    }
+
+    /// Load with the shared maps pinned under `pin_dir` and a bucket pool of
+    /// `pool_buckets` (rounded up to whole chunks; [`pool_buckets`] sizes it
+    /// for a config). Maps already pinned there by an earlier daemon
+    /// (killed, or stopped with `--keep-dataplane`) are adopted: the new
+    /// programs use the very same maps, so tables, counters and the cluster
+    /// set carry over and no bucket moves. A pinned pool smaller than
+    /// `pool_buckets` grows first: copied into the prefix of a new, larger
+    /// pool (every region stays where it is, `services` is unchanged) that
+    /// replaces the pin; until the new programs are attached the old ones
+    /// read the old pool ([`Dataplane::pool_grew`]). A larger pinned pool
+    /// keeps its size. Pins whose layout does not match this binary's maps
+    /// (an upgrade that changed them) are replaced, with a warning.
     /// [`Dataplane::adopted`] tells which happened.
     pub fn load_pinned(
         storage: &'obj mut MaybeUninit<OpenObject>,
         pin_dir: Option<&Path>,
+        pool_buckets: u32,
     ) -> Result<Self> {
+        let chunk = pool::CHUNK_BUCKETS;
+        let mut pool_size = pool_buckets.div_ceil(chunk).max(1) * chunk;
         let mut open = NilbSkelBuilder::default()
             .open(storage)
             .context("opening the BPF object")?;
         let mut adopted = false;
+        let mut grew = None;
         if let Some(dir) = pin_dir {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
             let mut maps: Vec<libbpf_rs::OpenMapMut<'_>> = open
@@ -194,12 +268,38 @@ impl<'obj> Dataplane<'obj> {
                 bail!("the BPF object does not have all of the maps {PINNED_MAPS:?}");
             }
             let name = |m: &libbpf_rs::OpenMapMut<'_>| m.name().to_string_lossy().into_owned();
+            let pinned = |m: &libbpf_rs::OpenMapMut<'_>| {
+                libbpf_rs::MapHandle::from_pinned_path(dir.join(name(m))).ok()
+            };
+            // The pinned pool's size, if its two maps agree on one.
+            let pinned_pool = {
+                let b = maps
+                    .iter()
+                    .find(|m| name(m) == pinned::BUCKETS)
+                    .and_then(pinned);
+                let mv = maps
+                    .iter()
+                    .find(|m| name(m) == pinned::BUCKET_MOVED)
+                    .and_then(pinned);
+                match (b, mv) {
+                    (Some(b), Some(mv))
+                        if b.max_entries() % chunk == 0
+                            && b.max_entries() > 0
+                            && mv.max_entries() == b.max_entries() / 2 =>
+                    {
+                        Some(b.max_entries())
+                    }
+                    _ => None,
+                }
+            };
+            let is_pool = |m: &libbpf_rs::OpenMapMut<'_>| POOL_MAPS.contains(&name(m).as_str());
             let matches = |map: &libbpf_rs::OpenMapMut<'_>| {
-                libbpf_rs::MapHandle::from_pinned_path(dir.join(name(map))).is_ok_and(|h| {
+                pinned(map).is_some_and(|h| {
                     h.map_type() == map.map_type()
                         && h.key_size() == map.key_size()
                         && h.value_size() == map.value_size()
-                        && h.max_entries() == map.max_entries()
+                        && (h.max_entries() == map.max_entries()
+                            || (is_pool(map) && pinned_pool.is_some()))
                 })
             };
             let optional =
@@ -227,6 +327,17 @@ impl<'obj> Dataplane<'obj> {
                         let _ = std::fs::remove_file(&path);
                     }
                 }
+                let old = pinned_pool.expect("the pool maps matched");
+                if old < pool_size {
+                    grow_pinned_pool(dir, old, pool_size)?;
+                    grew = Some((old, pool_size));
+                    info!(
+                        from = old,
+                        to = pool_size,
+                        "the configuration needs a larger bucket pool: the pinned pool was copied into a larger one (no bucket moved)"
+                    );
+                }
+                pool_size = pool_size.max(old);
             }
             adopted = required_ok;
             for map in &mut maps {
@@ -235,9 +346,27 @@ impl<'obj> Dataplane<'obj> {
                     .with_context(|| format!("pin path of {name}"))?;
             }
         }
+        open.maps
+            .buckets
+            .set_max_entries(pool_size)
+            .context("sizing the bucket pool")?;
+        open.maps
+            .bucket_moved
+            .set_max_entries(pool_size / 2)
+            .context("sizing bucket_moved")?;
         let skel = open
             .load()
             .context("loading the BPF programs (verifier log above, if any)")?;
+        let book = if adopted {
+            let (book, errors) = install::PoolBook::adopt(&pool_maps(&skel))
+                .context("reading the adopted tables")?;
+            for e in errors {
+                warn!("adopted table not taken over, it is installed anew: {e}");
+            }
+            book
+        } else {
+            install::PoolBook::new(pool_size)
+        };
         let mut dp = Dataplane {
             skel,
             xdp: None,
@@ -248,6 +377,8 @@ impl<'obj> Dataplane<'obj> {
             nodes: BTreeSet::new(),
             quic: quic::QuicInstalled::new(),
             adopted,
+            book,
+            grew,
             settings: None,
             filters: filters::FilterState::default(),
         };
@@ -258,6 +389,35 @@ impl<'obj> Dataplane<'obj> {
             dp.adopt_filters();
         }
         Ok(dp)
+    }
+
+    /// The pool's buckets: in tables, in quarantine, free.
+    pub fn pool_usage(&self) -> pool::Usage {
+        self.book.usage()
+    }
+
+    /// Bytes of BPF map memory the pool takes: buckets and their move
+    /// times.
+    pub fn pool_bytes(&self) -> u64 {
+        self.book.usage().buckets as u64 * (abi::BUCKET_BYTES + abi::MOVED_BYTES) as u64
+    }
+
+    /// `(old, new)` pool size if loading grew the adopted pool: the
+    /// programs attached before still read the old pool, so the new ones
+    /// must be attached before tables are written.
+    pub fn pool_grew(&self) -> Option<(u32, u32)> {
+        self.grew
+    }
+
+    /// Bucket words this data plane stored into the pool so far (installs
+    /// store only the words that differ from the installed ones).
+    pub fn bucket_stores(&self) -> u64 {
+        self.book.stores()
+    }
+
+    /// Bucket entries of the installed tables that name backend `slot`.
+    pub fn slot_refs(&self, slot: u32) -> u32 {
+        self.book.refs(slot)
     }
 
     /// The interface (and XDP mode) [`DataplaneOps::set_xdp`] attaches to
@@ -280,7 +440,12 @@ impl<'obj> Dataplane<'obj> {
     /// The installed tables (as `nilb lookup --live` reads them), from this
     /// data plane's own maps.
     pub fn live_tables(&self) -> Result<Vec<(ServiceKey, LiveTable)>> {
-        read_tables(&self.skel.maps.services)
+        let (tables, backends, _) = install::read_raw(&pool_maps(&self.skel), None)?;
+        Ok(tables
+            .iter()
+            .filter(|t| self.book.has(&t.key))
+            .map(|t| (t.key, LiveTable::from_raw(t, &backends)))
+            .collect())
     }
 
     /// Install `table` for `key` with stats index `index` (`slot_of(dip)`:
@@ -300,6 +465,33 @@ impl<'obj> Dataplane<'obj> {
                 index,
                 table,
                 slot_of,
+                changed: None,
+            }],
+        )
+    }
+
+    /// Install buckets given by their hops for `key` with stats index
+    /// `index` (`slot_of(dip)`: the slot of every hop; `changed`: the
+    /// buckets that differ from the installed table, None: all). What
+    /// [`Dataplane::install_table`] does for a [`Table`], for chains the
+    /// control plane does not make (fixtures) or a [`LiveTable`] put back.
+    pub fn install_chains(
+        &mut self,
+        key: &ServiceKey,
+        index: u32,
+        chains: &Chains,
+        slot_of: &dyn Fn(Ipv4Addr) -> u32,
+        changed: Option<&[u32]>,
+    ) -> Result<()> {
+        let maps = pool_maps(&self.skel);
+        self.book.install(
+            &maps,
+            &[install::Install {
+                key: *key,
+                index,
+                table: chains,
+                slot_of,
+                changed,
             }],
         )
     }
@@ -610,60 +802,28 @@ impl DataplaneOps for Dataplane<'_> {
         Ok(out)
     }
 
-    /// Each table is built and filled in a new bucket array first, then all
-    /// are swapped into `services` with one batch update. Batching matters
-    /// because the kernel waits for an RCU grace period (about 10 ms) after
-    /// each update of a map-in-map, and once per batch.
+    /// Tables whose region keeps its size are written in place (their
+    /// changed buckets, one 8-byte store each); new services and new sizes
+    /// get a region of their own and one `services` update each. No update
+    /// of a map-in-map, so no RCU wait (docs/design.md "Maps").
     fn install_tables(&mut self, items: &[TableInstall<'_>]) -> Result<()> {
-        if items.is_empty() {
-            return Ok(());
-        }
-        let mut inners = Vec::with_capacity(items.len());
-        let mut keys = Vec::with_capacity(items.len() * 8);
-        let mut fds = Vec::with_capacity(items.len() * 4);
-        for TableInstall {
-            key,
-            index,
-            table,
-            slot_of,
-        } in items
-        {
-            let v = abi::inner_table_values(table, *index, *slot_of);
-            let inner = abi::create_array(
-                &format!("nilb_t{index}"),
-                abi::BUCKET_SIZE,
-                table.size() + 1,
-            )?;
-            abi::fill_array(&inner, &v)
-                .with_context(|| format!("filling the bucket array of {key}"))?;
-            keys.extend_from_slice(abi::bytes_of(&abi::service_key(key)));
-            fds.extend_from_slice(&abi::map_fd_value(inner.as_fd()));
-            inners.push(inner);
-        }
-        self.skel
-            .maps
-            .services
-            .update_batch(
-                &keys,
-                &fds,
-                items.len() as u32,
-                MapFlags::ANY,
-                MapFlags::ANY,
-            )
-            .with_context(|| format!("swapping in {} table(s)", items.len()))?;
-        // The outer map now holds the references that matter; the old arrays
-        // are freed by the kernel once no program uses them.
-        drop(inners);
-        Ok(())
+        let items: Vec<install::Install<'_>> = items
+            .iter()
+            .map(|it| install::Install {
+                key: it.key,
+                index: it.index,
+                table: it.table,
+                slot_of: it.slot_of,
+                changed: it.changed,
+            })
+            .collect();
+        let maps = pool_maps(&self.skel);
+        self.book.install(&maps, &items)
     }
 
     fn remove_service(&mut self, key: &ServiceKey) -> Result<()> {
-        let k = abi::service_key(key);
-        self.skel
-            .maps
-            .services
-            .delete(abi::bytes_of(&k))
-            .with_context(|| format!("removing service {key}"))
+        let maps = pool_maps(&self.skel);
+        self.book.remove(&maps, key)
     }
 
     fn set_quic(&mut self, routes: &[QuicRoute]) -> Result<()> {

@@ -89,8 +89,8 @@ pub struct ControlRecord {
     pub empty_since_ms: Option<u64>,
 }
 
-/// One table to install: service key, stats index, buckets and the
-/// `backend_stats` slot of each first hop.
+/// One table to install: service key, stats index, buckets, the backend
+/// slot of each hop and which buckets changed.
 pub struct TableInstall<'a> {
     /// The service.
     pub key: ServiceKey,
@@ -98,8 +98,14 @@ pub struct TableInstall<'a> {
     pub index: u32,
     /// Its buckets.
     pub table: &'a Table,
-    /// Counter slot of a first hop.
+    /// Backend slot of a hop (first hop or previous owner): its address in
+    /// `backends`, its `backend_stats` and `hop_cache` entries. Never 0;
+    /// one backend per slot.
     pub slot_of: &'a dyn Fn(Ipv4Addr) -> u32,
+    /// Indexes of the buckets that changed (hops or move time) since this
+    /// service's last install, ascending; None: all of them. Only these are
+    /// written when the table keeps its size.
+    pub changed: Option<&'a [u32]>,
 }
 
 /// A service with `quic_lb` as the XDP balancer routes it (docs/design.md
@@ -148,9 +154,11 @@ pub trait DataplaneOps {
     /// Services the `services` map holds.
     fn installed_services(&self) -> Result<BTreeSet<ServiceKey>>;
 
-    /// Install several tables in one batch; each swap is atomic on its own.
-    /// On an error a prefix of `items` may already be installed (the kernel
-    /// stops a batch update at the first failing element).
+    /// Install several tables in one batch; each bucket changes at once
+    /// (its whole chain), each new region with one `services` update. A
+    /// batch that does not fit the bucket pool fails before anything is
+    /// written; on another error a prefix of `items` may already be
+    /// installed.
     fn install_tables(&mut self, items: &[TableInstall<'_>]) -> Result<()>;
 
     /// Remove a service from the `services` map (its packets then pass).

@@ -1,8 +1,9 @@
 //! The maps a daemon pins so that they outlive it: the one list of their
 //! names (loading, adoption, `nilb cleanup` and unpinning all use it), and
-//! reading them from another process (`nilb stats`, `nilb lookup --live`)
-//! or from an adopted data plane ([`LiveTable`]). `hop_cache` is not pinned:
-//! a restarted daemon starts with an empty cache.
+//! reading them from another process (`nilb stats`, `nilb tables`, `nilb
+//! lookup --live`) or from an adopted data plane ([`LiveTable`]), all
+//! through one reader of the tables ([`PinnedMaps::raw_tables`]).
+//! `hop_cache` is not pinned: a restarted daemon starts with an empty cache.
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
@@ -12,13 +13,19 @@ use anyhow::{Context, Result};
 use libbpf_rs::{MapCore, MapFlags};
 
 use super::abi;
+use super::install::{read_raw, Chains, PoolMaps, RawTable};
 use super::ops::{ControlRecord, NodeSettings};
-use crate::table::Bucket;
 use crate::types::{ServiceKey, UnknownFlow};
 
-/// `services`: HASH_OF_MAPS from (VIP, port, protocol) to the service's
-/// bucket array.
+/// `services`: HASH from (VIP, port, protocol) to the service's region of
+/// the bucket pool and its stats index.
 pub const SERVICES: &str = "services";
+/// `buckets`: the bucket pool (every service's buckets).
+pub const BUCKETS: &str = "buckets";
+/// `bucket_moved`: each bucket's last first-hop change (control plane only).
+pub const BUCKET_MOVED: &str = "bucket_moved";
+/// `backends`: each backend slot's address.
+pub const BACKENDS: &str = "backends";
 /// `cluster_nodes`: addresses allowed to send GUE.
 pub const CLUSTER_NODES: &str = "cluster_nodes";
 /// `vips`: the VIP addresses.
@@ -53,8 +60,11 @@ pub const FILTER_MAPS: [&str; 9] = [
 
 /// Names of the maps pinned under the pin directory, as the BPF object
 /// names them.
-pub const PINNED_MAPS: [&str; 17] = [
+pub const PINNED_MAPS: [&str; 20] = [
     SERVICES,
+    BUCKETS,
+    BUCKET_MOVED,
+    BACKENDS,
     CLUSTER_NODES,
     VIPS,
     CONFIG,
@@ -89,11 +99,22 @@ pub const ADOPT_WITHOUT: [&str; 10] = [
     FILTER_MAPS[8],
 ];
 
-/// Maps of a running daemon, opened from their pins (for `nilb stats` and
-/// `nilb lookup --live`).
+/// Pinned maps sized with the pool: adopted when at least as large as this
+/// daemon wants (their size then stays), grown (copied into the prefix of a
+/// larger map) when smaller.
+pub const POOL_MAPS: [&str; 2] = [BUCKETS, BUCKET_MOVED];
+
+/// Maps of a running daemon, opened from their pins (for `nilb stats`,
+/// `nilb tables` and `nilb lookup --live`).
 pub struct PinnedMaps {
-    /// `services` (outer table).
+    /// `services`.
     pub services: libbpf_rs::MapHandle,
+    /// `buckets` (the pool).
+    pub buckets: libbpf_rs::MapHandle,
+    /// `bucket_moved`.
+    pub bucket_moved: libbpf_rs::MapHandle,
+    /// `backends`.
+    pub backends: libbpf_rs::MapHandle,
     /// `counters`.
     pub counters: libbpf_rs::MapHandle,
     /// `service_stats`.
@@ -123,6 +144,9 @@ impl PinnedMaps {
         };
         Ok(PinnedMaps {
             services: open(SERVICES)?,
+            buckets: open(BUCKETS)?,
+            bucket_moved: open(BUCKET_MOVED)?,
+            backends: open(BACKENDS)?,
             counters: open(COUNTERS)?,
             service_stats: open(SERVICE_STATS)?,
             backend_stats: open(BACKEND_STATS)?,
@@ -184,54 +208,43 @@ impl PinnedMaps {
         })
     }
 
-    /// Installed services with their header and buckets, read from the
-    /// live inner arrays.
-    pub fn tables(&self) -> Result<Vec<(ServiceKey, LiveTable)>> {
-        read_tables(&self.services)
-    }
-}
-
-/// Every service in a `services` map with its inner table.
-pub(super) fn read_tables(services: &dyn MapCore) -> Result<Vec<(ServiceKey, LiveTable)>> {
-    let mut out = Vec::new();
-    for key in services.keys() {
-        let Some(service) = abi::parse_service_key(&key)? else {
-            continue;
-        };
-        let Some(id) = services.lookup(&key, MapFlags::ANY)? else {
-            continue;
-        };
-        let id = u32::from_ne_bytes(id[..4].try_into().expect("4-byte map id"));
-        let inner = libbpf_rs::MapHandle::from_map_id(id)
-            .with_context(|| format!("opening the table of {service} (map id {id})"))?;
-        let (hdr, buckets) = abi::read_inner_table(&inner)?;
-        let mut slots = BTreeMap::new();
-        for b in &buckets {
-            if b.first_hop != 0 {
-                slots.insert(abi::addr_from_be(b.first_hop), b.first_slot);
-            }
+    fn pool_maps(&self) -> PoolMaps<'_> {
+        PoolMaps {
+            services: &self.services,
+            buckets: &self.buckets,
+            moved: &self.bucket_moved,
+            backends: &self.backends,
         }
-        out.push((
-            service,
-            LiveTable {
-                service_index: hdr.service_index,
-                buckets: buckets
-                    .iter()
-                    .map(|b| Bucket {
-                        first: (b.first_hop != 0).then(|| abi::addr_from_be(b.first_hop)),
-                        second: (b.second_hop != 0).then(|| abi::addr_from_be(b.second_hop)),
-                    })
-                    .collect(),
-                moved_at: buckets
-                    .iter()
-                    .map(|b| (b.moved_at_s != 0).then(|| b.moved_at_s as u64 * 1000))
-                    .collect(),
-                slots,
-            },
-        ));
     }
-    out.sort_by_key(|(k, _)| *k);
-    Ok(out)
+
+    /// Every installed service's table, raw, in key order, and the address
+    /// of every backend slot (index = slot).
+    pub fn raw_tables(&self) -> Result<(Vec<RawTable>, Vec<Option<Ipv4Addr>>)> {
+        let (tables, backends, errors) = read_raw(&self.pool_maps(), None)?;
+        if let Some(e) = errors.first() {
+            anyhow::bail!("the pinned tables are inconsistent: {e}");
+        }
+        Ok((tables, backends))
+    }
+
+    /// The installed table of `key` (None: not installed), read from the
+    /// pool.
+    pub fn table(&self, key: &ServiceKey) -> Result<Option<LiveTable>> {
+        let (tables, backends, errors) = read_raw(&self.pool_maps(), Some(key))?;
+        if let Some(e) = errors.first() {
+            anyhow::bail!("the pinned table is inconsistent: {e}");
+        }
+        Ok(tables.first().map(|t| LiveTable::from_raw(t, &backends)))
+    }
+
+    /// Installed services with their buckets, read from the pool.
+    pub fn tables(&self) -> Result<Vec<(ServiceKey, LiveTable)>> {
+        let (tables, backends) = self.raw_tables()?;
+        Ok(tables
+            .iter()
+            .map(|t| (t.key, LiveTable::from_raw(t, &backends)))
+            .collect())
+    }
 }
 
 /// Every used slot of a `control_state` map with its record.
@@ -252,17 +265,84 @@ pub(super) fn read_control_state(map: &dyn MapCore) -> Result<BTreeMap<u32, Cont
 }
 
 /// A service table as installed in the data plane.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LiveTable {
     /// Index into `service_stats`.
     pub service_index: u32,
-    /// Buckets in index order.
-    pub buckets: Vec<Bucket>,
+    /// Per bucket, in index order: the first hop and the previous owners,
+    /// newest first (a slot without an address is left out).
+    pub chains: Vec<(Option<Ipv4Addr>, Vec<Ipv4Addr>)>,
     /// When each bucket's first hop last changed, in milliseconds with
     /// seconds precision, as the daemon stored it: boot-time, or Unix time
     /// if an older daemon wrote it ([`crate::clock::adopted_move_time`]
     /// tells them apart).
     pub moved_at: Vec<Option<u64>>,
-    /// `backend_stats` slot of each first hop.
+    /// Backend slot of every hop the buckets name (first hops and previous
+    /// owners).
     pub slots: BTreeMap<Ipv4Addr, u32>,
+}
+
+impl LiveTable {
+    /// The table of `raw`, its slots resolved with `backends` (index =
+    /// slot).
+    pub fn from_raw(raw: &RawTable, backends: &[Option<Ipv4Addr>]) -> LiveTable {
+        // A first hop's slot wins over a previous owner's (a chain the
+        // control plane did not write may name another slot of the address).
+        let mut slots = BTreeMap::new();
+        let mut addr = |s: u16, first: bool| {
+            let a = backends.get(s as usize).copied().flatten();
+            if let Some(a) = a {
+                if first {
+                    slots.insert(a, s as u32);
+                } else {
+                    slots.entry(a).or_insert(s as u32);
+                }
+            }
+            a
+        };
+        let chains: Vec<_> = raw
+            .buckets
+            .iter()
+            .map(|h| {
+                let first = if h[0] != 0 { addr(h[0], true) } else { None };
+                let previous = h[1..]
+                    .iter()
+                    .take_while(|&&s| s != 0)
+                    .filter_map(|&s| addr(s, false))
+                    .collect();
+                (first, previous)
+            })
+            .collect();
+        LiveTable {
+            service_index: raw.service.service_index,
+            chains,
+            moved_at: raw
+                .moved_s
+                .iter()
+                .map(|&s| (s != 0).then_some(s as u64 * 1000))
+                .collect(),
+            slots,
+        }
+    }
+
+    /// The chains of `t` as [`LiveTable::chains`] holds them (what a table
+    /// installed from `t` reads back as, slots permitting).
+    pub fn chains_of(t: &crate::table::Table) -> Vec<(Option<Ipv4Addr>, Vec<Ipv4Addr>)> {
+        (0..t.size() as usize)
+            .map(|i| (t.first(i), t.previous(i).collect()))
+            .collect()
+    }
+
+    /// Buckets.
+    pub fn size(&self) -> usize {
+        self.chains.len()
+    }
+
+    /// The table as the data plane installs it (hops and move times).
+    pub fn to_chains(&self) -> Chains {
+        Chains {
+            chains: self.chains.clone(),
+            moved_at: self.moved_at.clone(),
+        }
+    }
 }

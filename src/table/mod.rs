@@ -1,39 +1,108 @@
-//! Bucket tables, Beamer style (NSDI'18): each bucket has a first hop (owner,
-//! gets new connections) and a second hop (previous owner). Pure logic: no
-//! BPF, no sockets, no clock (callers pass the time).
+//! Bucket tables, Beamer style (NSDI'18) with longer memories: each bucket
+//! has a first hop (owner, gets new connections) and remembers its last
+//! previous owners, newest first (the hop list second chance walks). Pure
+//! logic: no BPF, no sockets, no clock (callers pass the time).
 //!
 //! Rules (docs/design.md "Tables and pacing"):
 //! - every eligible backend gets a share of buckets proportional to its
 //!   weight, within one bucket of exact (largest-remainder apportionment,
 //!   ties broken by address so every node computes the same table);
-//! - a change moves as few buckets as needed, and a moved bucket keeps its old
-//!   first hop as second hop;
-//! - which buckets move: (1) buckets whose second hop is a backend that must
-//!   gain, by swapping first and second hop; (2) least recently moved buckets;
-//!   (3) buckets next to the gaining backend's existing ranges, so ranges stay
-//!   contiguous;
-//! - moves forced by failure (`forced_out` owners, or no owner) are immediate;
-//!   voluntary moves (weight changes, recoveries, drains) obey [`StepLimits`]:
-//!   a budget of buckets per step and a minimum bucket age.
+//! - a change moves as few buckets as needed, and a moved bucket keeps its
+//!   old first hop as its newest previous owner; a bucket remembers at most
+//!   [`Table::previous_owners`] distinct previous owners (the chain), and
+//!   forgets the last one listed when a move would exceed that;
+//! - chains are trimmed: backends that may no longer be hops (offline, gone)
+//!   leave every chain, a backend that becomes first hop again leaves the
+//!   previous owners, and previous owners known down are listed after the
+//!   others (so a dead machine never stands in front of a live one);
+//! - which buckets move: (1) buckets one of whose previous owners must gain
+//!   (a swap back: the chain only turns, nobody is forgotten); (2) buckets
+//!   whose chain has room (the move forgets nobody), then the rest, each
+//!   least recently moved first; (3) a free bucket goes to a previous owner
+//!   that must gain, else next to the gaining backend's existing ranges, so
+//!   ranges stay contiguous;
+//! - moves forced by failure (`forced_out` owners, or no owner) are
+//!   immediate; voluntary moves (weight changes, recoveries, drains) obey
+//!   [`StepLimits`]: a budget of buckets per step and a minimum bucket age.
 //!
 //! The result is a deterministic function of the previous table, the targets
 //! and the time: the same sequence of inputs gives the same table on every
 //! node and every run.
+//!
+//! Storage: per table a list of the backends its chains name, and per bucket
+//! four 16-bit indexes into it (first hop, then previous owners) and a 32-bit
+//! move time: 12 bytes per bucket.
 
+#[cfg(test)]
+mod sim;
 #[cfg(test)]
 mod tests;
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::collections::{BTreeMap, BinaryHeap};
 use std::net::Ipv4Addr;
 
-/// One bucket: first and second hop (`None` = no hop).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// Hops a bucket lists at most: its first hop and up to three previous
+/// owners (`NILB_MAX_OWNERS`, the data plane's `hops[]`).
+pub const MAX_OWNERS: usize = 4;
+
+/// Previous owners a bucket remembers at most.
+pub const MAX_PREVIOUS: usize = MAX_OWNERS - 1;
+
+/// Address that stands for "no hop" in a [`Bucket`] (never a backend's: the
+/// configuration rejects 0.0.0.0/8).
+const NO_HOP: Ipv4Addr = Ipv4Addr::UNSPECIFIED;
+
+/// One bucket's hops by address (a copy: the table stores indexes): the
+/// first hop, then the previous owners, newest first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Bucket {
+    hops: [Ipv4Addr; MAX_OWNERS],
+}
+
+impl Default for Bucket {
+    fn default() -> Self {
+        Bucket {
+            hops: [NO_HOP; MAX_OWNERS],
+        }
+    }
+}
+
+impl Bucket {
+    /// A bucket with this first hop (`None`: packets are dropped) and these
+    /// previous owners, newest first (at most [`MAX_PREVIOUS`] are kept;
+    /// unspecified addresses are skipped).
+    pub fn new(first: Option<Ipv4Addr>, previous: impl IntoIterator<Item = Ipv4Addr>) -> Bucket {
+        let mut b = Bucket::default();
+        b.hops[0] = first.unwrap_or(NO_HOP);
+        for (slot, p) in b.hops[1..]
+            .iter_mut()
+            .zip(previous.into_iter().filter(|p| *p != NO_HOP))
+        {
+            *slot = p;
+        }
+        b
+    }
+
     /// Owner: gets new connections. `None`: packets are dropped and counted.
-    pub first: Option<Ipv4Addr>,
-    /// Previous owner: gets packets the first hop does not know.
-    pub second: Option<Ipv4Addr>,
+    pub fn first(&self) -> Option<Ipv4Addr> {
+        (self.hops[0] != NO_HOP).then_some(self.hops[0])
+    }
+
+    /// The newest previous owner: gets packets the first hop does not know.
+    pub fn second(&self) -> Option<Ipv4Addr> {
+        self.previous().next()
+    }
+
+    /// Previous owners, newest first (those known down after the others).
+    pub fn previous(&self) -> impl Iterator<Item = Ipv4Addr> + '_ {
+        self.hops[1..].iter().copied().take_while(|h| *h != NO_HOP)
+    }
+
+    /// Every hop listed: the first hop (if any), then the previous owners.
+    pub fn hops(&self) -> impl Iterator<Item = Ipv4Addr> + '_ {
+        self.first().into_iter().chain(self.previous())
+    }
 }
 
 /// A backend eligible as first hop, with its weight (> 0).
@@ -63,26 +132,99 @@ impl StepLimits {
     };
 }
 
+fn every(_: Ipv4Addr) -> bool {
+    true
+}
+
+fn nobody(_: Ipv4Addr) -> bool {
+    false
+}
+
+/// What a rebalance knows about the backends its chains name.
+#[derive(Clone, Copy)]
+pub struct Rules<'a> {
+    /// May stay (or become) a previous owner: false for backends that are
+    /// offline or gone, which leave every chain.
+    pub keep: &'a dyn Fn(Ipv4Addr) -> bool,
+    /// Must lose its buckets now (failed health, offline). Owners that are
+    /// neither targets nor forced out (drained, being removed) and owners
+    /// above their quota give buckets away voluntarily.
+    pub forced_out: &'a dyn Fn(Ipv4Addr) -> bool,
+    /// Known down: listed after the previous owners that are not, and the
+    /// first forgotten when a chain is full.
+    pub down: &'a dyn Fn(Ipv4Addr) -> bool,
+}
+
+impl Default for Rules<'static> {
+    /// Everybody may be a previous owner, nobody is forced out or down.
+    fn default() -> Self {
+        Rules {
+            keep: &every,
+            forced_out: &nobody,
+            down: &nobody,
+        }
+    }
+}
+
 /// What a rebalance did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Moves {
     /// Buckets whose first hop changed.
     pub moved: usize,
-    /// Of those, buckets whose new first hop was their second hop (a swap).
+    /// Of those, buckets whose new first hop was one of their previous
+    /// owners (a swap back: nobody is forgotten).
     pub swapped: usize,
     /// Of those, moves forced by failure (owner gone, down or offline).
     pub forced: usize,
     /// Buckets that still have to move voluntarily to reach the targets.
     pub pending: usize,
+    /// Previous owners forgotten because a moved bucket's chain was full:
+    /// connections still served by them lose their path.
+    pub forgotten: usize,
 }
 
-/// A service's forwarding table: `size` buckets (a power of two) and, per
-/// bucket, when (ms, caller's clock) it last changed first hop.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Table {
-    buckets: Vec<Bucket>,
-    moved_at: Vec<Option<u64>>,
+/// One backend a table's chains name, with what it is in them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Host {
+    dip: Ipv4Addr,
+    /// Buckets it is first hop of.
+    owned: u32,
+    /// Buckets it is a previous owner of.
+    listed: u32,
+    /// Buckets it is the newest previous owner (second hop) of.
+    second: u32,
 }
+
+/// A bucket's chain: indexes into the table's hosts, 1-based (0 = none):
+/// first hop, then the previous owners, newest first, 0-terminated.
+type Chain = [u16; MAX_OWNERS];
+
+/// A service's forwarding table: `size` buckets (a power of two), per bucket
+/// its chain of owners and when (ms, caller's clock) it last changed first
+/// hop.
+#[derive(Clone, Debug)]
+pub struct Table {
+    /// Previous owners a bucket remembers at most (0..=[`MAX_PREVIOUS`]).
+    previous: u8,
+    /// The backends the chains name (chain entry k is `hosts[k - 1]`).
+    hosts: Vec<Host>,
+    chains: Vec<Chain>,
+    /// Move times: 0 never, else `epoch_ms + v - 1`.
+    moved: Vec<u32>,
+    /// Origin of the move times.
+    epoch_ms: u64,
+}
+
+impl PartialEq for Table {
+    /// Same size, memory, hops and move times (however they are stored).
+    fn eq(&self, other: &Table) -> bool {
+        self.previous == other.previous
+            && self.chains.len() == other.chains.len()
+            && self.changed_from(other).is_empty()
+    }
+}
+
+impl Eq for Table {}
 
 /// Apportion `size` buckets to `targets` by weight (largest remainder).
 /// Returns one quota per target, in the same order; quotas sum to `size`
@@ -171,32 +313,136 @@ fn share_budget(budget: usize, excess: &[(Ipv4Addr, usize)]) -> Vec<usize> {
     r
 }
 
+/// Number of previous owners a chain lists.
+fn listed(c: &Chain) -> usize {
+    c[1..].iter().take_while(|&&e| e != 0).count()
+}
+
+/// `c` with `first` as first hop and `candidates` (newest first) as
+/// previous owners: entries that are 0, `first`, repeated, or not `keep`
+/// are skipped, at most `max` are kept (returns how many others were
+/// forgotten), then those known `down` go after the others (stable).
+fn chain_of(
+    first: u16,
+    candidates: impl IntoIterator<Item = u16>,
+    max: usize,
+    keep: &[bool],
+    down: &[bool],
+) -> (Chain, usize) {
+    let mut c: Chain = [0; MAX_OWNERS];
+    c[0] = first;
+    let mut n = 0;
+    let mut forgotten = 0;
+    for e in candidates {
+        if e == 0 || e == first || !keep[e as usize] || c[1..1 + n].contains(&e) {
+            continue;
+        }
+        if n == max {
+            forgotten += 1;
+            continue;
+        }
+        c[1 + n] = e;
+        n += 1;
+    }
+    if c[1..1 + n].iter().any(|&e| down[e as usize]) {
+        let mut sorted: Chain = [0; MAX_OWNERS];
+        sorted[0] = first;
+        let ups = c[1..1 + n].iter().filter(|&&e| !down[e as usize]);
+        let downs = c[1..1 + n].iter().filter(|&&e| down[e as usize]);
+        for (slot, &e) in sorted[1..].iter_mut().zip(ups.chain(downs)) {
+            *slot = e;
+        }
+        c = sorted;
+    }
+    (c, forgotten)
+}
+
+/// Per rebalance: what each chain entry (host index, 1-based) is.
+struct Roles {
+    /// Target index of the entry (None: not a target).
+    target: Vec<Option<usize>>,
+    keep: Vec<bool>,
+    forced: Vec<bool>,
+    down: Vec<bool>,
+}
+
 impl Table {
-    /// A table of `size` buckets with no hops.
+    /// A table of `size` buckets with no hops, remembering up to
+    /// [`MAX_PREVIOUS`] previous owners per bucket (see
+    /// [`Table::with_previous_owners`]).
     pub fn empty(size: u32) -> Table {
         assert!(size.is_power_of_two(), "table size must be a power of two");
         Table {
-            buckets: vec![Bucket::default(); size as usize],
-            moved_at: vec![None; size as usize],
+            previous: MAX_PREVIOUS as u8,
+            hosts: Vec::new(),
+            chains: vec![[0; MAX_OWNERS]; size as usize],
+            moved: vec![0; size as usize],
+            epoch_ms: 0,
         }
     }
 
-    /// A table with these buckets and move times (adopted from a running
-    /// data plane, which keeps each bucket's last move in the bucket array).
-    pub fn adopt(buckets: Vec<Bucket>, moved_at: Vec<Option<u64>>) -> Table {
+    /// A table with these buckets and move times, remembering up to
+    /// `previous` previous owners (adopted from a running data plane, which
+    /// keeps each bucket's hops and last move). Chains are cleaned as every
+    /// table keeps them: repeated owners and the first hop are dropped from
+    /// the previous owners, and at most `previous` of them are kept (the
+    /// newest).
+    pub fn adopt(buckets: Vec<Bucket>, moved_at: Vec<Option<u64>>, previous: usize) -> Table {
         assert!(
             buckets.len().is_power_of_two() && moved_at.len() == buckets.len(),
             "table size must be a power of two"
         );
-        Table { buckets, moved_at }
+        let previous = previous.min(MAX_PREVIOUS);
+        let mut t = Table::empty(buckets.len() as u32);
+        t.previous = previous as u8;
+        let latest = moved_at.iter().flatten().max().copied().unwrap_or(0);
+        t.epoch_ms = Self::epoch_for(latest);
+        let mut index: BTreeMap<Ipv4Addr, u16> = BTreeMap::new();
+        for d in buckets.iter().flat_map(|b| b.hops()) {
+            if let std::collections::btree_map::Entry::Vacant(v) = index.entry(d) {
+                v.insert(t.intern(d));
+            }
+        }
+        let n = t.hosts.len() + 1;
+        let (keep, down) = (vec![true; n], vec![false; n]);
+        for (i, b) in buckets.iter().enumerate() {
+            let first = b.first().map_or(0, |d| index[&d]);
+            let prev = b.previous().map(|d| index[&d]);
+            t.chains[i] = chain_of(first, prev, previous, &keep, &down).0;
+            if let Some(m) = moved_at[i] {
+                t.moved[i] = t.encode(m);
+            }
+        }
+        t.recount();
+        t
     }
 
     /// A fresh table for `targets`: contiguous ranges, larger shares first,
-    /// no second hops.
+    /// no previous owners.
     pub fn build(size: u32, targets: &[Target]) -> Table {
+        let rules = Rules {
+            forced_out: &every,
+            ..Rules::default()
+        };
         Table::empty(size)
-            .rebalance(targets, |_| false, |_| true, 0, StepLimits::NONE)
+            .rebalance(targets, &rules, 0, StepLimits::NONE)
             .0
+    }
+
+    /// This table remembering at most `previous` previous owners per bucket
+    /// (0..=[`MAX_PREVIOUS`]): chains longer than that forget their last
+    /// entries.
+    pub fn with_previous_owners(&self, previous: usize) -> Table {
+        let previous = previous.min(MAX_PREVIOUS);
+        let mut t = self.clone();
+        t.previous = previous as u8;
+        for c in &mut t.chains {
+            for e in c[1 + previous..].iter_mut() {
+                *e = 0;
+            }
+        }
+        t.recount();
+        t
     }
 
     /// The same flows' hops in a table of `size` buckets. Growing keeps every
@@ -206,60 +452,125 @@ impl Table {
     /// the quotas.
     pub fn resized(&self, size: u32) -> Table {
         assert!(size.is_power_of_two(), "table size must be a power of two");
-        let old_mask = self.buckets.len() - 1;
-        Table {
-            buckets: (0..size as usize)
-                .map(|i| self.buckets[i & old_mask])
+        let old_mask = self.chains.len() - 1;
+        let mut t = Table {
+            previous: self.previous,
+            hosts: self.hosts.clone(),
+            chains: (0..size as usize)
+                .map(|i| self.chains[i & old_mask])
                 .collect(),
-            moved_at: (0..size as usize)
-                .map(|i| self.moved_at[i & old_mask])
+            moved: (0..size as usize)
+                .map(|i| self.moved[i & old_mask])
                 .collect(),
-        }
+            epoch_ms: self.epoch_ms,
+        };
+        t.recount();
+        t
     }
 
-    /// The buckets, index = `hash & (size - 1)`.
-    pub fn buckets(&self) -> &[Bucket] {
-        &self.buckets
+    /// Previous owners a bucket remembers at most.
+    pub fn previous_owners(&self) -> usize {
+        self.previous as usize
     }
 
     /// Number of buckets.
     pub fn size(&self) -> u32 {
-        self.buckets.len() as u32
+        self.chains.len() as u32
+    }
+
+    fn addr(&self, e: u16) -> Option<Ipv4Addr> {
+        (e != 0).then(|| self.hosts[e as usize - 1].dip)
+    }
+
+    /// First hop of bucket `i` (None: its packets are dropped).
+    pub fn first(&self, i: usize) -> Option<Ipv4Addr> {
+        self.addr(self.chains[i][0])
+    }
+
+    /// Previous owners of bucket `i`, newest first (those known down after
+    /// the others), at most [`Table::previous_owners`].
+    pub fn previous(&self, i: usize) -> impl Iterator<Item = Ipv4Addr> + '_ {
+        self.chains[i][1..]
+            .iter()
+            .take_while(|&&e| e != 0)
+            .map(|&e| self.hosts[e as usize - 1].dip)
+    }
+
+    /// The newest previous owner of bucket `i` (its second hop).
+    pub fn second(&self, i: usize) -> Option<Ipv4Addr> {
+        self.addr(self.chains[i][1])
+    }
+
+    /// Bucket `i`'s hops by address.
+    pub fn bucket(&self, i: usize) -> Bucket {
+        Bucket::new(self.first(i), self.previous(i))
+    }
+
+    /// Every bucket's hops by address, index = `hash & (size - 1)` (a copy).
+    pub fn buckets(&self) -> Vec<Bucket> {
+        (0..self.chains.len()).map(|i| self.bucket(i)).collect()
     }
 
     /// When bucket `i` last changed first hop (None: never).
     pub fn moved_at(&self, i: usize) -> Option<u64> {
-        self.moved_at[i]
+        self.decode(self.moved[i])
     }
 
     /// Buckets owned (as first hop) per backend.
     pub fn shares(&self) -> BTreeMap<Ipv4Addr, u32> {
-        let mut m = BTreeMap::new();
-        for b in &self.buckets {
-            if let Some(f) = b.first {
-                *m.entry(f).or_insert(0) += 1;
-            }
-        }
-        m
+        self.count_by(|h| h.owned)
     }
 
-    /// Buckets in which each backend is the second hop.
+    /// Buckets in which each backend is the second hop (the newest
+    /// previous owner).
     pub fn second_shares(&self) -> BTreeMap<Ipv4Addr, u32> {
-        let mut m = BTreeMap::new();
-        for b in &self.buckets {
-            if let Some(s) = b.second {
-                *m.entry(s).or_insert(0) += 1;
-            }
+        self.count_by(|h| h.second)
+    }
+
+    /// Buckets in which each backend is a previous owner (any position).
+    pub fn previous_shares(&self) -> BTreeMap<Ipv4Addr, u32> {
+        self.count_by(|h| h.listed)
+    }
+
+    fn count_by(&self, f: impl Fn(&Host) -> u32) -> BTreeMap<Ipv4Addr, u32> {
+        self.hosts
+            .iter()
+            .filter(|h| f(h) > 0)
+            .map(|h| (h.dip, f(h)))
+            .collect()
+    }
+
+    /// Every backend some bucket lists (first hop or previous owner), in
+    /// address order.
+    pub fn hops(&self) -> Vec<Ipv4Addr> {
+        let mut v: Vec<Ipv4Addr> = self.hosts.iter().map(|h| h.dip).collect();
+        v.sort();
+        v
+    }
+
+    /// Buckets by the number of previous owners they list: element `k` is
+    /// how many buckets list `k` previous owners.
+    pub fn chain_lengths(&self) -> [u32; MAX_OWNERS] {
+        let mut out = [0u32; MAX_OWNERS];
+        for c in &self.chains {
+            out[listed(c)] += 1;
         }
-        m
+        out
+    }
+
+    /// Bytes of memory this table holds (its vectors' capacity).
+    pub fn heap_bytes(&self) -> usize {
+        self.chains.capacity() * std::mem::size_of::<Chain>()
+            + self.moved.capacity() * std::mem::size_of::<u32>()
+            + self.hosts.capacity() * std::mem::size_of::<Host>()
     }
 
     /// Number of maximal runs of consecutive buckets owned by `dip`.
     pub fn ranges(&self, dip: Ipv4Addr) -> usize {
         let mut runs = 0;
         let mut prev = false;
-        for b in &self.buckets {
-            let mine = b.first == Some(dip);
+        for i in 0..self.chains.len() {
+            let mine = self.first(i) == Some(dip);
             if mine && !prev {
                 runs += 1;
             }
@@ -268,184 +579,300 @@ impl Table {
         runs
     }
 
-    /// One step towards `targets` at time `now_ms`.
-    ///
-    /// - `second_ok(dip)`: `dip` may stay or become a second hop (false for
-    ///   backends that are offline or gone).
-    /// - `forced_out(dip)`: `dip` must lose its buckets now (failed health,
-    ///   offline). Owners that are neither targets nor forced out (drained,
-    ///   being removed) and owners above their quota give buckets away
-    ///   voluntarily, within `limits`.
-    ///
-    /// Returns the new table and what moved; `Moves::pending` says whether
-    /// more voluntary steps are needed.
+    /// Indexes of the buckets whose hops or move time differ from `old`'s
+    /// (every bucket if the sizes differ), ascending.
+    pub fn changed_from(&self, old: &Table) -> Vec<u32> {
+        if old.chains.len() != self.chains.len() {
+            return (0..self.size()).collect();
+        }
+        // Old entry -> new entry, by address (u16::MAX: not in the new table).
+        let mut map: Vec<u16> = vec![u16::MAX; old.hosts.len() + 1];
+        map[0] = 0;
+        let same_hosts = old.hosts.len() <= self.hosts.len()
+            && old
+                .hosts
+                .iter()
+                .zip(&self.hosts)
+                .all(|(a, b)| a.dip == b.dip);
+        if same_hosts {
+            for (k, m) in map.iter_mut().enumerate() {
+                *m = k as u16;
+            }
+        } else {
+            let index: BTreeMap<Ipv4Addr, u16> = self
+                .hosts
+                .iter()
+                .enumerate()
+                .map(|(k, h)| (h.dip, k as u16 + 1))
+                .collect();
+            for (k, h) in old.hosts.iter().enumerate() {
+                if let Some(&e) = index.get(&h.dip) {
+                    map[k + 1] = e;
+                }
+            }
+        }
+        let same_epoch = old.epoch_ms == self.epoch_ms;
+        let mut out = Vec::new();
+        for (i, (a, b)) in old.chains.iter().zip(&self.chains).enumerate() {
+            let hops_differ = a.iter().zip(b).any(|(&x, &y)| map[x as usize] != y);
+            let time_differs = if same_epoch {
+                old.moved[i] != self.moved[i]
+            } else {
+                old.moved_at(i) != self.moved_at(i)
+            };
+            if hops_differ || time_differs {
+                out.push(i as u32);
+            }
+        }
+        out
+    }
+
+    /// Entry of `dip`, added to the hosts if new.
+    fn intern(&mut self, dip: Ipv4Addr) -> u16 {
+        if let Some(k) = self.hosts.iter().position(|h| h.dip == dip) {
+            return k as u16 + 1;
+        }
+        assert!(
+            self.hosts.len() < u16::MAX as usize - 1,
+            "more backends in one table than 16-bit indexes hold"
+        );
+        self.hosts.push(Host {
+            dip,
+            owned: 0,
+            listed: 0,
+            second: 0,
+        });
+        self.hosts.len() as u16
+    }
+
+    /// Recount what each host is; drop hosts no chain names (renumbering
+    /// the chains).
+    fn recount(&mut self) {
+        for h in &mut self.hosts {
+            h.owned = 0;
+            h.listed = 0;
+            h.second = 0;
+        }
+        for c in &self.chains {
+            if c[0] != 0 {
+                self.hosts[c[0] as usize - 1].owned += 1;
+            }
+            if c[1] != 0 {
+                self.hosts[c[1] as usize - 1].second += 1;
+            }
+            for &e in c[1..].iter().take_while(|&&e| e != 0) {
+                self.hosts[e as usize - 1].listed += 1;
+            }
+        }
+        if self.hosts.iter().all(|h| h.owned + h.listed > 0) {
+            return;
+        }
+        let mut map: Vec<u16> = vec![0; self.hosts.len() + 1];
+        let mut kept = Vec::with_capacity(self.hosts.len());
+        for (k, h) in self.hosts.iter().enumerate() {
+            if h.owned + h.listed > 0 {
+                kept.push(*h);
+                map[k + 1] = kept.len() as u16;
+            }
+        }
+        self.hosts = kept;
+        for c in &mut self.chains {
+            for e in c.iter_mut() {
+                *e = map[*e as usize];
+            }
+        }
+    }
+
+    /// Epoch for move times up to `latest`: 0 while they fit in 32 bits,
+    /// else 2^31 ms (24.8 days) before `latest`.
+    fn epoch_for(latest: u64) -> u64 {
+        if latest < u32::MAX as u64 - 1 {
+            0
+        } else {
+            latest - (1 << 31)
+        }
+    }
+
+    fn decode(&self, v: u32) -> Option<u64> {
+        (v != 0).then(|| self.epoch_ms + v as u64 - 1)
+    }
+
+    /// The stored form of time `t` (times before the epoch count as the
+    /// epoch).
+    fn encode(&self, t: u64) -> u32 {
+        (t.saturating_sub(self.epoch_ms) + 1).min(u32::MAX as u64) as u32
+    }
+
+    /// Record that bucket `i` moved at `t`. A time 2^32 ms past the epoch
+    /// moves the epoch to 2^31 ms before `t`: older times become the new
+    /// epoch (they are older than any bucket age that matters).
+    fn set_moved(&mut self, i: usize, t: u64) {
+        if t.saturating_sub(self.epoch_ms) >= u32::MAX as u64 - 1 {
+            let epoch = Self::epoch_for(t);
+            for v in &mut self.moved {
+                if *v != 0 {
+                    let abs = self.epoch_ms + *v as u64 - 1;
+                    *v = (abs.saturating_sub(epoch) + 1) as u32;
+                }
+            }
+            self.epoch_ms = epoch;
+        }
+        self.moved[i] = self.encode(t);
+    }
+
+    /// One step towards `targets` at time `now_ms`, with what `rules` says
+    /// of the backends. Returns the new table and what moved;
+    /// `Moves::pending` says whether more voluntary steps are needed.
     pub fn rebalance(
         &self,
         targets: &[Target],
-        second_ok: impl Fn(Ipv4Addr) -> bool,
-        forced_out: impl Fn(Ipv4Addr) -> bool,
+        rules: &Rules<'_>,
         now_ms: u64,
         limits: StepLimits,
     ) -> (Table, Moves) {
-        let size = self.buckets.len();
+        let size = self.chains.len();
+        let max_prev = self.previous as usize;
         let targets: Vec<Target> = targets.iter().copied().filter(|t| t.weight > 0).collect();
         let quota = quotas(size as u32, &targets);
-        let index: HashMap<Ipv4Addr, usize> = targets
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t.dip, i))
-            .collect();
-        let target_of = |a: Option<Ipv4Addr>| a.and_then(|a| index.get(&a).copied());
 
         let mut new = self.clone();
-        // Second hops that may no longer be used are cleared.
-        for b in &mut new.buckets {
-            if let Some(s) = b.second {
-                if !second_ok(s) || b.first == Some(s) {
-                    b.second = None;
-                }
-            }
+        let tg: Vec<u16> = targets.iter().map(|t| new.intern(t.dip)).collect();
+        let n = new.hosts.len() + 1;
+        let mut roles = Roles {
+            target: vec![None; n],
+            keep: vec![false; n],
+            forced: vec![false; n],
+            down: vec![false; n],
+        };
+        for (k, h) in new.hosts.iter().enumerate() {
+            roles.keep[k + 1] = (rules.keep)(h.dip);
+            roles.forced[k + 1] = (rules.forced_out)(h.dip);
+            roles.down[k + 1] = (rules.down)(h.dip);
+        }
+        for (g, &e) in tg.iter().enumerate() {
+            roles.target[e as usize] = Some(g);
+        }
+
+        // Chains as the rules want them: previous owners that may no
+        // longer be hops leave, those known down go last. Chains are kept
+        // clean (no repeats, not the first hop, not longer than the
+        // memory), so without such owners there is nothing to do.
+        let trim = (1..n).any(|k| !roles.keep[k] || roles.down[k]);
+        for c in new.chains.iter_mut().filter(|c| trim && c[1] != 0) {
+            let (t, _) = chain_of(
+                c[0],
+                c[1..].iter().copied(),
+                max_prev,
+                &roles.keep,
+                &roles.down,
+            );
+            *c = t;
         }
 
         // need[t] = quota - owned; negative: must give buckets away.
         let mut need: Vec<i64> = quota.iter().map(|&q| q as i64).collect();
-        let mut forced_free: Vec<(usize, Option<Ipv4Addr>)> = Vec::new();
-        // Owners that are not targets but leave voluntarily (drained...).
-        let mut leaving: BTreeMap<Ipv4Addr, usize> = BTreeMap::new();
-        for (i, b) in new.buckets.iter().enumerate() {
-            match (target_of(b.first), b.first) {
-                (Some(t), _) => need[t] -= 1,
-                (None, Some(f)) if !forced_out(f) => *leaving.entry(f).or_insert(0) += 1,
-                (None, _) => forced_free.push((i, b.first)),
+        let mut forced_free: Vec<(usize, u16)> = Vec::new();
+        // Owners that are not targets but leave voluntarily (drained...),
+        // by entry.
+        let mut leaving: Vec<usize> = vec![0; n];
+        for (i, c) in new.chains.iter().enumerate() {
+            let f = c[0] as usize;
+            match roles.target[f] {
+                Some(t) => need[t] -= 1,
+                None if f != 0 && !roles.forced[f] => leaving[f] += 1,
+                None => forced_free.push((i, c[0])),
             }
         }
         let old_enough = |t: &Table, i: usize| {
-            t.moved_at[i].is_none_or(|m| now_ms.saturating_sub(m) >= limits.min_age_ms)
+            t.moved_at(i)
+                .is_none_or(|m| now_ms.saturating_sub(m) >= limits.min_age_ms)
         };
-        let lru_key = |t: &Table, i: usize| t.moved_at[i].map_or(0, |m| m + 1);
+        let lru_key = |t: &Table, i: usize| t.moved_at(i).map_or(0, |m| m + 1);
 
         let mut moves = Moves::default();
-        let assign =
-            |new: &mut Table, moves: &mut Moves, i: usize, g: usize, prev: Option<Ipv4Addr>| {
-                let b = &mut new.buckets[i];
-                let dip = targets[g].dip;
-                if b.second == Some(dip) {
-                    moves.swapped += 1;
-                }
-                let keep = |a: Option<Ipv4Addr>| a.filter(|&a| a != dip && second_ok(a));
-                b.second = keep(prev).or(keep(b.second));
-                b.first = Some(dip);
-                // A bucket that never had an owner is assigned, not moved:
-                // no connection depends on it, so its age does not start.
-                if prev.is_some() || new.moved_at[i].is_some() {
-                    new.moved_at[i] = Some(now_ms);
-                }
-                moves.moved += 1;
-            };
 
-        // Forced: buckets without a usable owner move now, preferring their
-        // second hop, then adjacency / largest need (see `fill`).
-        let forced = new.fill(
-            &targets,
-            &index,
-            &mut need,
-            forced_free,
-            &mut moves,
-            &assign,
-            &second_ok,
-            now_ms,
-        );
+        // Forced: buckets without a usable owner move now, preferring a
+        // previous owner, then adjacency / largest need (see `fill`).
+        let forced = new.fill(&tg, &roles, &mut need, forced_free, &mut moves, now_ms);
         moves.forced = forced;
 
-        // Voluntary budget.
-        let mut budget = limits.max_moves;
-
-        // (1) Swaps: a bucket of an owner that must give goes back to its
-        // second hop when that backend must gain.
-        let mut lru: Vec<usize> = (0..size).collect();
-        lru.sort_by_key(|&i| (lru_key(&new, i), i));
-        for &i in &lru {
-            if budget == 0 {
-                break;
-            }
-            let b = new.buckets[i];
-            let Some(g) = target_of(b.second) else {
-                continue;
-            };
-            if need[g] <= 0 || !old_enough(&new, i) {
-                continue;
-            }
-            let gives = match (target_of(b.first), b.first) {
-                (Some(a), _) => need[a] < 0,
-                (None, Some(f)) => leaving.contains_key(&f),
-                _ => false,
-            };
-            if !gives {
-                continue;
-            }
-            match target_of(b.first) {
-                Some(a) => need[a] += 1,
-                None => {
-                    let f = b.first.expect("leaving owner");
-                    let n = leaving.get_mut(&f).expect("leaving owner");
-                    *n -= 1;
-                    if *n == 0 {
-                        leaving.remove(&f);
-                    }
-                }
-            }
-            need[g] -= 1;
-            budget -= 1;
-            assign(&mut new, &mut moves, i, g, b.first);
-        }
-
-        // (2) Releases: owners that must give, least recently moved first,
-        // from the high end of their ranges (the rest stays contiguous); the
-        // budget is shared in proportion to what each must give.
+        // Voluntary moves: the budget is shared over the owners that must
+        // give, in proportion to what each must give.
         let mut excess: Vec<(Ipv4Addr, usize)> = targets
             .iter()
             .enumerate()
             .filter(|&(t, _)| need[t] < 0)
             .map(|(t, x)| (x.dip, (-need[t]) as usize))
             .collect();
-        excess.extend(leaving.iter().map(|(&d, &n)| (d, n)));
+        excess.extend(
+            leaving
+                .iter()
+                .enumerate()
+                .filter(|&(_, &k)| k > 0)
+                .map(|(e, &k)| (new.hosts[e - 1].dip, k)),
+        );
         excess.sort();
-        let allowance = share_budget(budget, &excess);
-        let mut allow: HashMap<Ipv4Addr, usize> = excess
-            .iter()
-            .zip(&allowance)
-            .map(|(e, &a)| (e.0, a))
+        let allowance = share_budget(limits.max_moves, &excess);
+        let mut allow: Vec<usize> = vec![0; n];
+        for (e, a) in excess.iter().zip(&allowance) {
+            let k = new.hosts.iter().position(|h| h.dip == e.0).expect("host") + 1;
+            allow[k] = *a;
+        }
+
+        // (1) Swaps: a bucket of an owner that must give goes back to its
+        // newest previous owner that must gain.
+        let mut lru: Vec<usize> = (0..size)
+            .filter(|&i| allow[new.chains[i][0] as usize] > 0)
             .collect();
-        let mut order: Vec<usize> = (0..size).collect();
-        order.sort_by_key(|&i| (lru_key(&new, i), Reverse(i)));
-        let mut released: Vec<(usize, Option<Ipv4Addr>)> = Vec::new();
+        lru.sort_by_key(|&i| (lru_key(&new, i), i));
+        for &i in &lru {
+            let c = new.chains[i];
+            let f = c[0] as usize;
+            if allow[f] == 0 || !old_enough(&new, i) {
+                continue;
+            }
+            let Some(g) = new.swap_target(i, &roles, &need) else {
+                continue;
+            };
+            match roles.target[f] {
+                Some(a) => need[a] += 1,
+                None => leaving[f] -= 1,
+            }
+            allow[f] -= 1;
+            need[g] -= 1;
+            new.assign(i, tg[g], c[0], &roles, &mut moves, now_ms);
+        }
+
+        // (2) Releases: what each owner's share of the budget allows still,
+        // buckets whose chain has room first (their move forgets nobody),
+        // then least recently moved, from the high end of their ranges (the
+        // rest stays contiguous).
+        let mut order: Vec<usize> = (0..size)
+            .filter(|&i| allow[new.chains[i][0] as usize] > 0)
+            .collect();
+        let full = |t: &Table, i: usize| listed(&t.chains[i]) >= max_prev;
+        order.sort_by_key(|&i| (full(&new, i), lru_key(&new, i), Reverse(i)));
+        let mut released: Vec<(usize, u16)> = Vec::new();
         for i in order {
-            let Some(owner) = new.buckets[i].first else {
-                continue;
-            };
-            let Some(left) = allow.get_mut(&owner) else {
-                continue;
-            };
+            let owner = new.chains[i][0];
+            let left = &mut allow[owner as usize];
             if *left == 0 || !old_enough(&new, i) {
                 continue;
             }
             *left -= 1;
-            if let Some(t) = index.get(&owner) {
-                need[*t] += 1;
+            if let Some(t) = roles.target[owner as usize] {
+                need[t] += 1;
             }
-            released.push((i, Some(owner)));
+            released.push((i, owner));
         }
-        new.fill(
-            &targets, &index, &mut need, released, &mut moves, &assign, &second_ok, now_ms,
-        );
+        new.fill(&tg, &roles, &mut need, released, &mut moves, now_ms);
 
         // Voluntary work left: buckets still owned by leavers or above quota.
         let mut pending = 0usize;
-        for b in &new.buckets {
-            if let (None, Some(f)) = (target_of(b.first), b.first) {
-                if !forced_out(f) {
-                    pending += 1;
-                }
+        for c in &new.chains {
+            let f = c[0] as usize;
+            if f != 0 && roles.target[f].is_none() && !roles.forced[f] {
+                pending += 1;
             }
         }
         pending += need
@@ -454,45 +881,79 @@ impl Table {
             .map(|&n| (-n) as usize)
             .sum::<usize>();
         moves.pending = pending;
+        new.recount();
         (new, moves)
     }
 
+    /// The target index of bucket `i`'s newest previous owner that must
+    /// gain, if any.
+    fn swap_target(&self, i: usize, roles: &Roles, need: &[i64]) -> Option<usize> {
+        self.chains[i][1..]
+            .iter()
+            .take_while(|&&e| e != 0)
+            .find_map(|&e| roles.target[e as usize].filter(|&g| need[g] > 0))
+    }
+
+    /// Give bucket `i` (whose first hop was `prev`) the first hop `to`.
+    fn assign(
+        &mut self,
+        i: usize,
+        to: u16,
+        prev: u16,
+        roles: &Roles,
+        moves: &mut Moves,
+        now_ms: u64,
+    ) {
+        let c = self.chains[i];
+        if c[1..].contains(&to) {
+            moves.swapped += 1;
+        }
+        let max = self.previous as usize;
+        let candidates = std::iter::once(prev).chain(c[1..].iter().copied());
+        let (chain, forgotten) = chain_of(to, candidates, max, &roles.keep, &roles.down);
+        self.chains[i] = chain;
+        moves.forgotten += forgotten;
+        // A bucket that never had an owner is assigned, not moved: no
+        // connection depends on it, so its age does not start.
+        if prev != 0 || self.moved[i] != 0 {
+            self.set_moved(i, now_ms);
+        }
+        moves.moved += 1;
+    }
+
     /// Give each bucket in `free` (index, previous first hop) a new owner:
-    /// its second hop if that backend must gain, else the owner of an
+    /// its newest previous owner that must gain, else the owner of an
     /// adjacent bucket that must gain, else the backend with the largest
-    /// remaining need (ties: lower address). Buckets nobody can take keep no
-    /// first hop. Returns how many got an owner.
-    #[allow(clippy::too_many_arguments)]
+    /// remaining need (ties: lower address). Buckets nobody can take keep
+    /// no first hop (their previous first hop joins the previous owners).
+    /// Returns how many got an owner.
     fn fill(
         &mut self,
-        targets: &[Target],
-        index: &HashMap<Ipv4Addr, usize>,
+        tg: &[u16],
+        roles: &Roles,
         need: &mut [i64],
-        mut free: Vec<(usize, Option<Ipv4Addr>)>,
+        mut free: Vec<(usize, u16)>,
         moves: &mut Moves,
-        assign: &impl Fn(&mut Table, &mut Moves, usize, usize, Option<Ipv4Addr>),
-        second_ok: &impl Fn(Ipv4Addr) -> bool,
         now_ms: u64,
     ) -> usize {
         if free.is_empty() {
             return 0;
         }
-        let size = self.buckets.len();
-        let target_of = |a: Option<Ipv4Addr>| a.and_then(|a| index.get(&a).copied());
+        let size = self.chains.len();
         let mut assigned = 0;
 
-        // Second hop first (a swap back).
+        // A previous owner first (a swap back).
         let mut rest = Vec::with_capacity(free.len());
         for (i, prev) in free.drain(..) {
-            match target_of(self.buckets[i].second) {
-                Some(g) if need[g] > 0 => {
+            match self.swap_target(i, roles, need) {
+                Some(g) => {
                     need[g] -= 1;
-                    assign(self, moves, i, g, prev);
+                    self.assign(i, tg[g], prev, roles, moves, now_ms);
                     assigned += 1;
                 }
-                _ => {
+                None => {
                     // Mark as free so neighbours do not count it.
-                    self.buckets[i].first = None;
+                    self.chains[i][0] = 0;
                     rest.push((i, prev));
                 }
             }
@@ -504,11 +965,12 @@ impl Table {
         }
         // Largest remaining need first (ties: lower address), with lazy
         // updates: an entry whose need changed is refreshed when it surfaces.
+        let dip = |g: usize| self.hosts[tg[g] as usize - 1].dip;
         let mut by_need: BinaryHeap<(i64, Reverse<Ipv4Addr>, usize)> = need
             .iter()
             .enumerate()
             .filter(|(_, &n)| n > 0)
-            .map(|(g, &n)| (n, Reverse(targets[g].dip), g))
+            .map(|(g, &n)| (n, Reverse(dip(g)), g))
             .collect();
         // The bucket assigned last, and to whom: in a run of free buckets the
         // left neighbour is usually it, which saves a lookup.
@@ -516,7 +978,7 @@ impl Table {
         for (i, prev) in rest {
             let owner = |j: usize| match last {
                 Some((k, g)) if k == j => Some(g),
-                _ => target_of(self.buckets[j].first),
+                _ => roles.target[self.chains[j][0] as usize],
             };
             let neighbour = |j: Option<usize>| {
                 j.filter(|&j| j < size && !pending[j])
@@ -526,13 +988,13 @@ impl Table {
             let g = neighbour(i.checked_sub(1))
                 .or_else(|| neighbour(Some(i + 1)))
                 .or_else(|| {
-                    while let Some(&(n, dip, g)) = by_need.peek() {
+                    while let Some(&(n, d, g)) = by_need.peek() {
                         if need[g] == n {
                             return Some(g);
                         }
                         by_need.pop();
                         if need[g] > 0 {
-                            by_need.push((need[g], dip, g));
+                            by_need.push((need[g], d, g));
                         }
                     }
                     None
@@ -541,19 +1003,22 @@ impl Table {
             match g {
                 Some(g) => {
                     need[g] -= 1;
-                    assign(self, moves, i, g, prev);
+                    self.assign(i, tg[g], prev, roles, moves, now_ms);
                     assigned += 1;
                     last = Some((i, g));
                 }
                 None => {
                     // No eligible backend at all: the bucket drops packets,
-                    // but its previous owner stays reachable as second hop.
-                    if prev.is_some() {
-                        self.moved_at[i] = Some(now_ms);
+                    // but its previous owner stays reachable.
+                    if prev != 0 {
+                        self.set_moved(i, now_ms);
                     }
-                    if let Some(p) = prev.filter(|&p| second_ok(p)) {
-                        self.buckets[i].second = Some(p);
-                    }
+                    let c = self.chains[i];
+                    let candidates = std::iter::once(prev).chain(c[1..].iter().copied());
+                    let max = self.previous as usize;
+                    let (chain, forgotten) = chain_of(0, candidates, max, &roles.keep, &roles.down);
+                    self.chains[i] = chain;
+                    moves.forgotten += forgotten;
                     last = None;
                 }
             }

@@ -36,7 +36,7 @@ fn optimal(a: &BTreeMap<Ipv4Addr, u32>, b: &BTreeMap<Ipv4Addr, u32>) -> u32 {
 }
 
 fn free(t: &Table, spec: &[(u8, u32)], now: u64) -> (Table, Moves) {
-    t.rebalance(&targets(spec), |_| true, |_| false, now, StepLimits::NONE)
+    t.rebalance(&targets(spec), &Rules::default(), now, StepLimits::NONE)
 }
 
 #[test]
@@ -66,7 +66,7 @@ fn build_is_proportional_contiguous_and_deterministic() {
     for &(l, _) in &spec {
         assert_eq!(t.ranges(ip(l)), 1, "backend {l} should own one range");
     }
-    assert!(t.buckets().iter().all(|b| b.second.is_none()));
+    assert!(t.buckets().iter().all(|b| b.second().is_none()));
     let mut rev = targets(&spec);
     rev.reverse();
     assert_eq!(Table::build(1024, &rev).buckets(), t.buckets());
@@ -82,13 +82,14 @@ fn weight_change_moves_minimum_and_keeps_second_hop() {
     assert_eq!(moves.moved as u32, optimal(&old.shares(), &new.shares()));
     assert_eq!((moves.forced, moves.pending), (0, 0));
     for (o, n) in old.buckets().iter().zip(new.buckets()) {
-        if o.first != n.first {
+        if o.first() != n.first() {
             assert_eq!(
-                n.second, o.first,
+                n.second(),
+                o.first(),
                 "a moved bucket keeps its old owner as second hop"
             );
         } else {
-            assert_eq!(n.second, o.second);
+            assert_eq!(n.second(), o.second());
         }
     }
     for &(l, _) in &after {
@@ -110,8 +111,10 @@ fn removing_one_of_n_moves_exactly_its_buckets() {
         // Failure: forced out, still allowed as second hop.
         let (new, moves) = old.rebalance(
             &targets(&rest),
-            |_| true,
-            |d| d == ip(2),
+            &Rules {
+                forced_out: &|d| d == ip(2),
+                ..Rules::default()
+            },
             5,
             StepLimits {
                 max_moves: 0,
@@ -134,7 +137,7 @@ fn removing_one_of_n_moves_exactly_its_buckets() {
             .buckets()
             .iter()
             .zip(old.buckets())
-            .all(|(n, o)| o.first != Some(ip(2)) || n.second == Some(ip(2))));
+            .all(|(n, o)| o.first() != Some(ip(2)) || n.second() == Some(ip(2))));
     }
 }
 
@@ -145,8 +148,11 @@ fn offline_clears_both_hops() {
     assert!(mid.second_shares()[&ip(1)] > 0);
     let (new, moves) = mid.rebalance(
         &targets(&[(2, 1)]),
-        |d| d != ip(1),
-        |d| d == ip(1),
+        &Rules {
+            keep: &|d| d != ip(1),
+            forced_out: &|d| d == ip(1),
+            ..Rules::default()
+        },
         2,
         StepLimits::NONE,
     );
@@ -154,7 +160,7 @@ fn offline_clears_both_hops() {
     assert!(new
         .buckets()
         .iter()
-        .all(|b| b.first != Some(ip(1)) && b.second != Some(ip(1))));
+        .all(|b| b.first() != Some(ip(1)) && b.second() != Some(ip(1))));
 }
 
 #[test]
@@ -167,7 +173,7 @@ fn drained_backend_leaves_voluntarily_and_stays_second_hop() {
     let mut t = old.clone();
     let mut steps = 0;
     loop {
-        let (n, m) = t.rebalance(&targets(&[(1, 1)]), |_| true, |_| false, steps, lim);
+        let (n, m) = t.rebalance(&targets(&[(1, 1)]), &Rules::default(), steps, lim);
         assert!(m.moved <= 32, "step exceeds its budget");
         assert_eq!(m.forced, 0, "a drain is voluntary");
         t = n;
@@ -178,8 +184,8 @@ fn drained_backend_leaves_voluntarily_and_stays_second_hop() {
     }
     assert_eq!(steps, 4, "128 buckets at 32 per step");
     for (o, n) in old.buckets().iter().zip(t.buckets()) {
-        if o.first == Some(ip(2)) {
-            assert_eq!((n.first, n.second), (Some(ip(1)), Some(ip(2))));
+        if o.first() == Some(ip(2)) {
+            assert_eq!((n.first(), n.second()), (Some(ip(1)), Some(ip(2))));
         }
     }
 }
@@ -199,7 +205,7 @@ fn weight_change_in_limited_steps_reaches_exact_shares() {
     let mut steps = 0;
     let mut total = 0;
     loop {
-        let (n, m) = t.rebalance(&targets(&after), |_| true, |_| false, steps as u64, lim);
+        let (n, m) = t.rebalance(&targets(&after), &Rules::default(), steps as u64, lim);
         assert!(m.moved <= lim.max_moves, "step {steps} moved {}", m.moved);
         total += m.moved;
         t = n;
@@ -222,11 +228,17 @@ fn weight_change_in_limited_steps_reaches_exact_shares() {
 fn fail_and_recover_swaps_most_buckets_back() {
     let all = targets(&[(1, 1), (2, 1), (3, 1), (4, 1)]);
     let t0 = Table::build(4096, &all);
-    let owned_before: Vec<usize> = (0..4096)
-        .filter(|&i| t0.buckets()[i].first == Some(ip(3)))
-        .collect();
+    let owned_before: Vec<usize> = (0..4096).filter(|&i| t0.first(i) == Some(ip(3))).collect();
     let rest = targets(&[(1, 1), (2, 1), (4, 1)]);
-    let (t1, _) = t0.rebalance(&rest, |_| true, |d| d == ip(3), 10, StepLimits::NONE);
+    let (t1, _) = t0.rebalance(
+        &rest,
+        &Rules {
+            forced_out: &|d| d == ip(3),
+            ..Rules::default()
+        },
+        10,
+        StepLimits::NONE,
+    );
     // Recovery is voluntary: limited steps, 2 % each, buckets at least 0 ms old.
     let lim = StepLimits {
         max_moves: 82,
@@ -236,7 +248,7 @@ fn fail_and_recover_swaps_most_buckets_back() {
     let mut now = 20;
     let (mut moved, mut swapped) = (0, 0);
     loop {
-        let (n, m) = t.rebalance(&all, |_| true, |_| false, now, lim);
+        let (n, m) = t.rebalance(&all, &Rules::default(), now, lim);
         moved += m.moved;
         swapped += m.swapped;
         t = n;
@@ -247,7 +259,7 @@ fn fail_and_recover_swaps_most_buckets_back() {
     }
     let back = owned_before
         .iter()
-        .filter(|&&i| t.buckets()[i].first == Some(ip(3)))
+        .filter(|&&i| t.first(i) == Some(ip(3)))
         .count();
     let share = back as f64 / owned_before.len() as f64;
     println!(
@@ -279,9 +291,9 @@ fn no_bucket_moves_voluntarily_twice_within_min_age() {
         }
         let w = |k: u32| 1 + (state >> (k * 5)) % 8;
         let spec = [(1, w(0)), (2, w(1)), (3, w(2))];
-        let (n, _) = t.rebalance(&targets(&spec), |_| true, |_| false, now, lim);
+        let (n, _) = t.rebalance(&targets(&spec), &Rules::default(), now, lim);
         for (i, last) in last_move.iter_mut().enumerate() {
-            if n.buckets()[i].first != t.buckets()[i].first {
+            if n.first(i) != t.first(i) {
                 if let Some(prev) = *last {
                     if now - prev < min_age {
                         violations += 1;
@@ -299,61 +311,80 @@ fn no_bucket_moves_voluntarily_twice_within_min_age() {
 #[test]
 fn no_targets_drops_but_keeps_previous_owner() {
     let t0 = Table::build(64, &targets(&[(1, 1)]));
-    let (t1, _) = t0.rebalance(&[], |_| true, |_| true, 1, StepLimits::NONE);
+    let (t1, _) = t0.rebalance(
+        &[],
+        &Rules {
+            forced_out: &|_| true,
+            ..Rules::default()
+        },
+        1,
+        StepLimits::NONE,
+    );
     assert!(t1
         .buckets()
         .iter()
-        .all(|b| b.first.is_none() && b.second == Some(ip(1))));
+        .all(|b| b.first().is_none() && b.second() == Some(ip(1))));
     let (t2, _) = free(&t1, &[(1, 1)], 2);
-    assert!(t2.buckets().iter().all(|b| b.first == Some(ip(1))));
+    assert!(t2.buckets().iter().all(|b| b.first() == Some(ip(1))));
 }
 
+/// 1000 random events (weight changes, failures, recoveries) on 8
+/// backends, with 1, 2 and 3 previous owners: every step moves the optimal
+/// number of buckets and each backend's buckets stay in few ranges.
 #[test]
 fn thousand_random_events_keep_ranges_bounded() {
-    let mut state = 0x9e37_79b9u32;
-    let mut rnd = move |n: u32| {
-        state ^= state << 13;
-        state ^= state >> 17;
-        state ^= state << 5;
-        state % n
-    };
-    let n = 8u8;
-    let mut weights: Vec<u32> = vec![100; n as usize];
-    let mut up: Vec<bool> = vec![true; n as usize];
-    let mut t = Table::build(
-        4096,
-        &targets(&(1..=n).map(|l| (l, 100)).collect::<Vec<_>>()),
-    );
-    let mut worst = 0;
-    for event in 0..1000u64 {
-        let i = rnd(n as u32) as usize;
-        match rnd(3) {
-            0 => weights[i] = 1 + rnd(400),
-            1 => up[i] = false,
-            _ => up[i] = true,
+    for previous in 1..=MAX_PREVIOUS {
+        let mut state = 0x9e37_79b9u32;
+        let mut rnd = move |n: u32| {
+            state ^= state << 13;
+            state ^= state >> 17;
+            state ^= state << 5;
+            state % n
+        };
+        let n = 8u8;
+        let mut weights: Vec<u32> = vec![100; n as usize];
+        let mut up: Vec<bool> = vec![true; n as usize];
+        let mut t = Table::build(
+            4096,
+            &targets(&(1..=n).map(|l| (l, 100)).collect::<Vec<_>>()),
+        )
+        .with_previous_owners(previous);
+        let mut worst = 0;
+        for event in 0..1000u64 {
+            let i = rnd(n as u32) as usize;
+            match rnd(3) {
+                0 => weights[i] = 1 + rnd(400),
+                1 => up[i] = false,
+                _ => up[i] = true,
+            }
+            if !up.iter().any(|&u| u) {
+                up[i] = true;
+            }
+            let spec: Vec<(u8, u32)> = (0..n as usize)
+                .filter(|&k| up[k])
+                .map(|k| (k as u8 + 1, weights[k]))
+                .collect();
+            let before = t.shares();
+            let down = |d: Ipv4Addr| !up[(d.octets()[3] - 1) as usize];
+            let rules = Rules {
+                forced_out: &down,
+                down: &down,
+                ..Rules::default()
+            };
+            let (nt, moves) = t.rebalance(&targets(&spec), &rules, event, StepLimits::NONE);
+            assert_proportional(&nt, &spec);
+            assert_eq!(
+                moves.moved as u32,
+                optimal(&before, &nt.shares()),
+                "event {event}"
+            );
+            t = nt;
+            worst = worst.max((1..=n).map(|l| t.ranges(ip(l))).max().unwrap());
         }
-        if !up.iter().any(|&u| u) {
-            up[i] = true;
-        }
-        let spec: Vec<(u8, u32)> = (0..n as usize)
-            .filter(|&k| up[k])
-            .map(|k| (k as u8 + 1, weights[k]))
-            .collect();
-        let before = t.shares();
-        let down = |d: Ipv4Addr| !up[(d.octets()[3] - 1) as usize];
-        let (nt, moves) = t.rebalance(&targets(&spec), |_| true, down, event, StepLimits::NONE);
-        assert_proportional(&nt, &spec);
-        assert_eq!(
-            moves.moved as u32,
-            optimal(&before, &nt.shares()),
-            "event {event}"
-        );
-        t = nt;
-        worst = worst.max((1..=n).map(|l| t.ranges(ip(l))).max().unwrap());
+        let now_max = (1..=n).map(|l| t.ranges(ip(l))).max().unwrap();
+        println!("1000 random events on 8 backends x 4096 buckets, {previous} previous owner(s): at most {worst} ranges per backend at any time, {now_max} at the end");
+        assert!(worst <= 96, "ranges per backend exploded: {worst}");
     }
-    let now_max = (1..=n).map(|l| t.ranges(ip(l))).max().unwrap();
-    println!("1000 random events on 8 backends x 4096 buckets: at most {worst} ranges per backend at any time, {now_max} at the end");
-    assert!(worst <= 64, "ranges per backend exploded: {worst}");
 }
 
 #[test]
@@ -381,5 +412,164 @@ fn capped_quotas_give_what_a_capped_target_cannot_take_to_the_others() {
     assert_eq!(
         capped_quotas(64, &t, &[Some(10), Some(20), Some(5)]),
         vec![10, 20, 5]
+    );
+}
+
+/// Move every bucket of a 1-backend table to `to` (forced: the owner is
+/// out), at time `now`.
+fn move_all(t: &Table, to: u8, now: u64) -> (Table, Moves) {
+    let from: Vec<Ipv4Addr> = t.shares().keys().copied().collect();
+    t.rebalance(
+        &targets(&[(to, 1)]),
+        &Rules {
+            forced_out: &|d| from.contains(&d),
+            ..Rules::default()
+        },
+        now,
+        StepLimits::NONE,
+    )
+}
+
+#[test]
+fn chains_remember_the_last_owners_newest_first_and_forget_the_oldest() {
+    let mut t = Table::build(16, &targets(&[(1, 1)]));
+    assert_eq!(t.previous_owners(), MAX_PREVIOUS);
+    for (k, to) in [2u8, 3, 4].into_iter().enumerate() {
+        let (n, m) = move_all(&t, to, k as u64 + 1);
+        assert_eq!((m.moved, m.forgotten), (16, 0));
+        t = n;
+    }
+    for i in 0..16 {
+        assert_eq!(t.first(i), Some(ip(4)));
+        assert_eq!(t.previous(i).collect::<Vec<_>>(), [ip(3), ip(2), ip(1)]);
+    }
+    assert_eq!(t.chain_lengths(), [0, 0, 0, 16]);
+    // A fifth owner: the oldest (.1) is forgotten.
+    let (t5, m) = move_all(&t, 5, 10);
+    assert_eq!(m.forgotten, 16);
+    assert_eq!(
+        t5.previous(0).collect::<Vec<_>>(),
+        [ip(4), ip(3), ip(2)],
+        "newest first, the oldest forgotten"
+    );
+    // Remembering 1: every chain is cut to its newest entry.
+    let short = t.with_previous_owners(1);
+    assert_eq!(short.previous(3).collect::<Vec<_>>(), [ip(3)]);
+    assert_eq!(short.changed_from(&t).len(), 16);
+    let (s, m) = move_all(&short, 5, 10);
+    assert_eq!(m.forgotten, 16);
+    assert_eq!(s.previous(0).collect::<Vec<_>>(), [ip(4)]);
+}
+
+#[test]
+fn a_swap_back_turns_the_chain_and_forgets_nobody() {
+    let mut t = Table::build(16, &targets(&[(1, 1)]));
+    for (k, to) in [2u8, 3].into_iter().enumerate() {
+        t = move_all(&t, to, k as u64 + 1).0;
+    }
+    // .1, a previous owner, must gain everything again.
+    let (n, m) = t.rebalance(&targets(&[(1, 1)]), &Rules::default(), 5, StepLimits::NONE);
+    assert_eq!((m.moved, m.swapped, m.forgotten), (16, 16, 0));
+    for i in 0..16 {
+        assert_eq!(n.first(i), Some(ip(1)));
+        assert_eq!(
+            n.previous(i).collect::<Vec<_>>(),
+            [ip(3), ip(2)],
+            "the new first hop leaves the previous owners"
+        );
+    }
+}
+
+#[test]
+fn down_previous_owners_go_last_and_offline_ones_leave() {
+    let mut t = Table::build(16, &targets(&[(1, 1)]));
+    for (k, to) in [2u8, 3, 4].into_iter().enumerate() {
+        t = move_all(&t, to, k as u64 + 1).0;
+    }
+    // .3 (the newest previous owner) is known down: listed last.
+    let (n, m) = t.rebalance(
+        &targets(&[(4, 1)]),
+        &Rules {
+            down: &|d| d == ip(3),
+            ..Rules::default()
+        },
+        10,
+        StepLimits::NONE,
+    );
+    assert_eq!(m.moved, 0);
+    assert_eq!(n.previous(0).collect::<Vec<_>>(), [ip(2), ip(1), ip(3)]);
+    assert_eq!(n.changed_from(&t).len(), 16, "every chain was reordered");
+    // .2 goes offline: it leaves every chain, the rest keep their order.
+    let (o, _) = n.rebalance(
+        &targets(&[(4, 1)]),
+        &Rules {
+            keep: &|d| d != ip(2),
+            down: &|d| d == ip(3),
+            ..Rules::default()
+        },
+        11,
+        StepLimits::NONE,
+    );
+    assert_eq!(o.previous(0).collect::<Vec<_>>(), [ip(1), ip(3)]);
+    assert!(!o.hops().contains(&ip(2)), "no chain names it");
+}
+
+#[test]
+fn voluntary_moves_take_buckets_whose_chain_has_room_first() {
+    // .1 and .2 share 64 buckets; 8 of .1's buckets already moved once
+    // (from .3), so their chain of 1 previous owner is full.
+    let t = Table::build(64, &targets(&[(3, 1), (1, 7)])).with_previous_owners(1);
+    let (t, _) = t.rebalance(&targets(&[(1, 1)]), &Rules::default(), 1, StepLimits::NONE);
+    let full: Vec<usize> = (0..64).filter(|&i| t.second(i).is_some()).collect();
+    assert_eq!(full.len(), 8);
+    // .2 joins and must take 32 of .1's 64: none of the 8 full ones move
+    // (moving them would forget .3).
+    let (n, m) = t.rebalance(
+        &targets(&[(1, 1), (2, 1)]),
+        &Rules::default(),
+        2,
+        StepLimits::NONE,
+    );
+    assert_eq!((m.moved, m.forgotten), (32, 0));
+    for &i in &full {
+        assert_eq!(
+            n.first(i),
+            Some(ip(1)),
+            "bucket {i} with a full chain moved"
+        );
+    }
+}
+
+#[test]
+fn changed_from_lists_exactly_the_buckets_that_differ() {
+    let old = Table::build(256, &targets(&[(1, 1), (2, 1)]));
+    let (new, m) = free(&old, &[(1, 1), (2, 3)], 7);
+    let changed = new.changed_from(&old);
+    let differ: Vec<u32> = (0..256u32)
+        .filter(|&i| {
+            let i = i as usize;
+            old.bucket(i) != new.bucket(i) || old.moved_at(i) != new.moved_at(i)
+        })
+        .collect();
+    assert_eq!(changed, differ);
+    assert_eq!(changed.len(), m.moved);
+    assert!(old.changed_from(&old).is_empty());
+    // Rebuilt from the same buckets (other host numbering): equal.
+    let again = Table::adopt(
+        new.buckets(),
+        (0..256).map(|i| new.moved_at(i)).collect(),
+        MAX_PREVIOUS,
+    );
+    assert!(again.changed_from(&new).is_empty());
+    assert_eq!(again, new);
+}
+
+#[test]
+fn a_bucket_costs_twelve_bytes() {
+    let t = Table::build(4096, &targets(&[(1, 1), (2, 1), (3, 1)]));
+    let per_bucket = t.heap_bytes() as f64 / 4096.0;
+    assert!(
+        (12.0..12.1).contains(&per_bucket),
+        "{per_bucket} bytes per bucket"
     );
 }

@@ -1,7 +1,7 @@
 use std::net::Ipv4Addr;
 
 use super::*;
-use crate::table::{StepLimits, Table, Target};
+use crate::table::{Rules, StepLimits, Table, Target};
 
 fn cpu_cfg() -> DynamicWeight {
     DynamicWeight {
@@ -191,7 +191,7 @@ impl Sim {
         };
         let (t, m) = self
             .table
-            .rebalance(&targets, |_| true, |_| false, self.now, limits);
+            .rebalance(&targets, &Rules::default(), self.now, limits);
         self.table = t;
         self.moved += m.moved;
         *pending = m.pending;

@@ -95,6 +95,55 @@ pub struct Env {
     pub _socks: Sockets,
 }
 
+/// Give some buckets of web (TCP) and dns (UDP) longer chains than the
+/// control plane makes yet, written straight into the data plane: up to
+/// three previous owners, with repeats, the first hop among them and
+/// backends of other services (every hop has a slot with its address).
+/// The move times stay as they are.
+pub fn lengthen_chains(l: &mut Loaded) {
+    let live = l.dp.live_tables().expect("live tables");
+    let slots: std::collections::BTreeMap<Ipv4Addr, u32> =
+        live.iter().flat_map(|(_, t)| t.slots.clone()).collect();
+    let a = |s: &str| s.parse::<Ipv4Addr>().unwrap();
+    for (key, t) in live {
+        let patterns: Vec<Vec<Ipv4Addr>> = match (key.port, key.protocol.number()) {
+            (80, IPPROTO_TCP) => vec![
+                vec![a("10.0.0.14"), a("10.0.0.12"), NODE],
+                vec![a("10.0.0.13"), a("10.0.0.13"), a("10.0.0.12")],
+                vec![a("10.1.0.5"), a("172.16.0.5"), a("10.0.0.14")],
+                vec![NODE, a("10.0.0.12")],
+            ],
+            (53, IPPROTO_UDP) if key.vip == VIP => vec![
+                vec![a("10.0.0.13"), a("10.0.0.12"), NODE],
+                vec![a("10.0.0.14"), a("10.0.0.12")],
+                vec![NODE, NODE, a("10.0.0.13")],
+            ],
+            _ => continue,
+        };
+        let mut chains = t.to_chains();
+        let mut changed = Vec::new();
+        for (i, c) in chains.chains.iter_mut().enumerate() {
+            // Every other bucket keeps what the control plane made.
+            if i % 2 == 0 || c.0.is_none() {
+                continue;
+            }
+            let p = &patterns[(i / 2) % patterns.len()];
+            // A pattern naming the first hop first shows that it is skipped.
+            c.1 = p.clone();
+            changed.push(i as u32);
+        }
+        l.dp.install_chains(
+            &key,
+            t.service_index,
+            &chains,
+            // The service's own slot of a backend, else another service's.
+            &|d| t.slots.get(&d).copied().unwrap_or(slots[&d]),
+            Some(&changed),
+        )
+        .expect("installing longer chains");
+    }
+}
+
 pub fn setup() -> Env {
     let net = TestNet::new();
     ip("link add nt2 type veth peer name nt3");
@@ -108,21 +157,28 @@ pub fn setup() -> Env {
 
     let mut a = load(&fuzz_config("drop", false), NODE);
     a.reload(&fuzz_config("drop", true), NODE);
+    lengthen_chains(&mut a);
     let mut b = load(&fuzz_config("local", false), NODE);
     b.reload(&fuzz_config("local", true), NODE);
+    lengthen_chains(&mut b);
     let mut c = load(&fuzz_config("rst", false), NODE);
     c.reload(&fuzz_config("rst", true), NODE);
+    lengthen_chains(&mut c);
     let wa = World::new(&a, nt0, nt2, UnknownFlow::Drop);
     let wb = World::new(&b, nt0, nt2, UnknownFlow::Local);
     let wc = World::new(&c, nt0, nt2, UnknownFlow::Rst);
-    // The reload must have produced buckets with a second hop.
-    assert!(
-        wa.services[&(VIP, 80, IPPROTO_TCP)]
-            .buckets
-            .iter()
-            .any(|b| b.1.is_some()),
-        "no second hops after the reload"
-    );
+    // The reload must have produced buckets with a second hop, and
+    // lengthen_chains buckets with longer chains in a TCP and a UDP service.
+    for (key, n) in [
+        ((VIP, 80, IPPROTO_TCP), 1),
+        ((VIP, 80, IPPROTO_TCP), 3),
+        ((VIP, 53, IPPROTO_UDP), 3),
+    ] {
+        assert!(
+            wa.services[&key].buckets.iter().any(|b| b.1.len() == n),
+            "{key:?}: no bucket with {n} previous owners"
+        );
+    }
 
     let listener = TcpListener::bind(SocketAddrV4::new(VIP, 80)).unwrap();
     let wild = TcpListener::bind(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 8080)).unwrap();

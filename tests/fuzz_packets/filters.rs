@@ -62,10 +62,12 @@ const SOURCES: [[u8; 4]; 16] = [
 ];
 
 /// The filtered data plane: the fuzz configuration with filters, reloaded
-/// like the worker's (second hops), then the filters compiled and applied.
+/// like the worker's (second hops, longer chains), then the filters
+/// compiled and applied.
 fn filtered() -> (Loaded, Arc<FilterSet>) {
     let mut f = load(&with_filters(&fuzz_config("drop", false)), NODE);
     f.reload(&with_filters(&fuzz_config("drop", true)), NODE);
+    lengthen_chains(&mut f);
     let set = Arc::new(
         FilterSet::compile(f.cp.config(), &Lists::new(), &BTreeMap::new()).expect("compile"),
     );

@@ -33,7 +33,10 @@ pub fn check_encapsulation(frame: &[u8], tot: usize, out: &[u8]) -> Option<Strin
         ),
         (be16(o, 24) as usize == o.len() - 20, "UDP length"),
         (be16(o, 26) == 0, "UDP checksum"),
-        (n <= 2 && o[28] as usize == 1 + n, "GUE hlen/N"),
+        (
+            n <= nilb::limits::MAX_PREVIOUS_OWNERS as usize + 1 && o[28] as usize == 1 + n,
+            "GUE hlen/N",
+        ),
         (o[29..35] == [4, 0, 0, 0, 0, 0], "GUE proto/flags/type/next"),
         (
             o.get(36 + 4 * n..) == Some(&frame[14..14 + tot]),
@@ -211,8 +214,8 @@ pub fn check_icmp_reply(w: &World, frame: &[u8], class: &XdpClass, out: &[u8]) -
             "ICMP reply to a packet without DF",
         ),
         (
-            flow.tot + 44 > MTU,
-            "ICMP reply to a packet that fits even with two hops listed",
+            flow.tot + nilb::limits::GUE_OVERHEAD_MAX as usize > MTU,
+            "ICMP reply to a packet that fits even with the most hops listed",
         ),
         (
             ip[12] != 0 && ip[12] != 127 && ip[12] < 224,
@@ -240,7 +243,8 @@ pub fn check_icmp_reply(w: &World, frame: &[u8], class: &XdpClass, out: &[u8]) -
         ),
         (csum(icmp) == 0, "ICMP checksum"),
         (
-            [MTU - 36, MTU - 40, MTU - 44].contains(&mtu) && flow.tot > mtu,
+            (0..=nilb::limits::MAX_PREVIOUS_OWNERS as usize + 1).any(|n| mtu == MTU - 36 - 4 * n)
+                && flow.tot > mtu,
             "next-hop MTU is not the wire's minus 36 + 4N, or the packet fits it",
         ),
         (

@@ -12,7 +12,8 @@ use super::*;
 /// One table as installed in the data plane.
 pub struct Svc {
     pub index: u32,
-    pub buckets: Vec<(Option<Ipv4Addr>, Option<Ipv4Addr>)>,
+    /// Per bucket: the first hop and the previous owners, newest first.
+    pub buckets: Vec<(Option<Ipv4Addr>, Vec<Ipv4Addr>)>,
     pub slots: BTreeMap<Ipv4Addr, u32>,
 }
 
@@ -50,7 +51,7 @@ impl World {
                 (k.vip, k.port, k.protocol.number()),
                 Svc {
                     index: t.service_index,
-                    buckets: t.buckets.iter().map(|b| (b.first, b.second)).collect(),
+                    buckets: t.chains.clone(),
                     slots: t.slots.clone(),
                 },
             );
@@ -319,15 +320,21 @@ pub fn icmp_quote(l4: &[u8], vip: Ipv4Addr) -> IcmpQuote {
     ))
 }
 
-/// The hops the balancer lists for a bucket (first, second) and a flow of
-/// `proto`: none without a second hop; the second; for UDP the second and
-/// then the first again.
-pub fn listed_hops(first: Ipv4Addr, second: Option<Ipv4Addr>, proto: u8) -> Vec<Ipv4Addr> {
-    match second.filter(|s| *s != first) {
-        None => vec![],
-        Some(s) if proto == IPPROTO_UDP => vec![s, first],
-        Some(s) => vec![s],
+/// The hops the balancer lists for a bucket (first hop, previous owners
+/// newest first) and a flow of `proto`: the previous owners in order, each
+/// once and none equal to the first hop; for UDP, when any is listed, the
+/// first hop again after them.
+pub fn listed_hops(first: Ipv4Addr, previous: &[Ipv4Addr], proto: u8) -> Vec<Ipv4Addr> {
+    let mut hops: Vec<Ipv4Addr> = Vec::new();
+    for &p in previous {
+        if p != first && !hops.contains(&p) {
+            hops.push(p);
+        }
     }
+    if proto == IPPROTO_UDP && !hops.is_empty() {
+        hops.push(first);
+    }
+    hops
 }
 
 /// Ethernet + outer IPv4 + UDP + GUE listing `hops` + `inner`, as the README
@@ -363,7 +370,8 @@ pub fn expect_xdp(w: &World, f: &[u8], class: &XdpClass) -> Outcome {
         XdpClass::Balance(flow) => {
             let svc = &w.services[&flow.key];
             let hash = hash_of(flow.tuple);
-            let (first, second) = svc.buckets[(hash as usize) & (svc.buckets.len() - 1)];
+            let (first, previous) = &svc.buckets[(hash as usize) & (svc.buckets.len() - 1)];
+            let first = *first;
             let Some(first) = first else {
                 return Outcome {
                     verdict: XDP_DROP,
@@ -372,7 +380,7 @@ pub fn expect_xdp(w: &World, f: &[u8], class: &XdpClass) -> Outcome {
                     stat: Stat::XdpServiceDrop(svc.index),
                 };
             };
-            let hops = listed_hops(first, second, flow.tuple.4);
+            let hops = listed_hops(first, previous, flow.tuple.4);
             let overhead = 36 + 4 * hops.len();
             let inner = &f[14..14 + flow.tot];
             // Does not fit the 1500-byte wire with GUE: answered (DF, not an

@@ -484,12 +484,16 @@ pub fn xdp_sweeps(seeds: &[(String, Vec<u8>)]) -> Vec<(String, Vec<u8>)> {
         f[14 + 20 + 1] = code;
         out.push((format!("icmp type 3 code {code}"), f));
     }
-    // Sizes around the MTU (1500 - 36 without a listed hop, - 40 with one),
+    // Sizes around the MTU (1500 - 36 - 4N with N listed hops, N up to 3
+    // previous owners for TCP, and the first hop again for UDP),
     // over many flows so that every kind of first hop is met; without DF
     // (dropped when too big) and with DF (ICMP "fragmentation needed"),
     // from the client and from sources that get no reply.
     for sport in 50000..50048u16 {
-        for tot in [1458usize, 1459, 1460, 1461, 1463, 1464, 1465, 1480, 1500] {
+        for tot in [
+            1447usize, 1448, 1449, 1451, 1452, 1453, 1455, 1456, 1457, 1458, 1459, 1460, 1461,
+            1463, 1464, 1465, 1480, 1500,
+        ] {
             let t = tcp(sport, 80, ACK, &vec![0x55; tot - 40]);
             out.push((
                 format!("TCP VIP:80 from port {sport}, total length {tot}"),
@@ -506,6 +510,19 @@ pub fn xdp_sweeps(seeds: &[(String, Vec<u8>)]) -> Vec<(String, Vec<u8>)> {
             p.extend_from_slice(&t);
             out.push((
                 format!("TCP VIP:80 from {src}:{sport}, DF, total length {tot}"),
+                client_frame(MAC12, &p),
+            ));
+        }
+    }
+    // UDP around the MTU: a UDP flow lists one hop more (the first hop
+    // again), up to four.
+    for sport in 51000..51032u16 {
+        for tot in [1447usize, 1448, 1449, 1451, 1452, 1453, 1456, 1460, 1464] {
+            let u = udp(sport, 53, &vec![0x55; tot - 28]);
+            let mut p = ipv4(CLIENT, VIP, IPPROTO_UDP, u.len(), 0x4000, &[]);
+            p.extend_from_slice(&u);
+            out.push((
+                format!("UDP VIP:53 from port {sport}, DF, total length {tot}"),
                 client_frame(MAC12, &p),
             ));
         }

@@ -90,12 +90,13 @@ fn reload() -> (ControlPlane, FakeDataplane, Plan, ControlPlane) {
 fn apply_widens_zeroes_installs_removes_then_narrows() {
     let (cp, mut dp, plan, _) = reload();
     cp.apply(&mut dp, NODE, &plan).unwrap();
-    // dns's index (1) and slot (2) are retiring: the dns table counts into
-    // them until it is removed, so api takes index 2 and slot 3 (.15), and
-    // web's new .14 takes 4. Records: .12's weight changed, .13's is
+    // dns's index (1) and slot (3) are retiring: the dns table counts into
+    // them until it is removed, so api takes index 2 and slot 4 (.15), and
+    // web's new .14 takes 5 (slot 0 is never given out: it ends a bucket's
+    // chain in the data plane). Records: .12's weight changed, .13's is
     // cleared, .15 and .14 are new; .11's is unchanged.
     assert_eq!(plan.fresh_service_indexes, [2]);
-    assert_eq!(plan.fresh_slots, [3, 4]);
+    assert_eq!(plan.fresh_slots, [4, 5]);
     let all_vips = BTreeSet::from([API.vip, WEB.vip, DNS.vip]);
     let all_nodes = BTreeSet::from([NODE, ip(11), ip(12), ip(13), ip(14), ip(15)]);
     assert_eq!(
@@ -103,10 +104,10 @@ fn apply_widens_zeroes_installs_removes_then_narrows() {
         [
             Call::SetVips(all_vips),
             Call::SetClusterNodes(all_nodes),
-            Call::ZeroBackendStats(3),
             Call::ZeroBackendStats(4),
+            Call::ZeroBackendStats(5),
             Call::ZeroServiceStats(2),
-            Call::WriteControlState(4, vec![1, 3, 4]),
+            Call::WriteControlState(4, vec![2, 4, 5]),
             Call::InstallTables(vec![API, WEB]),
             Call::RemoveService(DNS),
             Call::SetVips(BTreeSet::from([API.vip, WEB.vip])),
@@ -470,4 +471,66 @@ fn filters_of_a_new_service_are_in_place_before_its_table() {
     assert!(!cp.set_filters(f));
     cp.apply(&mut dp, NODE, &plan).unwrap();
     assert_eq!(dp.position(|c| matches!(c, Call::InstallFilters(..))), None);
+}
+
+/// 50 services; a reload that changes one weight of one of them installs
+/// only that service, with the list of the buckets that moved (the fake
+/// writes only those, and then holds exactly the control plane's tables);
+/// the same file again installs nothing; a new `previous_owners` rewrites
+/// only the tables whose chains it cuts (here none: s7's chains list one
+/// previous owner).
+#[test]
+fn a_reload_installs_what_changed_and_only_the_buckets_that_moved() {
+    let service = |i: u16, w12: u32| {
+        format!(
+            "{{name: s{i}, vip: 10.0.0.100, port: {}, protocol: tcp, table_size: 256, health_check: {{none: {{}}}}, backends: [{{dip: 10.0.0.11}}, {{dip: 10.0.0.12, weight: {w12}}}, {{dip: 10.0.0.13}}]}}",
+            1000 + i
+        )
+    };
+    let file = |changed: Option<u16>| {
+        let s: Vec<String> = (0..50)
+            .map(|i| service(i, if Some(i) == changed { 300 } else { 100 }))
+            .collect();
+        let refs: Vec<&str> = s.iter().map(String::as_str).collect();
+        config(0, &refs)
+    };
+    let mut cp = ControlPlane::new(file(None), 0);
+    let mut dp = FakeDataplane::default();
+    cp.apply(&mut dp, NODE, &cp.full_plan()).unwrap();
+    dp.writes.clear();
+    let key = ServiceKey {
+        vip: ip(100),
+        port: 1007,
+        protocol: crate::types::Protocol::Tcp,
+    };
+    let before = cp.service(&key).unwrap().table.clone();
+    let plan = cp.update(file(Some(7)), 1000);
+    assert_eq!(plan.install.keys().copied().collect::<Vec<_>>(), [key]);
+    let moved = plan.install[&key].moved;
+    assert!(moved > 0);
+    let changed = &plan.changed[&key];
+    assert_eq!(
+        changed,
+        &cp.service(&key).unwrap().table.changed_from(&before)
+    );
+    assert_eq!(changed.len(), moved);
+    cp.apply(&mut dp, NODE, &plan).unwrap();
+    assert_eq!(dp.writes, [(key, Some(moved))]);
+    assert_mirrors(&dp, &cp);
+    assert_eq!(dp.violations, []);
+    // Nothing changed: nothing installed.
+    let plan = cp.update(file(Some(7)), 2000);
+    assert!(plan.install.is_empty() && plan.is_empty(), "{plan:?}");
+    // previous_owners 3 -> 1: every table remembers 1, none changes.
+    let mut c = file(Some(7));
+    c.rebalance.previous_owners = 1;
+    let plan = cp.update(c, 3000);
+    assert!(plan.install.is_empty(), "{plan:?}");
+    assert!(cp
+        .services()
+        .values()
+        .all(|s| s.table.previous_owners() == 1));
+    cp.apply(&mut dp, NODE, &plan).unwrap();
+    assert_mirrors(&dp, &cp);
+    assert_eq!(dp.violations, []);
 }

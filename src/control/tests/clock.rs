@@ -53,7 +53,7 @@ fn run(now: fn(&SimClock) -> u64, wall_step_ms: i64) -> Outcome {
         let t = clock.boot_ms() - start;
         // Real (boot) time of each bucket's moves.
         for (i, (a, b)) in prev.buckets().iter().zip(table(&cp).buckets()).enumerate() {
-            if a.first != b.first {
+            if a.first() != b.first() {
                 if last_move[i].is_some_and(|m| t - m < 30_000) {
                     twice.insert(i);
                 }

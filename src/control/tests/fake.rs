@@ -6,9 +6,19 @@
 //! installed table: the service's VIP is in `vips` (the TC program drops an
 //! inner packet to an address that is not a VIP) and every hop of its
 //! buckets is in `cluster_nodes` (the TC program drops GUE from a source
-//! outside the set; a hop is the source of what it forwards). The check
-//! looks at state only, so it holds whatever order the control plane writes
-//! in.
+//! outside the set; a hop is the source of what it forwards), and every
+//! hop has a counter slot of its own that no other address of any installed
+//! table holds (the data plane names hops by slot), and that slot's address
+//! in the fake's `backends` map is the hop's. Like the data plane, the fake
+//! keeps the slot each bucket was written with and writes a slot's address
+//! when an install names it: a bucket left unwritten keeps naming its old
+//! slot, so a slot given to another backend while such a bucket names it
+//! shows up as a hop whose slot holds another address. The check looks at
+//! state only, so it holds whatever order the control plane writes in.
+//!
+//! An install with a list of changed buckets writes only those, as the
+//! data plane does: a list that misses a bucket leaves the fake's table
+//! different from the control plane's, which the tests compare.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
@@ -17,8 +27,18 @@ use anyhow::{bail, Result};
 
 use crate::dataplane::{ControlRecord, DataplaneOps, NodeSettings, QuicRoute, TableInstall};
 use crate::filters::FilterSet;
-use crate::table::Bucket;
+use crate::table::{Bucket, MAX_OWNERS};
 use crate::types::ServiceKey;
+
+/// The hops of `b` with the slots they were written with (`slots`: first
+/// hop's, then the previous owners').
+fn named(b: &Bucket, slots: &[u32; MAX_OWNERS]) -> Vec<(Ipv4Addr, u32)> {
+    let first = b.first().map(|f| (f, slots[0]));
+    first
+        .into_iter()
+        .chain(b.previous().zip(slots[1..].iter().copied()))
+        .collect()
+}
 
 /// One call the control plane made, with its argument.
 #[derive(Clone, Debug, PartialEq)]
@@ -47,7 +67,11 @@ pub(super) enum Call {
 pub(super) struct Installed {
     pub index: u32,
     pub buckets: Vec<Bucket>,
-    /// `backend_stats` slot of each first hop.
+    /// Per bucket, the slot of each hop as it was written (first hop, then
+    /// the previous owners; 0 after the last).
+    pub hop_slots: Vec<[u32; MAX_OWNERS]>,
+    /// Counter slot of each hop (first hops and previous owners), from
+    /// `hop_slots`.
     pub slots: BTreeMap<Ipv4Addr, u32>,
 }
 
@@ -58,6 +82,8 @@ pub(super) struct FakeDataplane {
     pub vips: BTreeSet<Ipv4Addr>,
     pub nodes: BTreeSet<Ipv4Addr>,
     pub services: BTreeMap<ServiceKey, Installed>,
+    /// The `backends` map: the address of every slot an install named.
+    pub backends: BTreeMap<u32, Ipv4Addr>,
     /// The next `install_tables` installs only its first n items, then
     /// fails (as a batch update that stops at a failing element).
     pub fail_install_after: Option<usize>,
@@ -75,6 +101,9 @@ pub(super) struct FakeDataplane {
     /// Attaching XDP fails (as on a device without native XDP, or with
     /// another program attached).
     pub fail_xdp_attach: bool,
+    /// Every table install: the service and how many buckets it wrote
+    /// (None: the whole table).
+    pub writes: Vec<(ServiceKey, Option<usize>)>,
     /// Unsafe states seen: after which call (index into `calls`), and why.
     pub violations: Vec<(usize, String)>,
     /// The installed filters: digest and the index of each filtered
@@ -93,12 +122,7 @@ impl FakeDataplane {
                 self.violations
                     .push((at, format!("{key} is installed but its VIP is not in vips")));
             }
-            let hops: BTreeSet<Ipv4Addr> = t
-                .buckets
-                .iter()
-                .flat_map(|b| [b.first, b.second])
-                .flatten()
-                .collect();
+            let hops: BTreeSet<Ipv4Addr> = t.buckets.iter().flat_map(|b| b.hops()).collect();
             for hop in hops.difference(&self.nodes) {
                 self.violations.push((
                     at,
@@ -110,6 +134,40 @@ impl FakeDataplane {
                     self.violations.push((
                         at,
                         format!("{key} is installed with index {} but its filters are at scope index {index}", t.index),
+                    ));
+                }
+            }
+        }
+        let mut by_slot: BTreeMap<u32, Ipv4Addr> = BTreeMap::new();
+        for (key, t) in &self.services {
+            let mut unset = BTreeSet::new();
+            for (b, slots) in t.buckets.iter().zip(&t.hop_slots) {
+                for (hop, slot) in named(b, slots) {
+                    if self.backends.get(&slot) != Some(&hop) {
+                        unset.insert((hop, slot));
+                    }
+                }
+            }
+            for (hop, slot) in unset {
+                self.violations.push((
+                    at,
+                    format!(
+                        "{hop}, a hop of {key}, is named by slot {slot}, whose backend address is {}",
+                        self.backends
+                            .get(&slot)
+                            .map_or("not set".to_string(), |a| a.to_string())
+                    ),
+                ));
+            }
+            for (&dip, &slot) in &t.slots {
+                if slot == crate::control::OVERFLOW_SLOT {
+                    self.violations
+                        .push((at, format!("{dip}, a hop of {key}, has no slot of its own")));
+                }
+                if let Some(other) = by_slot.insert(slot, dip).filter(|&o| o != dip) {
+                    self.violations.push((
+                        at,
+                        format!("slot {slot} names both {other} and {dip} (hop of {key})"),
                     ));
                 }
             }
@@ -189,22 +247,67 @@ impl DataplaneOps for FakeDataplane {
             if fail_after == Some(i) {
                 break;
             }
-            let slots = item
-                .table
-                .buckets()
+            let table = item.table;
+            let (mut buckets, mut hop_slots) = match (item.changed, self.services.get(&item.key)) {
+                (Some(_), Some(have)) if have.buckets.len() == table.size() as usize => {
+                    (have.buckets.clone(), have.hop_slots.clone())
+                }
+                (Some(_), _) => {
+                    self.violations.push((
+                        self.calls.len(),
+                        format!(
+                            "{}: a list of changed buckets for a table not installed at this size",
+                            item.key
+                        ),
+                    ));
+                    (
+                        vec![Bucket::default(); table.size() as usize],
+                        vec![[0; MAX_OWNERS]; table.size() as usize],
+                    )
+                }
+                (None, _) => (
+                    vec![Bucket::default(); table.size() as usize],
+                    vec![[0; MAX_OWNERS]; table.size() as usize],
+                ),
+            };
+            let all: Vec<u32>;
+            let written = match item.changed {
+                Some(c) => c,
+                None => {
+                    all = (0..table.size()).collect();
+                    &all
+                }
+            };
+            for &i in written {
+                let (i, b) = (i as usize, table.bucket(i as usize));
+                let mut slots = [0; MAX_OWNERS];
+                let hops = b.first().into_iter().map(|f| (0, f));
+                for (k, hop) in hops.chain(b.previous().enumerate().map(|(k, p)| (k + 1, p))) {
+                    slots[k] = (item.slot_of)(hop);
+                    // The data plane writes the slot's address before a
+                    // bucket names it.
+                    self.backends.insert(slots[k], hop);
+                }
+                buckets[i] = b;
+                hop_slots[i] = slots;
+            }
+            let slots = buckets
                 .iter()
-                .filter_map(|b| b.first)
-                .map(|d| (d, (item.slot_of)(d)))
+                .zip(&hop_slots)
+                .flat_map(|(b, s)| named(b, s))
                 .collect();
             self.services.insert(
                 item.key,
                 Installed {
                     index: item.index,
-                    buckets: item.table.buckets().to_vec(),
+                    buckets,
+                    hop_slots,
                     slots,
                 },
             );
         }
+        self.writes
+            .extend(items.iter().map(|i| (i.key, i.changed.map(|c| c.len()))));
         self.record(Call::InstallTables(items.iter().map(|i| i.key).collect()));
         match fail_after {
             Some(n) if n < items.len() => bail!("injected: batch failed at item {n}"),
@@ -282,4 +385,57 @@ impl DataplaneOps for FakeDataplane {
         self.record(Call::RemoveService(*key));
         Ok(())
     }
+}
+
+/// The fake's own check: a bucket an install leaves unwritten keeps the
+/// slot it was written with, so giving that slot to another backend
+/// leaves a hop whose slot holds another address.
+#[test]
+fn a_slot_given_away_while_an_unwritten_bucket_names_it_is_a_violation() {
+    use super::{key, B11, B12, B13};
+    use crate::table::Table;
+    let table = |first0: Ipv4Addr| {
+        let mut b = vec![Bucket::new(Some(B12), [B11]); 4];
+        b[0] = Bucket::new(Some(first0), []);
+        Table::adopt(b, vec![None; 4], 3)
+    };
+    let mut f = FakeDataplane {
+        vips: [key().vip].into(),
+        nodes: [B11, B12, B13].into(),
+        ..FakeDataplane::default()
+    };
+    let before = |d: Ipv4Addr| u32::from(d.octets()[3]) - 10;
+    let install = |f: &mut FakeDataplane, t: &Table, slot_of: &dyn Fn(Ipv4Addr) -> u32, changed| {
+        f.install_tables(&[TableInstall {
+            key: key(),
+            index: 0,
+            table: t,
+            slot_of,
+            changed,
+        }])
+        .unwrap()
+    };
+    install(&mut f, &table(B11), &before, None);
+    assert_eq!(f.violations, vec![]);
+    assert_eq!(f.services[&key()].slots, [(B11, 1), (B12, 2)].into());
+    // Bucket 0 alone rewritten, B13 given B12's slot: buckets 1-3 still
+    // name slot 2 for B12.
+    let after = |d: Ipv4Addr| match d {
+        B13 => 2,
+        B11 => 1,
+        _ => 3,
+    };
+    install(&mut f, &table(B13), &after, Some(&[0]));
+    assert!(
+        f.violations
+            .iter()
+            .any(|(_, v)| v.contains("10.0.0.12, a hop of")
+                && v.contains("backend address is 10.0.0.13")),
+        "{:?}",
+        f.violations
+    );
+    // Written whole with the new slots, the table is safe again.
+    f.violations.clear();
+    install(&mut f, &table(B13), &after, None);
+    assert_eq!(f.violations, vec![]);
 }

@@ -51,7 +51,7 @@ fn pinned(cp: &ControlPlane) -> Vec<(ServiceKey, crate::dataplane::LiveTable)> {
                 *key,
                 crate::dataplane::LiveTable {
                     service_index: st.index,
-                    buckets: t.buckets().to_vec(),
+                    chains: crate::dataplane::LiveTable::chains_of(t),
                     moved_at: (0..t.size() as usize)
                         .map(|i| t.moved_at(i).map(|ms| (ms / 1000).max(1) * 1000))
                         .collect(),
@@ -112,8 +112,8 @@ fn weight_change_installs_with_second_hops() {
     let plan = cp.update(cfg(&[(11, 3, "active"), (12, 1, "active")], 64), 1);
     assert_eq!(plan.install[&key()].moved, 16);
     for (o, n) in before.buckets().iter().zip(table(&cp).buckets()) {
-        if o.first != n.first {
-            assert_eq!(n.second, o.first);
+        if o.first() != n.first() {
+            assert_eq!(n.second(), o.first());
         }
     }
 }
@@ -302,7 +302,7 @@ fn growing_the_table_keeps_flows() {
     let big = table(&cp);
     assert_eq!(big.size(), 256);
     for (i, b) in big.buckets().iter().enumerate() {
-        assert_eq!(b.first, small.buckets()[i % 64].first, "bucket {i}");
+        assert_eq!(b.first(), small.buckets()[i % 64].first(), "bucket {i}");
     }
 }
 
@@ -355,7 +355,7 @@ fn adopting_live_tables_moves_nothing_and_keeps_history() {
         key(),
         crate::dataplane::LiveTable {
             service_index: running.index,
-            buckets: running.table.buckets().to_vec(),
+            chains: crate::dataplane::LiveTable::chains_of(&running.table),
             moved_at: (0..running.table.size() as usize)
                 .map(|i| running.table.moved_at(i))
                 .collect(),
@@ -394,8 +394,8 @@ fn adopting_live_tables_moves_nothing_and_keeps_history() {
     for i in 0..256 {
         if running.table.moved_at(i) == Some(1_010_000) {
             assert_eq!(
-                t.buckets()[i].first,
-                running.table.buckets()[i].first,
+                t.buckets()[i].first(),
+                running.table.buckets()[i].first(),
                 "bucket {i} moved twice"
             );
         }
@@ -440,8 +440,7 @@ fn adopting_under_dynamic_weights_keeps_the_shares() {
         pass(&mut cp, d, 1_000_000);
     }
     // Pretend dynamic weights moved load off .12: its effective weight fell.
-    cp.services
-        .get_mut(&key())
+    cp.state_mut(&key())
         .unwrap()
         .backends
         .get_mut(&B12)
@@ -458,7 +457,7 @@ fn adopting_under_dynamic_weights_keeps_the_shares() {
         key(),
         crate::dataplane::LiveTable {
             service_index: running.index,
-            buckets: running.table.buckets().to_vec(),
+            chains: crate::dataplane::LiveTable::chains_of(&running.table),
             moved_at: (0..1024).map(|i| running.table.moved_at(i)).collect(),
             slots: running
                 .backends

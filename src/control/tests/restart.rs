@@ -74,7 +74,7 @@ fn a_restart_keeps_who_is_down_and_moves_no_bucket() {
             .buckets()
             .iter()
             .zip(before.buckets())
-            .filter(|(x, y)| x.first != y.first)
+            .filter(|(x, y)| x.first() != y.first())
             .count();
         println!(
             "restart {run}: node3 had {before_first_check} buckets before its first check, at most {most} in 10 s; {moved} buckets moved"

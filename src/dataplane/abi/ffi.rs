@@ -1,5 +1,5 @@
-//! Calls into the kernel that libbpf-rs does not wrap safely: bucket arrays
-//! created as inner maps and filled or read through `mmap`, per-CPU reads,
+//! Calls into the kernel that libbpf-rs does not wrap safely: the bucket
+//! pool written and read through `mmap`, per-CPU reads,
 //! the clsact qdisc, and XDP and TC queries and detaches by interface
 //! (netlink through libbpf).
 
@@ -8,16 +8,146 @@ use std::os::fd::{AsFd, BorrowedFd};
 use anyhow::{bail, Context, Result};
 use libbpf_rs::{MapCore, MapFlags};
 
-use super::layout::{read_struct, sum_percpu_u64, BUCKET_SIZE};
-use super::{sys, COUNTER_NAMES};
+use super::layout::sum_percpu_u64;
+use super::COUNTER_NAMES;
 
-/// Create an ARRAY map of `entries` elements of `value_size` bytes (u32 keys),
-/// usable as an inner map of `services`: its flags must equal the template's
-/// (`BPF_F_INNER_MAP`, which also lets sizes differ, and `BPF_F_MMAPABLE`).
-pub fn create_array(name: &str, value_size: u32, entries: u32) -> Result<libbpf_rs::MapHandle> {
+/// A shared mapping of a byte range of a `BPF_F_MMAPABLE` array's values
+/// (the pool and `bucket_moved`): what the control plane writes buckets
+/// through and tools read them from. Offsets are bytes from the array's
+/// first value; the mapping covers whole pages around the range and is
+/// unmapped when dropped (so the daemon's resident memory does not keep the
+/// pool's pages).
+pub struct ArrayMapping {
+    ptr: std::ptr::NonNull<std::ffi::c_void>,
+    map_len: usize,
+    /// Byte offset of the mapping's start in the array.
+    start: usize,
+    /// Bytes of the range asked for, from `start + lead`.
+    lead: usize,
+    len: usize,
+}
+
+impl ArrayMapping {
+    /// Map bytes `offset .. offset + len` of the array `fd` (read-only
+    /// unless `write`). The caller keeps the range within the array.
+    pub fn new(fd: BorrowedFd<'_>, offset: usize, len: usize, write: bool) -> Result<Self> {
+        use nix::sys::mman::{mmap, MapFlags as MmapFlags, ProtFlags};
+        let page = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+            .ok()
+            .flatten()
+            .unwrap_or(4096) as usize;
+        let start = offset / page * page;
+        let map_len = (offset + len.max(1)).div_ceil(page) * page - start;
+        let prot = if write {
+            ProtFlags::PROT_READ | ProtFlags::PROT_WRITE
+        } else {
+            ProtFlags::PROT_READ
+        };
+        let nz = std::num::NonZeroUsize::new(map_len).expect("at least one page");
+        // SAFETY: a new shared mapping of the array's value area at a page
+        // offset within it (the kernel refuses ranges beyond the array); the
+        // pointer is only used through the accessors below, which stay
+        // within `map_len`, and unmapped in Drop.
+        let ptr = unsafe {
+            mmap(
+                None,
+                nz,
+                prot,
+                MmapFlags::MAP_SHARED,
+                fd,
+                start as nix::libc::off_t,
+            )
+        }
+        .with_context(|| format!("mmap of {len} bytes at {offset} of a BPF array"))?;
+        Ok(ArrayMapping {
+            ptr,
+            map_len,
+            start,
+            lead: offset - start,
+            len,
+        })
+    }
+
+    /// Address of array byte `off` (within the range mapped), checked for
+    /// `size` bytes and `align` alignment.
+    fn at(&self, off: usize, size: usize, align: usize) -> *mut u8 {
+        let rel = off
+            .checked_sub(self.start + self.lead)
+            .expect("offset before the mapped range");
+        assert!(rel + size <= self.len, "access beyond the mapped range");
+        assert_eq!(off % align, 0, "unaligned access to a BPF array");
+        // SAFETY: within the mapping (checked above; `lead + len <= map_len`).
+        unsafe { self.ptr.as_ptr().cast::<u8>().add(self.lead + rel) }
+    }
+
+    /// Store `v` at array byte `off` (8-byte aligned) with one aligned
+    /// 8-byte store, so that a program reading it concurrently sees the old
+    /// or the new value, never a mix.
+    pub fn store_u64(&self, off: usize, v: u64) {
+        let p = self.at(off, 8, 8).cast::<std::sync::atomic::AtomicU64>();
+        // SAFETY: aligned, within the (writable) mapping; the memory is
+        // shared with BPF programs, hence an atomic (plain mov) store.
+        unsafe { (*p).store(v, std::sync::atomic::Ordering::Relaxed) }
+    }
+
+    /// Load the 8 bytes at array byte `off` (8-byte aligned) at once.
+    pub fn load_u64(&self, off: usize) -> u64 {
+        let p = self.at(off, 8, 8).cast::<std::sync::atomic::AtomicU64>();
+        // SAFETY: aligned and within the mapping.
+        unsafe { (*p).load(std::sync::atomic::Ordering::Relaxed) }
+    }
+
+    /// Store `v` at array byte `off` (4-byte aligned), at once.
+    pub fn store_u32(&self, off: usize, v: u32) {
+        let p = self.at(off, 4, 4).cast::<std::sync::atomic::AtomicU32>();
+        // SAFETY: aligned, within the (writable) mapping.
+        unsafe { (*p).store(v, std::sync::atomic::Ordering::Relaxed) }
+    }
+
+    /// Load the 4 bytes at array byte `off` (4-byte aligned) at once.
+    pub fn load_u32(&self, off: usize) -> u32 {
+        let p = self.at(off, 4, 4).cast::<std::sync::atomic::AtomicU32>();
+        // SAFETY: aligned and within the mapping.
+        unsafe { (*p).load(std::sync::atomic::Ordering::Relaxed) }
+    }
+
+    /// Copy `bytes` to array byte `off` (a range no program reads yet, or
+    /// whose readers accept any mix, such as the control plane's own
+    /// `bucket_moved`).
+    pub fn write(&self, off: usize, bytes: &[u8]) {
+        let p = self.at(off, bytes.len(), 1);
+        // SAFETY: within the (writable) mapping; `bytes` is a separate
+        // allocation, so the ranges do not overlap.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), p, bytes.len()) }
+    }
+
+    /// Copy array bytes `off .. off + len` out.
+    pub fn read(&self, off: usize, len: usize) -> Vec<u8> {
+        let p = self.at(off, len, 1);
+        let mut out = vec![0u8; len];
+        // SAFETY: within the mapping; `out` is a separate allocation.
+        unsafe { std::ptr::copy_nonoverlapping(p, out.as_mut_ptr(), len) }
+        out
+    }
+}
+
+impl Drop for ArrayMapping {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, unmapped once.
+        let _ = unsafe { nix::sys::mman::munmap(self.ptr, self.map_len) };
+    }
+}
+
+/// Create an ARRAY map of `entries` values of `value_size` bytes (u32 keys)
+/// with `BPF_F_MMAPABLE`: a grown bucket pool or `bucket_moved`.
+pub fn create_mmapable_array(
+    name: &str,
+    value_size: u32,
+    entries: u32,
+) -> Result<libbpf_rs::MapHandle> {
     let opts = libbpf_rs::libbpf_sys::bpf_map_create_opts {
         sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_map_create_opts>() as _,
-        map_flags: libbpf_rs::libbpf_sys::BPF_F_INNER_MAP | libbpf_rs::libbpf_sys::BPF_F_MMAPABLE,
+        map_flags: libbpf_rs::libbpf_sys::BPF_F_MMAPABLE,
         ..Default::default()
     };
     libbpf_rs::MapHandle::create(
@@ -28,7 +158,7 @@ pub fn create_array(name: &str, value_size: u32, entries: u32) -> Result<libbpf_
         entries,
         &opts,
     )
-    .with_context(|| format!("creating bucket array {name} ({entries} entries)"))
+    .with_context(|| format!("creating array {name} ({entries} entries)"))
 }
 
 /// Create a map of `map_type` with `flags` (filter maps made by the control
@@ -98,63 +228,14 @@ impl RcuBarrier {
     }
 }
 
-/// Write `values` (whole elements) into a `BPF_F_MMAPABLE` array from
-/// element 0, with one memory copy.
+/// Fill a `BPF_F_MMAPABLE` array that no program reads yet with `values`
+/// (its first `values.len()` bytes), through a mapping.
 pub fn fill_array(map: &libbpf_rs::MapHandle, values: &[u8]) -> Result<()> {
-    with_mmap(map.as_fd(), values.len(), true, |m| {
-        m.copy_from_slice(values)
-    })
-    .context("filling a bucket array")
-}
-
-/// Header and buckets read back from an inner map (for stats and lookups).
-pub fn read_inner_table(
-    map: &dyn MapCore,
-) -> Result<(sys::nilb_table_header, Vec<sys::nilb_bucket>)> {
-    let n = map.max_entries() as usize;
-    let mut bytes = vec![0u8; n * BUCKET_SIZE as usize];
-    with_mmap(map.as_fd(), n * BUCKET_SIZE as usize, false, |m| {
-        bytes.copy_from_slice(m)
-    })
-    .context("reading a bucket array")?;
-    let hdr: sys::nilb_table_header = read_struct(&bytes)?;
-    let size = hdr.table_mask as usize + 1;
-    if size + 1 > n {
-        bail!(
-            "bucket array header says {size} buckets, the array holds {}",
-            n - 1
-        );
-    }
-    let buckets = bytes[BUCKET_SIZE as usize..]
-        .chunks_exact(BUCKET_SIZE as usize)
-        .take(size)
-        .map(read_struct)
-        .collect::<Result<_>>()?;
-    Ok((hdr, buckets))
-}
-
-/// Map the first `len` bytes of a `BPF_F_MMAPABLE` array and run `f` on
-/// them (read-only unless `write`).
-fn with_mmap(fd: BorrowedFd<'_>, len: usize, write: bool, f: impl FnOnce(&mut [u8])) -> Result<()> {
-    use nix::sys::mman::{mmap, munmap, MapFlags as MmapFlags, ProtFlags};
-    let Some(nz) = std::num::NonZeroUsize::new(len) else {
+    if values.is_empty() {
         return Ok(());
-    };
-    let prot = if write {
-        ProtFlags::PROT_READ | ProtFlags::PROT_WRITE
-    } else {
-        ProtFlags::PROT_READ
-    };
-    // SAFETY: a shared mapping of a BPF array's value area, which is at
-    // least `len` bytes (callers pass at most elements * value size); it
-    // is unmapped before returning and only accessed through the slice.
-    unsafe {
-        let ptr =
-            mmap(None, nz, prot, MmapFlags::MAP_SHARED, fd, 0).context("mmap of a BPF array")?;
-        let slice = std::slice::from_raw_parts_mut(ptr.as_ptr().cast::<u8>(), len);
-        f(slice);
-        munmap(ptr, len).context("munmap of a BPF array")?;
     }
+    let m = ArrayMapping::new(map.as_fd(), 0, values.len(), true).context("filling an array")?;
+    m.write(0, values);
     Ok(())
 }
 

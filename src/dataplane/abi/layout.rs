@@ -3,20 +3,19 @@
 //! the header's structs (addresses and ports in network order).
 
 use std::net::Ipv4Addr;
-use std::os::fd::{AsRawFd, BorrowedFd};
 
 use anyhow::Result;
 
 use super::sys;
 use crate::dataplane::ops::{ControlRecord, RecordAdmin, RecordHealth};
-use crate::table::Table;
 use crate::types::{Protocol, ServiceKey};
 
 // SAFETY: plain C structs of integers (and integer arrays) without padding
 // holes that matter for reading; any bit pattern is a valid value.
 unsafe impl plain::Plain for sys::nilb_service_key {}
 unsafe impl plain::Plain for sys::nilb_bucket {}
-unsafe impl plain::Plain for sys::nilb_table_header {}
+unsafe impl plain::Plain for sys::nilb_service {}
+unsafe impl plain::Plain for sys::nilb_backend {}
 unsafe impl plain::Plain for sys::nilb_config {}
 unsafe impl plain::Plain for sys::nilb_service_stats {}
 unsafe impl plain::Plain for sys::nilb_backend_stats {}
@@ -81,39 +80,65 @@ pub fn parse_service_key(bytes: &[u8]) -> Result<Option<ServiceKey>> {
     }))
 }
 
-/// Size of one inner-array element (bucket or header), bytes.
-pub const BUCKET_SIZE: u32 = std::mem::size_of::<sys::nilb_bucket>() as u32;
+/// Bytes a bucket takes in the pool (`struct nilb_bucket`).
+pub const BUCKET_BYTES: usize = std::mem::size_of::<sys::nilb_bucket>();
 
-/// The contents of an inner bucket array, element by element: element 0 is
-/// the header (table mask, service index), element 1 + i is bucket i;
-/// `slot_of(dip)` gives the `backend_stats` slot of a first hop. Move times
-/// are the table's clock, which the daemon runs on boot-time milliseconds
-/// ([`crate::clock`]), stored as whole seconds (at least 1: 0 is "never").
-pub fn inner_table_values(
-    table: &Table,
-    service_index: u32,
-    slot_of: &dyn Fn(Ipv4Addr) -> u32,
-) -> Vec<u8> {
-    let n = table.size() as usize + 1;
-    let mut values = Vec::with_capacity(n * BUCKET_SIZE as usize);
-    let hdr = sys::nilb_table_header {
-        table_mask: table.size() - 1,
+/// Bytes a bucket's move time takes in `bucket_moved` (a `u32` per bucket,
+/// at byte `4 * index` through the mapping).
+pub const MOVED_BYTES: usize = 4;
+
+/// Bytes between two `backends` elements through the mapping (an ARRAY
+/// element is its value rounded up to 8 bytes).
+pub const BACKEND_STRIDE: usize = std::mem::size_of::<sys::nilb_backend>().div_ceil(8) * 8;
+
+/// Hops a bucket holds: the first hop and the previous owners.
+pub const MAX_OWNERS: usize = sys::nilb_limits::NILB_MAX_OWNERS as usize;
+
+/// Value of the `services` map for a service whose table is the `size`
+/// buckets from `base` in the pool, with stats index `service_index`.
+pub fn service_value(base: u32, size: u32, service_index: u32) -> sys::nilb_service {
+    sys::nilb_service {
+        table_base: base,
+        table_mask: size - 1,
         service_index,
-        pad: [0; 2],
-    };
-    values.extend_from_slice(bytes_of(&hdr));
-    for (i, b) in table.buckets().iter().enumerate() {
-        let v = sys::nilb_bucket {
-            first_hop: b.first.map_or(0, addr_be),
-            second_hop: b.second.map_or(0, addr_be),
-            first_slot: b.first.map_or(0, slot_of),
-            moved_at_s: table
-                .moved_at(i)
-                .map_or(0, |ms| (ms / 1000).clamp(1, u32::MAX as u64) as u32),
-        };
-        values.extend_from_slice(bytes_of(&v));
+        flags: 0,
     }
-    values
+}
+
+/// A bucket's slots (`hops[]`: the first hop's, then the previous owners',
+/// 0 after the last) as the one 8-byte word the programs read and the
+/// control plane stores.
+pub fn bucket_word(hops: [u16; MAX_OWNERS]) -> u64 {
+    let v = sys::nilb_bucket { hops };
+    u64::from_ne_bytes(bytes_of(&v).try_into().expect("8-byte bucket"))
+}
+
+/// Inverse of [`bucket_word`].
+pub fn bucket_hops(word: u64) -> [u16; MAX_OWNERS] {
+    let v: sys::nilb_bucket = read_struct(&word.to_ne_bytes()).expect("8-byte bucket");
+    v.hops
+}
+
+/// A move time as `bucket_moved` keeps it: the table's clock, which the
+/// daemon runs on boot-time milliseconds ([`crate::clock`]), as whole
+/// seconds (at least 1: 0 is "never").
+pub fn moved_value(ms: Option<u64>) -> u32 {
+    ms.map_or(0, |ms| (ms / 1000).clamp(1, u32::MAX as u64) as u32)
+}
+
+/// Value of the `backends` map for a slot whose backend is `a`.
+pub fn backend_value(a: Ipv4Addr) -> sys::nilb_backend {
+    sys::nilb_backend {
+        addr: [addr_be(a), 0, 0, 0],
+        family: sys::nilb_family::NILB_FAMILY_IPV4,
+    }
+}
+
+/// The IPv4 address of a `backends` value, None for an unused slot (or one
+/// of a family nilb does not write yet).
+pub fn backend_of(v: &sys::nilb_backend) -> Option<Ipv4Addr> {
+    (v.family == sys::nilb_family::NILB_FAMILY_IPV4 && v.addr[0] != 0)
+        .then(|| addr_from_be(v.addr[0]))
 }
 
 fn health_value(h: RecordHealth) -> u8 {
@@ -248,8 +273,10 @@ pub fn outer_csum_base(node: Ipv4Addr) -> u32 {
     .sum()
 }
 
-/// Value that makes a map-in-map slot point at `inner`.
-pub fn map_fd_value(inner: BorrowedFd<'_>) -> [u8; 4] {
+/// Value that makes a map-in-map slot point at `inner` (the edge filters'
+/// tables).
+pub fn map_fd_value(inner: std::os::fd::BorrowedFd<'_>) -> [u8; 4] {
+    use std::os::fd::AsRawFd;
     (inner.as_raw_fd() as u32).to_ne_bytes()
 }
 
@@ -357,8 +384,9 @@ mod tests {
     #[test]
     fn layouts_match_the_header() {
         assert_eq!(std::mem::size_of::<sys::nilb_service_key>(), 8);
-        assert_eq!(std::mem::size_of::<sys::nilb_bucket>(), 16);
-        assert_eq!(std::mem::size_of::<sys::nilb_table_header>(), 16);
+        assert_eq!(std::mem::size_of::<sys::nilb_bucket>(), 8);
+        assert_eq!(std::mem::size_of::<sys::nilb_service>(), 16);
+        assert_eq!(std::mem::size_of::<sys::nilb_backend>(), 20);
         assert_eq!(std::mem::size_of::<sys::nilb_backend_stats>(), 24);
         assert_eq!(std::mem::size_of::<sys::nilb_config>(), 20);
         assert_eq!(std::mem::size_of::<sys::nilb_service_stats>(), 32);
@@ -431,21 +459,26 @@ mod tests {
     }
 
     #[test]
-    fn inner_elements_layout() {
-        let t = Table::build(
-            16,
-            &[crate::table::Target {
-                dip: Ipv4Addr::new(10, 0, 0, 12),
-                weight: 1,
-            }],
-        );
-        let v = inner_table_values(&t, 7, &|_| 9);
-        assert_eq!(v.len(), 17 * 16);
+    fn bucket_words_are_the_hops_in_memory_order() {
+        let w = bucket_word([7, 9, 0, 0]);
         assert_eq!(
-            &v[..8],
-            &[15u32.to_ne_bytes(), 7u32.to_ne_bytes()].concat()[..]
+            &w.to_ne_bytes(),
+            &[7u16.to_ne_bytes(), 9u16.to_ne_bytes(), [0, 0], [0, 0]].concat()[..]
         );
-        assert_eq!(&v[16..24], &[10, 0, 0, 12, 0, 0, 0, 0]);
-        assert_eq!(&v[24..28], &9u32.to_ne_bytes());
+        assert_eq!(bucket_hops(w), [7, 9, 0, 0]);
+        // What the XDP program reads: hops[i] = (word >> 16 i) & 0xffff on
+        // the little-endian machines nilb runs on.
+        if cfg!(target_endian = "little") {
+            assert_eq!(w & 0xffff, 7);
+            assert_eq!((w >> 16) & 0xffff, 9);
+        }
+        assert_eq!(moved_value(None), 0);
+        assert_eq!(moved_value(Some(999)), 1);
+        assert_eq!(moved_value(Some(12_345_678)), 12_345);
+        let b = backend_value(Ipv4Addr::new(10, 0, 0, 12));
+        assert_eq!(&bytes_of(&b)[..4], &[10, 0, 0, 12]);
+        assert_eq!(backend_of(&b), Some(Ipv4Addr::new(10, 0, 0, 12)));
+        assert_eq!(backend_of(&sys::nilb_backend::default()), None);
+        assert_eq!(BACKEND_STRIDE, 24);
     }
 }

@@ -1,0 +1,529 @@
+//! Tables into the bucket pool (docs/design.md "Maps"): which region each
+//! service has, which address each backend slot holds, and the writes that
+//! install a table so that a packet never sees a half-written chain or a
+//! slot without its address.
+//!
+//! An install of a service whose region keeps its size writes the buckets
+//! that changed in place, each with one aligned 8-byte store (the programs
+//! read a bucket as one word), and touches no other map: no `services`
+//! update, no RCU wait. A new service or a new size gets a region of its
+//! own, filled completely, then one `services` update points the programs
+//! at it; the old region goes into quarantine. Every slot a chain names has
+//! its address written in `backends` before the first bucket names it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::Ipv4Addr;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use libbpf_rs::{MapCore, MapFlags};
+
+use super::abi::{self, ArrayMapping, BACKEND_STRIDE, BUCKET_BYTES, MAX_OWNERS, MOVED_BYTES};
+use super::pool::{Pool, Region, Usage, CHUNK_BUCKETS};
+use crate::limits::MAX_BACKEND_SLOTS;
+use crate::table::Table;
+use crate::types::ServiceKey;
+
+/// What the data plane reads of a table to install it: [`Table`] and
+/// [`Chains`] implement it.
+pub trait ChainSource {
+    /// Buckets (a power of two).
+    fn size(&self) -> u32;
+    /// First hop of bucket `i`.
+    fn first(&self, i: usize) -> Option<Ipv4Addr>;
+    /// Previous owners of bucket `i`, newest first, appended to `out` (the
+    /// first [`MAX_OWNERS`]` - 1` are installed).
+    fn previous(&self, i: usize, out: &mut Vec<Ipv4Addr>);
+    /// When bucket `i` last changed first hop (the table's clock, ms).
+    fn moved_at(&self, i: usize) -> Option<u64>;
+}
+
+impl ChainSource for Table {
+    fn size(&self) -> u32 {
+        Table::size(self)
+    }
+    fn first(&self, i: usize) -> Option<Ipv4Addr> {
+        Table::first(self, i)
+    }
+    fn previous(&self, i: usize, out: &mut Vec<Ipv4Addr>) {
+        out.extend(Table::previous(self, i));
+    }
+    fn moved_at(&self, i: usize) -> Option<u64> {
+        Table::moved_at(self, i)
+    }
+}
+
+/// Buckets given by their hops: per bucket the first hop and the previous
+/// owners, newest first, with each bucket's move time (ms). What the data
+/// plane reads back ([`super::LiveTable`]), and what fixtures install to
+/// get chains the control plane would take many moves to make.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Chains {
+    /// Per bucket: first hop, previous owners newest first.
+    pub chains: Vec<(Option<Ipv4Addr>, Vec<Ipv4Addr>)>,
+    /// Per bucket: when its first hop last changed (ms), None: never.
+    pub moved_at: Vec<Option<u64>>,
+}
+
+impl ChainSource for Chains {
+    fn size(&self) -> u32 {
+        self.chains.len() as u32
+    }
+    fn first(&self, i: usize) -> Option<Ipv4Addr> {
+        self.chains[i].0
+    }
+    fn previous(&self, i: usize, out: &mut Vec<Ipv4Addr>) {
+        out.extend_from_slice(&self.chains[i].1);
+    }
+    fn moved_at(&self, i: usize) -> Option<u64> {
+        self.moved_at.get(i).copied().flatten()
+    }
+}
+
+/// One table to install.
+pub(super) struct Install<'a> {
+    pub key: ServiceKey,
+    pub index: u32,
+    pub table: &'a dyn ChainSource,
+    pub slot_of: &'a dyn Fn(Ipv4Addr) -> u32,
+    /// Buckets that changed since this service's last install (None: all).
+    pub changed: Option<&'a [u32]>,
+}
+
+/// The maps the tables live in.
+pub(super) struct PoolMaps<'a> {
+    pub services: &'a dyn MapCore,
+    pub buckets: &'a dyn MapCore,
+    pub moved: &'a dyn MapCore,
+    pub backends: &'a dyn MapCore,
+}
+
+impl PoolMaps<'_> {
+    fn map_buckets(&self, pool: u32, write: bool) -> Result<ArrayMapping> {
+        ArrayMapping::new(self.buckets.as_fd(), 0, pool as usize * BUCKET_BYTES, write)
+            .context("mapping the bucket pool")
+    }
+    fn map_moved(&self, pool: u32, write: bool) -> Result<ArrayMapping> {
+        ArrayMapping::new(self.moved.as_fd(), 0, pool as usize * MOVED_BYTES, write)
+            .context("mapping bucket_moved")
+    }
+    fn map_backends(&self, write: bool) -> Result<ArrayMapping> {
+        ArrayMapping::new(
+            self.backends.as_fd(),
+            0,
+            MAX_BACKEND_SLOTS as usize * BACKEND_STRIDE,
+            write,
+        )
+        .context("mapping backends")
+    }
+}
+
+/// One service's table as the maps hold it, raw: what `nilb tables` shows
+/// and what adoption and [`super::LiveTable`] are made from.
+#[derive(Clone, Debug)]
+pub struct RawTable {
+    /// The service.
+    pub key: ServiceKey,
+    /// Its `services` value (region and stats index).
+    pub service: abi::sys::nilb_service,
+    /// Its buckets' slots (`hops[]`), in bucket order.
+    pub buckets: Vec<[u16; MAX_OWNERS]>,
+    /// Its buckets' `bucket_moved` seconds (0: never), in bucket order.
+    pub moved_s: Vec<u32>,
+}
+
+impl RawTable {
+    /// The region of the pool the table occupies.
+    pub fn region(&self) -> Region {
+        Region {
+            base: self.service.table_base,
+            size: self.service.table_mask.wrapping_add(1),
+        }
+    }
+}
+
+/// What [`read_raw`] returns: the tables, every backend slot's address
+/// (index = slot) and what could not be read.
+pub(super) type RawRead = (Vec<RawTable>, Vec<Option<Ipv4Addr>>, Vec<String>);
+
+/// Every installed service's table (or only `only`'s) and the `backends`
+/// slots, read from the maps (through read-only mappings), tables in key
+/// order. A service whose region does not lie within the pool is reported
+/// in the errors, not read.
+pub(super) fn read_raw(maps: &PoolMaps<'_>, only: Option<&ServiceKey>) -> Result<RawRead> {
+    let pool = maps.buckets.max_entries();
+    let backends = read_backends(maps)?;
+    let mut out = Vec::new();
+    let mut errors = Vec::new();
+    let mut keys: Vec<Vec<u8>> = match only {
+        Some(k) => vec![abi::bytes_of(&abi::service_key(k)).to_vec()],
+        None => maps.services.keys().collect(),
+    };
+    keys.sort();
+    let (b, m) = (maps.map_buckets(pool, false)?, maps.map_moved(pool, false)?);
+    for k in keys {
+        let Some(key) = abi::parse_service_key(&k)? else {
+            continue;
+        };
+        let Some(v) = maps.services.lookup(&k, MapFlags::ANY)? else {
+            continue;
+        };
+        let service: abi::sys::nilb_service = abi::read_struct(&v)?;
+        let size = service.table_mask.wrapping_add(1);
+        let region = Region {
+            base: service.table_base,
+            size,
+        };
+        if !size.is_power_of_two() || size > CHUNK_BUCKETS || region.end() > pool as u64 {
+            errors.push(format!(
+                "{key}: table of {size} buckets at {} does not lie within the pool of {pool}",
+                region.base
+            ));
+            continue;
+        }
+        let base = region.base as usize;
+        let words = b.read(base * BUCKET_BYTES, size as usize * BUCKET_BYTES);
+        let moved = m.read(base * MOVED_BYTES, size as usize * MOVED_BYTES);
+        out.push(RawTable {
+            key,
+            service,
+            buckets: words
+                .chunks_exact(BUCKET_BYTES)
+                .map(|w| abi::bucket_hops(u64::from_ne_bytes(w.try_into().expect("8 bytes"))))
+                .collect(),
+            moved_s: moved
+                .chunks_exact(MOVED_BYTES)
+                .map(|w| u32::from_ne_bytes(w.try_into().expect("4 bytes")))
+                .collect(),
+        });
+    }
+    out.sort_by_key(|t| t.key);
+    Ok((out, backends, errors))
+}
+
+/// Every slot's address in `backends` (index = slot).
+fn read_backends(maps: &PoolMaps<'_>) -> Result<Vec<Option<Ipv4Addr>>> {
+    let map = maps.map_backends(false)?;
+    let bytes = map.read(0, MAX_BACKEND_SLOTS as usize * BACKEND_STRIDE);
+    bytes
+        .chunks_exact(BACKEND_STRIDE)
+        .map(|e| Ok(abi::backend_of(&abi::read_struct(e)?)))
+        .collect()
+}
+
+/// What the data plane knows of the pool between installs: regions,
+/// slots' addresses and how many bucket entries name each slot.
+pub(super) struct PoolBook {
+    pool: Pool<ServiceKey>,
+    regions: BTreeMap<ServiceKey, (Region, u32)>,
+    slot_addr: Vec<Option<Ipv4Addr>>,
+    slot_refs: Vec<u32>,
+    epoch: Instant,
+    /// Bucket words stored so far (a word equal to the installed one is
+    /// not stored).
+    stores: u64,
+}
+
+fn add_refs(refs: &mut [u32], word: u64, delta: i64) {
+    for s in abi::bucket_hops(word) {
+        if s != 0 {
+            let r = &mut refs[s as usize];
+            *r = (*r as i64 + delta).max(0) as u32;
+        }
+    }
+}
+
+impl PoolBook {
+    /// An empty pool of `buckets` (the maps are new).
+    pub fn new(buckets: u32) -> Self {
+        PoolBook {
+            pool: Pool::new(buckets),
+            regions: BTreeMap::new(),
+            slot_addr: vec![None; MAX_BACKEND_SLOTS as usize],
+            slot_refs: vec![0; MAX_BACKEND_SLOTS as usize],
+            epoch: Instant::now(),
+            stores: 0,
+        }
+    }
+
+    /// The book of maps an earlier daemon filled (adoption, possibly after
+    /// the pool grew): each service's region reserved as it is. Returns
+    /// the book and what could not be taken over (a region that does not
+    /// fit or overlaps another: that service is installed anew).
+    pub fn adopt(maps: &PoolMaps<'_>) -> Result<(Self, Vec<String>)> {
+        let mut book = PoolBook::new(maps.buckets.max_entries());
+        let (tables, backends, mut errors) = read_raw(maps, None)?;
+        book.slot_addr = backends;
+        for t in tables {
+            if let Err(e) = book.pool.reserve(t.region(), t.key) {
+                errors.push(format!("{}: {e}", t.key));
+                continue;
+            }
+            for h in &t.buckets {
+                add_refs(&mut book.slot_refs, abi::bucket_word(*h), 1);
+            }
+            book.regions
+                .insert(t.key, (t.region(), t.service.service_index));
+        }
+        Ok((book, errors))
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    /// The pool's buckets by state.
+    pub fn usage(&self) -> Usage {
+        self.pool.usage()
+    }
+
+    /// Whether `key` has a region (an installed table) in this book.
+    pub fn has(&self, key: &ServiceKey) -> bool {
+        self.regions.contains_key(key)
+    }
+
+    /// Install `items` (see the module): regions first, for all items at
+    /// once (a batch that does not fit the pool fails before anything is
+    /// written), then per item the slots' addresses, the buckets and, for a
+    /// new region, the `services` update. An error while writing leaves the
+    /// items before it installed.
+    pub fn install(&mut self, maps: &PoolMaps<'_>, items: &[Install<'_>]) -> Result<()> {
+        if items.is_empty() {
+            return Ok(());
+        }
+        let now = self.now_ms();
+        // 1. Regions: new services and new sizes, largest first (they pack
+        //    best), on a copy of the pool until all fit.
+        let mut pool = self.pool.clone();
+        let mut order: Vec<usize> = (0..items.len()).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(items[i].table.size()));
+        let mut regions: Vec<Option<Region>> = vec![None; items.len()];
+        for &i in &order {
+            let it = &items[i];
+            let size = it.table.size();
+            if !size.is_power_of_two() || size > CHUNK_BUCKETS {
+                bail!(
+                    "{}: a table of {size} buckets (a power of two up to {CHUNK_BUCKETS})",
+                    it.key
+                );
+            }
+            match self.regions.get(&it.key) {
+                Some((r, _)) if r.size == size => regions[i] = Some(*r),
+                _ => {
+                    let r = pool.alloc(size, it.key, now).map_err(|e| {
+                        anyhow::anyhow!(
+                            "no room for the table of {}: {e}; the pool is sized from the configuration when nilb starts (a restart grows it)",
+                            it.key
+                        )
+                    })?;
+                    regions[i] = Some(r);
+                }
+            }
+        }
+        self.pool = pool;
+        // 2. Per item: slots, buckets, region swap.
+        let (b, m, be) = (
+            maps.map_buckets(self.pool.buckets(), true)?,
+            maps.map_moved(self.pool.buckets(), true)?,
+            maps.map_backends(true)?,
+        );
+        for (i, it) in items.iter().enumerate() {
+            let region = regions[i].expect("allocated above");
+            if let Err(e) = self.install_one(maps, (&b, &m, &be), it, region, now) {
+                // Regions of the items not installed go back (their own
+                // service may take them again at once).
+                for (j, later) in items.iter().enumerate().skip(i) {
+                    let r = regions[j].expect("allocated above");
+                    if self.regions.get(&later.key).map(|x| x.0) != Some(r) {
+                        self.pool.release(r, now);
+                    }
+                }
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    fn install_one(
+        &mut self,
+        maps: &PoolMaps<'_>,
+        (b, m, be): (&ArrayMapping, &ArrayMapping, &ArrayMapping),
+        it: &Install<'_>,
+        region: Region,
+        now: u64,
+    ) -> Result<()> {
+        let cur = self.regions.get(&it.key).copied();
+        let fresh = cur.map(|c| c.0) != Some(region);
+        let size = region.size as usize;
+        let all: Vec<u32>;
+        let idxs: &[u32] = match (fresh, it.changed) {
+            (false, Some(c)) => c,
+            _ => {
+                all = (0..region.size).collect();
+                &all
+            }
+        };
+        if let Some(&bad) = idxs.iter().find(|&&i| i as usize >= size) {
+            bail!("{}: changed bucket {bad} beyond its {size} buckets", it.key);
+        }
+        // Slots of every hop written, each checked: within the map, not 0,
+        // one address per slot.
+        let mut memo: HashMap<Ipv4Addr, u16> = HashMap::new();
+        let mut assign: BTreeMap<u16, Ipv4Addr> = BTreeMap::new();
+        let mut slot = |a: Ipv4Addr, assign: &mut BTreeMap<u16, Ipv4Addr>| -> Result<u16> {
+            if let Some(&s) = memo.get(&a) {
+                return Ok(s);
+            }
+            let s = (it.slot_of)(a);
+            if s == 0 || s >= MAX_BACKEND_SLOTS {
+                bail!(
+                    "{}: backend {a} has slot {s}, outside 1..{MAX_BACKEND_SLOTS}",
+                    it.key
+                );
+            }
+            let s = s as u16;
+            if let Some(&other) = assign.get(&s) {
+                if other != a {
+                    bail!("{}: backends {other} and {a} both have slot {s}", it.key);
+                }
+            }
+            assign.insert(s, a);
+            memo.insert(a, s);
+            Ok(s)
+        };
+        let mut words = Vec::with_capacity(idxs.len());
+        let mut prev = Vec::with_capacity(MAX_OWNERS);
+        for &i in idxs {
+            let i = i as usize;
+            let mut hops = [0u16; MAX_OWNERS];
+            if let Some(f) = it.table.first(i) {
+                hops[0] = slot(f, &mut assign)?;
+            }
+            prev.clear();
+            it.table.previous(i, &mut prev);
+            for (h, &p) in hops[1..].iter_mut().zip(&prev) {
+                *h = slot(p, &mut assign)?;
+            }
+            words.push((
+                i,
+                abi::bucket_word(hops),
+                abi::moved_value(it.table.moved_at(i)),
+            ));
+        }
+        // A slot that changes address must not be named by any bucket that
+        // keeps naming it: only buckets this install rewrites may still.
+        let old_base = cur.map(|c| c.0.base as usize);
+        let reassigned: Vec<(u16, Ipv4Addr)> = assign
+            .iter()
+            .filter(|(s, a)| self.slot_addr[**s as usize] != Some(**a))
+            .map(|(s, a)| (*s, *a))
+            .collect();
+        if reassigned
+            .iter()
+            .any(|(s, _)| self.slot_refs[*s as usize] > 0)
+        {
+            let mut rewritten = vec![0u32; MAX_BACKEND_SLOTS as usize];
+            if let Some(ob) = old_base {
+                let old_idxs: Box<dyn Iterator<Item = usize>> = if fresh {
+                    Box::new(0..cur.expect("has a region").0.size as usize)
+                } else {
+                    Box::new(idxs.iter().map(|&i| i as usize))
+                };
+                for i in old_idxs {
+                    add_refs(&mut rewritten, b.load_u64((ob + i) * BUCKET_BYTES), 1);
+                }
+            }
+            for (s, a) in &reassigned {
+                let named = self.slot_refs[*s as usize];
+                if named > rewritten[*s as usize] {
+                    bail!(
+                        "{}: slot {s} is given to {a} while {} bucket entr{} of installed tables still name it for {}",
+                        it.key,
+                        named - rewritten[*s as usize],
+                        if named - rewritten[*s as usize] == 1 { "y" } else { "ies" },
+                        self.slot_addr[*s as usize].map_or("another backend".into(), |x| x.to_string())
+                    );
+                }
+            }
+        }
+        // Addresses first.
+        for (s, a) in &reassigned {
+            let off = *s as usize * BACKEND_STRIDE;
+            let v = abi::backend_value(*a);
+            // family and the rest of the address, then the IPv4 word the
+            // programs read, which makes the slot usable.
+            be.write(off + 4, &abi::bytes_of(&v)[4..]);
+            be.store_u32(off, v.addr[0]);
+            self.slot_addr[*s as usize] = Some(*a);
+        }
+        // Buckets.
+        let base = region.base as usize;
+        for &(i, w, mv) in &words {
+            let off = (base + i) * BUCKET_BYTES;
+            let old = b.load_u64(off);
+            if fresh || old != w {
+                b.store_u64(off, w);
+                self.stores += 1;
+            }
+            if !fresh {
+                add_refs(&mut self.slot_refs, old, -1);
+            }
+            add_refs(&mut self.slot_refs, w, 1);
+            m.store_u32((base + i) * MOVED_BYTES, mv);
+        }
+        if fresh || cur.map(|c| c.1) != Some(it.index) {
+            let val = abi::service_value(region.base, region.size, it.index);
+            maps.services
+                .update(
+                    abi::bytes_of(&abi::service_key(&it.key)),
+                    abi::bytes_of(&val),
+                    MapFlags::ANY,
+                )
+                .with_context(|| format!("pointing {} at its table", it.key))?;
+        }
+        if fresh {
+            if let Some((old, _)) = cur {
+                for i in 0..old.size as usize {
+                    add_refs(
+                        &mut self.slot_refs,
+                        b.load_u64((old.base as usize + i) * BUCKET_BYTES),
+                        -1,
+                    );
+                }
+                self.pool.release(old, now);
+            }
+        }
+        self.regions.insert(it.key, (region, it.index));
+        Ok(())
+    }
+
+    /// Remove `key` from `services` and put its region into quarantine.
+    pub fn remove(&mut self, maps: &PoolMaps<'_>, key: &ServiceKey) -> Result<()> {
+        maps.services
+            .delete(abi::bytes_of(&abi::service_key(key)))
+            .with_context(|| format!("removing service {key}"))?;
+        if let Some((r, _)) = self.regions.remove(key) {
+            let b = maps.map_buckets(self.pool.buckets(), false)?;
+            for i in 0..r.size as usize {
+                add_refs(
+                    &mut self.slot_refs,
+                    b.load_u64((r.base as usize + i) * BUCKET_BYTES),
+                    -1,
+                );
+            }
+            let now = self.now_ms();
+            self.pool.release(r, now);
+        }
+        Ok(())
+    }
+
+    /// Bucket words stored since the book was made.
+    pub fn stores(&self) -> u64 {
+        self.stores
+    }
+
+    /// Bucket entries of installed tables that name `slot`.
+    pub fn refs(&self, slot: u32) -> u32 {
+        self.slot_refs.get(slot as usize).copied().unwrap_or(0)
+    }
+}
