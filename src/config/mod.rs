@@ -116,10 +116,30 @@ pub const MAX_RULE_NAME: usize = 31;
 /// Highest rate a rate limit accepts, per second.
 pub const MAX_RATE_PER_SECOND: u64 = 1_000_000_000;
 
+/// Open `path` for reading if it is a regular file (symlinks followed).
+/// A FIFO, a device or a directory is refused before it is opened, so that
+/// reading the configuration, a list file or a key file cannot block the
+/// daemon's loop (a FIFO's open waits for a writer).
+/// Errors: the `stat` error, or `InvalidInput` "not a regular file".
+pub fn open_regular_file(path: &Path) -> std::io::Result<std::fs::File> {
+    let meta = std::fs::metadata(path)?;
+    if !meta.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file (a FIFO, device or directory is never read)",
+        ));
+    }
+    std::fs::File::open(path)
+}
+
 impl Config {
     /// Read and validate the file at `path`.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let src = std::fs::read_to_string(path).map_err(|e| {
+        let src = open_regular_file(path).and_then(|mut f| {
+            let mut s = String::new();
+            std::io::Read::read_to_string(&mut f, &mut s).map(|_| s)
+        });
+        let src = src.map_err(|e| {
             // `nsenter --mount` and systemd start in `/`: say where a
             // relative path was looked for.
             let base = if path.is_relative() {

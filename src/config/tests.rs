@@ -740,3 +740,44 @@ fn quic_lb_assigns_server_ids_from_addresses() {
         ]
     );
 }
+
+/// A FIFO as the configuration (or as a list or key file, which are read
+/// through the same function) is refused at once instead of blocking the
+/// daemon until a writer opens it.
+#[test]
+fn a_fifo_is_refused_without_blocking() {
+    let dir = std::env::temp_dir().join(format!("nilb-fifo-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fifo = dir.join("nilb.yaml");
+    let _ = std::fs::remove_file(&fifo);
+    nix::unistd::mkfifo(
+        &fifo,
+        nix::sys::stat::Mode::S_IRUSR | nix::sys::stat::Mode::S_IWUSR,
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let err = super::open_regular_file(&fifo).unwrap_err();
+    assert!(err.to_string().contains("not a regular file"), "{err}");
+    let err = Config::load(&fifo).unwrap_err().to_string();
+    assert!(err.contains("not a regular file"), "{err}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(2));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A regular key file whose contents are not 32 hex digits is named, and
+/// its contents are not quoted.
+#[test]
+fn a_key_file_without_a_key_is_refused() {
+    let dir = std::env::temp_dir().join(format!("nilb-key-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key = dir.join("quic.key");
+    std::fs::write(&key, "secret-but-not-hex\n").unwrap();
+    let yaml = format!(
+        "version: 1\ncluster: {{balancers: [10.0.0.11]}}\nservices:\n  - name: quic\n    vip: 10.0.0.100\n    port: 443\n    protocol: udp\n    quic_lb: {{codepoint: 1, server_id_len: 2, nonce_len: 6, algorithm: four-pass, key_file: {}}}\n    backends: [{{dip: 10.0.0.12}}]\n",
+        key.display()
+    );
+    let err = Config::parse(&yaml).unwrap_err().to_string();
+    assert!(err.contains("does not hold a QUIC-LB key"), "{err}");
+    assert!(!err.contains("secret-but-not-hex"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -119,7 +119,7 @@ fn read_quic_key(path: &std::path::Path) -> Result<quic_lb::Key, String> {
         ));
     }
     let mut text = String::new();
-    std::fs::File::open(path)
+    super::open_regular_file(path)
         .and_then(|f| f.take(4096).read_to_string(&mut text))
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     quic_lb::Key::from_hex(&text).map_err(|_| {
@@ -569,6 +569,26 @@ impl Validator {
         let routes_file = path(self, "routes_file", raw.routes_file, DEFAULT_ROUTES_FILE);
         let birdc = path(self, "birdc", raw.birdc, DEFAULT_BIRDC);
         let drain_file = path(self, "drain_file", raw.drain_file, DEFAULT_DRAIN_FILE);
+        // Each path has one role: nilb writes routes_file, BIRD listens on
+        // bird_socket, the operator creates drain_file (a routes file that
+        // is also the drain file would drain the balancer for ever).
+        let named = [
+            ("bird_socket", &bird_socket),
+            ("routes_file", &routes_file),
+            ("birdc", &birdc),
+            ("drain_file", &drain_file),
+        ];
+        for (i, (field, p)) in named.iter().enumerate() {
+            if let Some((other, _)) = named[..i].iter().find(|(_, q)| q == p) {
+                self.report(
+                    format!("routing.{field}"),
+                    format!(
+                        "`{}` is also routing.{other}: each of bird_socket, routes_file, birdc and drain_file needs its own path",
+                        p.display()
+                    ),
+                );
+            }
+        }
         let withdraw_grace_ms = match raw.withdraw_grace_ms {
             Some(g) if g > MAX_WITHDRAW_GRACE_MS => {
                 self.report(

@@ -112,7 +112,7 @@ pub fn load_lists(config: &Config, base: &Path) -> Result<Lists, Vec<Problem>> {
 
 /// A file's text, refused above [`MAX_LIST_BYTES`] or when it is not UTF-8.
 fn read_capped(path: &Path) -> Result<String, String> {
-    let f = std::fs::File::open(path).map_err(|e| format!("cannot read it: {e}"))?;
+    let f = crate::config::open_regular_file(path).map_err(|e| format!("cannot read it: {e}"))?;
     let mut bytes = Vec::new();
     f.take(MAX_LIST_BYTES as u64 + 1)
         .read_to_end(&mut bytes)
