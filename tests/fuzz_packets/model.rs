@@ -768,7 +768,7 @@ pub fn expect_tc(w: &World, f: &[u8], class: &TcClass) -> Outcome {
                 if hop == NODE {
                     return decap("tc_decap_loop_guard");
                 }
-                if hop == Ipv4Addr::UNSPECIFIED || !w.cluster.contains(&hop) {
+                if hop == Ipv4Addr::UNSPECIFIED {
                     return shot("tc_drop_malformed");
                 }
                 let mut v = f.to_vec();
