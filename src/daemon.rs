@@ -115,8 +115,33 @@ fn lock_path(interface: &str) -> PathBuf {
 }
 
 fn lock_interface(interface: &str) -> Result<nix::fcntl::Flock<std::fs::File>> {
-    use std::io::{Read, Seek, Write};
     let path = lock_path(interface);
+    lock_file(&path, &format!("on {interface} in this network namespace"))
+}
+
+/// One `nilb run` per pin directory, whatever interface or network
+/// namespace it serves: an exclusive lock on
+/// `/run/nilb/pins-<device>-<inode>.lock` of the directory (created if
+/// missing; the identity, not the path, so `/proc/1/root/...` and
+/// `/sys/fs/bpf/...` are the same directory). Two daemons on one pin
+/// directory would adopt each other's maps and overwrite each other's
+/// tables. Returns the lock and its path (removed at exit).
+fn lock_pin_dir(dir: &Path) -> Result<(nix::fcntl::Flock<std::fs::File>, PathBuf)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("creating the pin directory {}", dir.display()))?;
+    let m = std::fs::metadata(dir)
+        .with_context(|| format!("reading the pin directory {}", dir.display()))?;
+    let path = Path::new("/run/nilb").join(format!("pins-{}-{}.lock", m.dev(), m.ino()));
+    let lock = lock_file(&path, &format!("with the pin directory {}", dir.display()))?;
+    Ok((lock, path))
+}
+
+/// An exclusive, non-blocking lock on `path` (created with its parents)
+/// holding this process's ID; `what` completes "another nilb (pid N)
+/// already runs ..." in the error when another process holds it.
+fn lock_file(path: &Path, what: &str) -> Result<nix::fcntl::Flock<std::fs::File>> {
+    use std::io::{Read, Seek, Write};
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
@@ -125,7 +150,7 @@ fn lock_interface(interface: &str) -> Result<nix::fcntl::Flock<std::fs::File>> {
         .write(true)
         .create(true)
         .truncate(false)
-        .open(&path)
+        .open(path)
         .with_context(|| format!("opening {}", path.display()))?;
     match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
         Ok(mut lock) => {
@@ -138,7 +163,7 @@ fn lock_interface(interface: &str) -> Result<nix::fcntl::Flock<std::fs::File>> {
             let mut pid = String::new();
             let _ = file.read_to_string(&mut pid);
             bail!(
-                "another nilb (pid {}) already runs on {interface} in this network namespace (lock {}); stop it first",
+                "another nilb (pid {}) already runs {what} (lock {}); stop it first",
                 pid.trim(),
                 path.display()
             )
@@ -181,6 +206,28 @@ fn mtu_warning(mtu: u32, previous: u32, udp: bool) -> Option<String> {
     Some(s)
 }
 
+/// What decides the GUE overhead of a configuration: the previous owners a
+/// bucket keeps (`rebalance.previous_owners`: a TCP flow's packets list that
+/// many hops) and whether a UDP service exists (a UDP flow lists one more).
+fn gue_hops_of(config: &Config) -> (u32, bool) {
+    let udp = config.services.iter().any(|s| s.protocol == Protocol::Udp);
+    (config.rebalance.previous_owners, udp)
+}
+
+/// Warn (once per call) when `interface`'s MTU cannot carry a 1500-byte
+/// client packet with the GUE overhead of `previous` hops (+1 for `udp`).
+/// Called at start and after a reload that lengthens the hop list.
+fn check_mtu(interface: &str, previous: u32, udp: bool) {
+    if let Some(mtu) = std::fs::read_to_string(format!("/sys/class/net/{interface}/mtu"))
+        .ok()
+        .and_then(|m| m.trim().parse::<u32>().ok())
+    {
+        if let Some(w) = mtu_warning(mtu, previous, udp) {
+            warn!(interface, mtu, "{w}");
+        }
+    }
+}
+
 /// Warnings about the interface that the operator must hear at start
 /// (`udp`: the config has a UDP service).
 fn check_interface(interface: &str, balancer: bool, previous: u32, udp: bool) {
@@ -189,13 +236,7 @@ fn check_interface(interface: &str, balancer: bool, previous: u32, udp: bool) {
             .ok()
             .map(|s| s.trim().to_string())
     };
-    if let Some(mtu) =
-        read(format!("/sys/class/net/{interface}/mtu")).and_then(|m| m.parse::<u32>().ok())
-    {
-        if let Some(w) = mtu_warning(mtu, previous, udp) {
-            warn!(interface, mtu, "{w}");
-        }
-    }
+    check_mtu(interface, previous, udp);
     if balancer {
         if let Some("0") =
             read(format!("/proc/sys/net/ipv4/conf/{interface}/forwarding")).as_deref()
@@ -528,13 +569,11 @@ pub fn run(opts: &RunOptions) -> Result<()> {
     if !config.cluster_addresses().contains(&node) {
         warn!(%node, "this node is neither a balancer nor a backend in the config; GUE from it will be rejected by others");
     }
-    let udp = config.services.iter().any(|s| s.protocol == Protocol::Udp);
-    // Previous owners a bucket keeps (`rebalance.previous_owners`): a TCP
-    // flow's packets list that many hops, a UDP flow's one more.
-    let previous = config.rebalance.previous_owners;
+    let (previous, udp) = gue_hops_of(&config);
     check_interface(&opts.interface, balancer, previous, udp);
     // Pins where a restarted daemon finds them (dataplane::pins).
     let placement = crate::dataplane::pins::prepare(&opts.pin_dir)?;
+    let (pin_lock, pin_lock_path) = lock_pin_dir(&placement.dir)?;
     let opts = &RunOptions {
         pin_dir: placement.dir,
         ..opts.clone()
@@ -556,7 +595,9 @@ pub fn run(opts: &RunOptions) -> Result<()> {
     // Remove the lock file while still holding the lock (a daemon that
     // starts now opens a fresh file).
     let _ = std::fs::remove_file(lock_path(&opts.interface));
+    let _ = std::fs::remove_file(&pin_lock_path);
     drop(lock);
+    drop(pin_lock);
     checks.shutdown_timeout(Duration::from_secs(1));
     result
 }
@@ -1316,6 +1357,8 @@ impl Daemon<'_, '_> {
         };
         let was_balancer = self.xdp_running();
         let is_balancer = config.cluster.balancers.contains(&self.node);
+        let hops_before = gue_hops_of(self.cp.config());
+        let hops_after = gue_hops_of(&config);
         // The lists are read and checked before anything changes: a bad
         // list file rejects the reload like a bad configuration, and the
         // lists in force stay.
@@ -1374,6 +1417,12 @@ impl Daemon<'_, '_> {
                     "filters swapped in"
                 );
             }
+        }
+        // A reload that lengthens the hop list (more previous owners, a
+        // first UDP service) needs a larger MTU between nodes: say so now,
+        // not at the next start.
+        if hops_after.0 + hops_after.1 as u32 > hops_before.0 + hops_before.1 as u32 {
+            check_mtu(&self.opts.interface, hops_after.0, hops_after.1);
         }
         match (was_balancer, self.xdp_running()) {
             (false, true) => info!(node = %self.node, "this node became a balancer: XDP attached"),

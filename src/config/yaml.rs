@@ -351,7 +351,21 @@ pub fn positions(src: &str) -> Result<HashMap<String, Position>, ShapeError> {
     if let Some(e) = rx.limit_error {
         return Err(e);
     }
-    if parsed.is_err() {
+    if let Err(e) = parsed {
+        // The scanner refuses flow collections nested 256 deep before the
+        // parser emits their start events: the same limit, said the same
+        // way (serde_yaml would take seconds on such input, quadratic in
+        // the depth, before failing on it).
+        if e.info().contains("recursion limit") {
+            return Err(ShapeError {
+                path: String::new(),
+                message: format!("nested deeper than {MAX_DEPTH} levels"),
+                position: Some(Position {
+                    line: e.marker().line(),
+                    column: e.marker().col() + 1,
+                }),
+            });
+        }
         return Ok(HashMap::new());
     }
     Ok(rx.out)
@@ -516,6 +530,20 @@ mod limit_tests {
         let deep = format!("a: {}{}\n", "[".repeat(100), "]".repeat(100));
         let e = positions(&deep).unwrap_err();
         assert!(e.message.contains("nested deeper"), "{}", e.message);
+    }
+
+    /// Flow collections 256 and more deep stop the scanner before any
+    /// event: still refused as too deep, at once (serde_yaml took 5 s on
+    /// 30,000 levels before this check).
+    #[test]
+    fn very_deep_flow_nesting_is_refused_quickly() {
+        for n in [256, 300, 100_000] {
+            let deep = format!("a: {}{}\n", "[".repeat(n), "]".repeat(n));
+            let started = std::time::Instant::now();
+            let e = positions(&deep).unwrap_err();
+            assert!(e.message.contains("nested deeper"), "{n}: {}", e.message);
+            assert!(started.elapsed() < std::time::Duration::from_secs(1), "{n}");
+        }
     }
 
     #[test]
