@@ -127,12 +127,20 @@ fn lock_interface(interface: &str) -> Result<nix::fcntl::Flock<std::fs::File>> {
 /// directory would adopt each other's maps and overwrite each other's
 /// tables. Returns the lock and its path (removed at exit).
 fn lock_pin_dir(dir: &Path) -> Result<(nix::fcntl::Flock<std::fs::File>, PathBuf)> {
+    lock_pin_dir_in(dir, Path::new("/run/nilb"))
+}
+
+/// [`lock_pin_dir`] with its lock file under `locks` (tests).
+fn lock_pin_dir_in(
+    dir: &Path,
+    locks: &Path,
+) -> Result<(nix::fcntl::Flock<std::fs::File>, PathBuf)> {
     use std::os::unix::fs::MetadataExt;
     std::fs::create_dir_all(dir)
         .with_context(|| format!("creating the pin directory {}", dir.display()))?;
     let m = std::fs::metadata(dir)
         .with_context(|| format!("reading the pin directory {}", dir.display()))?;
-    let path = Path::new("/run/nilb").join(format!("pins-{}-{}.lock", m.dev(), m.ino()));
+    let path = locks.join(format!("pins-{}-{}.lock", m.dev(), m.ino()));
     let lock = lock_file(&path, &format!("with the pin directory {}", dir.display()))?;
     Ok((lock, path))
 }
@@ -1454,7 +1462,30 @@ impl Daemon<'_, '_> {
 
 #[cfg(test)]
 mod tests {
-    use super::mtu_warning;
+    use super::{lock_pin_dir_in, mtu_warning};
+
+    /// A second daemon on the same pin directory, even reached through
+    /// another path, is refused and named; another directory is not.
+    #[test]
+    fn one_daemon_per_pin_directory() {
+        let base = std::env::temp_dir().join(format!("nilb-pinlock-{}", std::process::id()));
+        let (pins, locks) = (base.join("pins"), base.join("locks"));
+        let (first, _) = lock_pin_dir_in(&pins, &locks).unwrap();
+        let link = base.join("link");
+        std::os::unix::fs::symlink(&pins, &link).unwrap();
+        // (a lock is per open file: the same process opening it again is
+        // refused as another process would be)
+        let e = lock_pin_dir_in(&link, &locks).unwrap_err().to_string();
+        assert!(
+            e.contains("already runs with the pin directory")
+                && e.contains(&std::process::id().to_string()),
+            "{e}"
+        );
+        lock_pin_dir_in(&base.join("other"), &locks).unwrap();
+        drop(first);
+        lock_pin_dir_in(&link, &locks).unwrap();
+        std::fs::remove_dir_all(&base).unwrap();
+    }
 
     #[test]
     fn mtu_warning_counts_two_hops_for_udp_services() {
