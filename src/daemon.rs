@@ -32,6 +32,7 @@ use std::collections::BTreeMap;
 use std::mem::MaybeUninit;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::clock::{self, Clock, SystemClock};
@@ -41,7 +42,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
 use tracing::{error, info, warn};
 
-use crate::config::{Config, Protocol, ServiceKey};
+use crate::config::{Config, ConfigError, Protocol, ServiceKey};
 use crate::control::{ControlPlane, Mode, Plan};
 use crate::dataplane::{Dataplane, DataplaneOps, XdpMode};
 use crate::filters::{lists, FilterSet, RuleIdent, Scope};
@@ -448,6 +449,27 @@ struct Daemon<'a, 'obj> {
     /// VIP announcements through BIRD (`routing:`; docs/design.md "Several
     /// balancers").
     routing: Option<RoutingHook>,
+    /// Where the reload thread sends what it read.
+    reload_reads: mpsc::Sender<(ReloadRead, Instant)>,
+    /// A reload's read under way, since when.
+    reload_reading: Option<Instant>,
+    /// A SIGHUP came while a read was under way: read again after it.
+    reload_again: bool,
+}
+
+/// What the reload thread read ([`Daemon::start_reload`]).
+enum ReloadRead {
+    /// The file is unreadable or invalid.
+    Config(ConfigError),
+    /// The file is valid; a list file it names is not (or the lists cover a
+    /// cluster address).
+    Lists(ConfigError),
+    /// Both read and checked; the lists compiled (`compile_ms`).
+    Ready {
+        config: Config,
+        filters: Arc<FilterSet>,
+        compile_ms: u64,
+    },
 }
 
 /// The announcer of `routing:` and what it was last told.
@@ -717,6 +739,7 @@ async fn serve(
     let (tx, mut rx) = mpsc::channel::<CheckResult>(4096);
     let (load_tx, mut load_rx) = mpsc::channel::<LoadResult>(4096);
     let (encap_tx, mut encap_rx) = mpsc::channel::<EncapResult>(4096);
+    let (reload_tx, mut reload_rx) = mpsc::channel::<(ReloadRead, Instant)>(2);
     let shared = metrics::Shared::default();
     if let Some(addr) = opts.metrics_address {
         metrics::serve(checks, addr, shared.clone())?;
@@ -752,6 +775,9 @@ async fn serve(
         state_writer: StateWriter::start(opts.state_file.clone()),
         filters_compile_ms,
         routing: None,
+        reload_reads: reload_tx,
+        reload_reading: None,
+        reload_again: false,
     };
     d.probes.sync(&d.cp)?;
     for (key, st) in d.cp.services() {
@@ -777,7 +803,8 @@ async fn serve(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
         tokio::select! {
-            _ = hup.recv() => d.reload(),
+            _ = hup.recv() => d.start_reload(),
+            Some((read, started)) = reload_rx.recv() => d.reload(read, started),
             _ = term.recv() => break,
             _ = int.recv() => break,
             Some(first) = rx.recv() => {
@@ -1149,9 +1176,11 @@ impl Daemon<'_, '_> {
         if self.routing.as_ref().map(|h| &h.config) != wanted.as_ref() {
             if let Some(old) = self.routing.take() {
                 // Leave nothing announced behind an announcer nilb no
-                // longer drives (routing removed or moved elsewhere).
+                // longer drives (routing removed or moved elsewhere). Its
+                // worker withdraws on its own thread once dropped (each
+                // birdc call bounded): the loop does not wait for BIRD.
                 old.announcer.announce(Default::default());
-                let _ = old.announcer.flush(Duration::from_secs(2));
+                drop(old);
             }
             if let Some(config) = wanted {
                 let paths = bird::BirdPaths {
@@ -1348,14 +1377,94 @@ impl Daemon<'_, '_> {
     /// One SIGHUP: validate, then [`ControlPlane::reload`] (tables, role,
     /// health checks as one transaction); on any error keep everything and
     /// record the failure with its reason.
-    fn reload(&mut self) {
+    /// SIGHUP: read the file and its filter lists on a thread of their
+    /// own, so that a slow or hung file system (NFS) or a large list to
+    /// compile never stops the loop (health events, signals, pacing); the
+    /// result comes back through `reload_reads` to [`Daemon::reload`]. A
+    /// SIGHUP while a read is under way asks for one more read after it
+    /// (the file may have changed again), not one per signal.
+    fn start_reload(&mut self) {
+        if self.reload_reading.is_some() {
+            self.reload_again = true;
+            return;
+        }
         let started = Instant::now();
-        let config = match Config::load(&self.opts.config) {
-            Ok(c) => c,
-            Err(e) => {
+        self.reload_reading = Some(started);
+        let path = self.opts.config.clone();
+        let known = self.cp.cluster_addresses();
+        let running = self.cp.filters().clone();
+        let prev = self.cp.filters().ids();
+        let node = self.node;
+        let tx = self.reload_reads.clone();
+        let spawned = std::thread::Builder::new()
+            .name("nilb-reload".into())
+            .spawn(move || {
+                let read = match Config::load(&path) {
+                    Err(e) => ReloadRead::Config(e),
+                    Ok(config) => {
+                        // The lists are read and checked before anything
+                        // changes: a bad list file rejects the reload like
+                        // a bad configuration, and the lists in force stay.
+                        let is_balancer = config.cluster.balancers.contains(&node);
+                        let mut cluster = config.cluster_addresses();
+                        cluster.extend(known);
+                        match lists::prepare(
+                            &config,
+                            &path,
+                            &cluster,
+                            is_balancer,
+                            Some(&running),
+                            &prev,
+                        ) {
+                            Ok((filters, compile_ms)) => ReloadRead::Ready {
+                                config,
+                                filters,
+                                compile_ms,
+                            },
+                            Err(e) => ReloadRead::Lists(e),
+                        }
+                    }
+                };
+                let _ = tx.blocking_send((read, started));
+            });
+        if let Err(e) = spawned {
+            self.reload_reading = None;
+            error!("reload not started, running configuration kept: cannot start its thread: {e}");
+            self.record_reload(Some(format!("cannot start the reload thread: {e}")));
+            self.write_state();
+        }
+    }
+
+    /// Apply what [`Daemon::start_reload`] read (`started`: when it began).
+    fn reload(&mut self, read: ReloadRead, started: Instant) {
+        self.reload_reading = None;
+        self.apply_reload(read, started);
+        if std::mem::take(&mut self.reload_again) {
+            self.start_reload();
+        }
+    }
+
+    fn apply_reload(&mut self, read: ReloadRead, started: Instant) {
+        let (config, filters, compile_ms) = match read {
+            ReloadRead::Ready {
+                config,
+                filters,
+                compile_ms,
+            } => (config, filters, compile_ms),
+            ReloadRead::Config(e) => {
                 error!(
                     problems = e.problems.len(),
                     "reload rejected, running configuration kept: {}",
+                    e.one_line()
+                );
+                self.record_reload(Some(e.one_line()));
+                self.write_state();
+                return;
+            }
+            ReloadRead::Lists(e) => {
+                error!(
+                    problems = e.problems.len(),
+                    "reload rejected, running configuration and filter lists kept: {}",
                     e.one_line()
                 );
                 self.record_reload(Some(e.one_line()));
@@ -1367,31 +1476,6 @@ impl Daemon<'_, '_> {
         let is_balancer = config.cluster.balancers.contains(&self.node);
         let hops_before = gue_hops_of(self.cp.config());
         let hops_after = gue_hops_of(&config);
-        // The lists are read and checked before anything changes: a bad
-        // list file rejects the reload like a bad configuration, and the
-        // lists in force stay.
-        let mut cluster = config.cluster_addresses();
-        cluster.extend(self.cp.cluster_addresses());
-        let (filters, compile_ms) = match lists::prepare(
-            &config,
-            &self.opts.config,
-            &cluster,
-            is_balancer,
-            Some(self.cp.filters()),
-            &self.cp.filters().ids(),
-        ) {
-            Ok(f) => f,
-            Err(e) => {
-                error!(
-                    problems = e.problems.len(),
-                    "reload rejected, running configuration and filter lists kept: {}",
-                    e.one_line()
-                );
-                self.record_reload(Some(e.one_line()));
-                self.write_state();
-                return;
-            }
-        };
         let now = self.now_ms();
         let probes = &mut self.probes;
         let result = self.cp.reload_with_filters(
