@@ -466,7 +466,7 @@ enum ReloadRead {
     Lists(ConfigError),
     /// Both read and checked; the lists compiled (`compile_ms`).
     Ready {
-        config: Config,
+        config: Box<Config>,
         filters: Arc<FilterSet>,
         compile_ms: u64,
     },
@@ -1417,7 +1417,7 @@ impl Daemon<'_, '_> {
                             &prev,
                         ) {
                             Ok((filters, compile_ms)) => ReloadRead::Ready {
-                                config,
+                                config: Box::new(config),
                                 filters,
                                 compile_ms,
                             },
@@ -1450,7 +1450,7 @@ impl Daemon<'_, '_> {
                 config,
                 filters,
                 compile_ms,
-            } => (config, filters, compile_ms),
+            } => (*config, filters, compile_ms),
             ReloadRead::Config(e) => {
                 error!(
                     problems = e.problems.len(),
