@@ -17,6 +17,7 @@
  *   quic_lb.h QUIC-LB: the server ID in a QUIC connection ID (parse,
  *             plaintext and AES decoding; twin of src/quic_lb.rs)
  *   filter.h  edge filters: deny and allow lists, rate limits
+ *   xdp_decap.h GUE for this node decapsulated in XDP, before GRO
  *
  * XDP balancer (nilb_xdp_balancer), on nodes that receive VIP traffic:
  *   IPv4 TCP/UDP to a configured (VIP, port, protocol) -> flow hash -> bucket
@@ -37,6 +38,12 @@
  *   packet opens or belongs to a local connection, else forward to the next
  *   listed hop; at the last hop, unknown_flow decides (drop, local, or a
  *   RST from the VIP). Everything else passes untouched.
+ *
+ * XDP before GRO (bpf/xdp_decap.h), in the balancer's program and in
+ * nilb_xdp_backend on the other nodes: GUE for this node whose inner packet
+ * is a TCP SYN or belongs to a local socket is decapsulated in XDP, so that
+ * GRO merges the inner stream; all other GUE goes to TC untouched. A
+ * balancer that is a flow's first hop passes such packets on without GUE.
  */
 #include "common.h"
 #include "gue.h"
@@ -44,6 +51,7 @@
 #include "hash.h"
 #include "too_big.h"
 #include "filter.h"
+#include "xdp_decap.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -371,6 +379,27 @@ static __always_inline int xdp_sent(const struct xdp_hops *hops, __u32 inner_len
 	return verdict;
 }
 
+/* A TCP packet to service svc (iph: its checked IPv4 header) whose first
+ * hop is this node: does TC's first rule accept it here (a SYN without ACK,
+ * or a local socket owns the flow; xdp_tcp_accepts)? Then it needs no
+ * encapsulation: TC would only take the GUE off again, with nothing to
+ * forward. Counts it in the service's tc_decap.
+ * Returns: non-zero if so. */
+static __always_inline int xdp_local_direct(struct xdp_md *ctx, const struct nilb_service *svc,
+					    const struct iphdr *iph, void *data_end)
+{
+	const struct tcphdr *th = (void *)iph + iph->ihl * 4;
+	struct nilb_service_stats *st;
+
+	/* Checked by the caller; the verifier needs it again. */
+	if ((void *)(th + 1) > data_end || xdp_tcp_accepts(ctx, iph, th) < 0)
+		return 0;
+	st = service_stats_of(svc);
+	if (st)
+		st->tc_decap++;
+	return 1;
+}
+
 /* Does an IPv4 packet of len bytes exceed the MTU of the receiving
  * interface (the wire our TC sends on: slow path with forwarding off, and
  * second chance)? Sets *mtu to that MTU if so.
@@ -599,6 +628,10 @@ int nilb_xdp_balancer(struct xdp_md *ctx)
 		if (l4 + sizeof(struct udphdr) > data_end ||
 		    ihl_len + sizeof(struct udphdr) > tot_len)
 			goto malformed;
+		/* GUE for this node (it may be a backend too): decapsulated
+		 * before GRO if XDP can decide it, else TC's (xdp_decap.h). */
+		if (iph->daddr == cfg->node_addr && ((struct udphdr *)l4)->dest == cfg->gue_port)
+			return xdp_gue_receive(ctx, cfg, iph);
 		table = xdp_l4_service(iph, l4, IPPROTO_UDP, cfg->hash_seed, &hash);
 		udp = 1;
 		break;
@@ -639,6 +672,11 @@ int nilb_xdp_balancer(struct xdp_md *ctx)
 			    sizeof(*eth) + tot_len, &hops) == 0) &&
 	    xdp_bucket(table, hash, udp, &hops))
 		return XDP_DROP;
+	/* This node is the first hop of a packet TC would accept at once:
+	 * straight to the stack, no GUE (xdp_local_direct). */
+	if (hops.first == cfg->node_addr && iph->protocol == IPPROTO_TCP &&
+	    xdp_local_direct(ctx, table, iph, data_end))
+		return xdp_sent(&hops, tot_len, what, C_XDP_LOCAL_DIRECT, XDP_PASS);
 	eth = xdp_encap(ctx, eth, cfg, &hops, hash, tot_len, frame_len, macs);
 	if (!eth)
 		return XDP_DROP;
@@ -651,6 +689,51 @@ malformed:
 	}
 not_service:
 	count(C_XDP_PASS_NOT_SERVICE);
+	return XDP_PASS;
+}
+
+/* ---- XDP on backends ----------------------------------------------------- */
+
+/*
+ * The XDP program of nodes that are not balancers (a balancer's program
+ * does the same in its UDP branch): GUE for this node is decapsulated
+ * before GRO when XDP can decide it (bpf/xdp_decap.h), everything else
+ * passes untouched. Frags-aware: a multi-buffer frame (a GRO super-frame a
+ * veth hands on, jumbo frames) passes like any other; GUE in one is TC's,
+ * since gue_parse sees only the first buffer and finds it cut short.
+ */
+SEC("xdp.frags")
+int nilb_xdp_backend(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	struct nilb_config *cfg;
+	struct iphdr *oip;
+	struct udphdr *udp;
+	__u32 ihl_len;
+
+	if ((void *)(eth + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_IP))
+		goto pass;
+	oip = (void *)(eth + 1);
+	if ((void *)(oip + 1) > data_end || oip->protocol != IPPROTO_UDP)
+		goto pass;
+	ihl_len = oip->ihl * 4;
+	if (ihl_len < sizeof(*oip))
+		goto pass; /* not a valid IPv4 header: the stack drops it */
+	udp = (void *)oip + ihl_len;
+	if ((void *)(udp + 1) > data_end)
+		goto pass;
+	cfg = get_config();
+	if (!cfg) {
+		count(C_XDP_PASS_NO_CONFIG);
+		return XDP_PASS;
+	}
+	if (oip->daddr != cfg->node_addr || udp->dest != cfg->gue_port)
+		goto pass;
+	return xdp_gue_receive(ctx, cfg, oip);
+pass:
+	count(C_XDP_BACKEND_PASS);
 	return XDP_PASS;
 }
 
@@ -683,24 +766,7 @@ enum local_miss {
 	LOCAL_CLOSED = -5,
 };
 
-/* TCP states (BPF_TCP_*) in which a socket owns the packets of its 4-tuple
- * while a hop is left: the handshake, and a connection that can still
- * receive data or must still receive the ACK of its own FIN. Not TIME_WAIT
- * (which also covers the kernel's orphaned FIN_WAIT2 minisockets) and not
- * CLOSE: docs/design.md "Second chance (TC)" argues each state. */
-#define TCP_OWNING_STATES                                                                 \
-	((1u << BPF_TCP_ESTABLISHED) | (1u << BPF_TCP_SYN_SENT) | (1u << BPF_TCP_SYN_RECV) | \
-	 (1u << BPF_TCP_NEW_SYN_RECV) | (1u << BPF_TCP_FIN_WAIT1) |                          \
-	 (1u << BPF_TCP_FIN_WAIT2) | (1u << BPF_TCP_CLOSE_WAIT) | (1u << BPF_TCP_CLOSING) |  \
-	 (1u << BPF_TCP_LAST_ACK))
-
-/* struct flow4 is passed to the socket lookups as a struct bpf_sock_tuple:
- * the IPv4 part has the same layout. */
-_Static_assert(__builtin_offsetof(struct flow4, saddr) ==
-		       __builtin_offsetof(struct bpf_sock_tuple, ipv4.saddr) &&
-	       __builtin_offsetof(struct flow4, dport) ==
-		       __builtin_offsetof(struct bpf_sock_tuple, ipv4.dport),
-	       "flow4 starts like bpf_sock_tuple.ipv4");
+/* TCP_OWNING_STATES and the flow4/bpf_sock_tuple layout: bpf/xdp_decap.h. */
 
 /*
  * What the local TCP socket of flow f (client -> VIP) makes of a packet:
