@@ -364,6 +364,9 @@ pub fn check(
                     None
                 }
                 XDP_TX | XDP_REDIRECT => Some(out),
+                // The XDP receive path's decapsulation (checked against
+                // the TC reference by the model).
+                XDP_PASS if out != frame && matches!(class, XdpClass::GueForNode) => None,
                 XDP_PASS if out != frame => {
                     // nilb's metadata: the mark, then the egress ifindex.
                     if out.len() >= 8 && out[..4] == MARK.to_ne_bytes() {
