@@ -379,25 +379,54 @@ static __always_inline int xdp_sent(const struct xdp_hops *hops, __u32 inner_len
 	return verdict;
 }
 
-/* A TCP packet to service svc (iph: its checked IPv4 header) whose first
- * hop is this node: does TC's first rule accept it here (a SYN without ACK,
- * or a local socket owns the flow; xdp_tcp_accepts)? Then it needs no
- * encapsulation: TC would only take the GUE off again, with nothing to
- * forward. Counts it in the service's tc_decap.
- * Returns: non-zero if so. */
-static __always_inline int xdp_local_direct(struct xdp_md *ctx, const struct nilb_service *svc,
-					    const struct iphdr *iph, void *data_end)
+/*
+ * This node is the first hop of the packet just encapsulated (overhead:
+ * the GUE bytes in front of the inner packet; macs: the frame's own
+ * MACs). If TC's first rule accepts the inner packet here (a TCP SYN
+ * without ACK, or a local socket owns the flow; xdp_tcp_accepts), TC would
+ * only take the GUE off again: take it off now and pass the packet as it
+ * came, counted in the service's tc_decap. Checked here, after the
+ * encapsulation, so that packets for other hops pay nothing for it.
+ * Returns: 0 if the packet is to pass without GUE (not counted: the caller
+ * counts C_XDP_LOCAL_DIRECT), -1 if TC is to have it (nothing changed), 1
+ * if the kernel refused to resize it (counted: C_XDP_DROP_ADJUST_FAILED;
+ * never seen; the frame is no longer the one the caller checked).
+ */
+static __always_inline int xdp_local_direct(struct xdp_md *ctx, __u32 overhead, const __u8 *macs)
 {
-	const struct tcphdr *th = (void *)iph + iph->ihl * 4;
-	struct nilb_service_stats *st;
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct nilb_service_stats *st = NULL;
+	struct nilb_service *svc;
+	struct ethhdr *eth;
+	struct tcphdr *th;
+	struct iphdr *in;
 
-	/* Checked by the caller; the verifier needs it again. */
-	if ((void *)(th + 1) > data_end || xdp_tcp_accepts(ctx, iph, th) < 0)
-		return 0;
-	st = service_stats_of(svc);
+	if (overhead > gue_overhead(NILB_TX_HOPS))
+		return -1; /* never: the verifier needs the bound */
+	in = data + sizeof(struct ethhdr) + overhead;
+	if ((void *)(in + 1) > data_end || in->protocol != IPPROTO_TCP)
+		return -1;
+	th = (void *)in + in->ihl * 4;
+	if ((void *)(th + 1) > data_end || xdp_tcp_accepts(ctx, in, th) < 0)
+		return -1;
+	svc = service_of(in->daddr, th->dest, IPPROTO_TCP);
+	if (svc)
+		st = service_stats_of(svc);
+	if (bpf_xdp_adjust_head(ctx, (int)overhead)) {
+		count(C_XDP_DROP_ADJUST_FAILED);
+		return 1;
+	}
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	eth = data;
+	if ((void *)(eth + 1) <= data_end) {
+		copy_macs(eth, macs);
+		eth->h_proto = bpf_htons(ETH_P_IP);
+	}
 	if (st)
 		st->tc_decap++;
-	return 1;
+	return 0;
 }
 
 /* Does an IPv4 packet of len bytes exceed the MTU of the receiving
@@ -447,8 +476,15 @@ static __always_inline int xdp_next_hop(struct xdp_md *ctx, struct ethhdr *eth,
 	__u64 now;
 
 	if (first == cfg->node_addr) {
-		/* This node is the first hop: hand the GUE packet to our own TC
-		 * program, which applies second chance like on any backend. */
+		/* This node is the first hop: a packet TC would accept at once
+		 * goes to the stack as it came; else hand the GUE packet to our
+		 * own TC program, which applies second chance like on any
+		 * backend. */
+		verdict = xdp_local_direct(ctx, overhead, macs);
+		if (verdict == 0)
+			return xdp_sent(hops, inner_len, what, C_XDP_LOCAL_DIRECT, XDP_PASS);
+		if (verdict > 0)
+			return XDP_DROP;
 		if (hops->nhops && xdp_wire_too_big(ctx, out_len, &mtu))
 			goto too_big;
 		copy_macs(eth, macs);
@@ -672,11 +708,6 @@ int nilb_xdp_balancer(struct xdp_md *ctx)
 			    sizeof(*eth) + tot_len, &hops) == 0) &&
 	    xdp_bucket(table, hash, udp, &hops))
 		return XDP_DROP;
-	/* This node is the first hop of a packet TC would accept at once:
-	 * straight to the stack, no GUE (xdp_local_direct). */
-	if (hops.first == cfg->node_addr && iph->protocol == IPPROTO_TCP &&
-	    xdp_local_direct(ctx, table, iph, data_end))
-		return xdp_sent(&hops, tot_len, what, C_XDP_LOCAL_DIRECT, XDP_PASS);
 	eth = xdp_encap(ctx, eth, cfg, &hops, hash, tot_len, frame_len, macs);
 	if (!eth)
 		return XDP_DROP;

@@ -816,6 +816,43 @@ fn checker_flags_tampered_results() {
         .counted(|| env.a.dp.run_tc(&good, env.ifindex).unwrap());
     assert_eq!(r.0, TC_ACT_REDIRECT);
     assert!(check(Prog::Tc, w, &good, r.0, &r.1, &d).bad.is_empty());
+    // The XDP receive path: a real run passes; a decapsulation of what TC
+    // forwards, and a SYN left to TC, are flagged.
+    let _ = deltas_since(&env, &env.a, 0); // (this test's runs so far)
+    let x = xdp_first(&env, &env.a, 0, &good).unwrap();
+    assert!(check_xdp_first(&good, &x, r.0, &r.1, &d).is_empty());
+    let inner = decapsulated(&good, 40);
+    let stolen = XdpFirst {
+        verdict: XDP_PASS,
+        out: inner.clone(),
+        deltas: vec![("xdp_decap_established", 1)],
+        tc_after: Some((TC_ACT_OK, inner, vec![("tc_pass_other", 1)])),
+    };
+    assert!(!check_xdp_first(&good, &stolen, r.0, &r.1, &d).is_empty());
+    let syn_gue = gue_frame(
+        mac,
+        MAC12,
+        B12,
+        NODE,
+        0,
+        &[B13],
+        &l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40002, 80, SYN, b"")),
+    );
+    let left = XdpFirst {
+        verdict: XDP_PASS,
+        out: syn_gue.clone(),
+        deltas: vec![("xdp_gue_to_tc", 1)],
+        tc_after: None,
+    };
+    assert!(!check_xdp_first(
+        &syn_gue,
+        &left,
+        TC_ACT_OK,
+        &decapsulated(&syn_gue, 40),
+        &[("tc_decap_syn", 1)]
+    )
+    .is_empty());
+
     let mut flags = good.clone();
     flags[44] = 0x80;
     let bad = check(

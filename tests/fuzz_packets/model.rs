@@ -421,11 +421,12 @@ pub fn expect_xdp(w: &World, f: &[u8], class: &XdpClass) -> Outcome {
                 && !flow.icmp
                 && (flow.syn || tcp_lookup(s, d, sp, dp) == Sock::Established);
             if first == NODE && accepted_here {
-                // TC would only take the GUE off again: no GUE at all.
+                // TC would only take the GUE off again: no GUE at all (the
+                // Ethernet padding trimmed, as for the encapsulation).
                 return Outcome {
                     verdict: XDP_PASS,
                     counters: vec!["xdp_local_direct"],
-                    out: Out::Unchanged,
+                    out: Out::Exact(f[..14 + flow.tot].to_vec()),
                     stat: Stat::XdpLocalDirect {
                         slot: svc.slots[&first],
                         bytes: flow.tot as u64,
