@@ -226,13 +226,16 @@ fn deltas_since(env: &Env, l: &Loaded, which: usize) -> Vec<(&'static str, u64)>
     d
 }
 
+/// Counter deltas of one run.
+type Deltas = Vec<(&'static str, u64)>;
+
 /// What the backends' XDP program did with a TC frame, run before TC.
 struct XdpFirst {
     verdict: u32,
     out: Vec<u8>,
-    deltas: Vec<(&'static str, u64)>,
+    deltas: Deltas,
     /// The TC run on XDP's output, when XDP changed the frame.
-    tc_after: Option<(u32, Vec<u8>, Vec<(&'static str, u64)>)>,
+    tc_after: Option<(u32, Vec<u8>, Deltas)>,
 }
 
 /// Run `frame` through `nilb_xdp_backend` (and TC on what it decapsulated).
