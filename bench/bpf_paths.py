@@ -3,7 +3,8 @@
 
     bpf_paths.py OBJ.o [--json]
 
-Runs nilb_xdp_balancer and nilb_tc_second_chance from a compiled bpf/nilb.bpf.c
+Runs nilb_xdp_balancer, nilb_xdp_backend (section xdp.frags) and
+nilb_tc_second_chance from a compiled bpf/nilb.bpf.c
 in a small BPF interpreter, on the same packets as the data-plane benchmark,
 with map contents and helper results of a configured node (see SCENARIOS), and
 counts the BPF instructions executed, the helper calls and the map lookups on
@@ -487,6 +488,12 @@ SCENARIOS = [
      gue(0x10, next_hop=1), {"config": config(TC_NODE, 2)}, 7),
     ("tc", "forward_udp_csum", "GUE with a UDP checksum, listener only: forward", gue(0x10, udp_csum=True),
      {"socket": 10}, 7),
+    ("xdp.frags", "rx_decap_syn", "backend XDP: GUE, inner SYN: decapsulate", gue(0x02), {}, 2),
+    ("xdp.frags", "rx_decap_established", "backend XDP: GUE, established socket: decapsulate", gue(0x10),
+     {"socket": 1}, 2),
+    ("xdp.frags", "rx_to_tc", "backend XDP: GUE, listener only: to TC untouched", gue(0x10), {"socket": 10}, 2),
+    ("xdp.frags", "rx_non_gue_pass", "backend XDP: TCP to the node (not GUE): pass",
+     eth(ipv4("10.99.0.50", TC_NODE, 6, tcp(40000, 22, 0x10))), {}, 2),
 ]
 
 
@@ -494,6 +501,7 @@ def run_one(obj, kind, frame, extra):
     """Run the program twice on `frame` with the same maps and return the
     second run: the first one fills whatever the program caches in its maps
     (e.g. the hop cache), so the count is of the steady state."""
+    # the backend XDP program (xdp.frags) runs on the TC program's node
     sc = dict(XDP_BASE if kind == "xdp" else TC_BASE)
     sc.update(extra)
     insns, relocs, targets = load_program(obj, kind)
@@ -505,7 +513,7 @@ def run_one(obj, kind, frame, extra):
         base = 0x10000000 + n * 0x1000000
         m.mem.add(pkt, "packet", base)
         data, end = base + 256, base + 256 + len(frame)
-        if kind == "xdp":
+        if kind.startswith("xdp"):
             ctx = bytearray(24)
             struct.pack_into("<IIII", ctx, 0, data, end, data, 2)
         else:

@@ -127,12 +127,15 @@ def main():
             targets.append((f"XDP {xdp_names.get(c['case'], c['case'])}", f"{ratio:.3f} of baseline", f">= {tgt}", ok))
         for c in dp["tc"]:
             rows.append((
-                "TC, ns/packet",
+                "XDP receive path (backend), ns/packet" if c["case"].startswith("xdp_") else "TC, ns/packet",
                 {"decap_syn": "decapsulate, inner SYN",
                  "decap_established": "decapsulate, established socket",
-                 "second_chance": "second-chance forward (listener, no flow)"}.get(c["case"], c["case"]),
+                 "second_chance": "second-chance forward (listener, no flow)",
+                 "xdp_decap_syn": "decapsulate, inner SYN",
+                 "xdp_decap_established": "decapsulate, established socket",
+                 "xdp_to_tc": "left to TC (listener, no flow)"}.get(c["case"], c["case"]),
                 fmt(c["nilb_ns"], 0),
-                f"{fmt(c['base_ns'], 0)} (TC_ACT_OK only)",
+                f"{fmt(c['base_ns'], 0)} ({c.get('base', 'TC_ACT_OK only')})",
                 f"+{c['nilb_ns'] - c['base_ns']:.0f} ns",
                 "-",
                 "-",

@@ -17,6 +17,7 @@
  *   quic_lb.h QUIC-LB: the server ID in a QUIC connection ID (parse,
  *             plaintext and AES decoding; twin of src/quic_lb.rs)
  *   filter.h  edge filters: deny and allow lists, rate limits
+ *   xdp_decap.h GUE for this node decapsulated in XDP, before GRO
  *
  * XDP balancer (nilb_xdp_balancer), on nodes that receive VIP traffic:
  *   IPv4 TCP/UDP to a configured (VIP, port, protocol) -> flow hash -> bucket
@@ -37,6 +38,12 @@
  *   packet opens or belongs to a local connection, else forward to the next
  *   listed hop; at the last hop, unknown_flow decides (drop, local, or a
  *   RST from the VIP). Everything else passes untouched.
+ *
+ * XDP before GRO (bpf/xdp_decap.h), in the balancer's program and in
+ * nilb_xdp_backend on the other nodes: GUE for this node whose inner packet
+ * is a TCP SYN or belongs to a local socket is decapsulated in XDP, so that
+ * GRO merges the inner stream; all other GUE goes to TC untouched. A
+ * balancer that is a flow's first hop passes such packets on without GUE.
  */
 #include "common.h"
 #include "gue.h"
@@ -44,6 +51,7 @@
 #include "hash.h"
 #include "too_big.h"
 #include "filter.h"
+#include "xdp_decap.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -371,6 +379,56 @@ static __always_inline int xdp_sent(const struct xdp_hops *hops, __u32 inner_len
 	return verdict;
 }
 
+/*
+ * This node is the first hop of the packet just encapsulated (overhead:
+ * the GUE bytes in front of the inner packet; macs: the frame's own
+ * MACs). If TC's first rule accepts the inner packet here (a TCP SYN
+ * without ACK, or a local socket owns the flow; xdp_tcp_accepts), TC would
+ * only take the GUE off again: take it off now and pass the packet as it
+ * came, counted in the service's tc_decap. Checked here, after the
+ * encapsulation, so that packets for other hops pay nothing for it.
+ * Returns: 0 if the packet is to pass without GUE (not counted: the caller
+ * counts C_XDP_LOCAL_DIRECT), -1 if TC is to have it (nothing changed), 1
+ * if the kernel refused to resize it (counted: C_XDP_DROP_ADJUST_FAILED;
+ * never seen; the frame is no longer the one the caller checked).
+ */
+static __always_inline int xdp_local_direct(struct xdp_md *ctx, __u32 overhead, const __u8 *macs)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct nilb_service_stats *st = NULL;
+	struct nilb_service *svc;
+	struct ethhdr *eth;
+	struct tcphdr *th;
+	struct iphdr *in;
+
+	if (overhead > gue_overhead(NILB_TX_HOPS))
+		return -1; /* never: the verifier needs the bound */
+	in = data + sizeof(struct ethhdr) + overhead;
+	if ((void *)(in + 1) > data_end || in->protocol != IPPROTO_TCP)
+		return -1;
+	th = (void *)in + in->ihl * 4;
+	if ((void *)(th + 1) > data_end || xdp_tcp_accepts(ctx, in, th) < 0)
+		return -1;
+	svc = service_of(in->daddr, th->dest, IPPROTO_TCP);
+	if (svc)
+		st = service_stats_of(svc);
+	if (bpf_xdp_adjust_head(ctx, (int)overhead)) {
+		count(C_XDP_DROP_ADJUST_FAILED);
+		return 1;
+	}
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	eth = data;
+	if ((void *)(eth + 1) <= data_end) {
+		copy_macs(eth, macs);
+		eth->h_proto = bpf_htons(ETH_P_IP);
+	}
+	if (st)
+		st->tc_decap++;
+	return 0;
+}
+
 /* Does an IPv4 packet of len bytes exceed the MTU of the receiving
  * interface (the wire our TC sends on: slow path with forwarding off, and
  * second chance)? Sets *mtu to that MTU if so.
@@ -418,8 +476,15 @@ static __always_inline int xdp_next_hop(struct xdp_md *ctx, struct ethhdr *eth,
 	__u64 now;
 
 	if (first == cfg->node_addr) {
-		/* This node is the first hop: hand the GUE packet to our own TC
-		 * program, which applies second chance like on any backend. */
+		/* This node is the first hop: a packet TC would accept at once
+		 * goes to the stack as it came; else hand the GUE packet to our
+		 * own TC program, which applies second chance like on any
+		 * backend. */
+		verdict = xdp_local_direct(ctx, overhead, macs);
+		if (verdict == 0)
+			return xdp_sent(hops, inner_len, what, C_XDP_LOCAL_DIRECT, XDP_PASS);
+		if (verdict > 0)
+			return XDP_DROP;
 		if (hops->nhops && xdp_wire_too_big(ctx, out_len, &mtu))
 			goto too_big;
 		copy_macs(eth, macs);
@@ -601,6 +666,10 @@ int nilb_xdp_balancer(struct xdp_md *ctx)
 		if (l4 + sizeof(struct udphdr) > data_end ||
 		    ihl_len + sizeof(struct udphdr) > tot_len)
 			goto malformed;
+		/* GUE for this node (it may be a backend too): decapsulated
+		 * before GRO if XDP can decide it, else TC's (xdp_decap.h). */
+		if (iph->daddr == cfg->node_addr && ((struct udphdr *)l4)->dest == cfg->gue_port)
+			return xdp_gue_receive(ctx, cfg, iph);
 		table = xdp_l4_service(iph, l4, IPPROTO_UDP, cfg->hash_seed, &hash);
 		/* A service's datagram (the node's own traffic pays nothing):
 		 * its UDP length covers the header and lies within the IP
@@ -666,6 +735,51 @@ not_service:
 	return XDP_PASS;
 }
 
+/* ---- XDP on backends ----------------------------------------------------- */
+
+/*
+ * The XDP program of nodes that are not balancers (a balancer's program
+ * does the same in its UDP branch): GUE for this node is decapsulated
+ * before GRO when XDP can decide it (bpf/xdp_decap.h), everything else
+ * passes untouched. Frags-aware: a multi-buffer frame (a GRO super-frame a
+ * veth hands on, jumbo frames) passes like any other; GUE in one is TC's,
+ * since gue_parse sees only the first buffer and finds it cut short.
+ */
+SEC("xdp.frags")
+int nilb_xdp_backend(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	struct nilb_config *cfg;
+	struct iphdr *oip;
+	struct udphdr *udp;
+	__u32 ihl_len;
+
+	if ((void *)(eth + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_IP))
+		goto pass;
+	oip = (void *)(eth + 1);
+	if ((void *)(oip + 1) > data_end || oip->protocol != IPPROTO_UDP)
+		goto pass;
+	ihl_len = oip->ihl * 4;
+	if (ihl_len < sizeof(*oip))
+		goto pass; /* not a valid IPv4 header: the stack drops it */
+	udp = (void *)oip + ihl_len;
+	if ((void *)(udp + 1) > data_end)
+		goto pass;
+	cfg = get_config();
+	if (!cfg) {
+		count(C_XDP_PASS_NO_CONFIG);
+		return XDP_PASS;
+	}
+	if (oip->daddr != cfg->node_addr || udp->dest != cfg->gue_port)
+		goto pass;
+	return xdp_gue_receive(ctx, cfg, oip);
+pass:
+	count(C_XDP_BACKEND_PASS);
+	return XDP_PASS;
+}
+
 /* Install (or clear) the ecb(aes) context of a QUIC-LB service with a keyed
  * algorithm in quic_crypto (bpf/quic_lb.h quic_lb_install_key). Run by the
  * control plane with BPF_PROG_TEST_RUN: only syscall programs may create
@@ -695,24 +809,7 @@ enum local_miss {
 	LOCAL_CLOSED = -5,
 };
 
-/* TCP states (BPF_TCP_*) in which a socket owns the packets of its 4-tuple
- * while a hop is left: the handshake, and a connection that can still
- * receive data or must still receive the ACK of its own FIN. Not TIME_WAIT
- * (which also covers the kernel's orphaned FIN_WAIT2 minisockets) and not
- * CLOSE: docs/design.md "Second chance (TC)" argues each state. */
-#define TCP_OWNING_STATES                                                                 \
-	((1u << BPF_TCP_ESTABLISHED) | (1u << BPF_TCP_SYN_SENT) | (1u << BPF_TCP_SYN_RECV) | \
-	 (1u << BPF_TCP_NEW_SYN_RECV) | (1u << BPF_TCP_FIN_WAIT1) |                          \
-	 (1u << BPF_TCP_FIN_WAIT2) | (1u << BPF_TCP_CLOSE_WAIT) | (1u << BPF_TCP_CLOSING) |  \
-	 (1u << BPF_TCP_LAST_ACK))
-
-/* struct flow4 is passed to the socket lookups as a struct bpf_sock_tuple:
- * the IPv4 part has the same layout. */
-_Static_assert(__builtin_offsetof(struct flow4, saddr) ==
-		       __builtin_offsetof(struct bpf_sock_tuple, ipv4.saddr) &&
-	       __builtin_offsetof(struct flow4, dport) ==
-		       __builtin_offsetof(struct bpf_sock_tuple, ipv4.dport),
-	       "flow4 starts like bpf_sock_tuple.ipv4");
+/* TCP_OWNING_STATES and the flow4/bpf_sock_tuple layout: bpf/xdp_decap.h. */
 
 /*
  * What the local TCP socket of flow f (client -> VIP) makes of a packet:

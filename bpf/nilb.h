@@ -211,6 +211,12 @@ enum nilb_counter {
 	C_TC_RST_SENT,              /* no hop left, unknown_flow=rst: answered with a RST from the VIP */
 	C_TC_DROP_RST_LIMITED,      /* no hop left, unknown_flow=rst, over the RST rate limit */
 	C_TC_DROP_BAD_NEXT_HOP,     /* next hop not a unicast address (0/8, loopback, multicast, 240/4, broadcast) or a VIP: never relayed */
+	/* XDP receive path of GUE for this node, before GRO (bpf/xdp_decap.h) */
+	C_XDP_DECAP_SYN,            /* GUE from a cluster address, inner TCP SYN to a VIP: decapsulated in XDP (before GRO) */
+	C_XDP_DECAP_ESTABLISHED,    /* GUE from a cluster address, inner TCP of a local socket (not LISTEN, TIME_WAIT, CLOSE): decapsulated in XDP */
+	C_XDP_GUE_TO_TC,            /* GUE for this node XDP does not decide (second chance, UDP, ICMP, SYN cookie, TIME_WAIT, invalid): passed untouched to TC */
+	C_XDP_LOCAL_DIRECT,         /* balancer: first hop is this node and the packet is a SYN or a local socket's: passed to the stack without encapsulation */
+	C_XDP_BACKEND_PASS,         /* backend XDP program (not a balancer): not GUE for this node, passed untouched */
 	NILB_COUNTER_MAX,
 };
 
@@ -291,7 +297,7 @@ struct nilb_config {
  * what happened to a service's packets on this node beyond balancing. */
 struct nilb_service_stats {
 	__u64 xdp_drops;    /* balancer: dropped, bucket without first hop */
-	__u64 tc_decap;     /* TC: decapsulated here (SYN, local socket, loop guard...) */
+	__u64 tc_decap;     /* accepted here: decapsulated by TC or XDP (SYN, local socket, loop guard...), or a local first hop's packet XDP passed unencapsulated */
 	__u64 tc_forward;   /* TC: passed on to the next hop (second chance) */
 	__u64 tc_drops;     /* TC: dropped, unknown flow and no hop left */
 };

@@ -160,6 +160,8 @@ fn my_prog_fds() -> Vec<(i32, u32, u32)> {
 struct Loaded {
     dp: Dataplane<'static>,
     xdp: OwnedFd,
+    /// The backends' XDP program (`nilb_xdp_backend`).
+    xdp_backend: OwnedFd,
     tc: OwnedFd,
     xdp_id: u32,
     tc_id: u32,
@@ -171,6 +173,7 @@ fn load_nilb(pin: Option<&std::path::Path>) -> Result<Loaded> {
         Box::leak(Box::new(MaybeUninit::uninit()));
     let dp = Dataplane::load_pinned(storage, pin, 16 * 65536)?;
     let mut xdp = None;
+    let mut xdp_backend = None;
     let mut tc = None;
     for (fd, id, ty) in my_prog_fds() {
         if before.contains(&fd) {
@@ -180,16 +183,28 @@ fn load_nilb(pin: Option<&std::path::Path>) -> Result<Loaded> {
         // program, alive as long as `dp`); we duplicate it at once.
         let owned = unsafe { BorrowedFd::borrow_raw(fd) }.try_clone_to_owned()?;
         match ty {
-            PROG_TYPE_XDP => xdp = Some((owned, id)),
+            PROG_TYPE_XDP => {
+                // Kernel program names are cut to 15 characters.
+                let backend = libbpf_rs::query::ProgInfoIter::default()
+                    .find(|p| p.id == id)
+                    .is_some_and(|p| p.name.to_string_lossy().starts_with("nilb_xdp_backen"));
+                if backend {
+                    xdp_backend = Some(owned);
+                } else {
+                    xdp = Some((owned, id));
+                }
+            }
             PROG_TYPE_SCHED_CLS => tc = Some((owned, id)),
             _ => {}
         }
     }
     let (xdp, xdp_id) = xdp.context("nilb's XDP program not found among new fds")?;
     let (tc, tc_id) = tc.context("nilb's TC program not found among new fds")?;
+    let xdp_backend = xdp_backend.context("nilb's backend XDP program not found among new fds")?;
     Ok(Loaded {
         dp,
         xdp,
+        xdp_backend,
         tc,
         xdp_id,
         tc_id,
@@ -1089,6 +1104,69 @@ fn main() -> Result<()> {
         );
         tc_json.push(format!(
             "{{\"case\": \"{name}\", \"what\": \"{what}\", \"nilb_ns\": {:.1}, \"base_ns\": {:.1}, \"frame_bytes\": {}}}",
+            median(&n),
+            median(&b),
+            frame.len()
+        ));
+    }
+
+    // ---- XDP receive path on a backend (before GRO) --------------------------
+    // The same GUE frames through nilb_xdp_backend against an empty XDP
+    // program: what decapsulating in XDP adds per packet.
+    let xdp_pass = bench.prog("xdp_pass_only")?;
+    let rx_cases: [(&str, &str, &[u8], &str); 3] = [
+        (
+            "xdp_decap_syn",
+            "XDP, GUE, inner TCP SYN: decapsulate",
+            &syn,
+            "xdp_decap_syn",
+        ),
+        (
+            "xdp_decap_established",
+            "XDP, GUE, inner segment of an established local socket: socket lookup, decapsulate",
+            &est,
+            "xdp_decap_established",
+        ),
+        (
+            "xdp_to_tc",
+            "XDP, GUE, inner segment unknown here: checks and socket lookup, passed to TC untouched",
+            &fwd,
+            "xdp_gue_to_tc",
+        ),
+    ];
+    for (name, what, frame, counter) in rx_cases {
+        let xctx = xdp_ctx(frame.len(), gen_if);
+        let before = counters(&dptc)?;
+        let mut n = Vec::new();
+        let mut b = Vec::new();
+        for round in 0..4 {
+            let nn = per_run_ns(dptc.xdp_backend.as_fd(), frame, &xctx, runs / 4, XDP_PASS)?;
+            let bb = per_run_ns(xdp_pass, frame, &xctx, runs / 4, XDP_PASS)?;
+            if round % 2 == 0 {
+                n.extend(nn);
+                b.extend(bb);
+            } else {
+                b.extend(bb);
+                n.extend(nn);
+            }
+        }
+        let after = counters(&dptc)?;
+        let idx = COUNTER_NAMES.iter().position(|c| *c == counter).unwrap();
+        let moved = after[idx] - before[idx];
+        if moved as usize != n.len() {
+            bail!(
+                "XDP {name}: {counter} moved by {moved}, expected {}; counters {}",
+                n.len(),
+                counter_delta(&before, &after)
+            );
+        }
+        eprintln!(
+            "xdp rx {name}: nilb {:.0} ns, xdp_pass_only {:.0} ns",
+            median(&n),
+            median(&b)
+        );
+        tc_json.push(format!(
+            "{{\"case\": \"{name}\", \"what\": \"{what}\", \"nilb_ns\": {:.1}, \"base_ns\": {:.1}, \"frame_bytes\": {}, \"base\": \"XDP_PASS only\"}}",
             median(&n),
             median(&b),
             frame.len()

@@ -151,8 +151,12 @@ fn load_nilb(yaml: &str) -> Result<Loaded> {
         Box::leak(Box::new(MaybeUninit::uninit()));
     let mut dp = Dataplane::load(storage)?;
     let mut xdp = None;
-    for (fd, _, ty) in my_prog_fds() {
-        if !before.contains(&fd) && ty == PROG_TYPE_XDP {
+    for (fd, id, ty) in my_prog_fds() {
+        // The balancer, not nilb_xdp_backend (kernel names: 15 characters).
+        let balancer = libbpf_rs::query::ProgInfoIter::default()
+            .find(|p| p.id == id)
+            .is_some_and(|p| p.name.to_string_lossy().starts_with("nilb_xdp_balanc"));
+        if !before.contains(&fd) && ty == PROG_TYPE_XDP && balancer {
             // SAFETY: fd belongs to the data plane just loaded; duplicated at once.
             xdp = Some(unsafe { BorrowedFd::borrow_raw(fd) }.try_clone_to_owned()?);
         }

@@ -25,7 +25,7 @@
 #   spoof   hand-built GUE to node2 from outside the cluster and claiming node2's own
 #      address: dropped and counted (tc_drop_not_cluster, tc_drop_self_unmarked),
 #      no SYN-ACK on the wire; the same packets from node1's address are accepted
-#   encap-check  node3's TC program removed: node1's encapsulated check takes node3
+#   encap-check  node3's TC and XDP programs removed: node1's encapsulated check takes node3
 #      out within fall x interval + timeout, 60/60 new connections succeed; back after
 #      node3's nilb restarts
 #   neigh  node1's neighbour entry for node3 set STALE with a wrong MAC (node3 silent,

@@ -19,10 +19,12 @@
 //! - SIGINT, SIGTERM: detach everything this process attached, remove its
 //!   pins, exit 0.
 //!
-//! XDP is attached and health checks run only when this node's address is one
-//! of `cluster.balancers`; the TC program is attached on every node. The role
+//! The XDP balancer is attached and health checks run only when this node's
+//! address is one of `cluster.balancers`; other nodes get the backend XDP
+//! program (native mode only; it decapsulates GUE before GRO, and without it
+//! TC does all the work); the TC program is attached on every node. The role
 //! shown in the state file and metrics is the one the kernel reports (our XDP
-//! program attached or not), not the one the file asks for.
+//! balancer attached or not), not the one the file asks for.
 //!
 //! Time: the control plane runs on the boot-time clock ([`crate::clock`]), so
 //! a step of the wall clock changes no pacing, and the move times and
@@ -730,11 +732,30 @@ async fn serve(
             warn!("XDP in generic (skb) mode: correct but far slower than native mode");
         }
         dp.attach_xdp(ifindex, opts.xdp_mode)?;
-    } else if let Some(id) = dp.remove_stale_xdp(ifindex)? {
-        warn!(
-            id,
-            "removed a nilb XDP program left by an earlier daemon: this node is not a balancer"
-        );
+    } else {
+        // Not a balancer: the backend XDP program (it replaces a stale
+        // balancer left by an earlier daemon), else TC alone.
+        let backend = if opts.xdp_mode == XdpMode::Native {
+            dp.attach_xdp_backend(ifindex)
+        } else {
+            Err(anyhow::anyhow!("XDP mode is generic"))
+        };
+        match backend {
+            Ok(()) => {
+                info!("backend XDP program attached (native mode): GUE decapsulated before GRO")
+            }
+            Err(e) => {
+                warn!(
+                    "backend XDP program not attached ({e:#}): TC decapsulates all GUE, after GRO"
+                );
+                if let Some(id) = dp.remove_stale_xdp(ifindex)? {
+                    warn!(
+                        id,
+                        "removed a nilb XDP program left by an earlier daemon: this node is not a balancer"
+                    );
+                }
+            }
+        }
     }
     let (tx, mut rx) = mpsc::channel::<CheckResult>(4096);
     let (load_tx, mut load_rx) = mpsc::channel::<LoadResult>(4096);
@@ -795,7 +816,13 @@ async fn serve(
         pin_dir = %opts.pin_dir.display(),
         state_file = %opts.state_file.display(),
         "ready: {}",
-        if balancer { "XDP balancer and TC second chance attached" } else { "TC second chance attached (not a balancer)" }
+        if balancer {
+            "XDP balancer and TC second chance attached"
+        } else if d.dp.xdp_backend_attached().unwrap_or(false) {
+            "backend XDP and TC second chance attached (not a balancer)"
+        } else {
+            "TC second chance attached (not a balancer)"
+        }
     );
     d.update_routing(false);
 

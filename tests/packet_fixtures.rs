@@ -490,7 +490,9 @@ fn xdp_local_first_hop_is_marked_for_our_tc() {
     require_root!("BPF, network namespace");
     let net = TestNet::new();
     let l = load(&config(&[(NODE, 1, "active")], "drop"), NODE);
-    let inner = l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40000, 80, SYN, b""));
+    // Not a SYN and no local socket: TC decides (second chance, unknown
+    // flow), so it goes up encapsulated.
+    let inner = l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40000, 80, ACK, b"x"));
     let input = client_frame(net.mac, &inner);
     let ((v, out), deltas) = l.counted(|| l.dp.run_xdp(&input, net.ifindex).unwrap());
     assert_eq!(v, XDP_PASS);
@@ -544,12 +546,10 @@ fn backend_config(unknown_flow: &str) -> String {
     )
 }
 
-#[test]
-fn tc_fixture_table() {
-    require_root!("BPF, network namespace");
-    let net = TestNet::new();
-    let l = load(&backend_config("drop"), NODE);
-    let mac = net.mac;
+/// The TC program's fixtures on a backend (NODE, unknown_flow: drop) whose
+/// interface has MAC `mac`; also the inputs of the XDP receive path's
+/// equivalence test.
+fn tc_fixtures(mac: [u8; 6]) -> Vec<Fixture> {
     let syn = l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40000, 80, SYN, b""));
     let data = l3(
         CLIENT,
@@ -595,7 +595,7 @@ fn tc_fixture_table() {
     to_other_node.splice(14 + 16..14 + 20, B13.octets());
     fix_ip_csum(&mut to_other_node, 14);
 
-    let fixtures = vec![
+    vec![
         Fixture {
             description: "SYN is decapsulated back to the exact original packet",
             input: frame(B12, 0, &[B13], &syn),
@@ -801,8 +801,15 @@ fn tc_fixture_table() {
             output: None,
             counters: &[("tc_pass_other", 1)],
         },
-    ];
-    run_tc_fixtures(&l, net.ifindex, &fixtures);
+    ]
+}
+
+#[test]
+fn tc_fixture_table() {
+    require_root!("BPF, network namespace");
+    let net = TestNet::new();
+    let l = load(&backend_config("drop"), NODE);
+    run_tc_fixtures(&l, net.ifindex, &tc_fixtures(net.mac));
 }
 
 #[test]
@@ -1016,4 +1023,301 @@ fn xdp_lists_every_previous_owner_newest_first() {
         Some(5_000),
         "move times stored in seconds"
     );
+}
+
+// ---- XDP receive path: GUE decapsulated before GRO ----------------------------
+
+fn run_xdp_backend_fixtures(l: &Loaded, ifindex: u32, fixtures: &[Fixture]) {
+    for f in fixtures {
+        let ((verdict, out), deltas) =
+            l.counted(|| l.dp.run_xdp_backend(&f.input, ifindex).unwrap());
+        assert_eq!(verdict, f.verdict, "{}: verdict", f.description);
+        let want = f.output.as_ref().unwrap_or(&f.input);
+        assert_bytes(f.description, &out, want);
+        assert_eq!(deltas, f.counters.to_vec(), "{}: counters", f.description);
+    }
+}
+
+#[test]
+fn xdp_backend_decapsulates_syn_and_leaves_the_rest_to_tc() {
+    require_root!("BPF, network namespace");
+    let net = TestNet::new();
+    let l = load(&backend_config("drop"), NODE);
+    let mac = net.mac;
+    let syn = l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40000, 80, SYN, b""));
+    let data = l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40001, 80, ACK, b"x"));
+    let udp_inner = l3(CLIENT, VIP, IPPROTO_UDP, &udp(40002, 53, b"q"));
+    let mut syn_out = eth(mac, MAC12, 0x0800);
+    syn_out.extend_from_slice(&syn);
+    let mut padded = gue_frame(mac, MAC12, B12, NODE, 0, &[B13], &syn);
+    padded.extend_from_slice(&[0; 6]);
+    let mut padded_out = syn_out.clone();
+    padded_out.extend_from_slice(&[0; 6]);
+    let mut not_ip = eth(mac, MAC12, 0x86dd);
+    not_ip.extend_from_slice(&[0; 40]);
+    let mut udp_other_port = eth(mac, MAC12, 0x0800);
+    udp_other_port.extend_from_slice(&l3(B12, NODE, IPPROTO_UDP, &udp(1234, 5000, b"hello")));
+    let fixtures = vec![
+        Fixture {
+            description: "XDP: SYN is decapsulated to the exact original packet",
+            input: gue_frame(mac, MAC12, B12, NODE, 0, &[B13], &syn),
+            verdict: XDP_PASS,
+            output: Some(syn_out.clone()),
+            counters: &[("xdp_decap_syn", 1)],
+        },
+        Fixture {
+            description:
+                "XDP: SYN with the hop list exhausted is decapsulated too (TC accepts every SYN)",
+            input: gue_frame(mac, MAC12, B13, NODE, 2, &[B13, B12], &syn),
+            verdict: XDP_PASS,
+            output: Some(syn_out),
+            counters: &[("xdp_decap_syn", 1)],
+        },
+        Fixture {
+            description: "XDP: Ethernet padding stays behind the inner packet (the stack trims it)",
+            input: padded,
+            verdict: XDP_PASS,
+            output: Some(padded_out),
+            counters: &[("xdp_decap_syn", 1)],
+        },
+        Fixture {
+            description: "XDP: segment of no local socket goes to TC untouched (second chance)",
+            input: gue_frame(mac, MAC12, B12, NODE, 0, &[B13], &data),
+            verdict: XDP_PASS,
+            output: None,
+            counters: &[("xdp_gue_to_tc", 1)],
+        },
+        Fixture {
+            description: "XDP: inner UDP goes to TC untouched",
+            input: gue_frame(mac, MAC12, B12, NODE, 0, &[], &udp_inner),
+            verdict: XDP_PASS,
+            output: None,
+            counters: &[("xdp_gue_to_tc", 1)],
+        },
+        Fixture {
+            description: "XDP: SYN from outside the cluster goes to TC untouched (TC drops it)",
+            input: gue_frame(mac, MAC12, Ipv4Addr::new(10, 0, 0, 99), NODE, 0, &[], &syn),
+            verdict: XDP_PASS,
+            output: None,
+            counters: &[("xdp_gue_to_tc", 1)],
+        },
+        Fixture {
+            description:
+                "XDP: SYN claiming this node's address goes to TC untouched (TC drops it unmarked)",
+            input: gue_frame(mac, MAC12, NODE, NODE, 0, &[], &syn),
+            verdict: XDP_PASS,
+            output: None,
+            counters: &[("xdp_gue_to_tc", 1)],
+        },
+        Fixture {
+            description: "XDP: UDP to another port passes untouched",
+            input: udp_other_port,
+            verdict: XDP_PASS,
+            output: None,
+            counters: &[("xdp_backend_pass", 1)],
+        },
+        Fixture {
+            description: "XDP: not IPv4 passes untouched",
+            input: not_ip,
+            verdict: XDP_PASS,
+            output: None,
+            counters: &[("xdp_backend_pass", 1)],
+        },
+    ];
+    run_xdp_backend_fixtures(&l, net.ifindex, &fixtures);
+    // XDP's decapsulations count as the service's (like TC's): 3 SYNs.
+    let index =
+        l.cp.service(&l.cp.config().services[0].key())
+            .unwrap()
+            .index;
+    assert_eq!(l.dp.service_stats(index).unwrap().tc_decap, 3);
+}
+
+/// Every input of the TC fixture table through XDP first, then TC: the end
+/// result (verdict class, bytes out) is TC's alone. What XDP decapsulates
+/// is exactly what TC would have decapsulated, to the same bytes, and TC
+/// then passes the inner packet untouched; everything else reaches TC
+/// unchanged, so every drop rule (malformed, outside the cluster, forged
+/// self address, not a VIP, IPv6) gives TC's verdict and counter.
+#[test]
+fn xdp_then_tc_ends_like_tc_alone() {
+    require_root!("BPF, network namespace");
+    let net = TestNet::new();
+    let l = load(&backend_config("drop"), NODE);
+    let mut decapsulated = 0;
+    for f in tc_fixtures(net.mac) {
+        let ((xv, xout), xdeltas) =
+            l.counted(|| l.dp.run_xdp_backend(&f.input, net.ifindex).unwrap());
+        assert_eq!(xv, XDP_PASS, "{}: XDP verdict", f.description);
+        if xout != f.input {
+            decapsulated += 1;
+            assert_eq!(
+                f.verdict, TC_ACT_OK,
+                "{}: XDP decapsulated what TC refuses",
+                f.description
+            );
+            assert_bytes(f.description, &xout, f.output.as_ref().unwrap());
+            let ((tv, tout), tdeltas) = l.counted(|| l.dp.run_tc(&xout, net.ifindex).unwrap());
+            assert_eq!(tv, TC_ACT_OK, "{}: TC after XDP", f.description);
+            assert_bytes(f.description, &tout, &xout);
+            assert_eq!(tdeltas, vec![("tc_pass_other", 1)], "{}", f.description);
+        } else {
+            assert!(
+                xdeltas == vec![("xdp_gue_to_tc", 1)] || xdeltas == vec![("xdp_backend_pass", 1)],
+                "{}: XDP counters {xdeltas:?}",
+                f.description
+            );
+            let ((tv, tout), tdeltas) = l.counted(|| l.dp.run_tc(&xout, net.ifindex).unwrap());
+            assert_eq!(tv, f.verdict, "{}: TC verdict after XDP", f.description);
+            assert_bytes(f.description, &tout, f.output.as_ref().unwrap_or(&f.input));
+            assert_eq!(
+                tdeltas,
+                f.counters.to_vec(),
+                "{}: TC counters",
+                f.description
+            );
+        }
+    }
+    // The SYN; the loop guard's packet (no socket, hop = this node) is TC's.
+    assert_eq!(decapsulated, 1);
+}
+
+#[test]
+fn xdp_established_local_connection_is_decapsulated() {
+    require_root!("BPF, network namespace");
+    use std::net::{SocketAddrV4, TcpListener};
+    let net = TestNet::new();
+    let l = load(&backend_config("drop"), NODE);
+    let listener = TcpListener::bind(SocketAddrV4::new(VIP, 80)).unwrap();
+    let client = connect_from(NODE, 0, VIP, 80);
+    let (_server_side, _) = listener.accept().unwrap();
+    let cport = client.local_addr().unwrap().port();
+    let data = l3(NODE, VIP, IPPROTO_TCP, &tcp(cport, 80, ACK | PSH, b"more"));
+    let mut want = eth(net.mac, MAC12, 0x0800);
+    want.extend_from_slice(&data);
+    let stray = l3(
+        NODE,
+        VIP,
+        IPPROTO_TCP,
+        &tcp(cport.wrapping_add(1), 80, ACK, b""),
+    );
+    run_xdp_backend_fixtures(
+        &l,
+        net.ifindex,
+        &[
+            Fixture {
+                description: "XDP: segment of an established local connection is decapsulated",
+                input: gue_frame(net.mac, MAC12, B12, NODE, 0, &[B13], &data),
+                verdict: XDP_PASS,
+                output: Some(want.clone()),
+                counters: &[("xdp_decap_established", 1)],
+            },
+            Fixture {
+                description: "XDP: the listener alone does not own a flow: TC's (second chance)",
+                input: gue_frame(net.mac, MAC12, B12, NODE, 0, &[B13], &stray),
+                verdict: XDP_PASS,
+                output: None,
+                counters: &[("xdp_gue_to_tc", 1)],
+            },
+        ],
+    );
+    // The balancer's program does the same with GUE for its own node.
+    let input = gue_frame(net.mac, MAC12, B12, NODE, 0, &[B13], &data);
+    let ((v, out), deltas) = l.counted(|| l.dp.run_xdp(&input, net.ifindex).unwrap());
+    assert_eq!(v, XDP_PASS);
+    assert_bytes("balancer: GUE for this node, established", &out, &want);
+    assert_eq!(deltas, vec![("xdp_decap_established", 1)]);
+    drop(client);
+}
+
+#[test]
+fn xdp_balancer_decapsulates_gue_for_its_own_node() {
+    require_root!("BPF, network namespace");
+    let net = TestNet::new();
+    let l = load(&backend_config("drop"), NODE);
+    let syn = l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40000, 80, SYN, b""));
+    let data = l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40001, 80, ACK, b"x"));
+    let mut syn_out = eth(net.mac, MAC12, 0x0800);
+    syn_out.extend_from_slice(&syn);
+    run_xdp_fixtures(
+        &l,
+        net.ifindex,
+        &[
+            Fixture {
+                description: "balancer: GUE SYN for this node is decapsulated",
+                input: gue_frame(net.mac, MAC12, B12, NODE, 0, &[B13], &syn),
+                verdict: XDP_PASS,
+                output: Some(syn_out),
+                counters: &[("xdp_decap_syn", 1)],
+            },
+            Fixture {
+                description: "balancer: GUE of no local socket goes to TC untouched",
+                input: gue_frame(net.mac, MAC12, B12, NODE, 0, &[B13], &data),
+                verdict: XDP_PASS,
+                output: None,
+                counters: &[("xdp_gue_to_tc", 1)],
+            },
+            Fixture {
+                description:
+                    "balancer: GUE with outer options goes to TC untouched (TC: malformed)",
+                input: with_outer_options(&gue_frame(net.mac, MAC12, B12, NODE, 0, &[], &syn)),
+                verdict: XDP_PASS,
+                output: None,
+                counters: &[("xdp_gue_to_tc", 1)],
+            },
+        ],
+    );
+}
+
+#[test]
+fn xdp_local_first_hop_syn_skips_the_encapsulation() {
+    require_root!("BPF, network namespace");
+    use std::net::{SocketAddrV4, TcpListener};
+    let net = TestNet::new();
+    let l = load(&config(&[(NODE, 1, "active")], "drop"), NODE);
+    let syn = client_frame(
+        net.mac,
+        &l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40000, 80, SYN, b"")),
+    );
+    // A real connection owns its flow: its segments skip GUE too.
+    let listener = TcpListener::bind(SocketAddrV4::new(VIP, 80)).unwrap();
+    let client = connect_from(NODE, 0, VIP, 80);
+    let (_server_side, _) = listener.accept().unwrap();
+    let cport = client.local_addr().unwrap().port();
+    let est = client_frame(
+        net.mac,
+        &l3(NODE, VIP, IPPROTO_TCP, &tcp(cport, 80, ACK, b"y")),
+    );
+    run_xdp_fixtures(
+        &l,
+        net.ifindex,
+        &[
+            Fixture {
+                description: "local first hop, SYN: passed as it came, no GUE",
+                input: syn.clone(),
+                verdict: XDP_PASS,
+                output: None,
+                counters: &[("xdp_local_direct", 1)],
+            },
+            Fixture {
+                description: "local first hop, established local connection: passed as it came",
+                input: est,
+                verdict: XDP_PASS,
+                output: None,
+                counters: &[("xdp_local_direct", 1)],
+            },
+        ],
+    );
+    // They count as sent to the first hop and accepted by the service.
+    let key = l.cp.config().services[0].key();
+    let svc = l.cp.service(&key).unwrap();
+    let bs = l.dp.backend_stats(svc.backends[&NODE].slot).unwrap();
+    assert_eq!((bs.packets, bs.syns), (2, 1));
+    assert_eq!(l.dp.service_stats(svc.index).unwrap().tc_decap, 2);
+    // TC passes the unencapsulated packet untouched.
+    let ((v, out), deltas) = l.counted(|| l.dp.run_tc(&syn, net.ifindex).unwrap());
+    assert_eq!(v, TC_ACT_OK);
+    assert_bytes("TC after local direct", &out, &syn);
+    assert_eq!(deltas, vec![("tc_pass_other", 1)]);
+    drop(client);
 }

@@ -109,7 +109,9 @@ fn replay_xdp_reports_and_writes_results() {
 fn replay_xdp_local_first_hop_writes_the_frame_without_metadata() {
     require_root!("BPF, network namespace");
     let net = TestNet::new();
-    let inner = l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40000, 80, SYN, b""));
+    // Not a SYN and no local socket: TC's to decide (a SYN would pass
+    // without GUE, xdp_local_direct).
+    let inner = l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40000, 80, ACK, b""));
     let frame = client_frame(net.mac, &inner);
     // This node is the only backend: its own TC takes the packet.
     let yaml = config(&[(NODE, 1, "active")], "drop");

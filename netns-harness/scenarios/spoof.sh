@@ -7,10 +7,13 @@
 # --json`) are saved before and after each set; tcpdump watches GUE arriving on
 # node2 and SYN-ACKs reaching the client. Set 1 must add exactly 20 to
 # tc_drop_not_cluster, set 2 exactly 20 to tc_drop_self_unmarked, neither any
-# tc_decap_syn, other drop counter or SYN-ACK; set 3 must be decapsulated (+20
-# tc_decap_syn) and answered. The encapsulated health checks are off for the
-# scenario (`encap_check: false`): node1's GUE SYNs to node2 would move
-# tc_decap_syn too.
+# SYN decapsulation (tc_decap_syn or, before GRO, xdp_decap_syn), other drop
+# counter or SYN-ACK; set 3 must be decapsulated (+20 tc_decap_syn +
+# xdp_decap_syn; node2's XDP takes it when its backend XDP program is
+# attached) and answered. Sets 1 and 2 must reach TC (XDP leaves them to it:
+# xdp_gue_to_tc). The encapsulated health checks are off for the scenario
+# (`encap_check: false`): node1's GUE SYNs to node2 would move the SYN
+# counters too.
 # Needs: the base state. Leaves: the base state.
 
 # tcpdump_bg ROLE LABEL FILTER: capture on ROLE's eth0 into $NH_OUT/LABEL.pcap;
@@ -93,23 +96,25 @@ scenario_spoof() {
   echo "  GUE packets seen arriving on node2's eth0 by outer source: ${arrivals:-none}"
   echo "  SYN-ACKs from $NH_VIP:80 on the client's eth0 (distinct flows) by set: ${synacks:-none}"
   printf '  %-32s %8s %8s %8s\n' "node2 counter (delta)" "set 1" "set 2" "set 3"
-  for c in tc_drop_not_cluster tc_drop_self_unmarked tc_decap_syn tc_drop_malformed tc_pass_other; do
+  for c in tc_drop_not_cluster tc_drop_self_unmarked tc_decap_syn xdp_decap_syn xdp_gue_to_tc tc_drop_malformed tc_pass_other; do
     printf '  %-32s %8s %8s %8s\n' "$c" "$(spoof_delta "$c" 1)" "$(spoof_delta "$c" 2)" "$(spoof_delta "$c" 3)"
   done
-  local n1 s1 n2d s2 y1 y2 y3
-  n1=$(spoof_delta tc_drop_not_cluster 1) s1=$(spoof_delta tc_decap_syn 1)
-  n2d=$(spoof_delta tc_drop_self_unmarked 2) s2=$(spoof_delta tc_decap_syn 2)
+  local n1 s1 n2d s2 s3 y1 y2 y3
+  # SYNs decapsulated, by TC or (before GRO) by XDP
+  syns() { echo $(($(spoof_delta tc_decap_syn "$1") + $(spoof_delta xdp_decap_syn "$1"))); }
+  n1=$(spoof_delta tc_drop_not_cluster 1) s1=$(syns 1)
+  n2d=$(spoof_delta tc_drop_self_unmarked 2) s2=$(syns 2) s3=$(syns 3)
   y1=$(sed -n 's/.*set1=\([0-9]*\).*/\1/p' <<<"$synacks") y2=$(sed -n 's/.*set2=\([0-9]*\).*/\1/p' <<<"$synacks")
   y3=$(sed -n 's/.*set3=\([0-9]*\).*/\1/p' <<<"$synacks")
-  nums+="outside source: sent $SPOOF_COUNT, arrived $(sed -n "s/.*$outsider=\([0-9]*\).*/\1/p" <<<"$arrivals"), tc_drop_not_cluster +$n1, tc_decap_syn +$s1, SYN-ACKs ${y1:-0}; "
-  nums+="own source: sent $SPOOF_COUNT, tc_drop_self_unmarked +$n2d, tc_decap_syn +$s2, SYN-ACKs ${y2:-0}; "
-  nums+="control from node1: tc_decap_syn +$(spoof_delta tc_decap_syn 3), drops +$(( $(spoof_delta tc_drop_not_cluster 3) + $(spoof_delta tc_drop_self_unmarked 3) + $(spoof_delta tc_drop_malformed 3) )), SYN-ACKs ${y3:-0}"
+  nums+="outside source: sent $SPOOF_COUNT, arrived $(sed -n "s/.*$outsider=\([0-9]*\).*/\1/p" <<<"$arrivals"), tc_drop_not_cluster +$n1, SYNs decapsulated +$s1, SYN-ACKs ${y1:-0}; "
+  nums+="own source: sent $SPOOF_COUNT, tc_drop_self_unmarked +$n2d, SYNs decapsulated +$s2, SYN-ACKs ${y2:-0}; "
+  nums+="control from node1: SYNs decapsulated +$s3 (tc $(spoof_delta tc_decap_syn 3), xdp $(spoof_delta xdp_decap_syn 3)), drops +$(( $(spoof_delta tc_drop_not_cluster 3) + $(spoof_delta tc_drop_self_unmarked 3) + $(spoof_delta tc_drop_malformed 3) )), SYN-ACKs ${y3:-0}"
   [[ $n1 == "$SPOOF_COUNT" && $s1 == 0 && -z $y1 ]] || ok=0
   [[ $n2d == "$SPOOF_COUNT" && $s2 == 0 && -z $y2 ]] || ok=0
   (( $(spoof_delta tc_drop_malformed 1) == 0 && $(spoof_delta tc_drop_malformed 2) == 0 && $(spoof_delta tc_drop_self_unmarked 1) == 0 && $(spoof_delta tc_drop_not_cluster 2) == 0 )) || { ok=0; nums+="; other drop counters moved"; }
   # the control proves the packets are well-formed GUE that node2 would accept
   # from a cluster member (so the drops above are the source checks)
-  [[ $(spoof_delta tc_decap_syn 3) == "$SPOOF_COUNT" && ${y3:-0} -ge 1 ]] || { ok=0; nums+="; control not accepted: the test packets may be malformed"; }
+  [[ $s3 == "$SPOOF_COUNT" && ${y3:-0} -ge 1 ]] || { ok=0; nums+="; control not accepted: the test packets may be malformed"; }
   leave_base # encapsulated checks on again
   if ((ok)); then pass spoof "$nums"; else fail spoof "$nums"; fi
 }

@@ -2,7 +2,10 @@
 //! them to an interface and reading counters back (docs/design.md "Maps").
 //!
 //! Programs (bpf/nilb.bpf.c): `nilb_xdp_balancer` on balancer nodes,
-//! `nilb_tc_second_chance` on clsact ingress of every node.
+//! `nilb_xdp_backend` (native mode) on the other nodes (both decapsulate
+//! GUE for the node before GRO when XDP can decide it, docs/design.md
+//! "Second chance (TC)"), `nilb_tc_second_chance` on clsact ingress of
+//! every node.
 //!
 //! Maps (layouts in bpf/nilb.h):
 //! - `services`: HASH_OF_MAPS from {VIP, port, protocol} to one bucket
@@ -99,6 +102,8 @@ struct TcAttachment {
 pub struct Dataplane<'obj> {
     skel: NilbSkel<'obj>,
     xdp: Option<(i32, XdpMode)>,
+    /// Interface this data plane attached `nilb_xdp_backend` to (native).
+    xdp_backend: Option<i32>,
     /// Interface and mode [`DataplaneOps::set_xdp`] and
     /// [`DataplaneOps::xdp_attached`] work on.
     interface: Option<(i32, XdpMode)>,
@@ -370,6 +375,7 @@ impl<'obj> Dataplane<'obj> {
         let mut dp = Dataplane {
             skel,
             xdp: None,
+            xdp_backend: None,
             interface: None,
             tc: None,
             pin_dir: pin_dir.map(Path::to_path_buf),
@@ -500,6 +506,11 @@ impl<'obj> Dataplane<'obj> {
     /// the process dies, so forwarding survives a daemon crash). Refuses to
     /// replace an XDP program that is not nilb's.
     pub fn attach_xdp(&mut self, ifindex: i32, mode: XdpMode) -> Result<()> {
+        // Our backend program is replaced in place (native); in generic
+        // mode it must go first (one mode per interface).
+        if mode != XdpMode::Native {
+            self.detach_xdp_backend()?;
+        }
         let prog = &self.skel.progs.nilb_xdp_balancer;
         let xdp = Xdp::new(prog.as_fd());
         for m in [XdpMode::Native, XdpMode::Generic] {
@@ -517,7 +528,9 @@ impl<'obj> Dataplane<'obj> {
                 if m != mode {
                     bail!("a previous nilb XDP program (id {id}) is attached in {m:?} mode; detach it first (ip link set dev IF xdp off)");
                 }
-                warn!(id, "replacing a previous nilb XDP program");
+                if self.xdp_backend != Some(ifindex) {
+                    warn!(id, "replacing a previous nilb XDP program");
+                }
             }
         }
         libbpf_log::clear_kernel_message();
@@ -539,7 +552,84 @@ impl<'obj> Dataplane<'obj> {
                 .context(hint));
         }
         self.xdp = Some((ifindex, mode));
+        self.xdp_backend = None;
         Ok(())
+    }
+
+    /// Attach `nilb_xdp_backend` to `ifindex` in native mode: the XDP
+    /// receive path of a node that is not a balancer (GUE for this node
+    /// decapsulated before GRO; docs/design.md "Second chance (TC)"). It
+    /// replaces a nilb XDP program left in native mode (a balancer's, from
+    /// a daemon that died or a node that is no longer a balancer) and
+    /// removes one left in generic mode; it refuses to replace another
+    /// program. Not in generic mode: there XDP runs after GRO, so it would
+    /// merge nothing and only copy every GRO super-frame. Without it the
+    /// TC program does all the work, as on any interface without XDP.
+    pub fn attach_xdp_backend(&mut self, ifindex: i32) -> Result<()> {
+        let prog = &self.skel.progs.nilb_xdp_backend;
+        let xdp = Xdp::new(prog.as_fd());
+        for m in [XdpMode::Native, XdpMode::Generic] {
+            let id = xdp.query_id(ifindex, m.flags()).unwrap_or(0);
+            if id == 0 {
+                continue;
+            }
+            let name = program_name(id).unwrap_or_else(|| "?".into());
+            if !name.starts_with("nilb_xdp") {
+                bail!(
+                    "interface already has XDP program `{name}` (id {id}, {m:?} mode); \
+                     nilb does not replace another program"
+                );
+            }
+            if m == XdpMode::Generic {
+                xdp.detach(ifindex, m.flags()).with_context(|| {
+                    format!("detaching a nilb XDP program in generic mode (id {id})")
+                })?;
+            }
+        }
+        libbpf_log::clear_kernel_message();
+        if let Err(e) = xdp.attach(ifindex, XdpFlags::DRV_MODE) {
+            let kernel = libbpf_log::take_kernel_message().unwrap_or_default();
+            return Err(anyhow::Error::new(e).context(format!(
+                "attaching the backend XDP program in native mode to ifindex {ifindex} {kernel}"
+            )));
+        }
+        self.xdp = None;
+        self.xdp_backend = Some(ifindex);
+        Ok(())
+    }
+
+    /// Whether `nilb_xdp_backend` of this data plane is attached to its
+    /// interface now (asked of the kernel).
+    pub fn xdp_backend_attached(&self) -> Result<bool> {
+        let Some((ifindex, _)) = self.interface else {
+            return Ok(false);
+        };
+        let prog = &self.skel.progs.nilb_xdp_backend;
+        let ours = Self::prog_id(prog)?;
+        let id = Xdp::new(prog.as_fd())
+            .query_id(ifindex, XdpFlags::DRV_MODE)
+            .with_context(|| format!("querying XDP on ifindex {ifindex}"))?;
+        Ok(id == ours)
+    }
+
+    /// Detach `nilb_xdp_backend`, if this data plane attached it and it is
+    /// still the program on the interface.
+    pub fn detach_xdp_backend(&mut self) -> Result<()> {
+        let Some(ifindex) = self.xdp_backend.take() else {
+            return Ok(());
+        };
+        let prog = &self.skel.progs.nilb_xdp_backend;
+        let ours = Self::prog_id(prog)?;
+        let xdp = Xdp::new(prog.as_fd());
+        match xdp.query_id(ifindex, XdpFlags::DRV_MODE) {
+            Ok(id) if id == ours => xdp.detach(ifindex, XdpFlags::DRV_MODE).with_context(|| {
+                format!("detaching the backend XDP program from ifindex {ifindex}")
+            }),
+            Ok(_) => Ok(()),
+            Err(e) => {
+                Err(anyhow::Error::new(e).context(format!("querying XDP on ifindex {ifindex}")))
+            }
+        }
     }
 
     /// Attach the TC second-chance program to clsact ingress of `ifindex`.
@@ -576,6 +666,7 @@ impl<'obj> Dataplane<'obj> {
     /// leaves programs attached and maps pinned (for the next daemon).
     pub fn keep_on_exit(&mut self) {
         self.xdp = None;
+        self.xdp_backend = None;
         self.tc = None;
         self.pin_dir = None;
     }
@@ -631,6 +722,9 @@ impl<'obj> Dataplane<'obj> {
     pub fn detach(&mut self) -> Result<()> {
         let mut errors = Vec::new();
         if let Err(e) = self.detach_xdp() {
+            errors.push(format!("{e:#}"));
+        }
+        if let Err(e) = self.detach_xdp_backend() {
             errors.push(format!("{e:#}"));
         }
         if let Some(mut tc) = self.tc.take() {
@@ -705,6 +799,12 @@ impl<'obj> Dataplane<'obj> {
     /// frame.
     pub fn run_xdp_split(&self, frame: &[u8], ingress_ifindex: u32) -> Result<abi::XdpRun> {
         abi::test_run_xdp_split(&self.skel.progs.nilb_xdp_balancer, frame, ingress_ifindex)
+    }
+
+    /// Run the backends' XDP program (`nilb_xdp_backend`) on one frame
+    /// (BPF_PROG_TEST_RUN).
+    pub fn run_xdp_backend(&self, frame: &[u8], ingress_ifindex: u32) -> Result<(u32, Vec<u8>)> {
+        abi::test_run_xdp(&self.skel.progs.nilb_xdp_backend, frame, ingress_ifindex)
     }
 
     /// Run the TC program on one frame (BPF_PROG_TEST_RUN).
@@ -892,6 +992,17 @@ impl DataplaneOps for Dataplane<'_> {
         };
         if attached {
             self.attach_xdp(ifindex, mode)
+        } else if mode == XdpMode::Native {
+            // The backend program replaces the balancer in one step.
+            let balancer = self.xdp.take();
+            match self.attach_xdp_backend(ifindex) {
+                Ok(()) => Ok(()),
+                Err(e) => {
+                    warn!("{e:#}: GUE is decapsulated by TC alone");
+                    self.xdp = balancer;
+                    self.detach_xdp()
+                }
+            }
         } else {
             self.detach_xdp()
         }

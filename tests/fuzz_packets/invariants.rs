@@ -354,6 +354,17 @@ pub fn check(
                     None
                 }
                 XDP_TX | XDP_REDIRECT => Some(out),
+                // The XDP receive path's decapsulation (checked against
+                // the TC reference by the model).
+                XDP_PASS if out != frame && matches!(class, XdpClass::GueForNode) => None,
+                // A local first hop's packet passed without GUE: only its
+                // Ethernet padding may be gone.
+                XDP_PASS
+                    if deltas.iter().any(|(n, _)| *n == "xdp_local_direct")
+                        && frame.starts_with(out) =>
+                {
+                    None
+                }
                 XDP_PASS if out != frame => {
                     // nilb's metadata: the mark, then the egress ifindex.
                     if out.len() >= 8 && out[..4] == MARK.to_ne_bytes() {

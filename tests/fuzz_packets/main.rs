@@ -15,6 +15,11 @@
 //!   ICMP "fragmentation needed" the balancer sends back is well-formed,
 //!   from the VIP, quotes the packet, and answers only a DF packet that does
 //!   not fit the wire with GUE;
+//! - the XDP receive path (TC runs): every TC frame also goes through the
+//!   backends' XDP program first, which must pass it, untouched or
+//!   decapsulated exactly as TC alone does it, and only what TC alone
+//!   accepts as a SYN or an established flow's (all of those); what it
+//!   decapsulates, TC then passes untouched; one XDP counter per run;
 //! - the model: the exact verdict, counters and output bytes the reference
 //!   predicts (encapsulation byte for byte, decapsulation, second-chance
 //!   rewrite), and at the end of each worker the per-service and per-backend
@@ -206,6 +211,122 @@ struct Ctx {
     worker: usize,
 }
 
+/// Counter deltas of data plane `which` since the last snapshot (which
+/// becomes this one).
+fn deltas_since(env: &Env, l: &Loaded, which: usize) -> Vec<(&'static str, u64)> {
+    let mut last = env.last[which].borrow_mut();
+    let now = l.dp.counters().expect("reading counters");
+    let d: Vec<(&'static str, u64)> = COUNTER_NAMES
+        .iter()
+        .zip(last.iter().zip(&now))
+        .filter(|(_, (b, a))| a != b)
+        .map(|(n, (b, a))| (*n, a.wrapping_sub(*b)))
+        .collect();
+    *last = now;
+    d
+}
+
+/// Counter deltas of one run.
+type Deltas = Vec<(&'static str, u64)>;
+
+/// What the backends' XDP program did with a TC frame, run before TC.
+struct XdpFirst {
+    verdict: u32,
+    out: Vec<u8>,
+    deltas: Deltas,
+    /// The TC run on XDP's output, when XDP changed the frame.
+    tc_after: Option<(u32, Vec<u8>, Deltas)>,
+}
+
+/// Run `frame` through `nilb_xdp_backend` (and TC on what it decapsulated).
+/// Err: the test run failed (frames shorter than Ethernet: refused).
+fn xdp_first(env: &Env, l: &Loaded, which: usize, frame: &[u8]) -> Result<XdpFirst, String> {
+    let (verdict, out) =
+        l.dp.run_xdp_backend(frame, env.ifindex)
+            .map_err(|e| format!("{e:#}"))?;
+    let deltas = deltas_since(env, l, which);
+    let tc_after = if out != frame {
+        let r =
+            l.dp.run_tc(&out, env.ifindex)
+                .map_err(|e| format!("TC after XDP: {e:#}"))?;
+        Some((r.0, r.1, deltas_since(env, l, which)))
+    } else {
+        None
+    };
+    Ok(XdpFirst {
+        verdict,
+        out,
+        deltas,
+        tc_after,
+    })
+}
+
+/// The XDP receive path against TC alone on the same frame (TC's verdict,
+/// output and counters): the differential invariants of the module's
+/// documentation. Returns the problems.
+fn check_xdp_first(
+    frame: &[u8],
+    x: &XdpFirst,
+    verdict: u32,
+    out: &[u8],
+    deltas: &[(&'static str, u64)],
+) -> Vec<String> {
+    let mut bad = Vec::new();
+    if x.verdict != XDP_PASS {
+        bad.push(format!("backend XDP verdict {} (not PASS)", x.verdict));
+    }
+    let tc_accepts = match deltas {
+        [("tc_decap_syn", 1)] => Some("xdp_decap_syn"),
+        [("tc_decap_established", 1)] => Some("xdp_decap_established"),
+        _ => None,
+    };
+    let gue_for_node = frame.len() >= 14 + 28
+        && be16(frame, 12) == 0x0800
+        && frame[14 + 9] == IPPROTO_UDP
+        && (frame[14] & 0x0f) >= 5
+        && addr(frame, 14 + 16) == NODE
+        && frame.len() >= 14 + (frame[14] as usize & 0x0f) * 4 + 8
+        && be16(frame, 14 + (frame[14] as usize & 0x0f) * 4 + 2) == GUE_PORT;
+    match &x.tc_after {
+        Some((tv, tout, tdeltas)) => {
+            if tc_accepts.map(|c| vec![(c, 1)]) != Some(x.deltas.clone()) {
+                bad.push(format!(
+                    "XDP decapsulated ({:?}) what TC alone does not accept as SYN or established ({deltas:?})",
+                    x.deltas
+                ));
+            }
+            if verdict != TC_ACT_OK || x.out != out {
+                bad.push("XDP's decapsulation differs from TC's".into());
+            }
+            if *tv != TC_ACT_OK || tout != &x.out || tdeltas != &vec![("tc_pass_other", 1)] {
+                bad.push(format!(
+                    "TC after XDP's decapsulation: verdict {tv}, counters {tdeltas:?}, frame changed {}",
+                    tout != &x.out
+                ));
+            }
+        }
+        None => {
+            if tc_accepts.is_some() {
+                bad.push(format!(
+                    "XDP left to TC a frame TC accepts at once ({deltas:?}): not decapsulated before GRO"
+                ));
+            }
+            let want = if gue_for_node {
+                "xdp_gue_to_tc"
+            } else {
+                "xdp_backend_pass"
+            };
+            if x.deltas != vec![(want, 1)] {
+                bad.push(format!(
+                    "backend XDP counters {:?}, expected {want} (GUE for this node: {gue_for_node})",
+                    x.deltas
+                ));
+            }
+        }
+    }
+    bad
+}
+
 /// Run one frame, check it, record it.
 fn run_one(env: &Env, ctx: &Ctx, t: &mut Tally, index: u64, origin: &str, frame: &[u8]) {
     // TC takes turns with the data planes of unknown_flow drop, local, rst.
@@ -219,6 +340,11 @@ fn run_one(env: &Env, ctx: &Ctx, t: &mut Tally, index: u64, origin: &str, frame:
         2 => (&env.c, &env.wc),
         _ => (&env.a, &env.wa),
     };
+    // The XDP receive path first (TC frames), on the same data plane.
+    let first = match ctx.prog {
+        Prog::Tc if frame.len() >= 14 => Some(xdp_first(env, l, which, frame)),
+        _ => None,
+    };
     // `Loaded::counted` reads every counter before and after the run; here
     // the snapshot after one run is the one before the next (the data plane
     // is this worker's alone), which halves the map reads of a run.
@@ -226,18 +352,7 @@ fn run_one(env: &Env, ctx: &Ctx, t: &mut Tally, index: u64, origin: &str, frame:
         Prog::Xdp => l.dp.run_xdp(frame, env.ifindex),
         Prog::Tc => l.dp.run_tc(frame, env.ifindex),
     };
-    let deltas = {
-        let mut last = env.last[which].borrow_mut();
-        let now = l.dp.counters().expect("reading counters");
-        let d: Vec<(&'static str, u64)> = COUNTER_NAMES
-            .iter()
-            .zip(last.iter().zip(&now))
-            .filter(|(_, (b, a))| a != b)
-            .map(|(n, (b, a))| (*n, a.wrapping_sub(*b)))
-            .collect();
-        *last = now;
-        d
-    };
+    let deltas = deltas_since(env, l, which);
     let (verdict, out) = match r {
         Ok(x) => x,
         // BPF_PROG_TEST_RUN of an skb refuses IPv4 frames too short for an
@@ -262,12 +377,28 @@ fn run_one(env: &Env, ctx: &Ctx, t: &mut Tally, index: u64, origin: &str, frame:
         *t.counters.entry(n).or_default() += v;
     }
     let Checked {
-        bad,
+        mut bad,
         want,
         class,
         label,
         observations,
     } = check(ctx.prog, w, frame, verdict, &out, &deltas);
+    match &first {
+        Some(Ok(x)) => {
+            bad.extend(check_xdp_first(frame, x, verdict, &out, &deltas));
+            for (n, v) in &x.deltas {
+                *t.counters.entry(n).or_default() += v;
+            }
+            if x.tc_after.is_some() {
+                // XDP's decapsulation counts for the service like TC's.
+                if let Stat::TcDecap(Some(i)) = want.stat {
+                    t.service[which].entry(i).or_default()[1] += 1;
+                }
+            }
+        }
+        Some(Err(e)) => bad.push(format!("backend XDP test run failed: {e}")),
+        None => {}
+    }
     *t.classes.entry(label).or_default() += 1;
     for name in observations {
         let e = t
@@ -283,6 +414,18 @@ fn run_one(env: &Env, ctx: &Ctx, t: &mut Tally, index: u64, origin: &str, frame:
             e.0 += 1;
             e.1 += bytes;
             e.2 += syn as u64;
+        }
+        Stat::XdpLocalDirect {
+            slot,
+            bytes,
+            syn,
+            service,
+        } => {
+            let e = t.backend.entry(slot).or_default();
+            e.0 += 1;
+            e.1 += bytes;
+            e.2 += syn as u64;
+            t.service[which].entry(service).or_default()[1] += 1;
         }
         Stat::XdpServiceDrop(i) => t.service[which].entry(i).or_default()[0] += 1,
         Stat::TcDecap(Some(i)) => t.service[which].entry(i).or_default()[1] += 1,
@@ -399,7 +542,8 @@ fn worker(prog: Prog, seed: u64, w: usize, share: u64) -> Tally {
     let mut t = Tally::default();
     let mac = env.wa.nt0_mac;
     let seeds = match prog {
-        Prog::Xdp => xdp_seeds(mac),
+        // GUE for this node too: the balancer's XDP receive path.
+        Prog::Xdp => xdp_seeds(mac).into_iter().chain(tc_seeds(mac)).collect(),
         Prog::Tc => tc_seeds(mac),
     };
     let mut index = 0u64;
@@ -465,6 +609,10 @@ fn fuzz(prog: Prog) {
         "tc_decap_time_wait",
         "tc_rst_sent",
         "tc_drop_rst_limited",
+        "xdp_decap_syn",
+        "xdp_decap_established",
+        "xdp_gue_to_tc",
+        "xdp_backend_pass",
     ] {
         assert!(COUNTER_NAMES.contains(&n), "counter {n} unknown to nilb");
     }
@@ -671,6 +819,43 @@ fn checker_flags_tampered_results() {
         .counted(|| env.a.dp.run_tc(&good, env.ifindex).unwrap());
     assert_eq!(r.0, TC_ACT_REDIRECT);
     assert!(check(Prog::Tc, w, &good, r.0, &r.1, &d).bad.is_empty());
+    // The XDP receive path: a real run passes; a decapsulation of what TC
+    // forwards, and a SYN left to TC, are flagged.
+    let _ = deltas_since(&env, &env.a, 0); // (this test's runs so far)
+    let x = xdp_first(&env, &env.a, 0, &good).unwrap();
+    assert!(check_xdp_first(&good, &x, r.0, &r.1, &d).is_empty());
+    let inner = decapsulated(&good, 40);
+    let stolen = XdpFirst {
+        verdict: XDP_PASS,
+        out: inner.clone(),
+        deltas: vec![("xdp_decap_established", 1)],
+        tc_after: Some((TC_ACT_OK, inner, vec![("tc_pass_other", 1)])),
+    };
+    assert!(!check_xdp_first(&good, &stolen, r.0, &r.1, &d).is_empty());
+    let syn_gue = gue_frame(
+        mac,
+        MAC12,
+        B12,
+        NODE,
+        0,
+        &[B13],
+        &l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40002, 80, SYN, b"")),
+    );
+    let left = XdpFirst {
+        verdict: XDP_PASS,
+        out: syn_gue.clone(),
+        deltas: vec![("xdp_gue_to_tc", 1)],
+        tc_after: None,
+    };
+    assert!(!check_xdp_first(
+        &syn_gue,
+        &left,
+        TC_ACT_OK,
+        &decapsulated(&syn_gue, 40),
+        &[("tc_decap_syn", 1)]
+    )
+    .is_empty());
+
     let mut flags = good.clone();
     flags[44] = 0x80;
     let bad = check(

@@ -109,7 +109,19 @@ pub enum Out {
 #[derive(Clone, Copy, Debug)]
 pub enum Stat {
     None,
-    XdpBackend { slot: u32, bytes: u64, syn: bool },
+    XdpBackend {
+        slot: u32,
+        bytes: u64,
+        syn: bool,
+    },
+    /// Sent to the first hop (this node) without GUE: the backend's
+    /// counters and the service's tc_decap.
+    XdpLocalDirect {
+        slot: u32,
+        bytes: u64,
+        syn: bool,
+        service: u32,
+    },
     XdpServiceDrop(u32),
     TcDecap(Option<u32>),
     TcForward(Option<u32>),
@@ -160,6 +172,9 @@ pub enum XdpClass {
     /// ICMP to a VIP whose headers or quote are broken, or whose quote is
     /// not from that VIP.
     IcmpMalformed(&'static str),
+    /// UDP to this node's GUE port: the XDP receive path (the TC reference
+    /// says what TC would make of it).
+    GueForNode,
     Balance(Flow),
 }
 
@@ -176,6 +191,7 @@ impl XdpClass {
             }
             XdpClass::NotService(why) => format!("not a service ({why})"),
             XdpClass::IcmpMalformed(why) => format!("ICMP malformed ({why})"),
+            XdpClass::GueForNode => "GUE for this node".into(),
             XdpClass::Balance(f) => format!(
                 "balance {}:{}/{}{}",
                 f.key.0,
@@ -230,6 +246,9 @@ pub fn parse_xdp(w: &World, f: &[u8]) -> XdpClass {
                 return bad("TCP data offset past the segment");
             }
             let (sport, dport) = (be16(l4, 0), be16(l4, 2));
+            if proto == IPPROTO_UDP && daddr == NODE && dport == GUE_PORT {
+                return XdpClass::GueForNode;
+            }
             let key = (daddr, dport, proto);
             if !w.services.contains_key(&key) {
                 return XdpClass::NotService("no such (VIP, port, protocol)");
@@ -374,6 +393,7 @@ pub fn expect_xdp(w: &World, f: &[u8], class: &XdpClass) -> Outcome {
         XdpClass::Malformed { vip: false, .. }
         | XdpClass::Fragment { vip: false }
         | XdpClass::NotService(_) => outcome(XDP_PASS, &["xdp_pass_not_service"], Out::Unchanged),
+        XdpClass::GueForNode => expect_xdp_receive(w, f),
         XdpClass::Balance(flow) => {
             let svc = &w.services[&flow.key];
             let hash = hash_of(flow.tuple);
@@ -403,6 +423,25 @@ pub fn expect_xdp(w: &World, f: &[u8], class: &XdpClass) -> Outcome {
                     (XDP_DROP, "xdp_drop_too_big", Out::Any)
                 }
             };
+            let (s, d, sp, dp, proto) = flow.tuple;
+            let accepted_here = proto == IPPROTO_TCP
+                && !flow.icmp
+                && (flow.syn || tcp_lookup(s, d, sp, dp) == Sock::Established);
+            if first == NODE && accepted_here {
+                // TC would only take the GUE off again: no GUE at all (the
+                // Ethernet padding trimmed, as for the encapsulation).
+                return Outcome {
+                    verdict: XDP_PASS,
+                    counters: vec!["xdp_local_direct"],
+                    out: Out::Exact(f[..14 + flow.tot].to_vec()),
+                    stat: Stat::XdpLocalDirect {
+                        slot: svc.slots[&first],
+                        bytes: flow.tot as u64,
+                        syn: flow.syn,
+                        service: svc.index,
+                    },
+                };
+            }
             let (verdict, counter, out) = if first == NODE {
                 if !hops.is_empty() && too_big {
                     refused()
@@ -454,6 +493,24 @@ pub fn expect_xdp(w: &World, f: &[u8], class: &XdpClass) -> Outcome {
                 stat,
             }
         }
+    }
+}
+
+/// GUE for this node reaching XDP (either program): decapsulated exactly
+/// as TC would if TC's outcome is a SYN's or an established flow's
+/// decapsulation, else passed to TC untouched.
+pub fn expect_xdp_receive(w: &World, f: &[u8]) -> Outcome {
+    let tc = expect_tc(w, f, &parse_tc(w, f));
+    let counter = match tc.counters[..] {
+        ["tc_decap_syn"] => "xdp_decap_syn",
+        ["tc_decap_established"] => "xdp_decap_established",
+        _ => return outcome(XDP_PASS, &["xdp_gue_to_tc"], Out::Unchanged),
+    };
+    Outcome {
+        verdict: XDP_PASS,
+        counters: vec![counter],
+        out: tc.out,
+        stat: tc.stat,
     }
 }
 
