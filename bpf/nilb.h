@@ -210,7 +210,7 @@ enum nilb_counter {
 	C_TC_DECAP_TIME_WAIT,       /* TCP socket in TIME_WAIT/CLOSE and no hop left: to the stack */
 	C_TC_RST_SENT,              /* no hop left, unknown_flow=rst: answered with a RST from the VIP */
 	C_TC_DROP_RST_LIMITED,      /* no hop left, unknown_flow=rst, over the RST rate limit */
-	C_TC_DROP_BAD_NEXT_HOP,     /* next hop not a unicast address (0/8, loopback, multicast, 240/4, broadcast) or a VIP: never relayed */
+	C_TC_DROP_BAD_NEXT_HOP,     /* next hop not a unicast address (0/8, loopback, link-local, multicast, 240/4, broadcast) or a VIP: never relayed */
 	/* XDP receive path of GUE for this node, before GRO (bpf/xdp_decap.h) */
 	C_XDP_DECAP_SYN,            /* GUE from a cluster address, inner TCP SYN to a VIP: decapsulated in XDP (before GRO) */
 	C_XDP_DECAP_ESTABLISHED,    /* GUE from a cluster address, inner TCP of a local socket (not LISTEN, TIME_WAIT, CLOSE): decapsulated in XDP */

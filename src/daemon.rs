@@ -105,35 +105,52 @@ fn is_local_address(addr: Ipv4Addr) -> bool {
     })
 }
 
+/// Whether `a` and `b` name the same existing file (same device and inode,
+/// so links count).
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => (x.dev(), x.ino()) == (y.dev(), y.ino()),
+        _ => false,
+    }
+}
+
 /// One `nilb run` per interface and network namespace: an exclusive lock on
-/// `/run/nilb/<netns inode>-<interface>.lock`, held for the daemon's life
-/// (released by the kernel if it dies). A second daemon would replace the
-/// first one's programs and remove them again when it stops.
-fn lock_path(interface: &str) -> PathBuf {
+/// `/run/nilb/<netns inode>-if<ifindex>.lock`, held for the daemon's life
+/// (released by the kernel if it dies). By index, not name: an alternative
+/// name (`ip link property add ... altname`) or a rename must not let a
+/// second daemon in. A second daemon would replace the first one's
+/// programs and remove them again when it stops.
+fn lock_path(ifindex: i32) -> PathBuf {
     use std::os::unix::fs::MetadataExt;
     let netns = std::fs::metadata("/proc/self/ns/net")
         .map(|m| m.ino())
         .unwrap_or(0);
-    Path::new("/run/nilb").join(format!("{netns}-{interface}.lock"))
+    Path::new("/run/nilb").join(format!("{netns}-if{ifindex}.lock"))
 }
 
-fn lock_interface(interface: &str) -> Result<nix::fcntl::Flock<std::fs::File>> {
-    let path = lock_path(interface);
-    lock_file(&path, &format!("on {interface} in this network namespace"))
+fn lock_interface(interface: &str, ifindex: i32) -> Result<nix::fcntl::Flock<std::fs::File>> {
+    let path = lock_path(ifindex);
+    lock_file(
+        &path,
+        &format!("on {interface} (ifindex {ifindex}) in this network namespace"),
+    )
 }
 
-/// One `nilb run` per pin directory, whatever interface or network
-/// namespace it serves: an exclusive lock on
-/// `/run/nilb/pins-<device>-<inode>.lock` of the directory (created if
-/// missing; the identity, not the path, so `/proc/1/root/...` and
-/// `/sys/fs/bpf/...` are the same directory). Two daemons on one pin
-/// directory would adopt each other's maps and overwrite each other's
-/// tables. Returns the lock and its path (removed at exit).
+/// One `nilb run` per pin directory, whatever interface, network or mount
+/// namespace it serves: an exclusive `flock` on the directory itself
+/// (created if missing), which lives on the bpffs every daemon shares even
+/// where `/run` is private (a container). Two daemons on one pin directory
+/// would adopt each other's maps and overwrite each other's tables. The
+/// holder's process ID goes to `/run/nilb/pins-<device>-<inode>.pid` (by the
+/// directory's identity, so `/proc/1/root/...` and `/sys/fs/bpf/...` are
+/// the same) for the message a second daemon prints. Returns the lock and
+/// that file's path (removed at exit).
 fn lock_pin_dir(dir: &Path) -> Result<(nix::fcntl::Flock<std::fs::File>, PathBuf)> {
     lock_pin_dir_in(dir, Path::new("/run/nilb"))
 }
 
-/// [`lock_pin_dir`] with its lock file under `locks` (tests).
+/// [`lock_pin_dir`] with its process-ID file under `locks` (tests).
 fn lock_pin_dir_in(
     dir: &Path,
     locks: &Path,
@@ -143,9 +160,25 @@ fn lock_pin_dir_in(
         .with_context(|| format!("creating the pin directory {}", dir.display()))?;
     let m = std::fs::metadata(dir)
         .with_context(|| format!("reading the pin directory {}", dir.display()))?;
-    let path = locks.join(format!("pins-{}-{}.lock", m.dev(), m.ino()));
-    let lock = lock_file(&path, &format!("with the pin directory {}", dir.display()))?;
-    Ok((lock, path))
+    let pid_path = locks.join(format!("pins-{}-{}.pid", m.dev(), m.ino()));
+    let handle = std::fs::File::open(dir)
+        .with_context(|| format!("opening the pin directory {}", dir.display()))?;
+    match nix::fcntl::Flock::lock(handle, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+        Ok(lock) => {
+            // Best effort: only the message of a second daemon needs it.
+            let _ = std::fs::create_dir_all(locks);
+            let _ = std::fs::write(&pid_path, std::process::id().to_string());
+            Ok((lock, pid_path))
+        }
+        Err((_, e)) => {
+            let pid = std::fs::read_to_string(&pid_path).unwrap_or_else(|_| "unknown".into());
+            bail!(
+                "another nilb (pid {}) already runs with the pin directory {} (it holds a lock on the directory: {e}); stop it first",
+                pid.trim(),
+                dir.display()
+            )
+        }
+    }
 }
 
 /// An exclusive, non-blocking lock on `path` (created with its parents)
@@ -452,12 +485,18 @@ struct Daemon<'a, 'obj> {
     /// balancers").
     routing: Option<RoutingHook>,
     /// Where the reload thread sends what it read.
-    reload_reads: mpsc::Sender<(ReloadRead, Instant)>,
+    reload_reads: mpsc::Sender<(u64, ReloadRead, Instant)>,
+    /// Number of the latest reload read (an abandoned one's result is
+    /// ignored).
+    reload_seq: u64,
     /// A reload's read under way, since when.
     reload_reading: Option<Instant>,
     /// A SIGHUP came while a read was under way: read again after it.
     reload_again: bool,
 }
+
+/// Longest a reload's read of the files may take before it is abandoned.
+const RELOAD_READ_LIMIT: Duration = Duration::from_secs(30);
 
 /// What the reload thread read ([`Daemon::start_reload`]).
 enum ReloadRead {
@@ -596,7 +635,16 @@ pub fn run(opts: &RunOptions) -> Result<()> {
     if !is_local_address(node) {
         bail!("--node-address {node} is not an address of this host; GUE sent to it would never arrive here");
     }
-    let lock = lock_interface(&opts.interface)?;
+    // The state file is rewritten while nilb runs and removed when it stops:
+    // never the configuration itself (also through a link).
+    if same_file(&opts.state_file, &opts.config) {
+        bail!(
+            "--state-file {} is the configuration file {}: nilb rewrites its state file and removes it when it stops; give it a path of its own",
+            opts.state_file.display(),
+            opts.config.display()
+        );
+    }
+    let lock = lock_interface(&opts.interface, ifindex as i32)?;
     let balancer = config.cluster.balancers.contains(&node);
     if !config.cluster_addresses().contains(&node) {
         warn!(%node, "this node is neither a balancer nor a backend in the config; GUE from it will be rejected by others");
@@ -626,7 +674,7 @@ pub fn run(opts: &RunOptions) -> Result<()> {
         .map_err(explain);
     // Remove the lock file while still holding the lock (a daemon that
     // starts now opens a fresh file).
-    let _ = std::fs::remove_file(lock_path(&opts.interface));
+    let _ = std::fs::remove_file(lock_path(ifindex as i32));
     let _ = std::fs::remove_file(&pin_lock_path);
     drop(lock);
     drop(pin_lock);
@@ -760,7 +808,7 @@ async fn serve(
     let (tx, mut rx) = mpsc::channel::<CheckResult>(4096);
     let (load_tx, mut load_rx) = mpsc::channel::<LoadResult>(4096);
     let (encap_tx, mut encap_rx) = mpsc::channel::<EncapResult>(4096);
-    let (reload_tx, mut reload_rx) = mpsc::channel::<(ReloadRead, Instant)>(2);
+    let (reload_tx, mut reload_rx) = mpsc::channel::<(u64, ReloadRead, Instant)>(2);
     let shared = metrics::Shared::default();
     if let Some(addr) = opts.metrics_address {
         metrics::serve(checks, addr, shared.clone())?;
@@ -797,6 +845,7 @@ async fn serve(
         filters_compile_ms,
         routing: None,
         reload_reads: reload_tx,
+        reload_seq: 0,
         reload_reading: None,
         reload_again: false,
     };
@@ -831,7 +880,7 @@ async fn serve(
     loop {
         tokio::select! {
             _ = hup.recv() => d.start_reload(),
-            Some((read, started)) = reload_rx.recv() => d.reload(read, started),
+            Some((seq, read, started)) = reload_rx.recv() => d.reload(seq, read, started),
             _ = term.recv() => break,
             _ = int.recv() => break,
             Some(first) = rx.recv() => {
@@ -1165,6 +1214,7 @@ impl Daemon<'_, '_> {
     }
 
     fn on_tick(&mut self) {
+        self.check_reload_read();
         if self.is_balancer() {
             self.sample_connections();
         }
@@ -1202,11 +1252,23 @@ impl Daemon<'_, '_> {
         }
         if self.routing.as_ref().map(|h| &h.config) != wanted.as_ref() {
             if let Some(old) = self.routing.take() {
-                // Leave nothing announced behind an announcer nilb no
-                // longer drives (routing removed or moved elsewhere). Its
-                // worker withdraws on its own thread once dropped (each
-                // birdc call bounded): the loop does not wait for BIRD.
-                old.announcer.announce(Default::default());
+                let same_file = wanted.as_ref().is_some_and(|w| {
+                    routing::node_path(&w.routes_file, self.node)
+                        == old.announcer.paths().routes_file
+                });
+                if same_file {
+                    // The new announcer takes over the same routes file:
+                    // nothing is withdrawn (no flap), but what the old
+                    // worker still has queued must be written before the
+                    // new one reads the file (bounded: each birdc call is).
+                    let _ = old.announcer.flush(Duration::from_secs(2));
+                } else {
+                    // Leave nothing announced behind an announcer nilb no
+                    // longer drives (routing removed or moved elsewhere).
+                    // Its worker withdraws on its own thread once dropped:
+                    // the loop does not wait for BIRD.
+                    old.announcer.announce(Default::default());
+                }
                 drop(old);
             }
             if let Some(config) = wanted {
@@ -1411,12 +1473,21 @@ impl Daemon<'_, '_> {
     /// SIGHUP while a read is under way asks for one more read after it
     /// (the file may have changed again), not one per signal.
     fn start_reload(&mut self) {
-        if self.reload_reading.is_some() {
+        if let Some(since) = self.reload_reading {
+            if since.elapsed() >= Duration::from_secs(5) && !self.reload_again {
+                warn!(
+                    reading_s = since.elapsed().as_secs(),
+                    "SIGHUP while the previous reload is still reading the files (a slow or hung file system?): it reads again once that one ends or is abandoned after {} s",
+                    RELOAD_READ_LIMIT.as_secs()
+                );
+            }
             self.reload_again = true;
             return;
         }
         let started = Instant::now();
         self.reload_reading = Some(started);
+        self.reload_seq += 1;
+        let seq = self.reload_seq;
         let path = self.opts.config.clone();
         let known = self.cp.cluster_addresses();
         let running = self.cp.filters().clone();
@@ -1425,6 +1496,9 @@ impl Daemon<'_, '_> {
         let tx = self.reload_reads.clone();
         let spawned = std::thread::Builder::new()
             .name("nilb-reload".into())
+            // Parsing is iterative (config::yaml); a large stack is a second
+            // line of defence against input that recurses.
+            .stack_size(16 << 20)
             .spawn(move || {
                 let read = match Config::load(&path) {
                     Err(e) => ReloadRead::Config(e),
@@ -1452,7 +1526,7 @@ impl Daemon<'_, '_> {
                         }
                     }
                 };
-                let _ = tx.blocking_send((read, started));
+                let _ = tx.blocking_send((seq, read, started));
             });
         if let Err(e) = spawned {
             self.reload_reading = None;
@@ -1462,10 +1536,43 @@ impl Daemon<'_, '_> {
         }
     }
 
-    /// Apply what [`Daemon::start_reload`] read (`started`: when it began).
-    fn reload(&mut self, read: ReloadRead, started: Instant) {
+    /// Apply what [`Daemon::start_reload`] read (`started`: when it began;
+    /// `seq`: which read, a read abandoned by [`Daemon::check_reload_read`]
+    /// is ignored when it ends after all).
+    fn reload(&mut self, seq: u64, read: ReloadRead, started: Instant) {
+        if seq != self.reload_seq || self.reload_reading.is_none() {
+            warn!(
+                after_s = started.elapsed().as_secs(),
+                "an abandoned reload read ended after all; ignored (a later SIGHUP reads the file again)"
+            );
+            return;
+        }
         self.reload_reading = None;
         self.apply_reload(read, started);
+        if std::mem::take(&mut self.reload_again) {
+            self.start_reload();
+        }
+    }
+
+    /// Give up on a reload read that has taken more than
+    /// [`RELOAD_READ_LIMIT`] (its thread is left to end on its own): the
+    /// reload is recorded as failed, the running configuration stays, and
+    /// the next SIGHUP (or one that came meanwhile) reads again.
+    fn check_reload_read(&mut self) {
+        let Some(since) = self.reload_reading else {
+            return;
+        };
+        if since.elapsed() < RELOAD_READ_LIMIT {
+            return;
+        }
+        let why = format!(
+            "reading the configuration and its list files did not finish within {} s (a hung file system?); abandoned, running configuration kept",
+            RELOAD_READ_LIMIT.as_secs()
+        );
+        error!("reload failed: {why}");
+        self.reload_reading = None;
+        self.record_reload(Some(why));
+        self.write_state();
         if std::mem::take(&mut self.reload_again) {
             self.start_reload();
         }

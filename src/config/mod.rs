@@ -35,7 +35,8 @@ mod yaml;
 mod tests;
 
 use std::fmt;
-use std::path::Path;
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
 
 /// Service keys and protocols live in [`crate::types`]; re-exported because
 /// a [`Service`] is named by them.
@@ -165,37 +166,72 @@ impl Config {
     /// The files nilb writes or watches must not be the configuration file
     /// itself (`path`): a `routing.routes_file` equal to it would be
     /// overwritten with BIRD routes, a `drain_file` equal to it would drain
-    /// the balancer for as long as the file exists. Compared after resolving
-    /// symbolic links where the file exists. Errors: one problem per field.
+    /// the balancer for as long as the file exists; nor may the routes file
+    /// be the drain file. Compared as each balancer sees them (`{node}`
+    /// replaced by its address) and by identity where the files exist
+    /// (symbolic and hard links count). Errors: one problem per field.
     pub fn check_paths_against(&self, path: &Path) -> Result<(), ConfigError> {
+        use std::os::unix::fs::MetadataExt;
         let Some(r) = &self.routing else {
             return Ok(());
         };
-        let real = |p: &Path| {
-            std::fs::canonicalize(p).unwrap_or_else(|_| {
-                std::env::current_dir()
-                    .map(|d| d.join(p))
-                    .unwrap_or_else(|_| p.to_path_buf())
-            })
+        let absolute = |p: &Path| {
+            std::env::current_dir()
+                .map(|d| d.join(p))
+                .unwrap_or_else(|_| p.to_path_buf())
         };
-        let me = real(path);
-        let problems: Vec<Problem> = [
-            ("routes_file", &r.routes_file),
-            ("drain_file", &r.drain_file),
-            ("bird_socket", &r.bird_socket),
-            ("birdc", &r.birdc),
-        ]
-        .into_iter()
-        .filter(|(_, p)| real(p) == me)
-        .map(|(field, p)| Problem {
-            path: format!("routing.{field}"),
-            message: format!(
-                "`{}` is the configuration file itself; give routing.{field} a path of its own",
-                p.display()
-            ),
-            position: None,
-        })
-        .collect();
+        let same = |a: &Path, b: &Path| match (std::fs::metadata(a), std::fs::metadata(b)) {
+            (Ok(x), Ok(y)) => (x.dev(), x.ino()) == (y.dev(), y.ino()),
+            _ => absolute(a) == absolute(b),
+        };
+        let on = |p: &Path, node: Option<Ipv4Addr>| match node {
+            Some(n) => PathBuf::from(p.to_string_lossy().replace("{node}", &n.to_string())),
+            None => p.to_path_buf(),
+        };
+        let mut nodes: Vec<Option<Ipv4Addr>> =
+            self.cluster.balancers.iter().copied().map(Some).collect();
+        if nodes.is_empty() {
+            nodes.push(None);
+        }
+        let mut problems: Vec<Problem> = Vec::new();
+        let mut report = |field: &str, message: String| {
+            let field = format!("routing.{field}");
+            if !problems.iter().any(|p| p.path == field) {
+                problems.push(Problem {
+                    path: field,
+                    message,
+                    position: None,
+                });
+            }
+        };
+        for node in nodes {
+            let at = node.map_or(String::new(), |n| format!(" on balancer {n}"));
+            for (field, p) in [
+                ("routes_file", &r.routes_file),
+                ("drain_file", &r.drain_file),
+                ("bird_socket", &r.bird_socket),
+                ("birdc", &r.birdc),
+            ] {
+                if same(&on(p, node), path) {
+                    report(
+                        field,
+                        format!(
+                            "`{}`{at} is the configuration file itself; give routing.{field} a path of its own",
+                            p.display()
+                        ),
+                    );
+                }
+            }
+            if same(&on(&r.routes_file, node), &on(&r.drain_file, node)) {
+                report(
+                    "drain_file",
+                    format!(
+                        "`{}`{at} is also routing.routes_file: the balancer would stay drained for as long as it announces",
+                        r.drain_file.display()
+                    ),
+                );
+            }
+        }
         if problems.is_empty() {
             Ok(())
         } else {

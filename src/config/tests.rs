@@ -806,6 +806,47 @@ fn routing_files_must_not_be_the_config() {
             "{err}"
         );
     }
+    // As a balancer sees it: `{node}` replaced by its address (GOOD's
+    // balancer is 10.0.0.11), and a hard link to the file.
+    let node_cfg = dir.join("10.0.0.11.yaml");
+    let yaml = format!(
+        "{GOOD}routing:\n  routes_file: {}\n",
+        dir.join("{node}.yaml").display()
+    );
+    std::fs::write(&node_cfg, &yaml).unwrap();
+    let err = Config::load(&node_cfg).unwrap_err();
+    assert_eq!(err.problems[0].path, "routing.routes_file", "{err}");
+    assert!(
+        err.problems[0].message.contains("on balancer 10.0.0.11"),
+        "{err}"
+    );
+    let hard = dir.join("hard.yaml");
+    let _ = std::fs::remove_file(&hard);
+    std::fs::hard_link(&cfg, &hard).unwrap();
+    std::fs::write(
+        &cfg,
+        format!("{GOOD}routing:\n  drain_file: {}\n", hard.display()),
+    )
+    .unwrap();
+    assert_eq!(
+        Config::load(&cfg).unwrap_err().problems[0].path,
+        "routing.drain_file"
+    );
+    // routes_file and drain_file that differ as written but not on a node.
+    let yaml = format!(
+        "{GOOD}routing:\n  routes_file: {}\n  drain_file: {}\n",
+        dir.join("{node}.x").display(),
+        dir.join("10.0.0.11.x").display()
+    );
+    std::fs::write(&cfg, yaml).unwrap();
+    let err = Config::load(&cfg).unwrap_err();
+    assert_eq!(err.problems[0].path, "routing.drain_file", "{err}");
+    assert!(
+        err.problems[0]
+            .message
+            .contains("is also routing.routes_file"),
+        "{err}"
+    );
     // Its own path is fine.
     let yaml = format!(
         "{GOOD}routing:\n  routes_file: {}\n",

@@ -374,7 +374,18 @@ pub const MAX_NODES: u64 = 1_000_000;
 pub fn positions(src: &str) -> Result<HashMap<String, Position>, ShapeError> {
     let mut rx = Locator::default();
     let mut parser = Parser::new_from_str(src);
-    let parsed = parser.load(&mut rx, false);
+    // The events one at a time, stopping at the first limit: the parser's
+    // own `load` recurses once per nesting level (a 24 KB file of nested
+    // block sequences overflowed a thread's stack before the depth limit
+    // could stop it).
+    let parsed = (|| loop {
+        let (ev, mark) = parser.next_token()?;
+        let end = matches!(ev, Event::DocumentEnd | Event::StreamEnd);
+        rx.on_event(ev, mark);
+        if end || rx.limit_error.is_some() {
+            return Ok::<(), yaml_rust2::ScanError>(());
+        }
+    })();
     if let Some(e) = rx.limit_error {
         return Err(e);
     }
@@ -585,6 +596,21 @@ mod limit_tests {
     fn deep_nesting_is_refused() {
         let deep = format!("a: {}{}\n", "[".repeat(100), "]".repeat(100));
         let e = positions(&deep).unwrap_err();
+        assert!(e.message.contains("nested deeper"), "{}", e.message);
+    }
+
+    /// Block nesting far beyond the limit (12,000 levels in 24 KB) is
+    /// refused without recursing once per level (it overflowed the reload
+    /// thread's stack).
+    #[test]
+    fn very_deep_block_nesting_is_refused_without_recursion() {
+        let deep = format!("x:\n{}a\n", "- ".repeat(12_000));
+        let e = std::thread::Builder::new()
+            .stack_size(256 * 1024)
+            .spawn(move || positions(&deep).unwrap_err())
+            .unwrap()
+            .join()
+            .expect("no stack overflow");
         assert!(e.message.contains("nested deeper"), "{}", e.message);
     }
 

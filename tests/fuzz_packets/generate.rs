@@ -438,12 +438,13 @@ impl Gen {
                 6 => Ipv4Addr::UNSPECIFIED,
                 7 => R5,
                 // Hops no node may relay to: not unicast, or a VIP.
-                8 => match self.below(6) {
+                8 => match self.below(7) {
                     0 => Ipv4Addr::new(127, 0, 0, 1),
                     1 => Ipv4Addr::new(224, 0, 0, 1),
                     2 => Ipv4Addr::BROADCAST,
                     3 => Ipv4Addr::new(240, 1, 2, 3),
                     4 => Ipv4Addr::new(0, 1, 2, 3),
+                    5 => Ipv4Addr::new(169, 254, 169, 254),
                     _ => VIP,
                 },
                 _ => self.any_addr(),

@@ -976,9 +976,9 @@ pub fn tolerated(
 }
 
 /// Whether TC may send a second-chance packet on to `hop`: a unicast
-/// address (not 0/8, 127/8, 224/4 or 240/4) that is not a VIP
+/// address (not 0/8, 127/8, 169.254/16, 224/4 or 240/4) that is not a VIP
 /// (`gue_hop_relayable` in bpf/gue.h).
 pub fn relayable(w: &World, hop: Ipv4Addr) -> bool {
-    let first = hop.octets()[0];
-    !(first == 0 || first == 127 || first >= 224 || w.is_vip(hop))
+    let [first, second, ..] = hop.octets();
+    !(first == 0 || first == 127 || first >= 224 || (first, second) == (169, 254) || w.is_vip(hop))
 }
