@@ -39,10 +39,10 @@ use crate::clock::{self, Clock, SystemClock};
 use anyhow::{bail, Context, Result};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::config::{Config, Protocol, ServiceKey};
-use crate::control::{ControlPlane, Mode, Plan};
+use crate::control::{ControlPlane, Mode, Plan, ReloadTimes};
 use crate::dataplane::{Dataplane, DataplaneOps, XdpMode};
 use crate::filters::{lists, FilterSet, RuleIdent, Scope};
 use crate::health::checker::{CheckResult, Checkers};
@@ -51,6 +51,10 @@ use crate::health::load::{LoadResult, Scrapers};
 use crate::limits;
 use crate::metrics::{self, HostCpu};
 use crate::status::{rfc3339, FiltersStatus, ReloadStatus, Status};
+
+/// Tables an event logs one INFO line each for; more are summed up in one
+/// line (see `Daemon::log_installs`).
+const TABLE_LINES_MAX: usize = 8;
 
 /// Options of `nilb run`.
 #[derive(Clone, Debug)]
@@ -424,6 +428,9 @@ struct StateJob {
     last_reload: Option<ReloadStatus>,
     filters: Option<FiltersStatus>,
     routing: Option<crate::routing::RoutingStatus>,
+    /// After writing, give the allocator's free memory back to the system
+    /// (after a reload: the replaced state's tables are free by then).
+    trim: bool,
 }
 
 /// Writes the state file on a thread of its own, so that a reload's swap
@@ -433,6 +440,8 @@ struct StateJob {
 struct StateWriter {
     tx: Option<std::sync::mpsc::Sender<StateJob>>,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// The next job also returns freed memory to the system.
+    trim_next: bool,
 }
 
 impl StateWriter {
@@ -444,20 +453,31 @@ impl StateWriter {
                 // Warn once per run of failures, not every 5 s.
                 let mut failing = false;
                 while let Ok(mut job) = rx.recv() {
+                    let mut trim = job.trim;
                     while let Ok(newer) = rx.try_recv() {
                         job = newer;
+                        trim |= job.trim;
                     }
-                    let mut status =
-                        Status::of(&job.cp, job.node, job.role, &job.config, job.last_reload);
-                    status.filters = job.filters;
-                    status.routing = job.routing;
-                    match status.write(&path) {
+                    let written = {
+                        let mut status =
+                            Status::of(&job.cp, job.node, job.role, &job.config, job.last_reload);
+                        status.filters = job.filters;
+                        status.routing = job.routing;
+                        status.write(&path)
+                    };
+                    match written {
                         Ok(()) => failing = false,
                         Err(e) if !failing => {
                             failing = true;
                             warn!("writing the state file: {e:#}");
                         }
                         Err(_) => {}
+                    }
+                    // The state's copy goes before the trim (the encoding
+                    // went with the block above).
+                    drop(job.cp);
+                    if trim {
+                        crate::dataplane::abi::release_free_memory();
                     }
                 }
             })
@@ -468,13 +488,20 @@ impl StateWriter {
         StateWriter {
             tx: thread.is_some().then_some(tx),
             thread,
+            trim_next: false,
         }
     }
 
-    fn queue(&self, job: StateJob) {
+    fn queue(&mut self, mut job: StateJob) {
+        job.trim |= std::mem::take(&mut self.trim_next);
         if let Some(tx) = &self.tx {
             let _ = tx.send(job);
         }
+    }
+
+    /// Have the next job return freed memory to the system.
+    fn trim_after_next(&mut self) {
+        self.trim_next = true;
     }
 
     /// Write what is queued, then stop the thread.
@@ -670,6 +697,7 @@ async fn serve(
     let (encap_tx, mut encap_rx) = mpsc::channel::<EncapResult>(4096);
     let shared = metrics::Shared::default();
     if let Some(addr) = opts.metrics_address {
+        shared.set_source(std::sync::Arc::new(dp.stats_maps()?));
         metrics::serve(checks, addr, shared.clone())?;
     }
     let mut d = Daemon {
@@ -940,9 +968,15 @@ impl Daemon<'_, '_> {
         }
     }
 
-    /// Refresh the metrics snapshot (about once a second).
-    fn publish_metrics(&mut self) {
-        if self.last_snapshot.elapsed() < Duration::from_millis(900) {
+    /// Hand the metrics server the state its snapshot is built from
+    /// (about once a second, and at once with `now`): a copy of the
+    /// control plane (one reference count per service) and the daemon's
+    /// facts. The server reads the counters and encodes when scraped, off
+    /// this loop.
+    fn publish_metrics(&mut self, now: bool) {
+        if self.opts.metrics_address.is_none()
+            || (!now && self.last_snapshot.elapsed() < Duration::from_millis(900))
+        {
             return;
         }
         self.last_snapshot = Instant::now();
@@ -961,8 +995,36 @@ impl Daemon<'_, '_> {
                 self.neighbours.changed,
             ),
         };
-        self.metrics
-            .publish(metrics::build(&self.dp, &self.cp, facts, cpu));
+        self.metrics.publish(self.cp.clone(), facts, cpu);
+    }
+
+    /// Log the tables `plan` installed: one INFO line each up to
+    /// [`TABLE_LINES_MAX`]; beyond that one INFO line with the sums (a
+    /// reload of 1,000 services writes one line, not 1,000) and each table
+    /// at DEBUG.
+    fn log_installs(&self, plan: &Plan, why: &str) {
+        let many = plan.install.len() > TABLE_LINES_MAX;
+        for (key, moves) in &plan.install {
+            if many {
+                debug!(service = %self.service_name(key), %key, moved = moves.moved, forced = moves.forced, swapped = moves.swapped, pending = moves.pending, reason = why, "table installed");
+            } else {
+                info!(service = %self.service_name(key), %key, moved = moves.moved, forced = moves.forced, swapped = moves.swapped, pending = moves.pending, reason = why, "table installed");
+            }
+        }
+        if many {
+            let sum = |f: fn(&crate::table::Moves) -> usize| -> usize {
+                plan.install.values().map(f).sum()
+            };
+            info!(
+                tables = plan.install.len(),
+                moved = sum(|m| m.moved),
+                forced = sum(|m| m.forced),
+                swapped = sum(|m| m.swapped),
+                pending = sum(|m| m.pending),
+                reason = why,
+                "tables installed (each at debug level)"
+            );
+        }
     }
 
     /// Apply `plan`; on failure re-install the full running state.
@@ -995,18 +1057,7 @@ impl Daemon<'_, '_> {
                 error!("re-installing failed too: {e:#}");
             }
         }
-        for (key, moves) in &plan.install {
-            info!(
-                service = %self.service_name(key),
-                %key,
-                moved = moves.moved,
-                forced = moves.forced,
-                swapped = moves.swapped,
-                pending = moves.pending,
-                reason = why,
-                "table installed"
-            );
-        }
+        self.log_installs(plan, why);
         self.state_dirty = true;
     }
 
@@ -1073,7 +1124,7 @@ impl Daemon<'_, '_> {
         }
         let plan = self.cp.tick(self.now_ms());
         self.apply(&plan, "paced step");
-        self.publish_metrics();
+        self.publish_metrics(false);
         self.update_routing(false);
         if self.state_dirty || self.state_written.elapsed() >= Duration::from_secs(5) {
             self.write_state();
@@ -1275,6 +1326,7 @@ impl Daemon<'_, '_> {
             last_reload: self.last_reload.clone(),
             filters,
             routing: self.routing_status(),
+            trim: false,
         });
         self.state_dirty = false;
         self.state_written = Instant::now();
@@ -1314,6 +1366,8 @@ impl Daemon<'_, '_> {
                 return;
             }
         };
+        let parse_us = started.elapsed().as_micros() as u64;
+        let t = Instant::now();
         let was_balancer = self.xdp_running();
         let is_balancer = config.cluster.balancers.contains(&self.node);
         // The lists are read and checked before anything changes: a bad
@@ -1341,8 +1395,10 @@ impl Daemon<'_, '_> {
                 return;
             }
         };
+        let filters_us = t.elapsed().as_micros() as u64;
         let now = self.now_ms();
         let probes = &mut self.probes;
+        let mut times = ReloadTimes::default();
         let result = self.cp.reload_with_filters(
             config,
             Some(filters),
@@ -1350,10 +1406,16 @@ impl Daemon<'_, '_> {
             &mut self.dp,
             self.node,
             &mut |cp| probes.sync(cp),
+            &mut times,
         );
+        let live_us = started.elapsed().as_micros() as u64;
         let plan = match result {
             Ok((next, plan)) => {
+                // The replaced state goes now (what only it held: the
+                // tables of the services that changed), not at the next
+                // hand-over of the metrics.
                 self.cp = next;
+                self.publish_metrics(true);
                 plan
             }
             Err(e) => {
@@ -1363,6 +1425,7 @@ impl Daemon<'_, '_> {
                 return;
             }
         };
+        let t = Instant::now();
         if plan.filters {
             self.filters_compile_ms = compile_ms;
             log_filters(self.cp.filters(), compile_ms, is_balancer, self.cp.config());
@@ -1382,22 +1445,42 @@ impl Daemon<'_, '_> {
             }
             _ => {}
         }
-        for (key, moves) in &plan.install {
-            info!(service = %self.service_name(key), %key, moved = moves.moved, forced = moves.forced, swapped = moves.swapped, pending = moves.pending, reason = "reload", "table installed");
-        }
-        for key in &plan.remove {
-            info!(%key, "service removed");
+        self.log_installs(&plan, "reload");
+        if plan.remove.len() > TABLE_LINES_MAX {
+            for key in &plan.remove {
+                debug!(%key, "service removed");
+            }
+            info!(
+                services = plan.remove.len(),
+                "services removed (each at debug level)"
+            );
+        } else {
+            for key in &plan.remove {
+                info!(%key, "service removed");
+            }
         }
         for (key, mode) in &plan.mode_changed {
             let exiting = self.cp.service(key).is_some_and(|s| s.exiting);
             self.log_mode(key, *mode, exiting);
         }
+        let log_us = t.elapsed().as_micros() as u64;
         self.record_reload(None);
+        // The writer thread gives the memory of the replaced state back to
+        // the system once it has written this state.
+        self.state_writer.trim_after_next();
         self.write_state();
         info!(
             installed = plan.install.len(),
             removed = plan.remove.len(),
             elapsed_us = started.elapsed().as_micros() as u64,
+            live_us,
+            parse_us,
+            filters_us,
+            update_us = times.update_us,
+            apply_us = times.apply_us,
+            role_us = times.role_us,
+            checks_us = times.checks_us,
+            log_us,
             "reload applied"
         );
     }

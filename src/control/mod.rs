@@ -66,7 +66,7 @@ use crate::table::{Moves, Rules, StepLimits, Table};
 use crate::types::{LoadSample, ServiceKey};
 use crate::weights::{self, BackendLoad};
 
-pub use reload::{ReloadError, ReloadStage};
+pub use reload::{ReloadError, ReloadStage, ReloadTimes};
 
 /// Runtime state of one backend of one service.
 #[derive(Clone, Debug)]
