@@ -513,6 +513,14 @@ impl StateWriter {
     }
 }
 
+/// CPU time this thread has used (µs): with `elapsed_us` it tells a
+/// reload's own cost from time spent waiting for a CPU.
+fn thread_cpu_us() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
+        .map(|t| t.tv_sec() as u64 * 1_000_000 + t.tv_nsec() as u64 / 1_000)
+        .unwrap_or(0)
+}
+
 /// What nilb needs from the host, each missing piece explained in one line.
 fn preflight() -> Result<()> {
     if !Path::new("/sys/kernel/btf/vmlinux").exists() {
@@ -1353,6 +1361,7 @@ impl Daemon<'_, '_> {
     /// record the failure with its reason.
     fn reload(&mut self) {
         let started = Instant::now();
+        let cpu_started = thread_cpu_us();
         let config = match Config::load(&self.opts.config) {
             Ok(c) => c,
             Err(e) => {
@@ -1473,6 +1482,7 @@ impl Daemon<'_, '_> {
             installed = plan.install.len(),
             removed = plan.remove.len(),
             elapsed_us = started.elapsed().as_micros() as u64,
+            cpu_us = thread_cpu_us().saturating_sub(cpu_started),
             live_us,
             parse_us,
             filters_us,
