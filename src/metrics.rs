@@ -410,6 +410,94 @@ mod tests {
         );
     }
 
+    /// Counters that count: every backend slot has sent `slot` packets;
+    /// reads are counted.
+    #[derive(Default)]
+    struct Counting {
+        backend_reads: std::sync::atomic::AtomicUsize,
+    }
+
+    impl StatsSource for Counting {
+        fn counters(&self) -> Result<Vec<u64>> {
+            Ok(vec![0; crate::dataplane::abi::COUNTER_NAMES.len()])
+        }
+        fn service_stats(&self, _index: u32) -> Result<crate::abi_sys::nilb_service_stats> {
+            Ok(Default::default())
+        }
+        fn backend_stats(&self, slot: u32) -> Result<crate::abi_sys::nilb_backend_stats> {
+            self.backend_reads
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Ok(crate::abi_sys::nilb_backend_stats {
+                packets: slot as u64,
+                ..Default::default()
+            })
+        }
+        fn filter_stats(&self, _id: u16) -> Result<crate::abi_sys::nilb_filter_stats> {
+            Ok(Default::default())
+        }
+    }
+
+    fn control_plane() -> crate::control::ControlPlane {
+        let cfg = crate::config::Config::parse(
+            "version: 1\ncluster: {hash_seed: 1, balancers: [10.0.0.1]}\nservices:\n  \
+             - {name: web, vip: 10.0.0.100, port: 80, protocol: tcp, health_check: {none: {}}, \
+             backends: [{dip: 10.0.0.11}, {dip: 10.0.0.12}]}\n",
+        )
+        .unwrap();
+        crate::control::ControlPlane::new(cfg, 0)
+    }
+
+    #[test]
+    fn the_server_builds_the_snapshot_from_what_the_loop_hands_over() {
+        let shared = Shared::default();
+        let stats = Arc::new(Counting::default());
+        shared.set_source(stats.clone());
+        // Nothing handed over yet: nothing to build.
+        assert!(shared.snapshot().is_none());
+        let cp = control_plane();
+        let key = *cp.services().keys().next().unwrap();
+        let state = cp.services()[&key].clone();
+        shared.publish(cp.clone(), DaemonFacts::default(), None);
+        // Held by `cp`, `state` and the copy handed over.
+        assert_eq!(Arc::strong_count(&state), 3);
+        let text = shared.render();
+        // Each backend's counters are read once per build: 2 backends.
+        assert_eq!(
+            stats
+                .backend_reads
+                .load(std::sync::atomic::Ordering::Relaxed),
+            2
+        );
+        // Slots 1 and 2: the service sums them.
+        assert!(
+            text.contains(
+                "nilb_service_packets_total{service=\"web\",key=\"10.0.0.100:80/tcp\"} 3"
+            ),
+            "{text}"
+        );
+        // The same hand-over is not built again.
+        assert!(Arc::ptr_eq(&text, &shared.render()));
+        assert_eq!(
+            stats
+                .backend_reads
+                .load(std::sync::atomic::Ordering::Relaxed),
+            2
+        );
+        // A new hand-over replaces the old state (not kept alive by the
+        // metrics) and is built anew when asked for.
+        let next = cp.clone();
+        drop(cp);
+        shared.publish(next, DaemonFacts::default(), None);
+        assert_eq!(Arc::strong_count(&state), 2, "the state copy and `next`");
+        assert!(!Arc::ptr_eq(&text, &shared.render()));
+        assert_eq!(
+            stats
+                .backend_reads
+                .load(std::sync::atomic::Ordering::Relaxed),
+            4
+        );
+    }
+
     #[test]
     fn proc_stat() {
         let t = CpuTimes::parse("cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 1 2 3\n", 100.0).unwrap();
