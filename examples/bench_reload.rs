@@ -14,7 +14,8 @@
 //!       owns no bucket (drained) or some (active) (the daemon writes the
 //!       changed buckets in place, so the table is live once they are
 //!       written); the other services must keep theirs. It takes the
-//!       daemon's own "reload applied elapsed_us=N" from its log.
+//!       daemon's own "reload applied elapsed_us=N cpu_us=M" from its log
+//!       (M: the loop thread's CPU time for the reload).
 //!
 //!   bench_reload breakdown [--services 1000] [--reps 5] [--out FILE.json]
 //!       in-process, on a data plane of its own (root): where the time of a
@@ -106,19 +107,22 @@ fn drained_many(pins: &PinnedMaps, ports: &[u16]) -> Result<Vec<(u16, u32)>> {
         .collect()
 }
 
-fn reload_lines(log: &Path) -> Vec<u64> {
+/// The daemon's "reload applied" lines: (elapsed_us, cpu_us) each (cpu_us
+/// 0 if the line has none).
+fn reload_lines(log: &Path) -> Vec<(u64, u64)> {
+    let field = |l: &str, name: &str| -> Option<u64> {
+        let i = l.find(name)?;
+        l[i + name.len()..]
+            .chars()
+            .take_while(|c| c.is_ascii_digit())
+            .collect::<String>()
+            .parse()
+            .ok()
+    };
     let text = std::fs::read_to_string(log).unwrap_or_default();
     text.lines()
         .filter(|l| l.contains("reload applied"))
-        .filter_map(|l| {
-            let i = l.find("elapsed_us=")?;
-            l[i + 11..]
-                .chars()
-                .take_while(|c| c.is_ascii_digit())
-                .collect::<String>()
-                .parse()
-                .ok()
-        })
+        .filter_map(|l| Some((field(l, " elapsed_us=")?, field(l, " cpu_us=").unwrap_or(0))))
         .collect()
 }
 
@@ -127,6 +131,8 @@ struct Step {
     first_ms: f64,
     all_ms: f64,
     daemon_ms: f64,
+    /// CPU time of the daemon's loop thread for the reload.
+    daemon_cpu_ms: f64,
     drained_buckets: u32,
 }
 
@@ -227,13 +233,13 @@ fn step(
     let drained_buckets = drained(pins, expect_changed[0])?;
     // The daemon's own measurement.
     let deadline = Instant::now() + Duration::from_secs(5);
-    let daemon = loop {
+    let (daemon, daemon_cpu) = loop {
         let l = reload_lines(log);
-        if l.len() > lines_before {
-            break *l.last().unwrap() as f64 / 1e3;
+        if let Some(&(e, c)) = l.last().filter(|_| l.len() > lines_before) {
+            break (e as f64 / 1e3, c as f64 / 1e3);
         }
         if Instant::now() > deadline {
-            break f64::NAN;
+            break (f64::NAN, f64::NAN);
         }
         std::thread::sleep(Duration::from_millis(5));
     };
@@ -242,6 +248,7 @@ fn step(
         first_ms: first.unwrap_or(all).as_secs_f64() * 1e3,
         all_ms: all.as_secs_f64() * 1e3,
         daemon_ms: daemon,
+        daemon_cpu_ms: daemon_cpu,
         drained_buckets,
     })
 }
@@ -489,8 +496,8 @@ fn main() -> Result<()> {
                 ] {
                     let s = step(pid, &cfg, &dir, variant, &changed, &pins, &ports, &log)?;
                     eprintln!(
-                        "rep {rep} -> {variant}: {} services changed, first {:.1} ms, all {:.1} ms, daemon says {:.1} ms; drained backend owns {} buckets",
-                        s.changed, s.first_ms, s.all_ms, s.daemon_ms, s.drained_buckets
+                        "rep {rep} -> {variant}: {} services changed, first {:.1} ms, all {:.1} ms, daemon says {:.1} ms ({:.1} ms of CPU); drained backend owns {} buckets",
+                        s.changed, s.first_ms, s.all_ms, s.daemon_ms, s.daemon_cpu_ms, s.drained_buckets
                     );
                     steps.push(s);
                     std::thread::sleep(Duration::from_millis(300));
@@ -514,15 +521,18 @@ fn main() -> Result<()> {
                 let all = pick(one, |s| s.all_ms);
                 let first = pick(one, |s| s.first_ms);
                 let daemon = pick(one, |s| s.daemon_ms);
+                let cpu = pick(one, |s| s.daemon_cpu_ms);
                 let _ = write!(
                     doc,
                     ", \"{label}\": {{\"live_ms_median\": {:.2}, \"first_ms_median\": {:.2}, \"daemon_ms_median\": {:.2}, \
-                     \"live_ms\": [{}], \"daemon_ms\": [{}]}}",
+                     \"daemon_cpu_ms_median\": {:.2}, \"live_ms\": [{}], \"daemon_ms\": [{}], \"daemon_cpu_ms\": [{}]}}",
                     median(&all),
                     median(&first),
                     median(&daemon),
+                    median(&cpu),
                     list(&all),
-                    list(&daemon)
+                    list(&daemon),
+                    list(&cpu)
                 );
             }
             doc.push_str("}\n");

@@ -258,7 +258,12 @@ if want reload; then
         rc_ok=0
       fi
       RSS_AFTER=$(awk '/^VmRSS:/ {print $2}' "/proc/$RPID/status")
-      echo "{\"services\": $NSV, \"ready_ms\": $READY_MS, \"rss_kb_ready\": $RSS, \"rss_kb_after\": $RSS_AFTER}" \
+      HWM=$(awk '/^VmHWM:/ {print $2}' "/proc/$RPID/status")
+      # Kernel memory of the BPF maps the daemon holds (memlock, once per map id).
+      BPF_KB=$(for f in /proc/"$RPID"/fd/*; do
+        [[ $(readlink "$f" 2>/dev/null) == *bpf-map* ]] && cat "/proc/$RPID/fdinfo/${f##*/}" 2>/dev/null
+      done | awk '/^memlock:/ {m=$2} /^map_id:/ {if (!($2 in seen)) {seen[$2]=1; t+=m}} END {print int(t/1024)}')
+      echo "{\"services\": $NSV, \"ready_ms\": $READY_MS, \"rss_kb_ready\": $RSS, \"rss_kb_after\": $RSS_AFTER, \"hwm_kb\": $HWM, \"bpf_kb\": ${BPF_KB:-0}}" \
         >"$WORK/reload-daemon-$NSV.json"
     else
       echo "nilb run did not become ready:"; tail -n 20 "$RDIR/nilb.log"
