@@ -1,7 +1,9 @@
-//! Prometheus metrics: the control loop turns the data plane's counters and
-//! the control plane's state into a [`Snapshot`] about once a second; an HTTP
-//! server (hyper) on its own runtime serves `/metrics` from the latest
-//! snapshot, encoded by the prometheus-client crate (text format).
+//! Prometheus metrics: about once a second the control loop hands the
+//! metrics server a copy of the control plane's state ([`Shared::publish`],
+//! one reference count per service); the HTTP server (hyper, on its own
+//! runtime) turns it and the data plane's counters into a [`Snapshot`] when
+//! `/metrics` is asked for, off the loop, at most once per hand-over, and
+//! encodes it with the prometheus-client crate (text format).
 //!
 //! Names follow Prometheus conventions: `nilb_` prefix, base units, `_total`
 //! for counters. The host's CPU comes from /proc/stat, both as node_exporter
