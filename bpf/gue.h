@@ -181,6 +181,25 @@ static __always_inline __u32 *gue_hop(struct gue_hdr *gue, __u32 idx, void *data
 	return hop;
 }
 
+/* Whether a second-chance packet may be sent on to `hop` (network order).
+ * The hop list is trusted as far as its sender is (the cluster-source check
+ * admitted it), but a node must not be made to relay packets from its own
+ * address to a non-unicast destination or to a VIP, whatever the list says:
+ * 0.0.0.0/8, 127.0.0.0/8 (the node itself), 224.0.0.0/4 (multicast) and
+ * 240.0.0.0/4 (reserved, 255.255.255.255) are refused, and so is any
+ * configured VIP. Membership of the cluster set is not required: a backend
+ * being removed may still own connections after a node's own configuration
+ * dropped it (docs/design.md "Second chance (TC)").
+ * Returns: non-zero if the packet may be relayed to `hop`. */
+static __always_inline int gue_hop_relayable(__u32 hop)
+{
+	__u8 first = bpf_ntohl(hop) >> 24;
+
+	if (first == 0 || first == 127 || first >= 224)
+		return 0;
+	return !is_vip(hop);
+}
+
 /* Second chance: readdress the outer IPv4 header from this node (`node`)
  * to `hop` and move the GUE next-hop index past `next`, the index of `hop`.
  * Every checksum stays valid: the IPv4 header's, and a non-zero UDP

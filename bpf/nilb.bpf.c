@@ -586,10 +586,12 @@ int nilb_xdp_balancer(struct xdp_md *ctx)
 	case IPPROTO_TCP: {
 		struct tcphdr *th = l4;
 
-		/* A data offset below 5 words (the byte holding it below 0x50):
-		 * the backend's TC would drop it. */
+		/* A data offset below 5 words (the byte holding it below 0x50)
+		 * or past the segment: the backend's TC would drop it (it could
+		 * not read the header the offset claims). */
 		if ((void *)(th + 1) > data_end || ihl_len + sizeof(*th) > tot_len ||
-		    ((__u8 *)th)[12] < 5 << 4)
+		    ((__u8 *)th)[12] < 5 << 4 ||
+		    ihl_len + (((__u8 *)th)[12] >> 4) * 4 > tot_len)
 			goto malformed;
 		table = xdp_l4_service(iph, l4, IPPROTO_TCP, cfg->hash_seed, &hash);
 		what = th->syn && !th->ack ? WHAT_SYN : 0;
@@ -600,6 +602,16 @@ int nilb_xdp_balancer(struct xdp_md *ctx)
 		    ihl_len + sizeof(struct udphdr) > tot_len)
 			goto malformed;
 		table = xdp_l4_service(iph, l4, IPPROTO_UDP, cfg->hash_seed, &hash);
+		/* A service's datagram (the node's own traffic pays nothing):
+		 * its UDP length covers the header and lies within the IP
+		 * payload. A shorter one is legal: the stack trims the rest,
+		 * and so the QUIC-LB decoder reads only up to it. */
+		if (table) {
+			__u32 udp_len = bpf_ntohs(((struct udphdr *)l4)->len);
+
+			if (udp_len < sizeof(struct udphdr) || ihl_len + udp_len > tot_len)
+				goto malformed;
+		}
 		udp = 1;
 		break;
 	case IPPROTO_ICMP:
@@ -634,9 +646,9 @@ int nilb_xdp_balancer(struct xdp_md *ctx)
 		return XDP_DROP;
 	/* QUIC-LB (a service with quic_lb): the backend the connection ID
 	 * names; else the bucket. */
-	if (!(udp && iph->protocol == IPPROTO_UDP &&
+	if (!(udp && (table->flags & NILB_SVC_F_QUIC_LB) && iph->protocol == IPPROTO_UDP &&
 	      xdp_quic_hops(ctx, table->service_index, (l4 - data) + sizeof(struct udphdr),
-			    sizeof(*eth) + tot_len, &hops) == 0) &&
+			    (l4 - data) + bpf_ntohs(((struct udphdr *)l4)->len), &hops) == 0) &&
 	    xdp_bucket(table, hash, udp, &hops))
 		return XDP_DROP;
 	eth = xdp_encap(ctx, eth, cfg, &hops, hash, tot_len, frame_len, macs);
@@ -774,7 +786,8 @@ static __always_inline int tc_local_match(struct __sk_buff *skb, struct iphdr *i
 	case IPPROTO_TCP: {
 		struct tcphdr *th = l4;
 
-		if ((void *)(th + 1) > data_end || l4_len < sizeof(*th) || th->doff < 5)
+		if ((void *)(th + 1) > data_end || l4_len < sizeof(*th) || th->doff < 5 ||
+		    th->doff * 4 > l4_len)
 			return LOCAL_MALFORMED;
 		f->saddr = in->saddr;
 		f->daddr = in->daddr;
@@ -788,7 +801,8 @@ static __always_inline int tc_local_match(struct __sk_buff *skb, struct iphdr *i
 	case IPPROTO_UDP: {
 		struct udphdr *uh = l4;
 
-		if ((void *)(uh + 1) > data_end || l4_len < sizeof(*uh))
+		if ((void *)(uh + 1) > data_end || l4_len < sizeof(*uh) ||
+		    bpf_ntohs(uh->len) < sizeof(*uh) || bpf_ntohs(uh->len) > l4_len)
 			return LOCAL_MALFORMED;
 		f->saddr = in->saddr;
 		f->daddr = in->daddr;
@@ -1090,6 +1104,10 @@ int nilb_tc_second_chance(struct __sk_buff *skb)
 			return tc_decap(skb, hdr_len, C_TC_DECAP_LOOP_GUARD, st);
 		if (!hop)
 			goto malformed;
+		if (!gue_hop_relayable(hop)) {
+			count(C_TC_DROP_BAD_NEXT_HOP);
+			return TC_ACT_SHOT;
+		}
 		gue_forward(oip, gue, next, node, hop);
 		count(C_TC_FORWARD);
 		if (st)

@@ -210,6 +210,7 @@ enum nilb_counter {
 	C_TC_DECAP_TIME_WAIT,       /* TCP socket in TIME_WAIT/CLOSE and no hop left: to the stack */
 	C_TC_RST_SENT,              /* no hop left, unknown_flow=rst: answered with a RST from the VIP */
 	C_TC_DROP_RST_LIMITED,      /* no hop left, unknown_flow=rst, over the RST rate limit */
+	C_TC_DROP_BAD_NEXT_HOP,     /* next hop not a unicast address (0/8, loopback, multicast, 240/4, broadcast) or a VIP: never relayed */
 	NILB_COUNTER_MAX,
 };
 
@@ -229,7 +230,15 @@ struct nilb_service {
 	__u32 table_base;     /* first bucket of its region of `buckets` */
 	__u32 table_mask;     /* table_size - 1; table_size a power of two */
 	__u32 service_index;  /* index into `service_stats` */
-	__u32 flags;          /* reserved for modes, 0 */
+	__u32 flags;          /* enum nilb_service_flags */
+};
+
+/* Bits of nilb_service.flags. */
+enum nilb_service_flags {
+	/* The service has `quic_lb`: its UDP packets go through the QUIC-LB
+	 * decoder (quic_config is written before the bit is set and removed
+	 * after it is cleared). Without it the decoder is not called. */
+	NILB_SVC_F_QUIC_LB = 1,
 };
 
 /*

@@ -53,15 +53,25 @@ tcp-hold   --host VIP --port P (--sports LIST | --sport-base B --count N
            where kind is ok, reset (RST: ConnectionResetError, also EOF and
            broken pipe) or timeout. Exit 0 if every connection answered.
 
+rst-probe  --host VIP --port P --sports LIST [--count N] [--timeout S] [--out FILE]
+           Per source port, N times: one bare TCP ACK (no connection: a raw
+           socket, random sequence number) to VIP:P, and the time until a RST
+           from VIP:P to that port arrives (`unknown_flow: rst`: the last hop
+           of the bucket's chain answers), at most S seconds each; probes are
+           ~2 ms apart. Prints {"sent", "answered", "rtt_us": {sport: [us...]}}.
+           Exit 0 if every probe was answered.
+
 Every socket operation has a timeout; every loop is bounded by count and time.
 """
 
 import argparse
 import json
 import os
+import random
 import select
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -354,6 +364,58 @@ def cmd_tcp_hold(a):
     return 0 if res["ok"] == len(per) else 1
 
 
+def tcp_checksum(src, dst, seg):
+    pseudo = socket.inet_aton(src) + socket.inet_aton(dst) + struct.pack("!BBH", 0, socket.IPPROTO_TCP, len(seg))
+    data = pseudo + seg
+    if len(data) % 2:
+        data += b"\0"
+    total = sum(struct.unpack("!%dH" % (len(data) // 2), data))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return ~total & 0xFFFF
+
+
+def cmd_rst_probe(a):
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    probe.connect((a.host, a.port))
+    me = probe.getsockname()[0]
+    probe.close()
+    raw = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_TCP)
+    raw.settimeout(a.timeout)
+    vip = socket.inet_aton(a.host)
+    rtt, sent, answered = {}, 0, 0
+    t_end = time.monotonic() + 120
+    for sport in [int(x) for x in a.sports.split(",") if x]:
+        rtt[str(sport)] = []
+        for _ in range(a.count):
+            if time.monotonic() > t_end:
+                break
+            seq = random.getrandbits(32)
+            hdr = struct.pack("!HHIIBBHHH", sport, a.port, seq, random.getrandbits(32), 5 << 4, 0x10, 1024, 0, 0)
+            hdr = hdr[:16] + struct.pack("!H", tcp_checksum(me, a.host, hdr)) + hdr[18:]
+            t0 = time.perf_counter_ns()
+            raw.sendto(hdr, (a.host, 0))
+            sent += 1
+            deadline = time.monotonic() + a.timeout
+            while time.monotonic() < deadline:
+                try:
+                    pkt = raw.recv(2048)
+                except socket.timeout:
+                    break
+                t1 = time.perf_counter_ns()
+                ihl = (pkt[0] & 15) * 4
+                if pkt[12:16] != vip or len(pkt) < ihl + 20:
+                    continue
+                sp, dp = struct.unpack("!HH", pkt[ihl:ihl + 4])
+                if sp == a.port and dp == sport and pkt[ihl + 13] & 0x04:
+                    rtt[str(sport)].append(round((t1 - t0) / 1000, 1))
+                    answered += 1
+                    break
+            time.sleep(0.002)
+    emit({"sent": sent, "answered": answered}, a.out, {"rtt_us": rtt})
+    return 0 if answered == sent else 1
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -401,8 +463,15 @@ def main():
             p.add_argument("--go-timeout", type=float, default=60.0)
             p.add_argument("--max-seconds", type=float, default=30.0, help="budget for opening connections")
             p.add_argument("--out", required=True)
+    p = sub.add_parser("rst-probe")
+    p.add_argument("--host", required=True)
+    p.add_argument("--port", type=int, default=80)
+    p.add_argument("--sports", required=True)
+    p.add_argument("--count", type=int, default=20)
+    p.add_argument("--timeout", type=float, default=1.0)
+    p.add_argument("--out")
     a = ap.parse_args()
-    return {"udp-serve": cmd_udp_serve, "udp-burst": cmd_udp_burst, "udp-query": cmd_udp_query,
+    return {"rst-probe": cmd_rst_probe, "udp-serve": cmd_udp_serve, "udp-burst": cmd_udp_burst, "udp-query": cmd_udp_query,
             "lookup": cmd_lookup, "tcp-close": cmd_tcp_close, "tcp-hold": cmd_tcp_hold}[a.cmd](a)
 
 

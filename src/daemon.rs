@@ -32,6 +32,7 @@ use std::collections::BTreeMap;
 use std::mem::MaybeUninit;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::clock::{self, Clock, SystemClock};
@@ -41,7 +42,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
 use tracing::{debug, error, info, warn};
 
-use crate::config::{Config, Protocol, ServiceKey};
+use crate::config::{Config, ConfigError, Protocol, ServiceKey};
 use crate::control::{ControlPlane, Mode, Plan, ReloadTimes};
 use crate::dataplane::{Dataplane, DataplaneOps, XdpMode};
 use crate::filters::{lists, FilterSet, RuleIdent, Scope};
@@ -119,8 +120,41 @@ fn lock_path(interface: &str) -> PathBuf {
 }
 
 fn lock_interface(interface: &str) -> Result<nix::fcntl::Flock<std::fs::File>> {
-    use std::io::{Read, Seek, Write};
     let path = lock_path(interface);
+    lock_file(&path, &format!("on {interface} in this network namespace"))
+}
+
+/// One `nilb run` per pin directory, whatever interface or network
+/// namespace it serves: an exclusive lock on
+/// `/run/nilb/pins-<device>-<inode>.lock` of the directory (created if
+/// missing; the identity, not the path, so `/proc/1/root/...` and
+/// `/sys/fs/bpf/...` are the same directory). Two daemons on one pin
+/// directory would adopt each other's maps and overwrite each other's
+/// tables. Returns the lock and its path (removed at exit).
+fn lock_pin_dir(dir: &Path) -> Result<(nix::fcntl::Flock<std::fs::File>, PathBuf)> {
+    lock_pin_dir_in(dir, Path::new("/run/nilb"))
+}
+
+/// [`lock_pin_dir`] with its lock file under `locks` (tests).
+fn lock_pin_dir_in(
+    dir: &Path,
+    locks: &Path,
+) -> Result<(nix::fcntl::Flock<std::fs::File>, PathBuf)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("creating the pin directory {}", dir.display()))?;
+    let m = std::fs::metadata(dir)
+        .with_context(|| format!("reading the pin directory {}", dir.display()))?;
+    let path = locks.join(format!("pins-{}-{}.lock", m.dev(), m.ino()));
+    let lock = lock_file(&path, &format!("with the pin directory {}", dir.display()))?;
+    Ok((lock, path))
+}
+
+/// An exclusive, non-blocking lock on `path` (created with its parents)
+/// holding this process's ID; `what` completes "another nilb (pid N)
+/// already runs ..." in the error when another process holds it.
+fn lock_file(path: &Path, what: &str) -> Result<nix::fcntl::Flock<std::fs::File>> {
+    use std::io::{Read, Seek, Write};
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
@@ -129,7 +163,7 @@ fn lock_interface(interface: &str) -> Result<nix::fcntl::Flock<std::fs::File>> {
         .write(true)
         .create(true)
         .truncate(false)
-        .open(&path)
+        .open(path)
         .with_context(|| format!("opening {}", path.display()))?;
     match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
         Ok(mut lock) => {
@@ -142,7 +176,7 @@ fn lock_interface(interface: &str) -> Result<nix::fcntl::Flock<std::fs::File>> {
             let mut pid = String::new();
             let _ = file.read_to_string(&mut pid);
             bail!(
-                "another nilb (pid {}) already runs on {interface} in this network namespace (lock {}); stop it first",
+                "another nilb (pid {}) already runs {what} (lock {}); stop it first",
                 pid.trim(),
                 path.display()
             )
@@ -185,6 +219,28 @@ fn mtu_warning(mtu: u32, previous: u32, udp: bool) -> Option<String> {
     Some(s)
 }
 
+/// What decides the GUE overhead of a configuration: the previous owners a
+/// bucket keeps (`rebalance.previous_owners`: a TCP flow's packets list that
+/// many hops) and whether a UDP service exists (a UDP flow lists one more).
+fn gue_hops_of(config: &Config) -> (u32, bool) {
+    let udp = config.services.iter().any(|s| s.protocol == Protocol::Udp);
+    (config.rebalance.previous_owners, udp)
+}
+
+/// Warn (once per call) when `interface`'s MTU cannot carry a 1500-byte
+/// client packet with the GUE overhead of `previous` hops (+1 for `udp`).
+/// Called at start and after a reload that lengthens the hop list.
+fn check_mtu(interface: &str, previous: u32, udp: bool) {
+    if let Some(mtu) = std::fs::read_to_string(format!("/sys/class/net/{interface}/mtu"))
+        .ok()
+        .and_then(|m| m.trim().parse::<u32>().ok())
+    {
+        if let Some(w) = mtu_warning(mtu, previous, udp) {
+            warn!(interface, mtu, "{w}");
+        }
+    }
+}
+
 /// Warnings about the interface that the operator must hear at start
 /// (`udp`: the config has a UDP service).
 fn check_interface(interface: &str, balancer: bool, previous: u32, udp: bool) {
@@ -193,13 +249,7 @@ fn check_interface(interface: &str, balancer: bool, previous: u32, udp: bool) {
             .ok()
             .map(|s| s.trim().to_string())
     };
-    if let Some(mtu) =
-        read(format!("/sys/class/net/{interface}/mtu")).and_then(|m| m.parse::<u32>().ok())
-    {
-        if let Some(w) = mtu_warning(mtu, previous, udp) {
-            warn!(interface, mtu, "{w}");
-        }
-    }
+    check_mtu(interface, previous, udp);
     if balancer {
         if let Some("0") =
             read(format!("/proc/sys/net/ipv4/conf/{interface}/forwarding")).as_deref()
@@ -403,6 +453,32 @@ struct Daemon<'a, 'obj> {
     /// VIP announcements through BIRD (`routing:`; docs/design.md "Several
     /// balancers").
     routing: Option<RoutingHook>,
+    /// Where the reload thread sends what it read.
+    reload_reads: mpsc::Sender<(ReloadRead, Instant)>,
+    /// A reload's read under way, since when.
+    reload_reading: Option<Instant>,
+    /// A SIGHUP came while a read was under way: read again after it.
+    reload_again: bool,
+}
+
+/// What the reload thread read ([`Daemon::start_reload`]).
+enum ReloadRead {
+    /// The file is unreadable or invalid.
+    Config(ConfigError),
+    /// The file is valid; a list file it names is not (or the lists cover a
+    /// cluster address).
+    Lists(ConfigError),
+    /// Both read and checked; the lists compiled (`compile_ms`). Read and
+    /// validated in `parse_us`, with the lists in `read_us` (from the
+    /// start of the read), using `read_cpu_us` of the thread's CPU time.
+    Ready {
+        config: Box<Config>,
+        filters: Arc<FilterSet>,
+        compile_ms: u64,
+        parse_us: u64,
+        read_us: u64,
+        read_cpu_us: u64,
+    },
 }
 
 /// The announcer of `routing:` and what it was last told.
@@ -563,13 +639,11 @@ pub fn run(opts: &RunOptions) -> Result<()> {
     if !config.cluster_addresses().contains(&node) {
         warn!(%node, "this node is neither a balancer nor a backend in the config; GUE from it will be rejected by others");
     }
-    let udp = config.services.iter().any(|s| s.protocol == Protocol::Udp);
-    // Previous owners a bucket keeps (`rebalance.previous_owners`): a TCP
-    // flow's packets list that many hops, a UDP flow's one more.
-    let previous = config.rebalance.previous_owners;
+    let (previous, udp) = gue_hops_of(&config);
     check_interface(&opts.interface, balancer, previous, udp);
     // Pins where a restarted daemon finds them (dataplane::pins).
     let placement = crate::dataplane::pins::prepare(&opts.pin_dir)?;
+    let (pin_lock, pin_lock_path) = lock_pin_dir(&placement.dir)?;
     let opts = &RunOptions {
         pin_dir: placement.dir,
         ..opts.clone()
@@ -591,7 +665,9 @@ pub fn run(opts: &RunOptions) -> Result<()> {
     // Remove the lock file while still holding the lock (a daemon that
     // starts now opens a fresh file).
     let _ = std::fs::remove_file(lock_path(&opts.interface));
+    let _ = std::fs::remove_file(&pin_lock_path);
     drop(lock);
+    drop(pin_lock);
     checks.shutdown_timeout(Duration::from_secs(1));
     result
 }
@@ -703,6 +779,7 @@ async fn serve(
     let (tx, mut rx) = mpsc::channel::<CheckResult>(4096);
     let (load_tx, mut load_rx) = mpsc::channel::<LoadResult>(4096);
     let (encap_tx, mut encap_rx) = mpsc::channel::<EncapResult>(4096);
+    let (reload_tx, mut reload_rx) = mpsc::channel::<(ReloadRead, Instant)>(2);
     let shared = metrics::Shared::default();
     if let Some(addr) = opts.metrics_address {
         shared.set_source(std::sync::Arc::new(dp.stats_maps()?));
@@ -739,6 +816,9 @@ async fn serve(
         state_writer: StateWriter::start(opts.state_file.clone()),
         filters_compile_ms,
         routing: None,
+        reload_reads: reload_tx,
+        reload_reading: None,
+        reload_again: false,
     };
     d.probes.sync(&d.cp)?;
     for (key, st) in d.cp.services() {
@@ -764,7 +844,8 @@ async fn serve(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
         tokio::select! {
-            _ = hup.recv() => d.reload(),
+            _ = hup.recv() => d.start_reload(),
+            Some((read, started)) = reload_rx.recv() => d.reload(read, started),
             _ = term.recv() => break,
             _ = int.recv() => break,
             Some(first) = rx.recv() => {
@@ -1159,9 +1240,11 @@ impl Daemon<'_, '_> {
         if self.routing.as_ref().map(|h| &h.config) != wanted.as_ref() {
             if let Some(old) = self.routing.take() {
                 // Leave nothing announced behind an announcer nilb no
-                // longer drives (routing removed or moved elsewhere).
+                // longer drives (routing removed or moved elsewhere). Its
+                // worker withdraws on its own thread once dropped (each
+                // birdc call bounded): the loop does not wait for BIRD.
                 old.announcer.announce(Default::default());
-                let _ = old.announcer.flush(Duration::from_secs(2));
+                drop(old);
             }
             if let Some(config) = wanted {
                 let paths = bird::BirdPaths {
@@ -1359,12 +1442,90 @@ impl Daemon<'_, '_> {
     /// One SIGHUP: validate, then [`ControlPlane::reload`] (tables, role,
     /// health checks as one transaction); on any error keep everything and
     /// record the failure with its reason.
-    fn reload(&mut self) {
+    /// SIGHUP: read the file and its filter lists on a thread of their
+    /// own, so that a slow or hung file system (NFS) or a large list to
+    /// compile never stops the loop (health events, signals, pacing); the
+    /// result comes back through `reload_reads` to [`Daemon::reload`]. A
+    /// SIGHUP while a read is under way asks for one more read after it
+    /// (the file may have changed again), not one per signal.
+    fn start_reload(&mut self) {
+        if self.reload_reading.is_some() {
+            self.reload_again = true;
+            return;
+        }
         let started = Instant::now();
+        self.reload_reading = Some(started);
+        let path = self.opts.config.clone();
+        let known = self.cp.cluster_addresses();
+        let running = self.cp.filters().clone();
+        let prev = self.cp.filters().ids();
+        let node = self.node;
+        let tx = self.reload_reads.clone();
+        let spawned = std::thread::Builder::new()
+            .name("nilb-reload".into())
+            .spawn(move || {
+                let cpu0 = thread_cpu_us();
+                let read = match Config::load(&path) {
+                    Err(e) => ReloadRead::Config(e),
+                    Ok(config) => {
+                        let parse_us = started.elapsed().as_micros() as u64;
+                        // The lists are read and checked before anything
+                        // changes: a bad list file rejects the reload like
+                        // a bad configuration, and the lists in force stay.
+                        let is_balancer = config.cluster.balancers.contains(&node);
+                        let mut cluster = config.cluster_addresses();
+                        cluster.extend(known);
+                        match lists::prepare(
+                            &config,
+                            &path,
+                            &cluster,
+                            is_balancer,
+                            Some(&running),
+                            &prev,
+                        ) {
+                            Ok((filters, compile_ms)) => ReloadRead::Ready {
+                                config: Box::new(config),
+                                filters,
+                                compile_ms,
+                                parse_us,
+                                read_us: started.elapsed().as_micros() as u64,
+                                read_cpu_us: thread_cpu_us().saturating_sub(cpu0),
+                            },
+                            Err(e) => ReloadRead::Lists(e),
+                        }
+                    }
+                };
+                let _ = tx.blocking_send((read, started));
+            });
+        if let Err(e) = spawned {
+            self.reload_reading = None;
+            error!("reload not started, running configuration kept: cannot start its thread: {e}");
+            self.record_reload(Some(format!("cannot start the reload thread: {e}")));
+            self.write_state();
+        }
+    }
+
+    /// Apply what [`Daemon::start_reload`] read (`started`: when it began).
+    fn reload(&mut self, read: ReloadRead, started: Instant) {
+        self.reload_reading = None;
+        self.apply_reload(read, started);
+        if std::mem::take(&mut self.reload_again) {
+            self.start_reload();
+        }
+    }
+
+    fn apply_reload(&mut self, read: ReloadRead, started: Instant) {
         let cpu_started = thread_cpu_us();
-        let config = match Config::load(&self.opts.config) {
-            Ok(c) => c,
-            Err(e) => {
+        let (config, filters, compile_ms, parse_us, read_us, read_cpu_us) = match read {
+            ReloadRead::Ready {
+                config,
+                filters,
+                compile_ms,
+                parse_us,
+                read_us,
+                read_cpu_us,
+            } => (*config, filters, compile_ms, parse_us, read_us, read_cpu_us),
+            ReloadRead::Config(e) => {
                 error!(
                     problems = e.problems.len(),
                     "reload rejected, running configuration kept: {}",
@@ -1374,26 +1535,7 @@ impl Daemon<'_, '_> {
                 self.write_state();
                 return;
             }
-        };
-        let parse_us = started.elapsed().as_micros() as u64;
-        let t = Instant::now();
-        let was_balancer = self.xdp_running();
-        let is_balancer = config.cluster.balancers.contains(&self.node);
-        // The lists are read and checked before anything changes: a bad
-        // list file rejects the reload like a bad configuration, and the
-        // lists in force stay.
-        let mut cluster = config.cluster_addresses();
-        cluster.extend(self.cp.cluster_addresses());
-        let (filters, compile_ms) = match lists::prepare(
-            &config,
-            &self.opts.config,
-            &cluster,
-            is_balancer,
-            Some(self.cp.filters()),
-            &self.cp.filters().ids(),
-        ) {
-            Ok(f) => f,
-            Err(e) => {
+            ReloadRead::Lists(e) => {
                 error!(
                     problems = e.problems.len(),
                     "reload rejected, running configuration and filter lists kept: {}",
@@ -1404,7 +1546,10 @@ impl Daemon<'_, '_> {
                 return;
             }
         };
-        let filters_us = t.elapsed().as_micros() as u64;
+        let was_balancer = self.xdp_running();
+        let is_balancer = config.cluster.balancers.contains(&self.node);
+        let hops_before = gue_hops_of(self.cp.config());
+        let hops_after = gue_hops_of(&config);
         let now = self.now_ms();
         let probes = &mut self.probes;
         let mut times = ReloadTimes::default();
@@ -1447,6 +1592,12 @@ impl Daemon<'_, '_> {
                 );
             }
         }
+        // A reload that lengthens the hop list (more previous owners, a
+        // first UDP service) needs a larger MTU between nodes: say so now,
+        // not at the next start.
+        if hops_after.0 + hops_after.1 as u32 > hops_before.0 + hops_before.1 as u32 {
+            check_mtu(&self.opts.interface, hops_after.0, hops_after.1);
+        }
         match (was_balancer, self.xdp_running()) {
             (false, true) => info!(node = %self.node, "this node became a balancer: XDP attached"),
             (true, false) => {
@@ -1482,10 +1633,10 @@ impl Daemon<'_, '_> {
             installed = plan.install.len(),
             removed = plan.remove.len(),
             elapsed_us = started.elapsed().as_micros() as u64,
-            cpu_us = thread_cpu_us().saturating_sub(cpu_started),
+            cpu_us = read_cpu_us + thread_cpu_us().saturating_sub(cpu_started),
             live_us,
             parse_us,
-            filters_us,
+            read_us,
             update_us = times.update_us,
             apply_us = times.apply_us,
             role_us = times.role_us,
@@ -1498,7 +1649,30 @@ impl Daemon<'_, '_> {
 
 #[cfg(test)]
 mod tests {
-    use super::mtu_warning;
+    use super::{lock_pin_dir_in, mtu_warning};
+
+    /// A second daemon on the same pin directory, even reached through
+    /// another path, is refused and named; another directory is not.
+    #[test]
+    fn one_daemon_per_pin_directory() {
+        let base = std::env::temp_dir().join(format!("nilb-pinlock-{}", std::process::id()));
+        let (pins, locks) = (base.join("pins"), base.join("locks"));
+        let (first, _) = lock_pin_dir_in(&pins, &locks).unwrap();
+        let link = base.join("link");
+        std::os::unix::fs::symlink(&pins, &link).unwrap();
+        // (a lock is per open file: the same process opening it again is
+        // refused as another process would be)
+        let e = lock_pin_dir_in(&link, &locks).unwrap_err().to_string();
+        assert!(
+            e.contains("already runs with the pin directory")
+                && e.contains(&std::process::id().to_string()),
+            "{e}"
+        );
+        lock_pin_dir_in(&base.join("other"), &locks).unwrap();
+        drop(first);
+        lock_pin_dir_in(&link, &locks).unwrap();
+        std::fs::remove_dir_all(&base).unwrap();
+    }
 
     #[test]
     fn mtu_warning_counts_two_hops_for_udp_services() {

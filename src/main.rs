@@ -284,37 +284,54 @@ fn report_invalid(file: &std::path::Path, e: &nilb::config::ConfigError, format:
 fn dispatch(command: Command, format: LogFormat) -> Result<ExitCode> {
     let mut stdout = std::io::stdout().lock();
     match command {
-        Command::Check { config } => match std::fs::read_to_string(&config) {
-            Err(e) => {
-                match format {
-                    LogFormat::Text => {
-                        let _ =
-                            writeln!(std::io::stderr(), "cannot read {}: {e}", config.display());
-                    }
-                    LogFormat::Json => {
-                        tracing::error!(file = %config.display(), error = %e, "cannot read the configuration")
-                    }
-                }
-                Ok(ExitCode::FAILURE)
-            }
-            Ok(src) => match Config::parse(&src) {
-                Ok(c) => {
-                    tools::check_summary(&c, &mut stdout)?;
-                    // The list files the filters name: read, checked, compiled.
-                    match nilb::filter_report::check_filters(&c, &config, &mut stdout)? {
-                        Ok(_) => Ok(ExitCode::SUCCESS),
-                        Err(e) => {
-                            let _ = writeln!(std::io::stderr(), "{}: {e}", config.display());
-                            Ok(ExitCode::from(2))
+        Command::Check { config } => {
+            match nilb::config::open_regular_file(&config).and_then(|mut f| {
+                let mut s = String::new();
+                std::io::Read::read_to_string(&mut f, &mut s).map(|_| s)
+            }) {
+                Err(e) => {
+                    match format {
+                        LogFormat::Text => {
+                            let _ = writeln!(
+                                std::io::stderr(),
+                                "cannot read {}: {e}",
+                                config.display()
+                            );
+                        }
+                        LogFormat::Json => {
+                            tracing::error!(file = %config.display(), error = %e, "cannot read the configuration")
                         }
                     }
+                    Ok(ExitCode::FAILURE)
                 }
-                Err(e) => {
-                    report_invalid(&config, &e, format);
-                    Ok(ExitCode::from(2))
-                }
-            },
-        },
+                Ok(src) => match Config::parse(&src).and_then(|c| {
+                    c.check_paths_against(&config)?;
+                    Ok(c)
+                }) {
+                    Ok(c) => {
+                        // The list files the filters name: read, checked and
+                        // compiled before anything is printed, so that a bad list
+                        // never follows "configuration valid".
+                        let mut filters = Vec::new();
+                        match nilb::filter_report::check_filters(&c, &config, &mut filters)? {
+                            Ok(_) => {
+                                tools::check_summary(&c, &mut stdout)?;
+                                stdout.write_all(&filters)?;
+                                Ok(ExitCode::SUCCESS)
+                            }
+                            Err(e) => {
+                                let _ = writeln!(std::io::stderr(), "{}: {e}", config.display());
+                                Ok(ExitCode::from(2))
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        report_invalid(&config, &e, format);
+                        Ok(ExitCode::from(2))
+                    }
+                },
+            }
+        }
         Command::Run {
             config,
             interface,

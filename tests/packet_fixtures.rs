@@ -362,6 +362,39 @@ fn xdp_fixture_table() {
             counters: &[("xdp_drop_malformed", 1)],
         },
         Fixture {
+            description: "TCP data offset past the segment to a VIP is dropped",
+            input: {
+                let mut t = tcp(40007, 80, ACK, b"");
+                t[12] = 15 << 4;
+                client_frame(net.mac, &l3(CLIENT, VIP, IPPROTO_TCP, &t))
+            },
+            verdict: XDP_DROP,
+            output: None,
+            counters: &[("xdp_drop_malformed", 1)],
+        },
+        Fixture {
+            description: "UDP length past the IPv4 payload to a VIP is dropped",
+            input: {
+                let mut u = udp(5353, 53, b"q");
+                u[4..6].copy_from_slice(&10u16.to_be_bytes());
+                client_frame(net.mac, &l3(CLIENT, VIP, IPPROTO_UDP, &u))
+            },
+            verdict: XDP_DROP,
+            output: None,
+            counters: &[("xdp_drop_malformed", 1)],
+        },
+        Fixture {
+            description: "UDP length below its header to a VIP is dropped",
+            input: {
+                let mut u = udp(5353, 53, b"q");
+                u[4..6].copy_from_slice(&7u16.to_be_bytes());
+                client_frame(net.mac, &l3(CLIENT, VIP, IPPROTO_UDP, &u))
+            },
+            verdict: XDP_DROP,
+            output: None,
+            counters: &[("xdp_drop_malformed", 1)],
+        },
+        Fixture {
             description: "IHL below 5 to a VIP is dropped",
             input: bad_ihl,
             verdict: XDP_DROP,
@@ -592,11 +625,62 @@ fn tc_fixture_table() {
             counters: &[("tc_drop_malformed", 1)],
         },
         Fixture {
+            description:
+                "inner TCP data offset past the segment is malformed (never answered with a RST)",
+            input: frame(B12, 0, &[B13], &{
+                let mut t = tcp(40007, 80, ACK, b"");
+                t[12] = 15 << 4;
+                l3(CLIENT, VIP, IPPROTO_TCP, &t)
+            }),
+            verdict: TC_ACT_SHOT,
+            output: None,
+            counters: &[("tc_drop_malformed", 1)],
+        },
+        Fixture {
+            description: "inner UDP length past the inner payload is malformed",
+            input: frame(B12, 0, &[B13], &{
+                let mut u = udp(5353, 53, b"q");
+                u[4..6].copy_from_slice(&10u16.to_be_bytes());
+                l3(CLIENT, VIP, IPPROTO_UDP, &u)
+            }),
+            verdict: TC_ACT_SHOT,
+            output: None,
+            counters: &[("tc_drop_malformed", 1)],
+        },
+        Fixture {
             description: "unknown non-SYN is forwarded to the next hop, outer rewritten",
             input: frame(B12, 0, &[B13], &data),
             verdict: TC_ACT_REDIRECT,
             output: Some(gue_frame(mac, MAC12, NODE, B13, 1, &[B13], &data)),
             counters: &[("tc_forward", 1)],
+        },
+        Fixture {
+            description: "a next hop on loopback is never relayed to",
+            input: frame(B12, 0, &[Ipv4Addr::new(127, 0, 0, 1)], &data),
+            verdict: TC_ACT_SHOT,
+            output: None,
+            counters: &[("tc_drop_bad_next_hop", 1)],
+        },
+        Fixture {
+            description: "a broadcast next hop is never relayed to",
+            input: frame(B12, 0, &[Ipv4Addr::BROADCAST], &data),
+            verdict: TC_ACT_SHOT,
+            output: None,
+            counters: &[("tc_drop_bad_next_hop", 1)],
+        },
+        Fixture {
+            description: "a multicast next hop is never relayed to",
+            input: frame(B12, 0, &[Ipv4Addr::new(239, 1, 2, 3)], &data),
+            verdict: TC_ACT_SHOT,
+            output: None,
+            counters: &[("tc_drop_bad_next_hop", 1)],
+        },
+        Fixture {
+            description: "a VIP as next hop is never relayed to",
+            input: frame(B12, 0, &[VIP], &data),
+            verdict: TC_ACT_SHOT,
+            output: None,
+            counters: &[("tc_drop_bad_next_hop", 1)],
         },
         Fixture {
             description: "unknown non-SYN with no hop left is dropped",

@@ -157,7 +157,50 @@ impl Config {
                 }],
             }
         })?;
-        Config::parse(&src)
+        let config = Config::parse(&src)?;
+        config.check_paths_against(path)?;
+        Ok(config)
+    }
+
+    /// The files nilb writes or watches must not be the configuration file
+    /// itself (`path`): a `routing.routes_file` equal to it would be
+    /// overwritten with BIRD routes, a `drain_file` equal to it would drain
+    /// the balancer for as long as the file exists. Compared after resolving
+    /// symbolic links where the file exists. Errors: one problem per field.
+    pub fn check_paths_against(&self, path: &Path) -> Result<(), ConfigError> {
+        let Some(r) = &self.routing else {
+            return Ok(());
+        };
+        let real = |p: &Path| {
+            std::fs::canonicalize(p).unwrap_or_else(|_| {
+                std::env::current_dir()
+                    .map(|d| d.join(p))
+                    .unwrap_or_else(|_| p.to_path_buf())
+            })
+        };
+        let me = real(path);
+        let problems: Vec<Problem> = [
+            ("routes_file", &r.routes_file),
+            ("drain_file", &r.drain_file),
+            ("bird_socket", &r.bird_socket),
+            ("birdc", &r.birdc),
+        ]
+        .into_iter()
+        .filter(|(_, p)| real(p) == me)
+        .map(|(field, p)| Problem {
+            path: format!("routing.{field}"),
+            message: format!(
+                "`{}` is the configuration file itself; give routing.{field} a path of its own",
+                p.display()
+            ),
+            position: None,
+        })
+        .collect();
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(ConfigError { problems })
+        }
     }
 
     /// Validate YAML text.

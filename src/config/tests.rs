@@ -781,3 +781,37 @@ fn a_key_file_without_a_key_is_refused() {
     assert!(!err.contains("secret-but-not-hex"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A routing file that is the configuration file itself (through a
+/// symbolic link too) is refused: nilb would overwrite its own
+/// configuration with BIRD routes, or stay drained while the file exists.
+#[test]
+fn routing_files_must_not_be_the_config() {
+    let dir = std::env::temp_dir().join(format!("nilb-routes-self-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("nilb.yaml");
+    let link = dir.join("link.yaml");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&cfg, &link).unwrap();
+    for (field, target) in [("routes_file", &cfg), ("drain_file", &link)] {
+        let yaml = format!("{GOOD}routing:\n  {field}: {}\n", target.display());
+        std::fs::write(&cfg, yaml).unwrap();
+        let err = Config::load(&cfg).unwrap_err();
+        assert_eq!(err.problems.len(), 1, "{err}");
+        assert_eq!(err.problems[0].path, format!("routing.{field}"));
+        assert!(
+            err.problems[0]
+                .message
+                .contains("is the configuration file itself"),
+            "{err}"
+        );
+    }
+    // Its own path is fine.
+    let yaml = format!(
+        "{GOOD}routing:\n  routes_file: {}\n",
+        dir.join("vips.conf").display()
+    );
+    std::fs::write(&cfg, yaml).unwrap();
+    Config::load(&cfg).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -54,6 +54,7 @@ fn shape_error(e: serde_path_to_error::Error<serde_yaml::Error>) -> ShapeError {
             message = rest.to_string();
         }
     }
+    let message = plain_expectation(&message);
     // The deserializer names a syntax error's unknown field `?`.
     let path = path
         .trim_end_matches(".?")
@@ -64,6 +65,32 @@ fn shape_error(e: serde_path_to_error::Error<serde_yaml::Error>) -> ShapeError {
         message,
         position,
     }
+}
+
+/// serde's "expected ..." in an operator's words: Rust type names
+/// (`struct RawRouting`, `u32`, `f64`, `a boolean`...) say nothing to
+/// someone writing YAML. Other messages are returned unchanged.
+fn plain_expectation(message: &str) -> String {
+    let Some(i) = message.find(", expected ") else {
+        return message.to_string();
+    };
+    let (head, want) = message.split_at(i + ", expected ".len());
+    let head = head.replace(" as u128,", ",").replace(" as i128,", ",");
+    let plain = match want {
+        w if w.starts_with("struct ") || w.starts_with("a map") => {
+            "a mapping (`key: value` entries)".to_string()
+        }
+        "u8" => "a whole number from 0 to 255".to_string(),
+        "u16" => "a whole number from 0 to 65535".to_string(),
+        "u32" => "a whole number from 0 to 4294967295".to_string(),
+        "u64" | "usize" => "a whole number of 0 or more".to_string(),
+        "i32" | "i64" => "a whole number".to_string(),
+        "f32" | "f64" => "a number".to_string(),
+        "a boolean" | "bool" => "true or false".to_string(),
+        w if w.starts_with("enum ") => "one of the documented values (docs/config.md)".to_string(),
+        w => w.to_string(),
+    };
+    format!("{head}{plain}")
 }
 
 /// Problems of shape found by [`from_str_all`], and the field paths it had
@@ -365,7 +392,21 @@ fn locate(src: &str, paths: bool) -> Result<HashMap<String, Position>, ShapeErro
     if let Some(e) = rx.limit_error {
         return Err(e);
     }
-    if parsed.is_err() {
+    if let Err(e) = parsed {
+        // The scanner refuses flow collections nested 256 deep before the
+        // parser emits their start events: the same limit, said the same
+        // way (serde_yaml would take seconds on such input, quadratic in
+        // the depth, before failing on it).
+        if e.info().contains("recursion limit") {
+            return Err(ShapeError {
+                path: String::new(),
+                message: format!("nested deeper than {MAX_DEPTH} levels"),
+                position: Some(Position {
+                    line: e.marker().line(),
+                    column: e.marker().col() + 1,
+                }),
+            });
+        }
         return Ok(HashMap::new());
     }
     Ok(rx.out)
@@ -530,11 +571,54 @@ mod tests {
 mod limit_tests {
     use super::*;
 
+    /// Messages name what YAML should hold, not Rust types.
+    #[test]
+    fn expectations_are_in_yaml_words() {
+        for (raw, want) in [
+            (
+                "invalid type: integer `3`, expected struct RawRouting",
+                "invalid type: integer `3`, expected a mapping (`key: value` entries)",
+            ),
+            (
+                "invalid type: string \"abc\", expected u32",
+                "invalid type: string \"abc\", expected a whole number from 0 to 4294967295",
+            ),
+            (
+                "invalid value: integer `70000`, expected u16",
+                "invalid value: integer `70000`, expected a whole number from 0 to 65535",
+            ),
+            (
+                "invalid type: integer `5`, expected a sequence",
+                "invalid type: integer `5`, expected a sequence",
+            ),
+            (
+                "unknown field `x`, expected one of `a`, `b`",
+                "unknown field `x`, expected one of `a`, `b`",
+            ),
+        ] {
+            assert_eq!(plain_expectation(raw), want);
+        }
+    }
+
     #[test]
     fn deep_nesting_is_refused() {
         let deep = format!("a: {}{}\n", "[".repeat(100), "]".repeat(100));
         let e = positions(&deep).unwrap_err();
         assert!(e.message.contains("nested deeper"), "{}", e.message);
+    }
+
+    /// Flow collections 256 and more deep stop the scanner before any
+    /// event: still refused as too deep, at once (serde_yaml took 5 s on
+    /// 30,000 levels before this check).
+    #[test]
+    fn very_deep_flow_nesting_is_refused_quickly() {
+        for n in [256, 300, 100_000] {
+            let deep = format!("a: {}{}\n", "[".repeat(n), "]".repeat(n));
+            let started = std::time::Instant::now();
+            let e = positions(&deep).unwrap_err();
+            assert!(e.message.contains("nested deeper"), "{n}: {}", e.message);
+            assert!(started.elapsed() < std::time::Duration::from_secs(1), "{n}");
+        }
     }
 
     #[test]

@@ -145,6 +145,7 @@ impl ControlPlane {
                 servers.insert(sid, (*dip, b.slot));
             }
             out.push(QuicRoute {
+                key,
                 index: st.index,
                 lb: lb.clone(),
                 servers,

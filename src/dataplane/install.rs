@@ -243,7 +243,8 @@ fn read_backends(maps: &PoolMaps<'_>) -> Result<Vec<Option<Ipv4Addr>>> {
 /// slots' addresses and how many bucket entries name each slot.
 pub(super) struct PoolBook {
     pool: Pool<ServiceKey>,
-    regions: BTreeMap<ServiceKey, (Region, u32)>,
+    /// Region, stats index and `nilb_service.flags` of each service.
+    regions: BTreeMap<ServiceKey, (Region, u32, u32)>,
     slot_addr: Vec<Option<Ipv4Addr>>,
     slot_refs: Vec<u32>,
     epoch: Instant,
@@ -290,8 +291,10 @@ impl PoolBook {
             for h in &t.buckets {
                 add_refs(&mut book.slot_refs, abi::bucket_word(*h), 1);
             }
-            book.regions
-                .insert(t.key, (t.region(), t.service.service_index));
+            book.regions.insert(
+                t.key,
+                (t.region(), t.service.service_index, t.service.flags),
+            );
         }
         Ok((book, errors))
     }
@@ -336,7 +339,7 @@ impl PoolBook {
                 );
             }
             match self.regions.get(&it.key) {
-                Some((r, _)) if r.size == size => regions[i] = Some(*r),
+                Some((r, _, _)) if r.size == size => regions[i] = Some(*r),
                 _ => {
                     let r = pool.alloc(size, it.key, now).map_err(|e| {
                         anyhow::anyhow!(
@@ -518,8 +521,9 @@ impl PoolBook {
             add_refs(&mut self.slot_refs, w, 1);
             m.store_u32((base + i) * MOVED_BYTES, mv);
         }
+        let flags = cur.map_or(0, |c| c.2);
         if fresh || cur.map(|c| c.1) != Some(it.index) {
-            let val = abi::service_value(region.base, region.size, it.index);
+            let val = abi::service_value(region.base, region.size, it.index, flags);
             maps.services
                 .update(
                     abi::bytes_of(&abi::service_key(&it.key)),
@@ -529,7 +533,7 @@ impl PoolBook {
                 .with_context(|| format!("pointing {} at its table", it.key))?;
         }
         if fresh {
-            if let Some((old, _)) = cur {
+            if let Some((old, _, _)) = cur {
                 for i in 0..old.size as usize {
                     add_refs(
                         &mut self.slot_refs,
@@ -540,7 +544,45 @@ impl PoolBook {
                 self.pool.release(old, now);
             }
         }
-        self.regions.insert(it.key, (region, it.index));
+        self.regions.insert(it.key, (region, it.index, flags));
+        Ok(())
+    }
+
+    /// Services whose `nilb_service.flags` have all of `bits`.
+    pub fn with_flags(&self, bits: u32) -> Vec<ServiceKey> {
+        self.regions
+            .iter()
+            .filter(|(_, v)| v.2 & bits == bits)
+            .map(|(k, _)| *k)
+            .collect()
+    }
+
+    /// Set (`on`) or clear `bit` in the `services` value of `key` (one
+    /// map update, only if it changes). A service without an installed
+    /// table is left alone: its first install writes the flags it has.
+    pub fn set_flag(
+        &mut self,
+        maps: &PoolMaps<'_>,
+        key: &ServiceKey,
+        bit: u32,
+        on: bool,
+    ) -> Result<()> {
+        let Some((r, index, flags)) = self.regions.get(key).copied() else {
+            return Ok(());
+        };
+        let next = if on { flags | bit } else { flags & !bit };
+        if next == flags {
+            return Ok(());
+        }
+        let val = abi::service_value(r.base, r.size, index, next);
+        maps.services
+            .update(
+                abi::bytes_of(&abi::service_key(key)),
+                abi::bytes_of(&val),
+                MapFlags::ANY,
+            )
+            .with_context(|| format!("setting the flags of {key}"))?;
+        self.regions.insert(*key, (r, index, next));
         Ok(())
     }
 
@@ -549,7 +591,7 @@ impl PoolBook {
         maps.services
             .delete(abi::bytes_of(&abi::service_key(key)))
             .with_context(|| format!("removing service {key}"))?;
-        if let Some((r, _)) = self.regions.remove(key) {
+        if let Some((r, _, _)) = self.regions.remove(key) {
             let b = maps.map_bucket_range(r.base as u64..r.end(), false)?;
             for i in 0..r.size as usize {
                 add_refs(

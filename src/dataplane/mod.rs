@@ -871,8 +871,23 @@ impl DataplaneOps for Dataplane<'_> {
         self.book.remove(&maps, key)
     }
 
+    /// The QUIC-LB maps, and the flag that makes XDP call the decoder:
+    /// cleared before a service's QUIC-LB state goes, set after it is
+    /// written (a packet never reaches the decoder without its config).
     fn set_quic(&mut self, routes: &[QuicRoute]) -> Result<()> {
-        quic::sync(&self.skel, &mut self.quic, routes)
+        let bit = abi::SERVICE_FLAG_QUIC_LB;
+        let want: BTreeSet<ServiceKey> = routes.iter().map(|r| r.key).collect();
+        let maps = pool_maps(&self.skel);
+        for key in self.book.with_flags(bit) {
+            if !want.contains(&key) {
+                self.book.set_flag(&maps, &key, bit, false)?;
+            }
+        }
+        quic::sync(&self.skel, &mut self.quic, routes)?;
+        for key in &want {
+            self.book.set_flag(&maps, key, bit, true)?;
+        }
+        Ok(())
     }
 
     fn write_control_state(&mut self, records: &[(u32, Option<ControlRecord>)]) -> Result<()> {

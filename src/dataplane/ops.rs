@@ -113,6 +113,8 @@ pub struct TableInstall<'a> {
 /// `quic_crypto`) and the backends its server IDs reach (`quic_servers`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct QuicRoute {
+    /// The service (its `services` value gets the QUIC-LB flag).
+    pub key: ServiceKey,
     /// The service's index (its table header's, as in `service_stats`).
     pub index: u32,
     /// Its `quic_lb` configuration (parameters and key; `server_ids` is

@@ -270,13 +270,46 @@ fn write_atomically(path: &Path, text: &str) -> Result<(), String> {
     std::fs::rename(&tmp, path).map_err(|e| format!("renaming to {}: {e}", path.display()))
 }
 
+/// Longest a `birdc` call may take before it is killed: BIRD answers
+/// `configure` and `show protocols` in milliseconds; a BIRD that accepts
+/// the connection and never answers would otherwise stop the worker (no
+/// announcements, withdrawals or status) for good.
+const BIRDC_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Run `birdc -s SOCKET ARGS...`; its stdout and stderr together.
+/// Errors: birdc cannot be started, exits non-zero with no output, or does
+/// not finish within [`BIRDC_TIMEOUT`] (then it is killed).
 fn birdc(paths: &BirdPaths, args: &[&str]) -> Result<String, String> {
-    let out = Command::new(&paths.birdc)
+    birdc_within(paths, args, BIRDC_TIMEOUT)
+}
+
+fn birdc_within(paths: &BirdPaths, args: &[&str], timeout: Duration) -> Result<String, String> {
+    let child = Command::new(&paths.birdc)
         .arg("-s")
         .arg(&paths.socket)
         .args(args)
-        .output()
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .map_err(|e| format!("running {}: {e}", paths.birdc.display()))?;
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let out = match rx.recv_timeout(timeout) {
+        Ok(r) => r.map_err(|e| format!("running {}: {e}", paths.birdc.display()))?,
+        Err(_) => {
+            // The reader thread reaps it once it is dead.
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+            return Err(format!(
+                "{} {} did not finish within {timeout:?}; killed",
+                paths.birdc.display(),
+                args.join(" ")
+            ));
+        }
+    };
     let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
     text.push_str(&String::from_utf8_lossy(&out.stderr));
     if text.trim().is_empty() && !out.status.success() {
@@ -287,4 +320,38 @@ fn birdc(paths: &BirdPaths, args: &[&str]) -> Result<String, String> {
         ));
     }
     Ok(text)
+}
+
+#[cfg(test)]
+mod timeout_tests {
+    use super::*;
+
+    /// A `birdc` that never answers is killed after the timeout instead of
+    /// stopping the worker; one that answers is read whole.
+    #[test]
+    fn a_hung_birdc_is_killed() {
+        let dir = std::env::temp_dir().join(format!("nilb-birdc-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let script = |name: &str, body: &str| {
+            use std::os::unix::fs::PermissionsExt;
+            let p = dir.join(name);
+            std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+            p
+        };
+        let paths = |birdc| BirdPaths {
+            birdc,
+            socket: dir.join("bird.ctl"),
+            routes_file: dir.join("routes.conf"),
+        };
+        let hung = paths(script("hung", "exec sleep 30"));
+        let started = Instant::now();
+        let e = birdc_within(&hung, &["configure"], Duration::from_millis(300)).unwrap_err();
+        assert!(e.contains("did not finish within"), "{e}");
+        assert!(started.elapsed() < Duration::from_secs(5));
+        let ok = paths(script("ok", "echo \"0016 Reconfigured $*\""));
+        let out = birdc_within(&ok, &["configure"], Duration::from_secs(5)).unwrap();
+        assert!(out.contains("Reconfigured -s"), "{out}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -156,9 +156,15 @@ fn expected(
     if frag || ihl + hdr > tot || 14 + ihl + hdr > frame.len() {
         return Some(w);
     }
-    // A TCP data offset under 5 words is malformed (dropped before the
+    // A TCP data offset under 5 words or past the segment, a UDP length
+    // under 8 or past the IP payload, is malformed (dropped before the
     // service lookup).
-    if proto == IPPROTO_TCP && ip[ihl + 12] >> 4 < 5 {
+    let l4_len = tot - ihl;
+    if proto == IPPROTO_TCP && (ip[ihl + 12] >> 4 < 5 || (ip[ihl + 12] >> 4) as usize * 4 > l4_len)
+    {
+        return Some(w);
+    }
+    if proto == IPPROTO_UDP && !(8..=l4_len).contains(&(be16(ip, ihl + 4) as usize)) {
         return Some(w);
     }
     let key = nilb::types::ServiceKey {

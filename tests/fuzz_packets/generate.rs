@@ -432,11 +432,20 @@ impl Gen {
             _ => 9 + self.below(23),
         };
         let hops: Vec<Ipv4Addr> = (0..n)
-            .map(|_| match self.below(10) {
+            .map(|_| match self.below(12) {
                 0..=4 => B13,
                 5 => NODE,
                 6 => Ipv4Addr::UNSPECIFIED,
                 7 => R5,
+                // Hops no node may relay to: not unicast, or a VIP.
+                8 => match self.below(6) {
+                    0 => Ipv4Addr::new(127, 0, 0, 1),
+                    1 => Ipv4Addr::new(224, 0, 0, 1),
+                    2 => Ipv4Addr::BROADCAST,
+                    3 => Ipv4Addr::new(240, 1, 2, 3),
+                    4 => Ipv4Addr::new(0, 1, 2, 3),
+                    _ => VIP,
+                },
                 _ => self.any_addr(),
             })
             .collect();

@@ -3,8 +3,6 @@
 //! every packet sent on valid), then the comparison with the model; notes
 //! on what nilb accepts that no rule forbids.
 
-use std::net::Ipv4Addr;
-
 use nilb::config::UnknownFlow;
 
 use super::*;
@@ -273,13 +271,11 @@ pub fn xdp_notes(frame: &[u8], flow: &Flow) -> Vec<&'static str> {
     if flow.icmp {
         return v;
     }
-    if ip[9] == IPPROTO_TCP {
-        let doff = (l4[12] >> 4) as usize;
-        if doff * 4 > l4.len() {
-            v.push("note: xdp encapsulates TCP whose data offset points past the segment");
-        }
-    } else if be16(l4, 4) as usize != l4.len() {
-        v.push("note: xdp encapsulates UDP whose length field disagrees with the IP length");
+    // (A TCP data offset past the segment and a UDP length below 8 or past
+    // the IP payload are malformed for the reference: encapsulating one is
+    // a violation.)
+    if ip[9] == IPPROTO_UDP && (be16(l4, 4) as usize) < l4.len() {
+        v.push("note: xdp encapsulates UDP shorter than its IP payload (legal: the stack trims the rest)");
     }
     v
 }
@@ -298,19 +294,13 @@ pub fn tc_notes(w: &World, frame: &[u8], g: &Gue, verdict: u32) -> Vec<&'static 
     if csum(&inner[..iihl]) != 0 && verdict == TC_ACT_OK {
         v.push("note: tc decapsulates inner packets whose IPv4 checksum is wrong (the stack drops them)");
     }
-    match inner[9] {
-        IPPROTO_TCP if (l4[12] >> 4) as usize * 4 > l4.len() => {
-            v.push("note: tc accepts inner TCP whose data offset points past the segment")
-        }
-        IPPROTO_UDP if be16(l4, 4) as usize != l4.len() => {
-            v.push("note: tc accepts inner UDP whose length field disagrees with the IP length")
-        }
-        _ => {}
+    if inner[9] == IPPROTO_UDP && (be16(l4, 4) as usize) < l4.len() {
+        v.push("note: tc accepts inner UDP shorter than its IP payload (legal: the stack trims the rest)");
     }
     if verdict == TC_ACT_REDIRECT {
         let hop = g.hops[g.next];
         if !w.cluster.contains(&hop) {
-            v.push("note: tc second chance forwards to a listed hop outside the cluster addresses");
+            v.push("note: tc second chance forwards to a unicast hop outside this node's cluster set (allowed: a backend being removed)");
         }
     }
     v
@@ -441,7 +431,10 @@ pub fn check(
                 }
                 (TC_ACT_REDIRECT, TcClass::Valid(g)) => {
                     let hop = g.hops.get(g.next).copied();
-                    if hop.is_none() || hop == Some(NODE) || hop == Some(Ipv4Addr::UNSPECIFIED) {
+                    if hop.is_none()
+                        || hop == Some(NODE)
+                        || hop.is_some_and(|h| !super::model::relayable(w, h))
+                    {
                         bad.push(format!("forwarded without a usable next hop: {g:?}"));
                     } else {
                         observations.extend(tc_notes(w, frame, g, verdict));

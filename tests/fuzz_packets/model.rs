@@ -226,10 +226,17 @@ pub fn parse_xdp(w: &World, f: &[u8]) -> XdpClass {
             if proto == IPPROTO_TCP && l4[12] >> 4 < 5 {
                 return bad("TCP data offset below 5");
             }
+            if proto == IPPROTO_TCP && (l4[12] >> 4) as usize * 4 > l4.len() {
+                return bad("TCP data offset past the segment");
+            }
             let (sport, dport) = (be16(l4, 0), be16(l4, 2));
             let key = (daddr, dport, proto);
             if !w.services.contains_key(&key) {
                 return XdpClass::NotService("no such (VIP, port, protocol)");
+            }
+            // (Checked for a service's datagrams only.)
+            if proto == IPPROTO_UDP && !(8..=l4.len()).contains(&(be16(l4, 4) as usize)) {
+                return bad("UDP length below 8 or past the IP payload");
             }
             let syn = proto == IPPROTO_TCP && l4[13] & SYN != 0 && l4[13] & ACK == 0;
             XdpClass::Balance(Flow {
@@ -662,7 +669,7 @@ pub fn parse_tc(w: &World, f: &[u8]) -> TcClass {
     };
     let local = match proto {
         IPPROTO_TCP => {
-            if l4.len() < 20 || l4[12] >> 4 < 5 {
+            if l4.len() < 20 || l4[12] >> 4 < 5 || (l4[12] >> 4) as usize * 4 > l4.len() {
                 return Malformed("inner TCP header");
             }
             let fl = l4[13];
@@ -678,7 +685,7 @@ pub fn parse_tc(w: &World, f: &[u8]) -> TcClass {
             }
         }
         IPPROTO_UDP => {
-            if l4.len() < 8 {
+            if l4.len() < 8 || !(8..=l4.len()).contains(&(be16(l4, 4) as usize)) {
                 return Malformed("inner UDP header");
             }
             match udp_lookup(is, id, be16(l4, 0), be16(l4, 2)) {
@@ -770,6 +777,9 @@ pub fn expect_tc(w: &World, f: &[u8], class: &TcClass) -> Outcome {
                 }
                 if hop == Ipv4Addr::UNSPECIFIED {
                     return shot("tc_drop_malformed");
+                }
+                if !relayable(w, hop) {
+                    return shot("tc_drop_bad_next_hop");
                 }
                 let mut v = f.to_vec();
                 v[14 + 12..14 + 16].copy_from_slice(&NODE.octets());
@@ -906,4 +916,12 @@ pub fn tolerated(
         }
         _ => None,
     }
+}
+
+/// Whether TC may send a second-chance packet on to `hop`: a unicast
+/// address (not 0/8, 127/8, 224/4 or 240/4) that is not a VIP
+/// (`gue_hop_relayable` in bpf/gue.h).
+pub fn relayable(w: &World, hop: Ipv4Addr) -> bool {
+    let first = hop.octets()[0];
+    !(first == 0 || first == 127 || first >= 224 || w.is_vip(hop))
 }

@@ -95,15 +95,19 @@ pub const BACKEND_STRIDE: usize = std::mem::size_of::<sys::nilb_backend>().div_c
 pub const MAX_OWNERS: usize = sys::nilb_limits::NILB_MAX_OWNERS as usize;
 
 /// Value of the `services` map for a service whose table is the `size`
-/// buckets from `base` in the pool, with stats index `service_index`.
-pub fn service_value(base: u32, size: u32, service_index: u32) -> sys::nilb_service {
+/// buckets from `base` in the pool, with stats index `service_index` and
+/// `flags` (`enum nilb_service_flags`).
+pub fn service_value(base: u32, size: u32, service_index: u32, flags: u32) -> sys::nilb_service {
     sys::nilb_service {
         table_base: base,
         table_mask: size - 1,
         service_index,
-        flags: 0,
+        flags,
     }
 }
+
+/// `nilb_service.flags` bit: the service has `quic_lb`.
+pub const SERVICE_FLAG_QUIC_LB: u32 = sys::nilb_service_flags::NILB_SVC_F_QUIC_LB;
 
 /// A bucket's slots (`hops[]`: the first hop's, then the previous owners',
 /// 0 after the last) as the one 8-byte word the programs read and the
