@@ -14,15 +14,17 @@
 //!       owns no bucket (drained) or some (active) (the daemon writes the
 //!       changed buckets in place, so the table is live once they are
 //!       written); the other services must keep theirs. It takes the
-//!       daemon's own "reload applied elapsed_us=N" from its log.
+//!       daemon's own "reload applied elapsed_us=N cpu_us=M" from its log
+//!       (M: the loop thread's CPU time for the reload).
 //!
 //!   bench_reload breakdown [--services 1000] [--reps 5] [--out FILE.json]
 //!       in-process, on a data plane of its own (root): where the time of a
 //!       reload goes, step by step as the daemon runs them (read + parse +
 //!       validate the file, copy the running state, `ControlPlane::update`,
 //!       `ControlPlane::apply` (the map writes), handing the state to the
-//!       state file's writer thread, the metrics snapshot, dropping the
-//!       replaced state; `total` is file to live, and the writer thread's
+//!       state file's writer thread, the metrics snapshot (built by the
+//!       metrics server when scraped, off the loop; timed here for its
+//!       cost), dropping the replaced state; `total` is file to live, and the writer thread's
 //!       encode + write is timed apart), for a reload that
 //!       changes nothing, one service, or every service; and a health
 //!       failure of one backend of one service (`observe` + apply). Also the
@@ -84,10 +86,7 @@ fn drained(pins: &PinnedMaps, port: u16) -> Result<u32> {
     Ok(t.chains.iter().filter(|c| c.0 == Some(DRAINED)).count() as u32)
 }
 
-/// [`drained`] of every service in `ports`, from one read of the pool (the
-/// drained backend has a slot per service; its first-hop buckets are those
-/// whose `hops[0]` is one of its slots). Cheaper than a read per service
-/// once more than a few are pending.
+/// [`drained`] of every service in `ports`, from one read of the pool.
 fn drained_many(pins: &PinnedMaps, ports: &[u16]) -> Result<Vec<(u16, u32)>> {
     let (tables, backends) = pins.raw_tables()?;
     let slots: Vec<u16> = (0..backends.len())
@@ -108,19 +107,22 @@ fn drained_many(pins: &PinnedMaps, ports: &[u16]) -> Result<Vec<(u16, u32)>> {
         .collect()
 }
 
-fn reload_lines(log: &Path) -> Vec<u64> {
+/// The daemon's "reload applied" lines: (elapsed_us, cpu_us) each (cpu_us
+/// 0 if the line has none).
+fn reload_lines(log: &Path) -> Vec<(u64, u64)> {
+    let field = |l: &str, name: &str| -> Option<u64> {
+        let i = l.find(name)?;
+        l[i + name.len()..]
+            .chars()
+            .take_while(|c| c.is_ascii_digit())
+            .collect::<String>()
+            .parse()
+            .ok()
+    };
     let text = std::fs::read_to_string(log).unwrap_or_default();
     text.lines()
         .filter(|l| l.contains("reload applied"))
-        .filter_map(|l| {
-            let i = l.find("elapsed_us=")?;
-            l[i + 11..]
-                .chars()
-                .take_while(|c| c.is_ascii_digit())
-                .collect::<String>()
-                .parse()
-                .ok()
-        })
+        .filter_map(|l| Some((field(l, " elapsed_us=")?, field(l, " cpu_us=").unwrap_or(0))))
         .collect()
 }
 
@@ -129,6 +131,8 @@ struct Step {
     first_ms: f64,
     all_ms: f64,
     daemon_ms: f64,
+    /// CPU time of the daemon's loop thread for the reload.
+    daemon_cpu_ms: f64,
     drained_buckets: u32,
 }
 
@@ -160,35 +164,66 @@ fn step(
         nix::sys::signal::Signal::SIGHUP,
     )?;
     let mut first = None;
+    let mut last = None;
+    // The daemon installs a reload's tables in one batch, in key (port)
+    // order: the first pending service is polled until it is live, then
+    // the last one; then one read of the whole pool checks them all (and
+    // is repeated until they are). A poll of one service reads one table
+    // (a mapping of its region), so the poller hardly competes with the
+    // daemon for the CPU.
+    let mut probe = 0usize;
     while !pending.is_empty() {
-        let mut still = Vec::with_capacity(pending.len());
-        let counts = if pending.len() > 8 {
-            drained_many(pins, &pending)?
-        } else {
-            pending
-                .iter()
-                .map(|&p| Ok((p, drained(pins, p)?)))
-                .collect::<Result<_>>()?
-        };
-        for (p, n) in counts {
-            if done(n) {
-                first.get_or_insert_with(|| t0.elapsed());
+        if probe < 2 && pending.len() > 1 {
+            let p = if probe == 0 {
+                pending[0]
             } else {
-                still.push(p);
+                pending[pending.len() - 1]
+            };
+            if done(drained(pins, p)?) {
+                if probe == 0 {
+                    first = Some(t0.elapsed());
+                } else {
+                    last = Some(t0.elapsed());
+                }
+                probe += 1;
+                continue;
             }
+        } else {
+            let counts = if pending.len() > 8 {
+                drained_many(pins, &pending)?
+            } else {
+                pending
+                    .iter()
+                    .map(|&p| Ok((p, drained(pins, p)?)))
+                    .collect::<Result<_>>()?
+            };
+            let before = pending.len();
+            pending = counts
+                .into_iter()
+                .filter(|&(_, n)| !done(n))
+                .map(|(p, _)| p)
+                .collect();
+            if pending.len() < before {
+                first.get_or_insert_with(|| t0.elapsed());
+            }
+            if pending.is_empty() {
+                break;
+            }
+            // The last one was live but others are not: keep polling the
+            // whole set.
+            last = None;
         }
-        pending = still;
         if t0.elapsed() > Duration::from_secs(10) {
             bail!(
                 "{variant}: {} services still without the new table after 10 s",
                 pending.len()
             );
         }
-        if !pending.is_empty() {
-            std::thread::sleep(Duration::from_micros(200));
-        }
+        std::thread::sleep(Duration::from_micros(200));
     }
-    let all = t0.elapsed();
+    // Live when the last table was seen live (the check of the whole set
+    // after it found every one live).
+    let all = last.unwrap_or_else(|| t0.elapsed());
     // Services that must not change did not.
     for (i, p) in ports.iter().enumerate() {
         if !expect_changed.contains(p) && drained(pins, *p)? != before[i] {
@@ -198,13 +233,13 @@ fn step(
     let drained_buckets = drained(pins, expect_changed[0])?;
     // The daemon's own measurement.
     let deadline = Instant::now() + Duration::from_secs(5);
-    let daemon = loop {
+    let (daemon, daemon_cpu) = loop {
         let l = reload_lines(log);
-        if l.len() > lines_before {
-            break *l.last().unwrap() as f64 / 1e3;
+        if let Some(&(e, c)) = l.last().filter(|_| l.len() > lines_before) {
+            break (e as f64 / 1e3, c as f64 / 1e3);
         }
         if Instant::now() > deadline {
-            break f64::NAN;
+            break (f64::NAN, f64::NAN);
         }
         std::thread::sleep(Duration::from_millis(5));
     };
@@ -213,6 +248,7 @@ fn step(
         first_ms: first.unwrap_or(all).as_secs_f64() * 1e3,
         all_ms: all.as_secs_f64() * 1e3,
         daemon_ms: daemon,
+        daemon_cpu_ms: daemon_cpu,
         drained_buckets,
     })
 }
@@ -390,18 +426,27 @@ fn breakdown(n: u16, reps: usize, out_path: &str) -> Result<()> {
         }
     }
     let rss_end = rss_kb("self");
+    // What the daemon's state file writer does after a reload: free memory
+    // back to the system.
+    let t = Instant::now();
+    nilb::dataplane::abi::release_free_memory();
+    let trim_ms = ms_since(t);
+    let rss_trimmed = rss_kb("self");
     let _ = std::fs::remove_dir_all(&dir);
     eprintln!(
         "{n} services: ControlPlane::new {new_ms:.1} ms, first full apply {start_apply_ms:.1} ms; \
-         health event + apply {:.2} ms; RSS {} kB before, {} kB with the state, {} kB at the end",
+         health event + apply {:.2} ms; RSS {} kB before, {} kB with the state, {} kB at the end, \
+         {} kB after returning free memory ({trim_ms:.1} ms)",
         median(&health),
         rss_before,
         rss_state,
-        rss_end
+        rss_end,
+        rss_trimmed
     );
     let mut doc = format!(
         "{{\"services\": {n}, \"reps\": {reps}, \"cp_new_ms\": {new_ms:.2}, \"start_apply_ms\": {start_apply_ms:.2}, \
-         \"health_event_ms_median\": {:.3}, \"rss_kb_before\": {rss_before}, \"rss_kb_state\": {rss_state}, \"rss_kb_end\": {rss_end}",
+         \"health_event_ms_median\": {:.3}, \"rss_kb_before\": {rss_before}, \"rss_kb_state\": {rss_state}, \"rss_kb_end\": {rss_end}, \
+         \"rss_kb_trimmed\": {rss_trimmed}, \"trim_ms\": {trim_ms:.2}",
         median(&health)
     );
     for (label, installed, steps) in &rows {
@@ -451,8 +496,8 @@ fn main() -> Result<()> {
                 ] {
                     let s = step(pid, &cfg, &dir, variant, &changed, &pins, &ports, &log)?;
                     eprintln!(
-                        "rep {rep} -> {variant}: {} services changed, first {:.1} ms, all {:.1} ms, daemon says {:.1} ms; drained backend owns {} buckets",
-                        s.changed, s.first_ms, s.all_ms, s.daemon_ms, s.drained_buckets
+                        "rep {rep} -> {variant}: {} services changed, first {:.1} ms, all {:.1} ms, daemon says {:.1} ms ({:.1} ms of CPU); drained backend owns {} buckets",
+                        s.changed, s.first_ms, s.all_ms, s.daemon_ms, s.daemon_cpu_ms, s.drained_buckets
                     );
                     steps.push(s);
                     std::thread::sleep(Duration::from_millis(300));
@@ -476,15 +521,18 @@ fn main() -> Result<()> {
                 let all = pick(one, |s| s.all_ms);
                 let first = pick(one, |s| s.first_ms);
                 let daemon = pick(one, |s| s.daemon_ms);
+                let cpu = pick(one, |s| s.daemon_cpu_ms);
                 let _ = write!(
                     doc,
                     ", \"{label}\": {{\"live_ms_median\": {:.2}, \"first_ms_median\": {:.2}, \"daemon_ms_median\": {:.2}, \
-                     \"live_ms\": [{}], \"daemon_ms\": [{}]}}",
+                     \"daemon_cpu_ms_median\": {:.2}, \"live_ms\": [{}], \"daemon_ms\": [{}], \"daemon_cpu_ms\": [{}]}}",
                     median(&all),
                     median(&first),
                     median(&daemon),
+                    median(&cpu),
                     list(&all),
-                    list(&daemon)
+                    list(&daemon),
+                    list(&cpu)
                 );
             }
             doc.push_str("}\n");

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench.sh - nilb's benchmark suite; writes BENCHMARKS.md (one command, as root).
 #
-#   scripts/bench.sh [--only LIST] [--reps N] [--out FILE] [--keep] [--no-setup]
+#   scripts/bench.sh [--only LIST] [--reps N] [--out FILE] [--keep] [--no-setup] [--nilb BIN]
 #
 #   --only LIST  comma list of: xdp (XDP and TC data plane), control (tables and map
 #                sync), reload (SIGHUP to live), e2e (iperf3 and HTTP through the VIP
@@ -12,6 +12,9 @@
 #   --out FILE   where to write the report (default BENCHMARKS.md in the repository)
 #   --keep       keep the work directory (raw JSON, logs) even after a clean run
 #   --no-setup   do not run scripts/setup.sh (packages already installed)
+#   --nilb BIN   run BIN as the daemon (reload and e2e sections; e.g. the static binary of
+#                scripts/build-static.sh, a path from the repository root or absolute;
+#                default: target/release/nilb)
 #
 # What it does (about 5 minutes on 2 cores after the build):
 #   1. installs missing Debian packages (scripts/setup.sh), builds nilb and the bench
@@ -51,6 +54,7 @@ REPS=5
 OUT=$REPO/BENCHMARKS.md
 KEEP=0
 SETUP=1
+NILB_BIN=
 while (($#)); do
   case $1 in
     --only) ONLY=${2:?}; shift 2 ;;
@@ -58,6 +62,7 @@ while (($#)); do
     --out) OUT=${2:?}; shift 2 ;;
     --keep) KEEP=1; shift ;;
     --no-setup) SETUP=0; shift ;;
+    --nilb) NILB_BIN=${2:?}; shift 2 ;;
     -h | --help) sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -126,7 +131,7 @@ if ! cargo build --release --bin nilb --example bench_dataplane --example bench_
   --example bench_reload --example bench_http --example bench_filters 2>&1 | tail -n 3; then
   echo "bench.sh: build failed"; exit 1
 fi
-NILB=$REPO/target/release/nilb
+NILB=${NILB_BIN:-$REPO/target/release/nilb}
 EX=$REPO/target/release/examples
 for b in "$NILB" "$EX/bench_dataplane" "$EX/bench_control" "$EX/bench_reload" "$EX/bench_http" "$EX/bench_filters"; do
   [[ -x $b ]] || { echo "bench.sh: $b was not built"; exit 1; }
@@ -253,7 +258,12 @@ if want reload; then
         rc_ok=0
       fi
       RSS_AFTER=$(awk '/^VmRSS:/ {print $2}' "/proc/$RPID/status")
-      echo "{\"services\": $NSV, \"ready_ms\": $READY_MS, \"rss_kb_ready\": $RSS, \"rss_kb_after\": $RSS_AFTER}" \
+      HWM=$(awk '/^VmHWM:/ {print $2}' "/proc/$RPID/status")
+      # Kernel memory of the BPF maps the daemon holds (memlock, once per map id).
+      BPF_KB=$(for f in /proc/"$RPID"/fd/*; do
+        [[ $(readlink "$f" 2>/dev/null) == *bpf-map* ]] && cat "/proc/$RPID/fdinfo/${f##*/}" 2>/dev/null
+      done | awk '/^memlock:/ {m=$2} /^map_id:/ {if (!($2 in seen)) {seen[$2]=1; t+=m}} END {print int(t/1024)}')
+      echo "{\"services\": $NSV, \"ready_ms\": $READY_MS, \"rss_kb_ready\": $RSS, \"rss_kb_after\": $RSS_AFTER, \"hwm_kb\": $HWM, \"bpf_kb\": ${BPF_KB:-0}}" \
         >"$WORK/reload-daemon-$NSV.json"
     else
       echo "nilb run did not become ready:"; tail -n 20 "$RDIR/nilb.log"

@@ -42,10 +42,10 @@ use crate::clock::{self, Clock, SystemClock};
 use anyhow::{bail, Context, Result};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::config::{Config, ConfigError, Protocol, ServiceKey};
-use crate::control::{ControlPlane, Mode, Plan};
+use crate::control::{ControlPlane, Mode, Plan, ReloadTimes};
 use crate::dataplane::{Dataplane, DataplaneOps, XdpMode};
 use crate::filters::{lists, FilterSet, RuleIdent, Scope};
 use crate::health::checker::{CheckResult, Checkers};
@@ -54,6 +54,10 @@ use crate::health::load::{LoadResult, Scrapers};
 use crate::limits;
 use crate::metrics::{self, HostCpu};
 use crate::status::{rfc3339, FiltersStatus, ReloadStatus, Status};
+
+/// Tables an event logs one INFO line each for; more are summed up in one
+/// line (see `Daemon::log_installs`).
+const TABLE_LINES_MAX: usize = 8;
 
 /// Options of `nilb run`.
 #[derive(Clone, Debug)]
@@ -505,11 +509,16 @@ enum ReloadRead {
     /// The file is valid; a list file it names is not (or the lists cover a
     /// cluster address).
     Lists(ConfigError),
-    /// Both read and checked; the lists compiled (`compile_ms`).
+    /// Both read and checked; the lists compiled (`compile_ms`). Read and
+    /// validated in `parse_us`, with the lists in `read_us` (from the
+    /// start of the read), using `read_cpu_us` of the thread's CPU time.
     Ready {
         config: Box<Config>,
         filters: Arc<FilterSet>,
         compile_ms: u64,
+        parse_us: u64,
+        read_us: u64,
+        read_cpu_us: u64,
     },
 }
 
@@ -536,6 +545,9 @@ struct StateJob {
     last_reload: Option<ReloadStatus>,
     filters: Option<FiltersStatus>,
     routing: Option<crate::routing::RoutingStatus>,
+    /// After writing, give the allocator's free memory back to the system
+    /// (after a reload: the replaced state's tables are free by then).
+    trim: bool,
 }
 
 /// Writes the state file on a thread of its own, so that a reload's swap
@@ -545,6 +557,8 @@ struct StateJob {
 struct StateWriter {
     tx: Option<std::sync::mpsc::Sender<StateJob>>,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// The next job also returns freed memory to the system.
+    trim_next: bool,
 }
 
 impl StateWriter {
@@ -556,20 +570,31 @@ impl StateWriter {
                 // Warn once per run of failures, not every 5 s.
                 let mut failing = false;
                 while let Ok(mut job) = rx.recv() {
+                    let mut trim = job.trim;
                     while let Ok(newer) = rx.try_recv() {
                         job = newer;
+                        trim |= job.trim;
                     }
-                    let mut status =
-                        Status::of(&job.cp, job.node, job.role, &job.config, job.last_reload);
-                    status.filters = job.filters;
-                    status.routing = job.routing;
-                    match status.write(&path) {
+                    let written = {
+                        let mut status =
+                            Status::of(&job.cp, job.node, job.role, &job.config, job.last_reload);
+                        status.filters = job.filters;
+                        status.routing = job.routing;
+                        status.write(&path)
+                    };
+                    match written {
                         Ok(()) => failing = false,
                         Err(e) if !failing => {
                             failing = true;
                             warn!("writing the state file: {e:#}");
                         }
                         Err(_) => {}
+                    }
+                    // The state's copy goes before the trim (the encoding
+                    // went with the block above).
+                    drop(job.cp);
+                    if trim {
+                        crate::dataplane::abi::release_free_memory();
                     }
                 }
             })
@@ -580,13 +605,20 @@ impl StateWriter {
         StateWriter {
             tx: thread.is_some().then_some(tx),
             thread,
+            trim_next: false,
         }
     }
 
-    fn queue(&self, job: StateJob) {
+    fn queue(&mut self, mut job: StateJob) {
+        job.trim |= std::mem::take(&mut self.trim_next);
         if let Some(tx) = &self.tx {
             let _ = tx.send(job);
         }
+    }
+
+    /// Have the next job return freed memory to the system.
+    fn trim_after_next(&mut self) {
+        self.trim_next = true;
     }
 
     /// Write what is queued, then stop the thread.
@@ -596,6 +628,14 @@ impl StateWriter {
             let _ = t.join();
         }
     }
+}
+
+/// CPU time this thread has used (µs): with `elapsed_us` it tells a
+/// reload's own cost from time spent waiting for a CPU.
+fn thread_cpu_us() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
+        .map(|t| t.tv_sec() as u64 * 1_000_000 + t.tv_nsec() as u64 / 1_000)
+        .unwrap_or(0)
 }
 
 /// What nilb needs from the host, each missing piece explained in one line.
@@ -811,6 +851,7 @@ async fn serve(
     let (reload_tx, mut reload_rx) = mpsc::channel::<(u64, ReloadRead, Instant)>(2);
     let shared = metrics::Shared::default();
     if let Some(addr) = opts.metrics_address {
+        shared.set_source(std::sync::Arc::new(dp.stats_maps()?));
         metrics::serve(checks, addr, shared.clone())?;
     }
     let mut d = Daemon {
@@ -1092,9 +1133,15 @@ impl Daemon<'_, '_> {
         }
     }
 
-    /// Refresh the metrics snapshot (about once a second).
-    fn publish_metrics(&mut self) {
-        if self.last_snapshot.elapsed() < Duration::from_millis(900) {
+    /// Hand the metrics server the state its snapshot is built from
+    /// (about once a second, and at once with `now`): a copy of the
+    /// control plane (one reference count per service) and the daemon's
+    /// facts. The server reads the counters and encodes when scraped, off
+    /// this loop.
+    fn publish_metrics(&mut self, now: bool) {
+        if self.opts.metrics_address.is_none()
+            || (!now && self.last_snapshot.elapsed() < Duration::from_millis(900))
+        {
             return;
         }
         self.last_snapshot = Instant::now();
@@ -1113,8 +1160,36 @@ impl Daemon<'_, '_> {
                 self.neighbours.changed,
             ),
         };
-        self.metrics
-            .publish(metrics::build(&self.dp, &self.cp, facts, cpu));
+        self.metrics.publish(self.cp.clone(), facts, cpu);
+    }
+
+    /// Log the tables `plan` installed: one INFO line each up to
+    /// [`TABLE_LINES_MAX`]; beyond that one INFO line with the sums (a
+    /// reload of 1,000 services writes one line, not 1,000) and each table
+    /// at DEBUG.
+    fn log_installs(&self, plan: &Plan, why: &str) {
+        let many = plan.install.len() > TABLE_LINES_MAX;
+        for (key, moves) in &plan.install {
+            if many {
+                debug!(service = %self.service_name(key), %key, moved = moves.moved, forced = moves.forced, swapped = moves.swapped, pending = moves.pending, reason = why, "table installed");
+            } else {
+                info!(service = %self.service_name(key), %key, moved = moves.moved, forced = moves.forced, swapped = moves.swapped, pending = moves.pending, reason = why, "table installed");
+            }
+        }
+        if many {
+            let sum = |f: fn(&crate::table::Moves) -> usize| -> usize {
+                plan.install.values().map(f).sum()
+            };
+            info!(
+                tables = plan.install.len(),
+                moved = sum(|m| m.moved),
+                forced = sum(|m| m.forced),
+                swapped = sum(|m| m.swapped),
+                pending = sum(|m| m.pending),
+                reason = why,
+                "tables installed (each at debug level)"
+            );
+        }
     }
 
     /// Apply `plan`; on failure re-install the full running state.
@@ -1147,18 +1222,7 @@ impl Daemon<'_, '_> {
                 error!("re-installing failed too: {e:#}");
             }
         }
-        for (key, moves) in &plan.install {
-            info!(
-                service = %self.service_name(key),
-                %key,
-                moved = moves.moved,
-                forced = moves.forced,
-                swapped = moves.swapped,
-                pending = moves.pending,
-                reason = why,
-                "table installed"
-            );
-        }
+        self.log_installs(plan, why);
         self.state_dirty = true;
     }
 
@@ -1226,7 +1290,7 @@ impl Daemon<'_, '_> {
         }
         let plan = self.cp.tick(self.now_ms());
         self.apply(&plan, "paced step");
-        self.publish_metrics();
+        self.publish_metrics(false);
         self.update_routing(false);
         if self.state_dirty || self.state_written.elapsed() >= Duration::from_secs(5) {
             self.write_state();
@@ -1442,6 +1506,7 @@ impl Daemon<'_, '_> {
             last_reload: self.last_reload.clone(),
             filters,
             routing: self.routing_status(),
+            trim: false,
         });
         self.state_dirty = false;
         self.state_written = Instant::now();
@@ -1500,9 +1565,11 @@ impl Daemon<'_, '_> {
             // line of defence against input that recurses.
             .stack_size(16 << 20)
             .spawn(move || {
+                let cpu0 = thread_cpu_us();
                 let read = match Config::load(&path) {
                     Err(e) => ReloadRead::Config(e),
                     Ok(config) => {
+                        let parse_us = started.elapsed().as_micros() as u64;
                         // The lists are read and checked before anything
                         // changes: a bad list file rejects the reload like
                         // a bad configuration, and the lists in force stay.
@@ -1521,6 +1588,9 @@ impl Daemon<'_, '_> {
                                 config: Box::new(config),
                                 filters,
                                 compile_ms,
+                                parse_us,
+                                read_us: started.elapsed().as_micros() as u64,
+                                read_cpu_us: thread_cpu_us().saturating_sub(cpu0),
                             },
                             Err(e) => ReloadRead::Lists(e),
                         }
@@ -1579,12 +1649,16 @@ impl Daemon<'_, '_> {
     }
 
     fn apply_reload(&mut self, read: ReloadRead, started: Instant) {
-        let (config, filters, compile_ms) = match read {
+        let cpu_started = thread_cpu_us();
+        let (config, filters, compile_ms, parse_us, read_us, read_cpu_us) = match read {
             ReloadRead::Ready {
                 config,
                 filters,
                 compile_ms,
-            } => (*config, filters, compile_ms),
+                parse_us,
+                read_us,
+                read_cpu_us,
+            } => (*config, filters, compile_ms, parse_us, read_us, read_cpu_us),
             ReloadRead::Config(e) => {
                 error!(
                     problems = e.problems.len(),
@@ -1612,6 +1686,7 @@ impl Daemon<'_, '_> {
         let hops_after = gue_hops_of(&config);
         let now = self.now_ms();
         let probes = &mut self.probes;
+        let mut times = ReloadTimes::default();
         let result = self.cp.reload_with_filters(
             config,
             Some(filters),
@@ -1619,10 +1694,16 @@ impl Daemon<'_, '_> {
             &mut self.dp,
             self.node,
             &mut |cp| probes.sync(cp),
+            &mut times,
         );
+        let live_us = started.elapsed().as_micros() as u64;
         let plan = match result {
             Ok((next, plan)) => {
+                // The replaced state goes now (what only it held: the
+                // tables of the services that changed), not at the next
+                // hand-over of the metrics.
                 self.cp = next;
+                self.publish_metrics(true);
                 plan
             }
             Err(e) => {
@@ -1632,6 +1713,7 @@ impl Daemon<'_, '_> {
                 return;
             }
         };
+        let t = Instant::now();
         if plan.filters {
             self.filters_compile_ms = compile_ms;
             log_filters(self.cp.filters(), compile_ms, is_balancer, self.cp.config());
@@ -1657,22 +1739,43 @@ impl Daemon<'_, '_> {
             }
             _ => {}
         }
-        for (key, moves) in &plan.install {
-            info!(service = %self.service_name(key), %key, moved = moves.moved, forced = moves.forced, swapped = moves.swapped, pending = moves.pending, reason = "reload", "table installed");
-        }
-        for key in &plan.remove {
-            info!(%key, "service removed");
+        self.log_installs(&plan, "reload");
+        if plan.remove.len() > TABLE_LINES_MAX {
+            for key in &plan.remove {
+                debug!(%key, "service removed");
+            }
+            info!(
+                services = plan.remove.len(),
+                "services removed (each at debug level)"
+            );
+        } else {
+            for key in &plan.remove {
+                info!(%key, "service removed");
+            }
         }
         for (key, mode) in &plan.mode_changed {
             let exiting = self.cp.service(key).is_some_and(|s| s.exiting);
             self.log_mode(key, *mode, exiting);
         }
+        let log_us = t.elapsed().as_micros() as u64;
         self.record_reload(None);
+        // The writer thread gives the memory of the replaced state back to
+        // the system once it has written this state.
+        self.state_writer.trim_after_next();
         self.write_state();
         info!(
             installed = plan.install.len(),
             removed = plan.remove.len(),
             elapsed_us = started.elapsed().as_micros() as u64,
+            cpu_us = read_cpu_us + thread_cpu_us().saturating_sub(cpu_started),
+            live_us,
+            parse_us,
+            read_us,
+            update_us = times.update_us,
+            apply_us = times.apply_us,
+            role_us = times.role_us,
+            checks_us = times.checks_us,
+            log_us,
             "reload applied"
         );
     }

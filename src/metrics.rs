@@ -1,7 +1,9 @@
-//! Prometheus metrics: the control loop turns the data plane's counters and
-//! the control plane's state into a [`Snapshot`] about once a second; an HTTP
-//! server (hyper) on its own runtime serves `/metrics` from the latest
-//! snapshot, encoded by the prometheus-client crate (text format).
+//! Prometheus metrics: about once a second the control loop hands the
+//! metrics server a copy of the control plane's state ([`Shared::publish`],
+//! one reference count per service); the HTTP server (hyper, on its own
+//! runtime) turns it and the data plane's counters into a [`Snapshot`] when
+//! `/metrics` is asked for, off the loop, at most once per hand-over, and
+//! encodes it with the prometheus-client crate (text format).
 //!
 //! Names follow Prometheus conventions: `nilb_` prefix, base units, `_total`
 //! for counters. The host's CPU comes from /proc/stat, both as node_exporter
@@ -74,10 +76,13 @@ impl Snapshot {
 
     /// Text exposition of this snapshot.
     pub fn encode(&self) -> Result<String> {
+        self.clone().into_text()
+    }
+
+    /// Text exposition of this snapshot, consuming it (no copy).
+    pub fn into_text(self) -> Result<String> {
         let mut registry = Registry::default();
-        registry.register_collector(Box::new(SnapshotCollector(Arc::new(Mutex::new(
-            self.clone(),
-        )))));
+        registry.register_collector(Box::new(SnapshotCollector(Arc::new(self))));
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &registry)
             .context("encoding metrics")?;
@@ -94,11 +99,11 @@ pub fn labels(pairs: &[(&str, &str)]) -> Labels {
 }
 
 #[derive(Debug)]
-struct SnapshotCollector(Arc<Mutex<Snapshot>>);
+struct SnapshotCollector(Arc<Snapshot>);
 
 impl Collector for SnapshotCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let snap = self.0.lock().map_err(|_| std::fmt::Error)?;
+        let snap = &self.0;
         for f in &snap.families {
             // prometheus-client appends `_total` to counter names itself.
             let (name, metric_type) = match f.kind {
@@ -124,26 +129,102 @@ impl Collector for SnapshotCollector {
     }
 }
 
-/// The latest snapshot, shared between the control loop and the server.
-#[derive(Clone, Debug, Default)]
-pub struct Shared(Arc<Mutex<Snapshot>>);
+/// What the snapshot is built from: the control loop hands these over
+/// about once a second (a copy of the control plane costs one reference
+/// count per service), and the server builds and encodes the snapshot when
+/// `/metrics` is asked for, off the loop (docs/design.md "Control plane").
+#[derive(Clone)]
+struct Inputs {
+    cp: crate::control::ControlPlane,
+    facts: DaemonFacts,
+    cpu: Option<(CpuTimes, Option<f64>)>,
+    /// Counts the hand-overs: a text encoded from the same inputs is
+    /// served again.
+    generation: u64,
+}
+
+#[derive(Default)]
+struct SharedInner {
+    /// Where the data plane's counters are read (handles of their maps).
+    stats: Mutex<Option<Arc<dyn StatsSource + Send + Sync>>>,
+    inputs: Mutex<Option<Inputs>>,
+    /// The last text served and the generation of its inputs.
+    text: Mutex<Option<(u64, Arc<String>)>>,
+}
+
+/// The inputs of the latest snapshot, shared between the control loop and
+/// the metrics server.
+#[derive(Clone, Default)]
+pub struct Shared(Arc<SharedInner>);
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("metrics::Shared")
+    }
+}
 
 impl Shared {
-    /// Replace the snapshot.
-    pub fn publish(&self, snap: Snapshot) {
-        if let Ok(mut s) = self.0.lock() {
-            *s = snap;
+    /// Where the server reads the data plane's counters from.
+    pub fn set_source(&self, stats: Arc<dyn StatsSource + Send + Sync>) {
+        if let Ok(mut s) = self.0.stats.lock() {
+            *s = Some(stats);
         }
     }
 
-    fn render(&self) -> String {
-        let mut registry = Registry::default();
-        registry.register_collector(Box::new(SnapshotCollector(self.0.clone())));
-        let mut out = String::new();
-        match prometheus_client::encoding::text::encode(&mut out, &registry) {
-            Ok(()) => out,
-            Err(_) => "# encoding failed\n".into(),
+    /// Replace the inputs of the snapshot (cheap: no counters are read
+    /// and nothing is encoded here). The control plane handed over before
+    /// is dropped, so a replaced state is not kept alive by the metrics.
+    pub fn publish(
+        &self,
+        cp: crate::control::ControlPlane,
+        facts: DaemonFacts,
+        cpu: Option<(CpuTimes, Option<f64>)>,
+    ) {
+        if let Ok(mut s) = self.0.inputs.lock() {
+            let generation = s.as_ref().map_or(1, |i| i.generation + 1);
+            *s = Some(Inputs {
+                cp,
+                facts,
+                cpu,
+                generation,
+            });
         }
+    }
+
+    /// The snapshot of the latest inputs, built now (counters read from
+    /// the data plane), or None before the first hand-over.
+    pub fn snapshot(&self) -> Option<Snapshot> {
+        let stats = self.0.stats.lock().ok()?.clone()?;
+        let inputs = self.0.inputs.lock().ok()?.clone()?;
+        Some(build(&*stats, &inputs.cp, inputs.facts, inputs.cpu))
+    }
+
+    /// The text exposition of the latest inputs: built and encoded at most
+    /// once per hand-over, whoever asks.
+    pub fn render(&self) -> Arc<String> {
+        // One renderer at a time: concurrent scrapes wait for the text.
+        let Ok(mut cache) = self.0.text.lock() else {
+            return Arc::new("# metrics unavailable\n".into());
+        };
+        let generation = self
+            .0
+            .inputs
+            .lock()
+            .ok()
+            .and_then(|i| i.as_ref().map(|i| i.generation))
+            .unwrap_or(0);
+        if let Some((g, text)) = cache.as_ref() {
+            if *g == generation {
+                return text.clone();
+            }
+        }
+        let text = match self.snapshot().unwrap_or_default().into_text() {
+            Ok(t) => t,
+            Err(_) => "# encoding failed\n".into(),
+        };
+        let text = Arc::new(text);
+        *cache = Some((generation, text.clone()));
+        text
     }
 }
 
@@ -178,11 +259,19 @@ pub fn serve(runtime: &tokio::runtime::Runtime, addr: SocketAddr, shared: Shared
                         let shared = shared.clone();
                         async move {
                             let (status, ctype, body) = match (req.method(), req.uri().path()) {
-                                (&hyper::Method::GET, "/metrics") => (
-                                    200,
-                                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                                    shared.render(),
-                                ),
+                                (&hyper::Method::GET, "/metrics") => {
+                                    // Building reads every counter: a
+                                    // blocking job, not on a check's worker.
+                                    let text = tokio::task::spawn_blocking(move || shared.render())
+                                        .await
+                                        .map(|t| t.to_string())
+                                        .unwrap_or_else(|_| "# metrics unavailable\n".into());
+                                    (
+                                        200,
+                                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                                        text,
+                                    )
+                                }
                                 (&hyper::Method::GET, "/") => {
                                     (200, "text/plain", "nilb: see /metrics\n".to_string())
                                 }
@@ -323,6 +412,94 @@ mod tests {
         );
     }
 
+    /// Counters that count: every backend slot has sent `slot` packets;
+    /// reads are counted.
+    #[derive(Default)]
+    struct Counting {
+        backend_reads: std::sync::atomic::AtomicUsize,
+    }
+
+    impl StatsSource for Counting {
+        fn counters(&self) -> Result<Vec<u64>> {
+            Ok(vec![0; crate::dataplane::abi::COUNTER_NAMES.len()])
+        }
+        fn service_stats(&self, _index: u32) -> Result<crate::abi_sys::nilb_service_stats> {
+            Ok(Default::default())
+        }
+        fn backend_stats(&self, slot: u32) -> Result<crate::abi_sys::nilb_backend_stats> {
+            self.backend_reads
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Ok(crate::abi_sys::nilb_backend_stats {
+                packets: slot as u64,
+                ..Default::default()
+            })
+        }
+        fn filter_stats(&self, _id: u16) -> Result<crate::abi_sys::nilb_filter_stats> {
+            Ok(Default::default())
+        }
+    }
+
+    fn control_plane() -> crate::control::ControlPlane {
+        let cfg = crate::config::Config::parse(
+            "version: 1\ncluster: {hash_seed: 1, balancers: [10.0.0.1]}\nservices:\n  \
+             - {name: web, vip: 10.0.0.100, port: 80, protocol: tcp, health_check: {none: {}}, \
+             backends: [{dip: 10.0.0.11}, {dip: 10.0.0.12}]}\n",
+        )
+        .unwrap();
+        crate::control::ControlPlane::new(cfg, 0)
+    }
+
+    #[test]
+    fn the_server_builds_the_snapshot_from_what_the_loop_hands_over() {
+        let shared = Shared::default();
+        let stats = Arc::new(Counting::default());
+        shared.set_source(stats.clone());
+        // Nothing handed over yet: nothing to build.
+        assert!(shared.snapshot().is_none());
+        let cp = control_plane();
+        let key = *cp.services().keys().next().unwrap();
+        let state = cp.services()[&key].clone();
+        shared.publish(cp.clone(), DaemonFacts::default(), None);
+        // Held by `cp`, `state` and the copy handed over.
+        assert_eq!(Arc::strong_count(&state), 3);
+        let text = shared.render();
+        // Each backend's counters are read once per build: 2 backends.
+        assert_eq!(
+            stats
+                .backend_reads
+                .load(std::sync::atomic::Ordering::Relaxed),
+            2
+        );
+        // Slots 1 and 2: the service sums them.
+        assert!(
+            text.contains(
+                "nilb_service_packets_total{service=\"web\",key=\"10.0.0.100:80/tcp\"} 3"
+            ),
+            "{text}"
+        );
+        // The same hand-over is not built again.
+        assert!(Arc::ptr_eq(&text, &shared.render()));
+        assert_eq!(
+            stats
+                .backend_reads
+                .load(std::sync::atomic::Ordering::Relaxed),
+            2
+        );
+        // A new hand-over replaces the old state (not kept alive by the
+        // metrics) and is built anew when asked for.
+        let next = cp.clone();
+        drop(cp);
+        shared.publish(next, DaemonFacts::default(), None);
+        assert_eq!(Arc::strong_count(&state), 2, "the state copy and `next`");
+        assert!(!Arc::ptr_eq(&text, &shared.render()));
+        assert_eq!(
+            stats
+                .backend_reads
+                .load(std::sync::atomic::Ordering::Relaxed),
+            4
+        );
+    }
+
     #[test]
     fn proc_stat() {
         let t = CpuTimes::parse("cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 1 2 3\n", 100.0).unwrap();
@@ -372,6 +549,21 @@ impl StatsSource for crate::dataplane::Dataplane<'_> {
     }
     fn filter_stats(&self, id: u16) -> Result<crate::abi_sys::nilb_filter_stats> {
         crate::dataplane::Dataplane::filter_stats(self, id)
+    }
+}
+
+impl StatsSource for crate::dataplane::StatsMaps {
+    fn counters(&self) -> Result<Vec<u64>> {
+        crate::dataplane::StatsMaps::counters(self)
+    }
+    fn service_stats(&self, index: u32) -> Result<crate::abi_sys::nilb_service_stats> {
+        crate::dataplane::StatsMaps::service_stats(self, index)
+    }
+    fn backend_stats(&self, slot: u32) -> Result<crate::abi_sys::nilb_backend_stats> {
+        crate::dataplane::StatsMaps::backend_stats(self, slot)
+    }
+    fn filter_stats(&self, id: u16) -> Result<crate::abi_sys::nilb_filter_stats> {
+        crate::dataplane::StatsMaps::filter_stats(self, id)
     }
 }
 
@@ -479,13 +671,17 @@ pub fn build(
         // The balancer counts per (service, backend); the service's totals
         // are their sum over its current backends (a removed backend's
         // counts leave the sum, which Prometheus reads as a reset).
+        // Each backend's counters read once (one system call per slot).
+        let backend_stats: Vec<_> = st
+            .backends
+            .values()
+            .map(|b| dp.backend_stats(b.slot).ok())
+            .collect();
         let (mut packets, mut bytes, mut syns) = (0u64, 0u64, 0u64);
-        for b in st.backends.values() {
-            if let Ok(bs) = dp.backend_stats(b.slot) {
-                packets += bs.packets;
-                bytes += bs.bytes;
-                syns += bs.syns;
-            }
+        for bs in backend_stats.iter().flatten() {
+            packets += bs.packets;
+            bytes += bs.bytes;
+            syns += bs.syns;
         }
         for (n, h, v) in [
             (
@@ -561,7 +757,7 @@ pub fn build(
         }
         let firsts = st.table.shares();
         let seconds = st.table.second_shares();
-        for b in st.backends.values() {
+        for (b, stats) in st.backends.values().zip(&backend_stats) {
             let dip = b.config.dip.to_string();
             let host = b.config.hostname.clone().unwrap_or_else(|| dip.clone());
             let bl = labels(&[
@@ -569,7 +765,7 @@ pub fn build(
                 ("backend", dip.as_str()),
                 ("hostname", host.as_str()),
             ]);
-            if let Ok(bs) = dp.backend_stats(b.slot) {
+            if let Some(bs) = stats {
                 s.add(
                     "nilb_backend_packets_total",
                     "Packets the balancer sent to the backend as first hop.",

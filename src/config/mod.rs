@@ -262,14 +262,22 @@ impl Config {
         }
         // A byte-order mark is not part of the YAML.
         let src = src.strip_prefix('\u{feff}').unwrap_or(src);
-        let positions = yaml::positions(src).map_err(shape)?;
+        // The limits first (aliases must not expand before); positions only
+        // where a problem is reported.
+        yaml::check_limits(src).map_err(shape)?;
         let (raw, shapes) = yaml::from_str_all::<RawConfig>(src);
+        let positions = if shapes.errors.is_empty() {
+            None
+        } else {
+            Some(yaml::positions(src).map_err(shape)?)
+        };
         let mut problems: Vec<Problem> = shapes
             .errors
             .into_iter()
             .map(|e| Problem {
                 // A missing field has no position of its own: its mapping's.
                 position: e.position.or_else(|| {
+                    let positions = positions.as_ref()?;
                     let mut p = e.path.as_str();
                     loop {
                         if let Some(pos) = positions.get(p) {
@@ -294,6 +302,7 @@ impl Config {
         };
         let mut v = Validator {
             problems: Vec::new(),
+            src: src.to_string(),
             positions,
         };
         let cfg = v.config(raw);

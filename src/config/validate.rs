@@ -32,7 +32,11 @@ use crate::types::Protocol;
 /// Collects problems while the raw file is turned into a [`Config`].
 pub(super) struct Validator {
     pub(super) problems: Vec<Problem>,
-    pub(super) positions: HashMap<String, Position>,
+    /// The file's text: positions are looked up in it when first needed.
+    pub(super) src: String,
+    /// Positions by field path ([`super::yaml::positions`]), made at the
+    /// first lookup: a valid file without filters never needs them.
+    pub(super) positions: Option<HashMap<String, Position>>,
 }
 
 /// The `defaults:` section, checked.
@@ -139,6 +143,15 @@ fn valid_name(name: &str) -> bool {
 }
 
 impl Validator {
+    /// Where `path` is in the file (None: unknown).
+    pub(super) fn position(&mut self, path: &str) -> Option<Position> {
+        let src = &self.src;
+        self.positions
+            .get_or_insert_with(|| super::yaml::positions(src).unwrap_or_default())
+            .get(path)
+            .copied()
+    }
+
     fn report(&mut self, path: impl Into<String>, message: impl Into<String>) {
         let path = path.into();
         let message = message.into();
@@ -150,7 +163,7 @@ impl Validator {
         {
             return;
         }
-        let position = self.positions.get(&path).copied();
+        let position = self.position(&path);
         self.problems.push(Problem {
             path,
             message,
@@ -722,7 +735,7 @@ impl Validator {
             let path = format!("{field}.prefixes[{i}]");
             match text.trim().parse::<SourcePrefix>() {
                 Ok(SourcePrefix::V4(p)) => {
-                    let pos = self.positions.get(&path).copied();
+                    let pos = self.position(&path);
                     prefixes.push((p, pos));
                 }
                 Ok(SourcePrefix::V6(..)) => self.report(
@@ -741,7 +754,7 @@ impl Validator {
             }
             files.push(ListFile {
                 path: f.into(),
-                position: self.positions.get(&path).copied(),
+                position: self.position(&path),
                 field: path,
             });
         }

@@ -66,7 +66,7 @@ use crate::table::{Moves, Rules, StepLimits, Table};
 use crate::types::{LoadSample, ServiceKey};
 use crate::weights::{self, BackendLoad};
 
-pub use reload::{ReloadError, ReloadStage};
+pub use reload::{ReloadError, ReloadStage, ReloadTimes};
 
 /// Runtime state of one backend of one service.
 #[derive(Clone, Debug)]
@@ -202,8 +202,9 @@ impl Mode {
 pub struct ServiceState {
     /// Index into the per-service stats map; stable while the key exists.
     pub index: u32,
-    /// Current table.
-    pub table: Table,
+    /// Current table (shared: a copy of the state made to change it does
+    /// not copy the table, which a step replaces anyway).
+    pub table: Arc<Table>,
     /// Backends by DIP (including ones being removed).
     pub backends: BTreeMap<Ipv4Addr, BackendRuntime>,
     /// When the last voluntary step happened.
@@ -233,7 +234,7 @@ impl ServiceState {
     ) -> Self {
         ServiceState {
             index,
-            table,
+            table: Arc::new(table),
             backends,
             last_step_ms: None,
             pending: 0,
@@ -1045,13 +1046,13 @@ impl ControlPlane {
         // A new size (the same flows keep their hops, see `Table::resized`)
         // or a new number of previous owners: the step starts from the
         // reshaped table, and what it installs is compared with the old one.
-        let mut installed: Option<Table> = None;
+        let mut installed: Option<Arc<Table>> = None;
         if state.table.size() != size || state.table.previous_owners() != previous {
             let mut t = state.table.resized(size);
             if t.previous_owners() != previous {
                 t = t.with_previous_owners(previous);
             }
-            installed = Some(std::mem::replace(&mut state.table, t));
+            installed = Some(std::mem::replace(&mut state.table, Arc::new(t)));
         }
 
         let choice = targets::choose(state, threshold);
@@ -1151,7 +1152,7 @@ impl ControlPlane {
                 state.changed_at_ms = now_ms;
             }
         }
-        state.table = table;
+        state.table = Arc::new(table);
         if state.exiting && !state.failed_owners_left() {
             state.exiting = false;
         }

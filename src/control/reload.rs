@@ -6,6 +6,7 @@
 use std::fmt;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
+use std::time::Instant;
 
 use anyhow::Result;
 
@@ -67,6 +68,25 @@ impl fmt::Display for ReloadError {
 
 impl std::error::Error for ReloadError {}
 
+/// Where a reload's transaction spent its time (microseconds), for the
+/// daemon's "reload applied" line.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReloadTimes {
+    /// [`ControlPlane::update`] on a copy of the running state (compare
+    /// with the running configuration, step the changed services).
+    pub update_us: u64,
+    /// [`ControlPlane::apply`]: the map writes.
+    pub apply_us: u64,
+    /// Asking for (and changing) the XDP role.
+    pub role_us: u64,
+    /// Starting, changing or stopping the health checks.
+    pub checks_us: u64,
+}
+
+fn us_since(t: Instant) -> u64 {
+    t.elapsed().as_micros() as u64
+}
+
 impl ControlPlane {
     /// Reload to `config` as one transaction on `dp` for the node at `node`:
     /// 1. the new state's plan is applied (tables, sets, counters, records);
@@ -87,13 +107,23 @@ impl ControlPlane {
         node: Ipv4Addr,
         checks: &mut dyn FnMut(&ControlPlane) -> Result<()>,
     ) -> Result<(ControlPlane, Plan), ReloadError> {
-        self.reload_with_filters(config, None, now_ms, dp, node, checks)
+        self.reload_with_filters(
+            config,
+            None,
+            now_ms,
+            dp,
+            node,
+            checks,
+            &mut ReloadTimes::default(),
+        )
     }
 
     /// [`Self::reload`] that also switches to the edge filters `filters`
     /// (compiled from `config` and its list files before the transaction;
     /// None keeps the filters in force). The returned plan's `filters` says
     /// whether they changed; a failed reload keeps the running filters.
+    /// `times` receives the time of each step taken.
+    #[allow(clippy::too_many_arguments)]
     pub fn reload_with_filters(
         &self,
         config: Config,
@@ -102,7 +132,9 @@ impl ControlPlane {
         dp: &mut dyn DataplaneOps,
         node: Ipv4Addr,
         checks: &mut dyn FnMut(&ControlPlane) -> Result<()>,
+        times: &mut ReloadTimes,
     ) -> Result<(ControlPlane, Plan), ReloadError> {
+        let t = Instant::now();
         let mut next = self.clone();
         let mut plan = next.update(config, now_ms);
         if let Some(f) = filters {
@@ -113,11 +145,15 @@ impl ControlPlane {
             reason: format!("{e:#}"),
             restore_errors: Vec::new(),
         };
+        times.update_us = us_since(t);
+        let t = Instant::now();
         if let Err(e) = next.apply(dp, node, &plan) {
             let mut err = fail(ReloadStage::Apply, e);
             self.restore(dp, node, None, &mut err);
             return Err(err);
         }
+        times.apply_us = us_since(t);
+        let t = Instant::now();
         let want = next.is_balancer(node);
         let have = match dp.xdp_attached() {
             Ok(h) => h,
@@ -145,6 +181,8 @@ impl ControlPlane {
                 return Err(err);
             }
         }
+        times.role_us = us_since(t);
+        let t = Instant::now();
         if let Err(e) = checks(&next) {
             let mut err = fail(ReloadStage::HealthChecks, e);
             self.restore(dp, node, Some(have), &mut err);
@@ -154,6 +192,7 @@ impl ControlPlane {
             }
             return Err(err);
         }
+        times.checks_us = us_since(t);
         Ok((next, plan))
     }
 

@@ -99,13 +99,26 @@ pub(super) struct PoolMaps<'a> {
 }
 
 impl PoolMaps<'_> {
-    fn map_buckets(&self, pool: u32, write: bool) -> Result<ArrayMapping> {
-        ArrayMapping::new(self.buckets.as_fd(), 0, pool as usize * BUCKET_BYTES, write)
-            .context("mapping the bucket pool")
+    /// Buckets `range` of the pool only (the kernel maps every page of a
+    /// mapping at once: mapping the regions an install touches, not the
+    /// whole pool, keeps a one-table install cheap).
+    fn map_bucket_range(&self, range: std::ops::Range<u64>, write: bool) -> Result<ArrayMapping> {
+        ArrayMapping::new(
+            self.buckets.as_fd(),
+            range.start as usize * BUCKET_BYTES,
+            (range.end - range.start) as usize * BUCKET_BYTES,
+            write,
+        )
+        .context("mapping the bucket pool")
     }
-    fn map_moved(&self, pool: u32, write: bool) -> Result<ArrayMapping> {
-        ArrayMapping::new(self.moved.as_fd(), 0, pool as usize * MOVED_BYTES, write)
-            .context("mapping bucket_moved")
+    fn map_moved_range(&self, range: std::ops::Range<u64>, write: bool) -> Result<ArrayMapping> {
+        ArrayMapping::new(
+            self.moved.as_fd(),
+            range.start as usize * MOVED_BYTES,
+            (range.end - range.start) as usize * MOVED_BYTES,
+            write,
+        )
+        .context("mapping bucket_moved")
     }
     fn map_backends(&self, write: bool) -> Result<ArrayMapping> {
         ArrayMapping::new(
@@ -160,7 +173,7 @@ pub(super) fn read_raw(maps: &PoolMaps<'_>, only: Option<&ServiceKey>) -> Result
         None => maps.services.keys().collect(),
     };
     keys.sort();
-    let (b, m) = (maps.map_buckets(pool, false)?, maps.map_moved(pool, false)?);
+    let mut found = Vec::with_capacity(keys.len());
     for k in keys {
         let Some(key) = abi::parse_service_key(&k)? else {
             continue;
@@ -181,9 +194,24 @@ pub(super) fn read_raw(maps: &PoolMaps<'_>, only: Option<&ServiceKey>) -> Result
             ));
             continue;
         }
-        let base = region.base as usize;
-        let words = b.read(base * BUCKET_BYTES, size as usize * BUCKET_BYTES);
-        let moved = m.read(base * MOVED_BYTES, size as usize * MOVED_BYTES);
+        found.push((key, service, region));
+    }
+    // One mapping of the part of the pool the tables span (one table's
+    // region when only one is asked for).
+    let (lo, hi) = found.iter().fold((u64::MAX, 0u64), |(lo, hi), (_, _, r)| {
+        (lo.min(r.base as u64), hi.max(r.end()))
+    });
+    if found.is_empty() {
+        return Ok((out, backends, errors));
+    }
+    let (b, m) = (
+        maps.map_bucket_range(lo..hi, false)?,
+        maps.map_moved_range(lo..hi, false)?,
+    );
+    for (key, service, region) in found {
+        let (base, size) = (region.base as usize, region.size as usize);
+        let words = b.read(base * BUCKET_BYTES, size * BUCKET_BYTES);
+        let moved = m.read(base * MOVED_BYTES, size * MOVED_BYTES);
         out.push(RawTable {
             key,
             service,
@@ -324,10 +352,19 @@ impl PoolBook {
             }
         }
         self.pool = pool;
-        // 2. Per item: slots, buckets, region swap.
+        // 2. Per item: slots, buckets, region swap, through mappings of
+        //    the part of the pool the items' new and current regions span.
+        let touched = regions.iter().flatten().copied().chain(
+            items
+                .iter()
+                .filter_map(|it| self.regions.get(&it.key).map(|r| r.0)),
+        );
+        let (lo, hi) = touched.fold((u64::MAX, 0u64), |(lo, hi), r| {
+            (lo.min(r.base as u64), hi.max(r.end()))
+        });
         let (b, m, be) = (
-            maps.map_buckets(self.pool.buckets(), true)?,
-            maps.map_moved(self.pool.buckets(), true)?,
+            maps.map_bucket_range(lo..hi, true)?,
+            maps.map_moved_range(lo..hi, true)?,
             maps.map_backends(true)?,
         );
         for (i, it) in items.iter().enumerate() {
@@ -371,10 +408,16 @@ impl PoolBook {
         }
         // Slots of every hop written, each checked: within the map, not 0,
         // one address per slot.
-        let mut memo: HashMap<Ipv4Addr, u16> = HashMap::new();
+        // Tables name a few backends: a short list beats hashing every hop
+        // of every bucket; a long one moves to a map.
+        let mut memo: Vec<(Ipv4Addr, u16)> = Vec::new();
+        let mut memo_big: HashMap<Ipv4Addr, u16> = HashMap::new();
         let mut assign: BTreeMap<u16, Ipv4Addr> = BTreeMap::new();
         let mut slot = |a: Ipv4Addr, assign: &mut BTreeMap<u16, Ipv4Addr>| -> Result<u16> {
-            if let Some(&s) = memo.get(&a) {
+            if let Some(&(_, s)) = memo.iter().find(|(x, _)| *x == a) {
+                return Ok(s);
+            }
+            if let Some(&s) = memo_big.get(&a) {
                 return Ok(s);
             }
             let s = (it.slot_of)(a);
@@ -391,7 +434,11 @@ impl PoolBook {
                 }
             }
             assign.insert(s, a);
-            memo.insert(a, s);
+            if memo.len() < 16 {
+                memo.push((a, s));
+            } else {
+                memo_big.insert(a, s);
+            }
             Ok(s)
         };
         let mut words = Vec::with_capacity(idxs.len());
@@ -545,7 +592,7 @@ impl PoolBook {
             .delete(abi::bytes_of(&abi::service_key(key)))
             .with_context(|| format!("removing service {key}"))?;
         if let Some((r, _, _)) = self.regions.remove(key) {
-            let b = maps.map_buckets(self.pool.buckets(), false)?;
+            let b = maps.map_bucket_range(r.base as u64..r.end(), false)?;
             for i in 0..r.size as usize {
                 add_refs(
                     &mut self.slot_refs,

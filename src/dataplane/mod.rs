@@ -789,6 +789,19 @@ impl<'obj> Dataplane<'obj> {
         abi::read_percpu(&self.skel.maps.backend_stats, slot, abi::sum_backend_stats)
     }
 
+    /// Handles of the counter maps (their own file descriptors), for
+    /// reading the counters on another thread (the metrics server).
+    pub fn stats_maps(&self) -> Result<StatsMaps> {
+        let m = &self.skel.maps;
+        let ctx = "duplicating a counter map's descriptor";
+        Ok(StatsMaps {
+            counters: libbpf_rs::MapHandle::try_from(&m.counters).context(ctx)?,
+            service_stats: libbpf_rs::MapHandle::try_from(&m.service_stats).context(ctx)?,
+            backend_stats: libbpf_rs::MapHandle::try_from(&m.backend_stats).context(ctx)?,
+            filter_stats: libbpf_rs::MapHandle::try_from(&m.filter_stats).context(ctx)?,
+        })
+    }
+
     /// Run the XDP balancer on one frame (BPF_PROG_TEST_RUN).
     pub fn run_xdp(&self, frame: &[u8], ingress_ifindex: u32) -> Result<(u32, Vec<u8>)> {
         abi::test_run_xdp(&self.skel.progs.nilb_xdp_balancer, frame, ingress_ifindex)
@@ -810,6 +823,38 @@ impl<'obj> Dataplane<'obj> {
     /// Run the TC program on one frame (BPF_PROG_TEST_RUN).
     pub fn run_tc(&self, frame: &[u8], ifindex: u32) -> Result<(u32, Vec<u8>)> {
         abi::test_run_tc(&self.skel.progs.nilb_tc_second_chance, frame, ifindex)
+    }
+}
+
+/// The counter maps of a data plane, by handles of their own
+/// ([`Dataplane::stats_maps`]): what the metrics server reads, off the
+/// control loop.
+pub struct StatsMaps {
+    counters: libbpf_rs::MapHandle,
+    service_stats: libbpf_rs::MapHandle,
+    backend_stats: libbpf_rs::MapHandle,
+    filter_stats: libbpf_rs::MapHandle,
+}
+
+impl StatsMaps {
+    /// All counters, in [`abi::COUNTER_NAMES`] order.
+    pub fn counters(&self) -> Result<Vec<u64>> {
+        abi::read_counters(&self.counters)
+    }
+
+    /// Stats of the service with stats index `index`, summed over CPUs.
+    pub fn service_stats(&self, index: u32) -> Result<abi::sys::nilb_service_stats> {
+        abi::read_percpu(&self.service_stats, index, abi::sum_service_stats)
+    }
+
+    /// Balancer stats of backend slot `slot`, summed over CPUs.
+    pub fn backend_stats(&self, slot: u32) -> Result<abi::sys::nilb_backend_stats> {
+        abi::read_percpu(&self.backend_stats, slot, abi::sum_backend_stats)
+    }
+
+    /// Counters of filter rule `id`, summed over CPUs.
+    pub fn filter_stats(&self, id: u16) -> Result<abi::sys::nilb_filter_stats> {
+        abi::read_percpu(&self.filter_stats, id as u32, abi::sum_filter_stats)
     }
 }
 
