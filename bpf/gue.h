@@ -169,6 +169,32 @@ static __always_inline __u32 gue_encap_len(const struct gue_hdr *gue)
 	return gue_overhead(gue->hop_count);
 }
 
+/* The outer headers of a frame that may carry GUE: Ethernet, IPv4 with a
+ * valid IHL, UDP with its whole header in the frame (both programs' first
+ * step; what GUE it is, if any, is the caller's to check).
+ * Returns: the IPv4 header, with the UDP header in *udp and the IPv4
+ * header's bytes in *ihl_len; NULL if the frame is anything else (pass it:
+ * the stack judges it). */
+static __always_inline struct iphdr *outer_udp4(void *data, void *data_end, struct udphdr **udp,
+						 __u32 *ihl_len)
+{
+	struct ethhdr *eth = data;
+	struct iphdr *oip;
+
+	if ((void *)(eth + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_IP))
+		return NULL;
+	oip = (void *)(eth + 1);
+	if ((void *)(oip + 1) > data_end || oip->protocol != IPPROTO_UDP)
+		return NULL;
+	*ihl_len = oip->ihl * 4;
+	if (*ihl_len < sizeof(*oip))
+		return NULL; /* not a valid IPv4 header: the stack drops it */
+	*udp = (void *)oip + *ihl_len;
+	if ((void *)(*udp + 1) > data_end)
+		return NULL;
+	return oip;
+}
+
 /* Returns: where hop `idx` of the GUE header's list lies, or NULL if beyond
  * NILB_MAX_GUE_HOPS or the packet (never for idx < hop_count after
  * gue_parse; the verifier needs the check). */

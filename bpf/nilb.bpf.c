@@ -750,22 +750,13 @@ int nilb_xdp_backend(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
-	struct ethhdr *eth = data;
 	struct nilb_config *cfg;
 	struct iphdr *oip;
 	struct udphdr *udp;
 	__u32 ihl_len;
 
-	if ((void *)(eth + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_IP))
-		goto pass;
-	oip = (void *)(eth + 1);
-	if ((void *)(oip + 1) > data_end || oip->protocol != IPPROTO_UDP)
-		goto pass;
-	ihl_len = oip->ihl * 4;
-	if (ihl_len < sizeof(*oip))
-		goto pass; /* not a valid IPv4 header: the stack drops it */
-	udp = (void *)oip + ihl_len;
-	if ((void *)(udp + 1) > data_end)
+	oip = outer_udp4(data, data_end, &udp, &ihl_len);
+	if (!oip)
 		goto pass;
 	cfg = get_config();
 	if (!cfg) {
@@ -1099,7 +1090,6 @@ int nilb_tc_second_chance(struct __sk_buff *skb)
 	struct nilb_service_stats *st;
 	struct nilb_config *cfg;
 	void *data, *data_end, *meta;
-	struct ethhdr *eth;
 	struct iphdr *oip, *in;
 	struct udphdr *udp;
 	struct gue_hdr *gue;
@@ -1112,17 +1102,8 @@ int nilb_tc_second_chance(struct __sk_buff *skb)
 	data = (void *)(long)skb->data;
 	data_end = (void *)(long)skb->data_end;
 
-	eth = data;
-	if ((void *)(eth + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_IP))
-		goto pass;
-	oip = (void *)(eth + 1);
-	if ((void *)(oip + 1) > data_end || oip->protocol != IPPROTO_UDP)
-		goto pass;
-	ihl_len = oip->ihl * 4;
-	if (ihl_len < sizeof(*oip))
-		goto pass; /* not a valid IPv4 header: the stack drops it */
-	udp = (void *)oip + ihl_len;
-	if ((void *)(udp + 1) > data_end)
+	oip = outer_udp4(data, data_end, &udp, &ihl_len);
+	if (!oip)
 		goto pass;
 	cfg = get_config();
 	if (!cfg) {

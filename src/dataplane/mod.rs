@@ -513,24 +513,12 @@ impl<'obj> Dataplane<'obj> {
         }
         let prog = &self.skel.progs.nilb_xdp_balancer;
         let xdp = Xdp::new(prog.as_fd());
-        for m in [XdpMode::Native, XdpMode::Generic] {
-            if let Ok(id) = xdp.query_id(ifindex, m.flags()) {
-                if id == 0 {
-                    continue;
-                }
-                let name = program_name(id).unwrap_or_else(|| "?".into());
-                if !name.starts_with("nilb_xdp") {
-                    bail!(
-                        "interface already has XDP program `{name}` (id {id}, {m:?} mode); \
-                         nilb does not replace another program: detach it first"
-                    );
-                }
-                if m != mode {
-                    bail!("a previous nilb XDP program (id {id}) is attached in {m:?} mode; detach it first (ip link set dev IF xdp off)");
-                }
-                if self.xdp_backend != Some(ifindex) {
-                    warn!(id, "replacing a previous nilb XDP program");
-                }
+        for (m, id) in nilb_xdp_programs(&xdp, ifindex)? {
+            if m != mode {
+                bail!("a previous nilb XDP program (id {id}) is attached in {m:?} mode; detach it first (ip link set dev IF xdp off)");
+            }
+            if self.xdp_backend != Some(ifindex) {
+                warn!(id, "replacing a previous nilb XDP program");
             }
         }
         libbpf_log::clear_kernel_message();
@@ -568,18 +556,7 @@ impl<'obj> Dataplane<'obj> {
     pub fn attach_xdp_backend(&mut self, ifindex: i32) -> Result<()> {
         let prog = &self.skel.progs.nilb_xdp_backend;
         let xdp = Xdp::new(prog.as_fd());
-        for m in [XdpMode::Native, XdpMode::Generic] {
-            let id = xdp.query_id(ifindex, m.flags()).unwrap_or(0);
-            if id == 0 {
-                continue;
-            }
-            let name = program_name(id).unwrap_or_else(|| "?".into());
-            if !name.starts_with("nilb_xdp") {
-                bail!(
-                    "interface already has XDP program `{name}` (id {id}, {m:?} mode); \
-                     nilb does not replace another program"
-                );
-            }
+        for (m, id) in nilb_xdp_programs(&xdp, ifindex)? {
             if m == XdpMode::Generic {
                 xdp.detach(ifindex, m.flags()).with_context(|| {
                     format!("detaching a nilb XDP program in generic mode (id {id})")
@@ -1114,6 +1091,28 @@ pub fn tc_filter_check(ifindex: i32) -> std::result::Result<(), String> {
             "nilb's TC filter is not attached to this node's interface (clsact ingress): GUE for this node is not decapsulated".into(),
         ),
     }
+}
+
+/// The nilb XDP programs attached to `ifindex`, by mode (native, generic),
+/// with their IDs. Errors: another program is attached (nilb never
+/// replaces a program that is not its own; the message names it).
+fn nilb_xdp_programs(xdp: &Xdp<'_>, ifindex: i32) -> Result<Vec<(XdpMode, u32)>> {
+    let mut out = Vec::new();
+    for m in [XdpMode::Native, XdpMode::Generic] {
+        let id = xdp.query_id(ifindex, m.flags()).unwrap_or(0);
+        if id == 0 {
+            continue;
+        }
+        let name = program_name(id).unwrap_or_else(|| "?".into());
+        if !name.starts_with("nilb_xdp") {
+            bail!(
+                "interface already has XDP program `{name}` (id {id}, {m:?} mode); \
+                 nilb does not replace another program: detach it first"
+            );
+        }
+        out.push((m, id));
+    }
+    Ok(out)
 }
 
 /// Name of the loaded BPF program with this id.
