@@ -78,7 +78,7 @@ fn main() {
         .allowlist_var("NILB_.*")
         .rustified_enum("nilb_counter")
         .constified_enum_module(
-            "nilb_(limits|wire|config_flags|control_health|control_admin|control_flags|family|filter_bits|filter_kind|quic_limits|quic_algorithm|quic_flags|quic_decode|service_flags)",
+            "nilb_(limits|wire|config_flags|control_health|control_admin|control_flags|family|filter_bits|filter_kind|quic_limits|quic_algorithm|quic_flags|quic_decode|service_flags|addr_flags)",
         )
         .derive_default(true)
         .derive_debug(true)

@@ -62,6 +62,17 @@ static __always_inline int is_vip(__u32 addr)
 	return bpf_map_lookup_elem(&vips, &addr) != NULL;
 }
 
+/* Returns: non-zero if addr (network order) is a configured VIP that is
+ * no node's own address (NILB_ADDR_F_NODE): all of its fragments,
+ * malformed packets and ICMP errors are nilb's to judge, where a node
+ * address's that belong to no service are the node's. */
+static __always_inline int is_vip_only(__u32 addr)
+{
+	struct nilb_addr_info *a = bpf_map_lookup_elem(&vips, &addr);
+
+	return a && !(a->flags & NILB_ADDR_F_NODE);
+}
+
 /* Returns: the service (vip, port, proto) (network order), or NULL if no
  * such service is configured. */
 static __always_inline struct nilb_service *service_of(__u32 vip, __u16 port, __u8 proto)
@@ -134,6 +145,43 @@ static __always_inline __u16 csum_fold32(__u32 sum)
 	sum = (sum & 0xffff) + (sum >> 16);
 	sum = (sum & 0xffff) + (sum >> 16);
 	return (__u16)~sum;
+}
+
+/* TCP states (BPF_TCP_*) in which a socket owns the packets of its 4-tuple
+ * while a hop is left: the handshake, and a connection that can still
+ * receive data or must still receive the ACK of its own FIN. Not TIME_WAIT
+ * (which also covers the kernel's orphaned FIN_WAIT2 minisockets) and not
+ * CLOSE: docs/design.md "Second chance (TC)" argues each state. Shared by
+ * XDP (tcp_flow_owned) and TC (tc_tcp_socket). */
+#define TCP_OWNING_STATES                                                                 \
+	((1u << BPF_TCP_ESTABLISHED) | (1u << BPF_TCP_SYN_SENT) | (1u << BPF_TCP_SYN_RECV) | \
+	 (1u << BPF_TCP_NEW_SYN_RECV) | (1u << BPF_TCP_FIN_WAIT1) |                          \
+	 (1u << BPF_TCP_FIN_WAIT2) | (1u << BPF_TCP_CLOSE_WAIT) | (1u << BPF_TCP_CLOSING) |  \
+	 (1u << BPF_TCP_LAST_ACK))
+
+/* struct flow4 is passed to the socket lookups as a struct bpf_sock_tuple:
+ * the IPv4 part has the same layout. */
+_Static_assert(__builtin_offsetof(struct flow4, saddr) ==
+		       __builtin_offsetof(struct bpf_sock_tuple, ipv4.saddr) &&
+	       __builtin_offsetof(struct flow4, dport) ==
+		       __builtin_offsetof(struct bpf_sock_tuple, ipv4.dport),
+	       "flow4 starts like bpf_sock_tuple.ipv4");
+
+/* Returns: non-zero if a local TCP socket in an owning state (not a
+ * listener, not TIME_WAIT or CLOSE) has flow f (client -> VIP, or the
+ * translated tuple of a NAT service). ctx: an XDP or TC context. */
+static __always_inline int tcp_flow_owned(void *ctx, struct flow4 *f)
+{
+	struct bpf_sock *sk;
+	__u32 state;
+
+	sk = bpf_skc_lookup_tcp(ctx, (struct bpf_sock_tuple *)f,
+				sizeof(((struct bpf_sock_tuple *)0)->ipv4), BPF_F_CURRENT_NETNS, 0);
+	if (!sk)
+		return 0;
+	state = sk->state;
+	bpf_sk_release(sk);
+	return state < 32 && ((1u << state) & TCP_OWNING_STATES);
 }
 
 #endif /* NILB_COMMON_H */

@@ -312,4 +312,40 @@ struct {
 	__type(value, struct quic_lb_scratch);
 } quic_scratch SEC(".maps");
 
+/* ---- NAT mode (bpf/nat.h; docs/design.md "NAT mode") ------------------ */
+
+/* The flows of NAT-mode services this node accepted, as its stack sees
+ * them (struct nilb_nat_key) -> the service address and port their replies
+ * leave with. max_entries: nat.max_flows, set by the control plane at
+ * creation. BPF_F_NO_PREALLOC: memory follows the flows tracked (a node
+ * without NAT services pays nothing). Pinned: a restart keeps every
+ * translated connection. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, NILB_NAT_DEFAULT_FLOWS);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct nilb_nat_key);
+	__type(value, struct nilb_nat_flow);
+} nat_flows SEC(".maps");
+
+/* Port >> 6 -> bit (port & 63) set if some NAT-mode service listens on
+ * that port (host order) on the backends: the only source ports whose
+ * replies the egress program looks up, and the only destination ports XDP
+ * checks for collisions. Not pinned: filled from the file at start. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, NILB_NAT_PORT_WORDS);
+	__type(key, __u32);
+	__type(value, __u64);
+} nat_ports SEC(".maps");
+
+/* Key 0: the number of the control plane's current sweep of nat_flows
+ * (struct nilb_nat_flow.gc_pass), read by the TCP socket iterator. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} nat_gc_pass SEC(".maps");
+
 #endif /* NILB_MAPS_H */

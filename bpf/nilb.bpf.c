@@ -385,14 +385,17 @@ static __always_inline int xdp_sent(const struct xdp_hops *hops, __u32 inner_len
  * MACs). If TC's first rule accepts the inner packet here (a TCP SYN
  * without ACK, or a local socket owns the flow; xdp_tcp_accepts), TC would
  * only take the GUE off again: take it off now and pass the packet as it
- * came, counted in the service's tc_decap. Checked here, after the
- * encapsulation, so that packets for other hops pay nothing for it.
+ * came, counted in the service's tc_decap (a NAT-mode service's translated
+ * to this node's address `node` and listening port). Checked here, after
+ * the encapsulation, so that packets for other hops pay nothing for it.
  * Returns: 0 if the packet is to pass without GUE (not counted: the caller
  * counts C_XDP_LOCAL_DIRECT), -1 if TC is to have it (nothing changed), 1
  * if the kernel refused to resize it (counted: C_XDP_DROP_ADJUST_FAILED;
- * never seen; the frame is no longer the one the caller checked).
+ * never seen; the frame is no longer the one the caller checked), 2 for a
+ * NAT collision or a full nat_flows (counted; nothing changed).
  */
-static __always_inline int xdp_local_direct(struct xdp_md *ctx, __u32 overhead, const __u8 *macs)
+static __always_inline int xdp_local_direct(struct xdp_md *ctx, __u32 overhead, const __u8 *macs,
+					    __u32 node)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
@@ -401,6 +404,7 @@ static __always_inline int xdp_local_direct(struct xdp_md *ctx, __u32 overhead, 
 	struct ethhdr *eth;
 	struct tcphdr *th;
 	struct iphdr *in;
+	int nat, verdict;
 
 	if (overhead > gue_overhead(NILB_TX_HOPS))
 		return -1; /* never: the verifier needs the bound */
@@ -408,9 +412,14 @@ static __always_inline int xdp_local_direct(struct xdp_md *ctx, __u32 overhead, 
 	if ((void *)(in + 1) > data_end || in->protocol != IPPROTO_TCP)
 		return -1;
 	th = (void *)in + in->ihl * 4;
-	if ((void *)(th + 1) > data_end || xdp_tcp_accepts(ctx, in, th) < 0)
+	if ((void *)(th + 1) > data_end)
 		return -1;
 	svc = service_of(in->daddr, th->dest, IPPROTO_TCP);
+	verdict = xdp_tcp_accepts(ctx, in, th, svc, node, &nat);
+	if (verdict == -2)
+		return 2;
+	if (verdict < 0)
+		return -1;
 	if (svc)
 		st = service_stats_of(svc);
 	if (bpf_xdp_adjust_head(ctx, (int)overhead)) {
@@ -423,6 +432,16 @@ static __always_inline int xdp_local_direct(struct xdp_md *ctx, __u32 overhead, 
 	if ((void *)(eth + 1) <= data_end) {
 		copy_macs(eth, macs);
 		eth->h_proto = bpf_htons(ETH_P_IP);
+	}
+	if (nat && svc) {
+		in = (void *)(eth + 1);
+		if ((void *)(in + 1) > data_end)
+			return 0; /* checked before; the verifier needs it */
+		th = (void *)in + in->ihl * 4;
+		if ((void *)(th + 1) > data_end)
+			return 0;
+		nat_xdp_tcp_in(in, th, node, svc->nat_port);
+		count(C_NAT_IN);
 	}
 	if (st)
 		st->tc_decap++;
@@ -480,7 +499,7 @@ static __always_inline int xdp_next_hop(struct xdp_md *ctx, struct ethhdr *eth,
 		 * goes to the stack as it came; else hand the GUE packet to our
 		 * own TC program, which applies second chance like on any
 		 * backend. */
-		verdict = xdp_local_direct(ctx, overhead, macs);
+		verdict = xdp_local_direct(ctx, overhead, macs, cfg->node_addr);
 		if (verdict == 0)
 			return xdp_sent(hops, inner_len, what, C_XDP_LOCAL_DIRECT, XDP_PASS);
 		if (verdict > 0)
@@ -638,7 +657,7 @@ int nilb_xdp_balancer(struct xdp_md *ctx)
 	    sizeof(*eth) + tot_len > frame_len)
 		goto malformed;
 	if (is_fragment(iph)) {
-		if (!is_vip(iph->daddr))
+		if (!is_vip_only(iph->daddr))
 			goto not_service;
 		count(C_XDP_DROP_FRAGMENT);
 		return XDP_DROP;
@@ -692,6 +711,8 @@ int nilb_xdp_balancer(struct xdp_md *ctx)
 		case ICMP_FLOW:
 			break;
 		case ICMP_MALFORMED:
+			if (!is_vip_only(iph->daddr))
+				goto not_service;
 			count(C_XDP_DROP_MALFORMED);
 			return XDP_DROP;
 		default: /* ICMP_PING, ICMP_NO_FLOW */
@@ -726,11 +747,15 @@ int nilb_xdp_balancer(struct xdp_md *ctx)
 	return xdp_next_hop(ctx, eth, cfg, &hops, tot_len, what, macs);
 
 malformed:
-	if (is_vip(iph->daddr)) {
+	if (is_vip_only(iph->daddr)) {
 		count(C_XDP_DROP_MALFORMED);
 		return XDP_DROP;
 	}
 not_service:
+	/* NAT mode: a direct packet to this node must not join a translated
+	 * flow of the same 4-tuple (bpf/nat.h). */
+	if ((cfg->flags & NILB_F_NAT) && nat_direct_drop(iph, data_end, cfg->node_addr))
+		return XDP_DROP;
 	count(C_XDP_PASS_NOT_SERVICE);
 	return XDP_PASS;
 }
@@ -756,17 +781,23 @@ int nilb_xdp_backend(struct xdp_md *ctx)
 	__u32 ihl_len;
 
 	oip = outer_udp4(data, data_end, &udp, &ihl_len);
-	if (!oip)
-		goto pass;
 	cfg = get_config();
 	if (!cfg) {
 		count(C_XDP_PASS_NO_CONFIG);
 		return XDP_PASS;
 	}
-	if (oip->daddr != cfg->node_addr || udp->dest != cfg->gue_port)
-		goto pass;
-	return xdp_gue_receive(ctx, cfg, oip);
-pass:
+	if (oip && oip->daddr == cfg->node_addr && udp->dest == cfg->gue_port)
+		return xdp_gue_receive(ctx, cfg, oip);
+	/* NAT mode: a direct packet to this node must not join a translated
+	 * flow of the same 4-tuple (bpf/nat.h). */
+	if (cfg->flags & NILB_F_NAT) {
+		struct ethhdr *eth = data;
+		struct iphdr *iph = (void *)(eth + 1);
+
+		if ((void *)(iph + 1) <= data_end && eth->h_proto == bpf_htons(ETH_P_IP) &&
+		    nat_direct_drop(iph, data_end, cfg->node_addr))
+			return XDP_DROP;
+	}
 	count(C_XDP_BACKEND_PASS);
 	return XDP_PASS;
 }
@@ -800,7 +831,7 @@ enum local_miss {
 	LOCAL_CLOSED = -5,
 };
 
-/* TCP_OWNING_STATES and the flow4/bpf_sock_tuple layout: bpf/xdp_decap.h. */
+/* TCP_OWNING_STATES and the flow4/bpf_sock_tuple layout: bpf/common.h. */
 
 /*
  * What the local TCP socket of flow f (client -> VIP) makes of a packet:
@@ -852,17 +883,46 @@ static __always_inline int tc_udp_socket(struct __sk_buff *skb, struct flow4 *f,
 	return connected ? owned : LOCAL_UDP_LISTENER;
 }
 
+/* The service of a flow TC looks at, and its NAT translation here. */
+struct tc_nat {
+	struct nilb_service *svc; /* the flow's service, NULL if none */
+	__u32 node;               /* this node's address */
+	__u32 vip;                /* the service address (network order) */
+	__u16 port;               /* the service port (network order) */
+	__u16 nat_port;           /* its listening port on the backends (network order) */
+	__u8 active;              /* translated here (nat_active) */
+	__u8 syn;                 /* a TCP SYN without ACK */
+};
+
+/* Look up the service of flow f (client -> VIP) into n and, for a NAT-mode
+ * service translated here, make f the tuple this node's stack sees
+ * (destination: n->node and the service's listening port).
+ * Returns: nothing. */
+static __always_inline void tc_nat_flow(struct tc_nat *n, struct flow4 *f)
+{
+	n->vip = f->daddr;
+	n->port = f->dport;
+	n->svc = service_of(f->daddr, f->dport, f->proto);
+	n->active = nat_active(n->svc, f->daddr, f->dport, n->node);
+	if (n->active && n->svc) {
+		n->nat_port = n->svc->nat_port;
+		f->daddr = n->node;
+		f->dport = n->nat_port;
+	}
+}
+
 /*
  * Does a local socket make this node the right place for the inner packet
  * (in: checked IPv4 header whose tot_len fills the GUE payload)? *f gets
  * the flow the packet belongs to (client -> VIP; for an ICMP error the
- * quoted flow), proto 0 if none.
+ * quoted flow; for a NAT-mode service the translated tuple, which sockets
+ * are looked up by), proto 0 if none; *n its service (tc_nat_flow).
  * Returns: the counter (enum nilb_counter, >= 0) to accept the packet under
  * (C_TC_DECAP_SYN, _ESTABLISHED, _SYNCOOKIE, _UDP, _ICMP or _PING), else a
  * negative enum local_miss.
  */
 static __always_inline int tc_local_match(struct __sk_buff *skb, struct iphdr *in, void *data_end,
-					  struct flow4 *f)
+					  struct flow4 *f, struct tc_nat *n)
 {
 	void *l4 = (void *)in + in->ihl * 4;
 	/* L4 bytes within the inner packet (its tot_len was checked against
@@ -882,7 +942,9 @@ static __always_inline int tc_local_match(struct __sk_buff *skb, struct iphdr *i
 		f->sport = th->source;
 		f->dport = th->dest;
 		f->proto = IPPROTO_TCP;
-		if (th->syn && !th->ack)
+		tc_nat_flow(n, f);
+		n->syn = th->syn && !th->ack;
+		if (n->syn)
 			return C_TC_DECAP_SYN;
 		return tc_tcp_socket(skb, f, C_TC_DECAP_ESTABLISHED, in, th);
 	}
@@ -897,6 +959,7 @@ static __always_inline int tc_local_match(struct __sk_buff *skb, struct iphdr *i
 		f->sport = uh->source;
 		f->dport = uh->dest;
 		f->proto = IPPROTO_UDP;
+		tc_nat_flow(n, f);
 		return tc_udp_socket(skb, f, C_TC_DECAP_UDP);
 	}
 	case IPPROTO_ICMP:
@@ -913,28 +976,13 @@ static __always_inline int tc_local_match(struct __sk_buff *skb, struct iphdr *i
 		default: /* ICMP_MALFORMED */
 			return LOCAL_MALFORMED;
 		}
+		tc_nat_flow(n, f);
 		if (f->proto == IPPROTO_TCP)
 			return tc_tcp_socket(skb, f, C_TC_DECAP_ICMP, in, NULL);
 		return tc_udp_socket(skb, f, C_TC_DECAP_ICMP);
 	default:
 		return LOCAL_UNSUPPORTED;
 	}
-}
-
-/* Per-service stats of flow f (proto 0: none). Map value pointers stay
- * valid after the packet changes.
- * Returns: the service's counters, or NULL if the flow belongs to no
- * service. */
-static __always_inline struct nilb_service_stats *tc_flow_stats(const struct flow4 *f)
-{
-	struct nilb_service *svc;
-
-	if (!f->proto)
-		return NULL;
-	svc = service_of(f->daddr, f->dport, f->proto);
-	if (!svc)
-		return NULL;
-	return service_stats_of(svc);
 }
 
 /* Remove outer IPv4 + UDP + GUE (hdr_len bytes after Ethernet) and count
@@ -952,6 +1000,47 @@ static __always_inline int tc_decap(struct __sk_buff *skb, __u32 hdr_len, __u32 
 	if (st)
 		st->tc_decap++;
 	return TC_ACT_OK;
+}
+
+/*
+ * Accept the GUE packet here (tc_decap) and, for a flow of a NAT-mode
+ * service translated here (n->active; f: its translated tuple), first
+ * track it (nat_track) and then rewrite the decapsulated packet's
+ * destination (TCP, UDP) or, for an ICMP error about the flow, its outer
+ * destination and quoted source (bpf/nat.h).
+ * Returns: TC_ACT_OK, or TC_ACT_SHOT (counted: a NAT collision or full
+ * nat_flows, or C_TC_DROP_ADJUST_FAILED if the kernel refused a change).
+ */
+static __always_inline int tc_accept(struct __sk_buff *skb, __u32 hdr_len, __u32 counter,
+				     struct nilb_service_stats *st, const struct tc_nat *n,
+				     const struct flow4 *f)
+{
+	void *data, *data_end;
+	struct iphdr *ip;
+	int verdict;
+
+	if (n->active && nat_track(skb, f, n->vip, n->port, n->syn) < 0)
+		return TC_ACT_SHOT;
+	verdict = tc_decap(skb, hdr_len, counter, st);
+	if (verdict != TC_ACT_OK || !n->active)
+		return verdict;
+	data = (void *)(long)skb->data;
+	data_end = (void *)(long)skb->data_end;
+	ip = data + sizeof(struct ethhdr);
+	if ((void *)(ip + 1) > data_end)
+		goto refused;
+	if (ip->protocol == IPPROTO_ICMP) {
+		if (nat_icmp(ip, data_end, 0, n->vip, n->node, n->port, n->nat_port))
+			goto refused;
+	} else if (nat_tc_l4(skb, sizeof(struct ethhdr), sizeof(struct ethhdr) + ip->ihl * 4,
+			     ip->protocol, 0, n->vip, n->node, n->port, n->nat_port)) {
+		goto refused;
+	}
+	count(C_NAT_IN);
+	return TC_ACT_OK;
+refused:
+	count(C_TC_DROP_ADJUST_FAILED);
+	return TC_ACT_SHOT;
 }
 
 /* A RST from the VIP: IPv4 and TCP, no options. */
@@ -1093,6 +1182,7 @@ int nilb_tc_second_chance(struct __sk_buff *skb)
 	struct iphdr *oip, *in;
 	struct udphdr *udp;
 	struct gue_hdr *gue;
+	struct tc_nat n;
 	struct flow4 f;
 	__u32 node, saddr, ihl_len, hdr_len, hop, *hop_at;
 	__u8 next;
@@ -1159,16 +1249,18 @@ int nilb_tc_second_chance(struct __sk_buff *skb)
 	gue = gue_of(oip);
 	hdr_len = gue_encap_len(gue);
 
-	verdict = tc_local_match(skb, in, data_end, &f);
+	__builtin_memset(&n, 0, sizeof(n));
+	n.node = node;
+	verdict = tc_local_match(skb, in, data_end, &f, &n);
 	if (verdict == LOCAL_MALFORMED)
 		goto malformed;
 	if (verdict == LOCAL_UNSUPPORTED) {
 		count(C_TC_DROP_UNSUPPORTED);
 		return TC_ACT_SHOT;
 	}
-	st = tc_flow_stats(&f);
+	st = n.svc ? service_stats_of(n.svc) : NULL;
 	if (verdict >= 0)
-		return tc_decap(skb, hdr_len, verdict, st);
+		return tc_accept(skb, hdr_len, verdict, st, &n, &f);
 
 	/* Not owned here (LOCAL_UNKNOWN, _UDP_LISTENER or _CLOSED): second
 	 * chance if a hop is left. */
@@ -1179,7 +1271,7 @@ int nilb_tc_second_chance(struct __sk_buff *skb)
 			goto malformed;
 		hop = *hop_at;
 		if (hop == node)
-			return tc_decap(skb, hdr_len, C_TC_DECAP_LOOP_GUARD, st);
+			return tc_accept(skb, hdr_len, C_TC_DECAP_LOOP_GUARD, st, &n, &f);
 		if (!hop)
 			goto malformed;
 		if (!gue_hop_relayable(hop)) {
@@ -1195,13 +1287,13 @@ int nilb_tc_second_chance(struct __sk_buff *skb)
 	/* The last hop: a UDP listener serves what no connected socket owns;
 	 * the stack has what a closed TCP socket still matches. */
 	if (verdict == LOCAL_UDP_LISTENER || verdict == LOCAL_CLOSED)
-		return tc_decap(skb, hdr_len,
-				in->protocol == IPPROTO_ICMP	   ? C_TC_DECAP_ICMP
-				: verdict == LOCAL_UDP_LISTENER ? C_TC_DECAP_UDP
-								: C_TC_DECAP_TIME_WAIT,
-				st);
+		return tc_accept(skb, hdr_len,
+				 in->protocol == IPPROTO_ICMP	    ? C_TC_DECAP_ICMP
+				 : verdict == LOCAL_UDP_LISTENER ? C_TC_DECAP_UDP
+								 : C_TC_DECAP_TIME_WAIT,
+				 st, &n, &f);
 	if (cfg->flags & NILB_F_UNKNOWN_FLOW_LOCAL)
-		return tc_decap(skb, hdr_len, C_TC_DECAP_UNKNOWN_LOCAL, st);
+		return tc_accept(skb, hdr_len, C_TC_DECAP_UNKNOWN_LOCAL, st, &n, &f);
 	if (st)
 		st->tc_drops++;
 	if ((cfg->flags & NILB_F_UNKNOWN_FLOW_RST) && in->protocol == IPPROTO_TCP)
@@ -1215,4 +1307,126 @@ malformed:
 pass:
 	count(C_TC_PASS_OTHER);
 	return TC_ACT_OK;
+}
+
+/* ---- NAT mode: replies (bpf/nat.h) --------------------------------------- */
+
+/*
+ * Egress of the node's interface: a reply of a NAT flow (TCP or UDP from
+ * this node's address and a port in nat_ports, to a client whose flow
+ * nat_flows holds) leaves with the service address and port as its
+ * source; an ICMP error this node sends about such a flow gets the
+ * service address as its source and in its quote. Everything else passes
+ * untouched (a node without NAT services returns at the config flag).
+ * Returns: TC_ACT_OK (C_NAT_OUT if translated), or TC_ACT_SHOT if the
+ * kernel refused a change (counted: C_TC_DROP_ADJUST_FAILED).
+ */
+SEC("tc")
+int nilb_tc_nat_egress(struct __sk_buff *skb)
+{
+	struct nilb_nat_flow *v;
+	struct nilb_nat_key k;
+	struct nilb_config *cfg;
+	void *data, *data_end;
+	struct ethhdr *eth;
+	struct iphdr *ip, *q;
+	__u32 now, ihl_len;
+	__u16 *ports;
+
+	cfg = get_config();
+	if (!cfg || !(cfg->flags & NILB_F_NAT))
+		return TC_ACT_OK;
+	tc_linearize_headers(skb);
+	data = (void *)(long)skb->data;
+	data_end = (void *)(long)skb->data_end;
+	eth = data;
+	ip = (void *)(eth + 1);
+	if ((void *)(ip + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_IP) ||
+	    ip->saddr != cfg->node_addr || ip->ihl < 5 || (ip->frag_off & bpf_htons(IP_OFFSET)))
+		return TC_ACT_OK;
+	ihl_len = ip->ihl * 4;
+	__builtin_memset(&k, 0, sizeof(k));
+	if (ip->protocol == IPPROTO_TCP || ip->protocol == IPPROTO_UDP) {
+		ports = (void *)ip + ihl_len;
+		if ((void *)(ports + 2) > data_end || !nat_port_listed(ports[0]))
+			return TC_ACT_OK;
+		k.client = ip->daddr;
+		k.local = ip->saddr;
+		k.client_port = ports[1];
+		k.local_port = ports[0];
+		k.proto = ip->protocol;
+		q = NULL;
+	} else if (ip->protocol == IPPROTO_ICMP) {
+		struct icmphdr *icmp = (void *)ip + ihl_len;
+
+		if ((void *)(icmp + 1) > data_end ||
+		    (icmp->type != ICMP_DEST_UNREACH && icmp->type != ICMP_TIME_EXCEEDED &&
+		     icmp->type != ICMP_PARAMETERPROB))
+			return TC_ACT_OK;
+		q = (void *)(icmp + 1);
+		if ((void *)(q + 1) > data_end || q->ihl < 5 || q->daddr != ip->saddr ||
+		    (q->frag_off & bpf_htons(IP_OFFSET)) ||
+		    (q->protocol != IPPROTO_TCP && q->protocol != IPPROTO_UDP))
+			return TC_ACT_OK;
+		ports = (void *)q + q->ihl * 4;
+		if ((void *)(ports + 2) > data_end || !nat_port_listed(ports[1]))
+			return TC_ACT_OK;
+		k.client = q->saddr;
+		k.local = q->daddr;
+		k.client_port = ports[0];
+		k.local_port = ports[1];
+		k.proto = q->protocol;
+	} else {
+		return TC_ACT_OK;
+	}
+	v = bpf_map_lookup_elem(&nat_flows, &k);
+	if (!v)
+		return TC_ACT_OK;
+	now = nat_now_s();
+	if (v->seen_s != now)
+		v->seen_s = now;
+	if (q) {
+		if (nat_icmp(ip, data_end, 1, k.local, v->vip, k.local_port, v->port))
+			return TC_ACT_OK;
+	} else if (nat_tc_l4(skb, sizeof(struct ethhdr), sizeof(struct ethhdr) + ihl_len, k.proto, 1,
+			     k.local, v->vip, k.local_port, v->port)) {
+		count(C_TC_DROP_ADJUST_FAILED);
+		return TC_ACT_SHOT;
+	}
+	count(C_NAT_OUT);
+	return TC_ACT_OK;
+}
+
+/*
+ * The control plane's sweep of nat_flows, TCP part: run as a BPF iterator
+ * over this network namespace's TCP sockets (listeners, request sockets,
+ * established and TIME_WAIT alike); each IPv4 socket whose tuple nat_flows
+ * holds gets the current sweep number (nat_gc_pass) in its entry. The
+ * control plane then removes the TCP entries the sweep did not reach and
+ * that saw no packet for a while: their connection is over.
+ * Returns: 0 (the iterator's contract; it writes no output).
+ */
+SEC("iter/tcp")
+int nilb_nat_sweep_tcp(struct bpf_iter__tcp *ctx)
+{
+	struct sock_common *skc = ctx->sk_common;
+	struct nilb_nat_flow *v;
+	struct nilb_nat_key k;
+	__u32 zero = 0, *pass;
+
+	if (!skc || skc->skc_family != AF_INET)
+		return 0;
+	__builtin_memset(&k, 0, sizeof(k));
+	k.client = skc->skc_daddr;
+	k.local = skc->skc_rcv_saddr;
+	k.client_port = skc->skc_dport;
+	k.local_port = bpf_htons(skc->skc_num);
+	k.proto = IPPROTO_TCP;
+	v = bpf_map_lookup_elem(&nat_flows, &k);
+	if (!v)
+		return 0;
+	pass = bpf_map_lookup_elem(&nat_gc_pass, &zero);
+	if (pass)
+		v->gc_pass = *pass;
+	return 0;
 }

@@ -56,6 +56,10 @@ enum nilb_limits {
 	NILB_FILTER_VERDICTS = 16384,
 	/* Filter scopes per generation: 0 global, 1 + service index. */
 	NILB_FILTER_SCOPES = 1 + NILB_MAX_SERVICES,
+	/* Elements of `nat_ports`: one bit per port, 64 per element. */
+	NILB_NAT_PORT_WORDS = 65536 / 64,
+	/* Default size of `nat_flows` (nat.max_flows in the config). */
+	NILB_NAT_DEFAULT_FLOWS = 262144,
 };
 
 enum nilb_wire {
@@ -109,6 +113,10 @@ enum nilb_config_flags {
 	NILB_F_FILTER_SERVICES = 0x800,
 	/* The live generation's long table is the large one (filter_long). */
 	NILB_F_FILTER_LONG_LARGE = 0x1000,
+	/* Some service is in NAT mode: the egress program translates replies
+	 * and XDP checks direct packets to this node for NAT collisions
+	 * (`nat_ports`, `nat_flows`). Without it neither looks at a packet. */
+	NILB_F_NAT = 0x2000,
 };
 
 /*
@@ -217,6 +225,12 @@ enum nilb_counter {
 	C_XDP_GUE_TO_TC,            /* GUE for this node XDP does not decide (second chance, UDP, ICMP, SYN cookie, TIME_WAIT, invalid): passed untouched to TC */
 	C_XDP_LOCAL_DIRECT,         /* balancer: first hop is this node and the packet is a SYN or a local socket's: passed to the stack without encapsulation */
 	C_XDP_BACKEND_PASS,         /* backend XDP program (not a balancer): not GUE for this node, passed untouched */
+	/* NAT mode (bpf/nat.h) */
+	C_NAT_NEW_FLOW,             /* NAT service: a flow accepted here for the first time (nat_flows entry created) */
+	C_NAT_IN,                   /* NAT service: packet accepted here, destination rewritten to this node's address and port */
+	C_NAT_OUT,                  /* NAT service: reply (or ICMP error about the flow) leaving with the service address and port */
+	C_NAT_DROP_COLLISION,       /* NAT: a translated flow and a direct one to this node would share a 4-tuple: the newer one's packet dropped */
+	C_NAT_DROP_TABLE_FULL,      /* NAT: nat_flows full (nat.max_flows): a new flow's packet dropped, established flows unaffected */
 	NILB_COUNTER_MAX,
 };
 
@@ -236,7 +250,12 @@ struct nilb_service {
 	__u32 table_base;     /* first bucket of its region of `buckets` */
 	__u32 table_mask;     /* table_size - 1; table_size a power of two */
 	__u32 service_index;  /* index into `service_stats` */
-	__u32 flags;          /* enum nilb_service_flags */
+	__u16 flags;          /* enum nilb_service_flags */
+	/* NILB_SVC_F_NAT: the port the backends' service listens on (network
+	 * order; the service's own port if none is configured). 0 otherwise.
+	 * (Was the high half of a 32-bit flags word, always 0: the layout, and
+	 * so the pinned map, is unchanged on little-endian hosts.) */
+	__u16 nat_port;
 };
 
 /* Bits of nilb_service.flags. */
@@ -245,6 +264,11 @@ enum nilb_service_flags {
 	 * decoder (quic_config is written before the bit is set and removed
 	 * after it is cleared). Without it the decoder is not called. */
 	NILB_SVC_F_QUIC_LB = 1,
+	/* mode: nat (docs/design.md "NAT mode"): a backend rewrites the
+	 * destination of the service's packets to its own address and
+	 * nat_port on the way in, and the source of the replies back to the
+	 * service address and port on the way out (struct nilb_nat_flow). */
+	NILB_SVC_F_NAT = 2,
 };
 
 /*
@@ -345,7 +369,46 @@ struct nilb_icmp_limit {
 
 /* Value of the `cluster_nodes` and `vips` maps (HASH, key IPv4 __u32). */
 struct nilb_addr_info {
-	__u32 flags;     /* reserved, 0 */
+	__u32 flags;     /* enum nilb_addr_flags */
+};
+
+/* Bits of nilb_addr_info.flags in `vips`. */
+enum nilb_addr_flags {
+	/* The service address is a node's own address (NAT-mode services
+	 * only): its fragments, malformed packets and ICMP that belong to no
+	 * service are the node's own business and pass, where a VIP's are
+	 * dropped. */
+	NILB_ADDR_F_NODE = 1,
+};
+
+/*
+ * Key of the `nat_flows` map (HASH): a flow of a NAT-mode service as the
+ * backend's stack sees it, the client's address and port and the
+ * backend's own address and the port its service listens on. 16 bytes,
+ * addresses and ports in network order; pad always 0.
+ */
+struct nilb_nat_key {
+	__u32 client;       /* the client's address */
+	__u32 local;        /* this backend's own address */
+	__u16 client_port;
+	__u16 local_port;   /* the service's listening port here */
+	__u8 proto;         /* IPPROTO_TCP or IPPROTO_UDP */
+	__u8 pad[3];
+};
+
+/*
+ * Value of `nat_flows`: the service address and port the client talks to,
+ * which the backend's replies get back as their source. Created by the
+ * backend's programs when they accept the flow's first packet, removed by
+ * the control plane (TCP: once no socket of the flow is left; UDP: after
+ * nat.udp_timeout of silence). 16 bytes.
+ */
+struct nilb_nat_flow {
+	__u32 vip;          /* service address, network order */
+	__u16 port;         /* service port, network order */
+	__u16 pad;
+	__u32 seen_s;       /* last packet either way, bpf_ktime_get_coarse_ns() / 1e9 */
+	__u32 gc_pass;      /* the control plane's last sweep that found its TCP socket */
 };
 
 /* Values of struct nilb_control_state.health. */

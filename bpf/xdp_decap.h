@@ -20,50 +20,22 @@
 
 #include "common.h"
 #include "gue.h"
+#include "nat.h"
 
-/* TCP states (BPF_TCP_*) in which a socket owns the packets of its 4-tuple
- * while a hop is left: the handshake, and a connection that can still
- * receive data or must still receive the ACK of its own FIN. Not TIME_WAIT
- * (which also covers the kernel's orphaned FIN_WAIT2 minisockets) and not
- * CLOSE: docs/design.md "Second chance (TC)" argues each state. Shared by
- * XDP (xdp_tcp_owned) and TC (tc_tcp_socket). */
-#define TCP_OWNING_STATES                                                                 \
-	((1u << BPF_TCP_ESTABLISHED) | (1u << BPF_TCP_SYN_SENT) | (1u << BPF_TCP_SYN_RECV) | \
-	 (1u << BPF_TCP_NEW_SYN_RECV) | (1u << BPF_TCP_FIN_WAIT1) |                          \
-	 (1u << BPF_TCP_FIN_WAIT2) | (1u << BPF_TCP_CLOSE_WAIT) | (1u << BPF_TCP_CLOSING) |  \
-	 (1u << BPF_TCP_LAST_ACK))
-
-/* struct flow4 is passed to the socket lookups as a struct bpf_sock_tuple:
- * the IPv4 part has the same layout. */
-_Static_assert(__builtin_offsetof(struct flow4, saddr) ==
-		       __builtin_offsetof(struct bpf_sock_tuple, ipv4.saddr) &&
-	       __builtin_offsetof(struct flow4, dport) ==
-		       __builtin_offsetof(struct bpf_sock_tuple, ipv4.dport),
-	       "flow4 starts like bpf_sock_tuple.ipv4");
-
-/* Returns: non-zero if a local TCP socket in an owning state (not a
- * listener, not TIME_WAIT or CLOSE) has flow f (client -> VIP). */
-static __always_inline int xdp_tcp_owned(struct xdp_md *ctx, struct flow4 *f)
-{
-	struct bpf_sock *sk;
-	__u32 state;
-
-	sk = bpf_skc_lookup_tcp(ctx, (struct bpf_sock_tuple *)f,
-				sizeof(((struct bpf_sock_tuple *)0)->ipv4), BPF_F_CURRENT_NETNS, 0);
-	if (!sk)
-		return 0;
-	state = sk->state;
-	bpf_sk_release(sk);
-	return state < 32 && ((1u << state) & TCP_OWNING_STATES);
-}
-
-/* What the backend path does with a TCP packet to a VIP it received
- * itself, not encapsulated (the balancer's local first hop; th: its
- * checked TCP header, iph its IPv4 header): is it TC's first acceptance
- * rule, a SYN without ACK or a segment of a local owning socket?
- * Returns: C_XDP_DECAP_SYN, C_XDP_DECAP_ESTABLISHED, or -1 (neither). */
+/*
+ * What the backend path does with a TCP segment to a service that reached
+ * this node (iph, th: its checked IPv4 and TCP headers; svc: the service,
+ * NULL if none): is it TC's first acceptance rule, a SYN without ACK or a
+ * segment of a local owning socket? For a NAT-mode service the socket is
+ * looked up, and the flow tracked (nat_track), by the translated tuple,
+ * and *nat is set non-zero: the caller rewrites the segment
+ * (nat_xdp_tcp_in) once it has taken the outer headers off.
+ * Returns: C_XDP_DECAP_SYN, C_XDP_DECAP_ESTABLISHED, -1 (neither: TC's),
+ * or -2 (NAT collision or table full, counted: drop it).
+ */
 static __always_inline int xdp_tcp_accepts(struct xdp_md *ctx, const struct iphdr *iph,
-					   const struct tcphdr *th)
+					   const struct tcphdr *th, const struct nilb_service *svc,
+					   __u32 node, int *nat)
 {
 	struct flow4 f = {
 		.saddr = iph->saddr,
@@ -72,22 +44,30 @@ static __always_inline int xdp_tcp_accepts(struct xdp_md *ctx, const struct iphd
 		.dport = th->dest,
 		.proto = IPPROTO_TCP,
 	};
+	int syn = th->syn && !th->ack;
 
-	if (th->syn && !th->ack)
-		return C_XDP_DECAP_SYN;
-	if (xdp_tcp_owned(ctx, &f))
-		return C_XDP_DECAP_ESTABLISHED;
-	return -1;
+	*nat = nat_active(svc, iph->daddr, th->dest, node);
+	if (*nat) {
+		f.daddr = node;
+		f.dport = svc->nat_port;
+	}
+	if (!syn && !tcp_flow_owned(ctx, &f))
+		return -1;
+	if (*nat && nat_track(ctx, &f, iph->daddr, th->dest, syn) < 0)
+		return -2;
+	return syn ? C_XDP_DECAP_SYN : C_XDP_DECAP_ESTABLISHED;
 }
 
 /*
  * GUE addressed to this node (oip: its outer IPv4 header, 20 bytes within
  * the frame, protocol UDP, destination cfg->node_addr; the UDP destination
  * port is cfg->gue_port): decapsulate it here if TC would accept it at
- * once (a SYN, or a local socket owns the flow), else leave it to TC.
+ * once (a SYN, or a local socket owns the flow), else leave it to TC. A
+ * NAT-mode service's segment is translated as it is decapsulated.
  * Returns: XDP_PASS in both cases; decapsulated: counted
  * C_XDP_DECAP_SYN or C_XDP_DECAP_ESTABLISHED (and the service's
- * tc_decap); untouched: C_XDP_GUE_TO_TC.
+ * tc_decap; C_NAT_IN if translated); untouched: C_XDP_GUE_TO_TC; or
+ * XDP_DROP for a NAT collision or a full nat_flows (counted).
  */
 static __always_inline int xdp_gue_receive(struct xdp_md *ctx, const struct nilb_config *cfg,
 					   struct iphdr *oip)
@@ -101,7 +81,7 @@ static __always_inline int xdp_gue_receive(struct xdp_md *ctx, const struct nilb
 	struct tcphdr *th;
 	struct ethhdr *eth;
 	__u8 macs[2 * ETH_ALEN];
-	int counter;
+	int counter, nat;
 
 	/* TC's rules before it decapsulates, in its order. A packet from
 	 * this node's own address is TC's to judge (our XDP's are marked and
@@ -117,10 +97,12 @@ static __always_inline int xdp_gue_receive(struct xdp_md *ctx, const struct nilb
 	if ((void *)(th + 1) > data_end || l4_len < sizeof(*th) || th->doff < 5 ||
 	    th->doff * 4 > l4_len)
 		goto to_tc;
-	counter = xdp_tcp_accepts(ctx, in, th);
+	svc = service_of(in->daddr, th->dest, IPPROTO_TCP);
+	counter = xdp_tcp_accepts(ctx, in, th, svc, cfg->node_addr, &nat);
+	if (counter == -2)
+		return XDP_DROP;
 	if (counter < 0)
 		goto to_tc;
-	svc = service_of(in->daddr, th->dest, IPPROTO_TCP);
 	if (svc)
 		st = service_stats_of(svc);
 	hdr_len = gue_encap_len(gue_of(oip));
@@ -138,6 +120,16 @@ static __always_inline int xdp_gue_receive(struct xdp_md *ctx, const struct nilb
 		return XDP_PASS; /* checked by the kernel; the verifier needs it */
 	copy_macs(eth, macs);
 	eth->h_proto = bpf_htons(ETH_P_IP);
+	if (nat && svc) {
+		in = (void *)(eth + 1);
+		if ((void *)(in + 1) > data_end)
+			return XDP_PASS; /* checked before; the verifier needs it */
+		th = (void *)in + in->ihl * 4;
+		if ((void *)(th + 1) > data_end)
+			return XDP_PASS;
+		nat_xdp_tcp_in(in, th, cfg->node_addr, svc->nat_port);
+		count(C_NAT_IN);
+	}
 	count(counter);
 	if (st)
 		st->tc_decap++;

@@ -60,7 +60,7 @@ weights_ratio() { local n s=""; for n in "${NH_NODES[@]}"; do s+="${s:+:}${WEIGH
 # write_config W1 W2 W3: (re)write $CFG atomically with these weights (and the
 # backend states in BSTATE, DW_YAML, ENCAP_YAML, RB_MAX_STEP_PERCENT,
 # RB_PREVIOUS_OWNERS,
-# UNKNOWN_FLOW, EXTRA_SERVICES)
+# UNKNOWN_FLOW, CLUSTER_EXTRA (lines under cluster:), EXTRA_SERVICES)
 write_config() {
   local i=0 n tmp=$CFG.tmp
   for n in "${NH_NODES[@]}"; do
@@ -74,6 +74,7 @@ write_config() {
     echo "  balancers: [${BALANCERS:-${NH_NODE_IP[node1]}}]"
     echo "  gue_port: 19523"
     echo "  unknown_flow: $UNKNOWN_FLOW"
+    [[ -n ${CLUSTER_EXTRA:-} ]] && printf '%s\n' "$CLUSTER_EXTRA"
     echo "defaults:"
     echo "  table_size: 1024"
     echo "  health_check: {interval_ms: $HC_INTERVAL_MS, timeout_ms: $HC_TIMEOUT_MS, rise_count: $HC_RISE, fall_count: $HC_FALL}"
@@ -111,6 +112,7 @@ base_config() {
   BSTATE=()
   DW_YAML=""
   UNKNOWN_FLOW=drop
+  CLUSTER_EXTRA=""
   EXTRA_SERVICES=""
   ENCAP_YAML=""
   FILTERS_YAML=""

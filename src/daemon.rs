@@ -741,7 +741,12 @@ async fn serve(
     // largest (a resize), in whole chunks; adopted pins that are smaller
     // grow, larger ones keep their size (docs/design.md "Maps").
     let pool = crate::dataplane::pool_buckets(&config);
-    let mut dp = Dataplane::load_pinned(&mut storage, Some(&opts.pin_dir), pool)?;
+    let mut dp = Dataplane::load_pinned_sized(
+        &mut storage,
+        Some(&opts.pin_dir),
+        pool,
+        config.cluster.nat.max_flows,
+    )?;
     dp.set_interface(ifindex, opts.xdp_mode);
     let now = clock::control_ms(&clock);
     let (mut cp, mut plan) = if dp.adopted() {
@@ -815,6 +820,7 @@ async fn serve(
     }
     // New programs replace the old ones atomically; the maps stay.
     dp.attach_tc(ifindex)?;
+    dp.sync_nat_sweep(cp.config())?;
     if balancer {
         if opts.xdp_mode == XdpMode::Generic {
             warn!("XDP in generic (skb) mode: correct but far slower than native mode");
@@ -1725,6 +1731,9 @@ impl Daemon<'_, '_> {
                     "filters swapped in"
                 );
             }
+        }
+        if let Err(e) = self.dp.sync_nat_sweep(self.cp.config()) {
+            warn!("starting the NAT flow sweep: {e:#}");
         }
         // A reload that lengthens the hop list (more previous owners, a
         // first UDP service) needs a larger MTU between nodes: say so now,

@@ -39,3 +39,8 @@ pub const MAX_PREVIOUS_OWNERS: u32 = l::NILB_MAX_OWNERS - 1;
 pub const ICMP_TOO_BIG_RATE_DEFAULT: u16 = nilb_wire::NILB_ICMP_TOO_BIG_RATE_DEFAULT as u16;
 /// Largest `cluster.icmp_too_big_rate`: the data plane keeps 16 bits.
 pub const ICMP_TOO_BIG_RATE_MAX: u32 = nilb_wire::NILB_ICMP_TOO_BIG_RATE_MAX;
+/// Default size of the NAT flow table (`cluster.nat.max_flows`).
+pub const NAT_DEFAULT_FLOWS: u32 = l::NILB_NAT_DEFAULT_FLOWS;
+/// Largest `cluster.nat.max_flows`: 2^24 entries (a few GiB of kernel
+/// memory when full; docs/operations.md "Limits").
+pub const NAT_MAX_FLOWS: u32 = 1 << 24;

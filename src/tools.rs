@@ -671,6 +671,45 @@ pub struct StatsReport {
     pub services: Vec<ServiceStatsReport>,
     /// Every edge filter rule with what it dropped.
     pub filters: Vec<crate::filter_report::RuleStatsReport>,
+    /// NAT mode's flow table on this node (None: the pins have none).
+    pub nat_flows: Option<NatFlowsReport>,
+}
+
+/// NAT mode's flow table (`nat_flows`, docs/design.md "NAT mode") as read
+/// from the pins: flows this node accepted for `mode: nat` services whose
+/// entry the sweep has not removed yet.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct NatFlowsReport {
+    /// Entries now.
+    pub flows: u64,
+    /// Of which TCP.
+    pub tcp: u64,
+    /// Of which UDP.
+    pub udp: u64,
+    /// Its size (`cluster.nat.max_flows` when it was created).
+    pub max_flows: u32,
+}
+
+/// Count the entries of the pinned `nat_flows` under `dir`, if any.
+fn nat_flows_report(dir: &Path) -> Option<NatFlowsReport> {
+    use libbpf_rs::MapCore;
+    let h = libbpf_rs::MapHandle::from_pinned_path(dir.join(crate::dataplane::pinned::NAT_FLOWS))
+        .ok()?;
+    let mut r = NatFlowsReport {
+        flows: 0,
+        tcp: 0,
+        udp: 0,
+        max_flows: h.max_entries(),
+    };
+    for key in h.keys() {
+        r.flows += 1;
+        match abi::read_struct::<abi::sys::nilb_nat_key>(&key).map(|k| k.proto) {
+            Ok(6) => r.tcp += 1,
+            Ok(17) => r.udp += 1,
+            _ => {}
+        }
+    }
+    Some(r)
 }
 
 /// Counters of one service.
@@ -775,6 +814,7 @@ pub fn stats_report(dir: &Path) -> Result<StatsReport> {
         counters: COUNTER_NAMES.iter().copied().zip(values).collect(),
         services,
         filters: crate::filter_report::rule_stats(&pins)?,
+        nat_flows: nat_flows_report(dir),
     })
 }
 
@@ -822,6 +862,13 @@ pub fn stats(dir: &Path, all: bool, out: &mut dyn Write) -> Result<()> {
                 b.new_connections
             )?;
         }
+    }
+    if let Some(n) = r.nat_flows.as_ref().filter(|n| all || n.flows > 0) {
+        writeln!(
+            out,
+            "NAT flows (mode: nat): {} of {} ({} TCP, {} UDP)",
+            n.flows, n.max_flows, n.tcp, n.udp
+        )?;
     }
     if all || !r.filters.is_empty() {
         writeln!(

@@ -21,6 +21,31 @@ pub enum Protocol {
     Udp,
 }
 
+/// How a service's backends receive its packets (`services[].mode`;
+/// docs/config.md "NAT mode", docs/design.md "NAT mode").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ServiceMode {
+    /// Direct server return (default): every backend holds the VIP on
+    /// `lo` and its service listens on it.
+    #[default]
+    Dsr,
+    /// The backends hold nothing: nilb's programs on each backend rewrite
+    /// the destination to the backend's own address and `target_port` on
+    /// the way in, and the replies' source back on the way out. The
+    /// service address may be a node's own address.
+    Nat,
+}
+
+impl std::fmt::Display for ServiceMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ServiceMode::Dsr => "dsr",
+            ServiceMode::Nat => "nat",
+        })
+    }
+}
+
 /// What the last hop does with a packet of a flow it does not know
 /// (`cluster.unknown_flow`; docs/config.md).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]

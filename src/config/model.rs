@@ -16,7 +16,7 @@ use super::{
 use crate::prefix::Prefix4;
 use crate::quic_lb;
 pub use crate::types::UnknownFlow;
-use crate::types::{Protocol, ServiceKey};
+use crate::types::{Protocol, ServiceKey, ServiceMode};
 
 /// Administrative state of a backend (docs/config.md "Backend states").
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
@@ -349,6 +349,32 @@ pub struct Cluster {
     /// CPU to packets too big for the encapsulation (also the burst); 0:
     /// none, such packets are only dropped.
     pub icmp_too_big_rate: u16,
+    /// NAT-mode flow table of every node (`cluster.nat`).
+    pub nat: NatSettings,
+}
+
+/// `cluster.nat:` (docs/config.md "NAT mode"): the per-node table of
+/// NAT-mode flows (`nat_flows`, one entry per connection a backend
+/// accepted for a `mode: nat` service).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NatSettings {
+    /// Entries `nat_flows` holds at most (set when the map is created; a
+    /// change takes effect at the next start, which copies the flows).
+    /// A new flow beyond it is dropped and counted; tracked ones are
+    /// unaffected.
+    pub max_flows: u32,
+    /// Milliseconds without a packet after which a UDP flow's entry is
+    /// removed (UDP has no end to see).
+    pub udp_timeout_ms: u64,
+}
+
+impl Default for NatSettings {
+    fn default() -> Self {
+        NatSettings {
+            max_flows: crate::limits::NAT_DEFAULT_FLOWS,
+            udp_timeout_ms: 120_000,
+        }
+    }
 }
 
 /// One (VIP, port, protocol) with its backends.
@@ -362,6 +388,12 @@ pub struct Service {
     pub port: u16,
     /// TCP or UDP.
     pub protocol: Protocol,
+    /// DSR (the backends hold the VIP) or NAT (they hold nothing).
+    pub mode: ServiceMode,
+    /// NAT mode: the port the service listens on at every backend's own
+    /// address (host order); `port` unless `target_port` is given. DSR:
+    /// always `port`.
+    pub target_port: u16,
     /// Buckets, a power of two in [`super::MIN_TABLE_SIZE`,
     /// `crate::limits::MAX_TABLE_SIZE`].
     pub table_size: u32,

@@ -6,7 +6,7 @@ use serde::de::IgnoredAny;
 use serde::Deserialize;
 
 use super::model::{BackendState, LoadSource, RatePer, UnknownFlow};
-use crate::types::Protocol;
+use crate::types::{Protocol, ServiceMode};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -98,6 +98,15 @@ pub(super) struct RawCluster {
     #[serde(default)]
     pub(super) unknown_flow: UnknownFlow,
     pub(super) icmp_too_big_rate: Option<u32>,
+    pub(super) nat: Option<RawNat>,
+}
+
+/// `cluster.nat:` (NAT-mode flow table of every node).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawNat {
+    pub(super) max_flows: Option<u32>,
+    pub(super) udp_timeout_ms: Option<u64>,
 }
 
 #[derive(Deserialize, Default)]
@@ -184,6 +193,9 @@ pub(super) struct RawService {
     pub(super) vip: String,
     pub(super) port: u32,
     pub(super) protocol: Protocol,
+    #[serde(default)]
+    pub(super) mode: ServiceMode,
+    pub(super) target_port: Option<u32>,
     pub(super) table_size: Option<u32>,
     pub(super) health_check: Option<RawHealthCheck>,
     pub(super) dynamic_weight: Option<RawDynamicWeight>,

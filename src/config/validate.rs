@@ -8,13 +8,13 @@ use std::net::Ipv4Addr;
 
 use super::model::{
     assigned_server_id, Backend, Checker, Cluster, Config, DynamicWeight, Filters, HealthCheck,
-    ListFile, LoadSource, PrefixRule, QuicLb, QuicServerId, Rate, RateRule, Rebalance, Routing,
-    Scheme, Service, ServiceFilters, TlsOptions,
+    ListFile, LoadSource, NatSettings, PrefixRule, QuicLb, QuicServerId, Rate, RateRule, Rebalance,
+    Routing, Scheme, Service, ServiceFilters, TlsOptions,
 };
 use super::raw::{
     RawBackend, RawCluster, RawConfig, RawDefaults, RawDynamicWeight, RawFilters, RawHealthCheck,
-    RawHttp, RawNone, RawPrefixRule, RawQuicLb, RawRateRule, RawRebalance, RawRouting, RawServerId,
-    RawService, RawServiceFilters, RawTcp, RawTiming,
+    RawHttp, RawNat, RawNone, RawPrefixRule, RawQuicLb, RawRateRule, RawRebalance, RawRouting,
+    RawServerId, RawService, RawServiceFilters, RawTcp, RawTiming,
 };
 use super::{
     Position, Problem, DEFAULT_BIRDC, DEFAULT_BIRD_SOCKET, DEFAULT_DRAIN_FILE, DEFAULT_GUE_PORT,
@@ -27,7 +27,7 @@ use super::{
 use crate::limits;
 use crate::prefix::SourcePrefix;
 use crate::quic_lb::{self, Algorithm, ServerId};
-use crate::types::Protocol;
+use crate::types::{Protocol, ServiceMode};
 
 /// Collects problems while the raw file is turned into a [`Config`].
 pub(super) struct Validator {
@@ -953,13 +953,45 @@ impl Validator {
             Some(r) => r as u16,
             None => DEFAULT_ICMP_TOO_BIG_RATE,
         };
+        let nat = self.nat(raw.nat.as_ref());
         Cluster {
             hash_seed: raw.hash_seed,
             balancers,
             gue_port,
             unknown_flow: raw.unknown_flow,
             icmp_too_big_rate,
+            nat,
         }
+    }
+
+    /// `cluster.nat`: the NAT flow table's size and UDP timeout.
+    fn nat(&mut self, raw: Option<&RawNat>) -> NatSettings {
+        let mut nat = NatSettings::default();
+        let Some(raw) = raw else { return nat };
+        if let Some(n) = raw.max_flows {
+            if !(1024..=limits::NAT_MAX_FLOWS).contains(&n) {
+                self.report(
+                    "cluster.nat.max_flows",
+                    format!(
+                        "{n} flows is outside 1024-{} (entries of the NAT flow table)",
+                        limits::NAT_MAX_FLOWS
+                    ),
+                );
+            } else {
+                nat.max_flows = n;
+            }
+        }
+        if let Some(t) = raw.udp_timeout_ms {
+            if !(1_000..=86_400_000).contains(&t) {
+                self.report(
+                    "cluster.nat.udp_timeout_ms",
+                    format!("{t} ms is outside 1000-86400000 (1 s to 1 day)"),
+                );
+            } else {
+                nat.udp_timeout_ms = t;
+            }
+        }
+        nat
     }
 
     /// A panic threshold: a percentage, 0 (off) to 100.
@@ -1033,12 +1065,24 @@ impl Validator {
         let sp = format!("services[{si}]");
         self.service_name(&sp, si, &rs.name, seen);
         let (vip, port) = self.service_address(&sp, si, &rs, cluster, seen);
+        let target_port = match (rs.mode, rs.target_port) {
+            (ServiceMode::Nat, Some(t)) => self.port(&format!("{sp}.target_port"), t),
+            (ServiceMode::Dsr, Some(_)) => {
+                self.report(
+                    format!("{sp}.target_port"),
+                    "target_port needs `mode: nat` (in DSR mode the backends listen on the VIP's port)",
+                );
+                port
+            }
+            (_, None) => port,
+        };
         let table_size = self.service_table_size(&sp, &rs, defaults.table_size);
+        // The backends listen on target_port: checks go there by default.
         let health_check = self.health_check(
             &sp,
             rs.health_check.as_ref(),
             &defaults.timing,
-            port,
+            target_port,
             rs.protocol,
         );
         let dynamic_weight = rs
@@ -1053,7 +1097,7 @@ impl Validator {
         let server_ids: Vec<Option<RawServerId>> =
             rs.backends.iter_mut().map(|b| b.server_id.take()).collect();
         let raw_quic = rs.quic_lb.take();
-        let backends = self.backends(&sp, vip, rs.backends);
+        let backends = self.backends(&sp, vip, rs.mode, rs.backends);
         let quic_lb = self.quic_lb(&sp, rs.protocol, raw_quic.as_ref(), &backends, server_ids);
         let filters = self.service_filters(&sp, rs.filters.unwrap_or_default());
         Service {
@@ -1061,6 +1105,8 @@ impl Validator {
             vip,
             port,
             protocol: rs.protocol,
+            mode: rs.mode,
+            target_port,
             table_size,
             health_check,
             dynamic_weight,
@@ -1131,10 +1177,10 @@ impl Validator {
                 format!("UDP port {port} is the cluster's GUE port"),
             );
         }
-        if cluster.balancers.contains(&vip) {
+        if cluster.balancers.contains(&vip) && rs.mode != ServiceMode::Nat {
             self.report(
                 format!("{sp}.vip"),
-                format!("{vip} is a balancer's own address, not a VIP"),
+                format!("{vip} is a balancer's own address, not a VIP (a service on a node's own address needs `mode: nat`)"),
             );
         }
         let key = (vip, port, rs.protocol);
@@ -1190,13 +1236,21 @@ impl Validator {
 
     /// A service's backends: usable, distinct addresses other than the VIP,
     /// weights in range, usable host names.
-    fn backends(&mut self, sp: &str, vip: Ipv4Addr, raw: Vec<RawBackend>) -> Vec<Backend> {
+    fn backends(
+        &mut self,
+        sp: &str,
+        vip: Ipv4Addr,
+        mode: ServiceMode,
+        raw: Vec<RawBackend>,
+    ) -> Vec<Backend> {
         let mut backends = Vec::new();
         let mut dips = HashMap::new();
         for (bi, rb) in raw.into_iter().enumerate() {
             let bp = format!("{sp}.backends[{bi}]");
             let dip = self.address(&format!("{bp}.dip"), &rb.dip, "backend");
-            if dip == vip {
+            // NAT mode: the node whose own address the service has is one
+            // of its backends like any other.
+            if dip == vip && mode != ServiceMode::Nat {
                 self.report(
                     format!("{bp}.dip"),
                     format!("{dip} is the service's VIP; a backend needs its own address"),
@@ -1492,12 +1546,25 @@ impl Validator {
                 ),
             );
         }
+        // A node's own address may be a service address only in NAT mode
+        // (a DSR VIP is held on every backend's lo).
+        let dsr_vips: HashMap<Ipv4Addr, usize> = cfg
+            .services
+            .iter()
+            .enumerate()
+            .rev()
+            .filter(|(_, s)| s.mode == ServiceMode::Dsr)
+            .map(|(i, s)| (s.vip, i))
+            .collect();
         for (si, s) in cfg.services.iter().enumerate() {
             for (bi, b) in s.backends.iter().enumerate() {
-                if vips.contains(&b.dip) && b.dip != s.vip {
+                let Some(sj) = dsr_vips.get(&b.dip) else {
+                    continue;
+                };
+                if b.dip != s.vip {
                     self.report(
                         format!("services[{si}].backends[{bi}].dip"),
-                        format!("{} is a VIP of another service", b.dip),
+                        format!("{} is the VIP of services[{sj}], a DSR service (a service on a node's own address needs `mode: nat`)", b.dip),
                     );
                 }
             }

@@ -8,14 +8,15 @@ use anyhow::Result;
 
 use super::{ControlPlane, Plan, ServiceState, OVERFLOW_SLOT};
 use crate::config::BackendState;
-use crate::dataplane::{ControlRecord, DataplaneOps, QuicRoute, TableInstall};
+use crate::dataplane::{ControlRecord, DataplaneOps, NatPlan, QuicRoute, TableInstall};
 use crate::limits;
 use crate::table::Moves;
-use crate::types::ServiceKey;
+use crate::types::{ServiceKey, ServiceMode};
 
 impl ControlPlane {
     /// Write `plan` into `dp`. Order keeps traffic safe:
-    /// 1. the node settings, if the plan changed them;
+    /// 1. the node settings, if the plan changed them, then the NAT-mode
+    ///    state ([`Self::nat_plan`]: only what changed is written);
     /// 2. the VIP and cluster-address sets widen to the union of what the
     ///    maps hold and what the new state needs, so no table installed next
     ///    points at an address the programs would reject;
@@ -48,6 +49,10 @@ impl ControlPlane {
         if plan.settings_changed {
             dp.set_settings(&self.settings(node))?;
         }
+        // NAT mode first: the node-address flags of VIPs added next, and
+        // the NAT flag of services whose table does not change.
+        let nat = self.nat_plan();
+        dp.set_nat(&nat)?;
         let vips = self.config.vips();
         let nodes = self.cluster_addresses();
         let vips_before = dp.vips().clone();
@@ -85,6 +90,7 @@ impl ControlPlane {
             .map(|((key, st), f)| TableInstall {
                 key: *key,
                 index: st.index,
+                nat_port: nat.services.get(key).copied(),
                 table: &st.table,
                 slot_of: f.as_ref(),
                 changed: plan.changed.get(key).map(|c| &c[..]),
@@ -108,6 +114,28 @@ impl ControlPlane {
         dp.set_vips(&vips)?;
         dp.set_cluster_nodes(&nodes)?;
         Ok(())
+    }
+
+    /// What NAT mode needs written for this state: each `mode: nat`
+    /// service's listening port, and the service addresses that are a
+    /// node's own (a balancer's or any backend's address).
+    pub fn nat_plan(&self) -> NatPlan {
+        let mut plan = NatPlan::default();
+        for s in &self.config.services {
+            if s.mode == ServiceMode::Nat {
+                plan.services.insert(s.key(), s.target_port);
+            }
+        }
+        if !plan.services.is_empty() {
+            let nodes = self.config.cluster_addresses();
+            plan.node_addresses = self
+                .config
+                .vips()
+                .into_iter()
+                .filter(|v| nodes.contains(v))
+                .collect();
+        }
+        plan
     }
 
     /// The QUIC-LB routes of this state: for each service with `quic_lb`,

@@ -84,6 +84,8 @@ impl ChainSource for Chains {
 pub(super) struct Install<'a> {
     pub key: ServiceKey,
     pub index: u32,
+    /// NAT mode: the backends' listening port (host order); None: DSR.
+    pub nat_port: Option<u16>,
     pub table: &'a dyn ChainSource,
     pub slot_of: &'a dyn Fn(Ipv4Addr) -> u32,
     /// Buckets that changed since this service's last install (None: all).
@@ -243,7 +245,8 @@ fn read_backends(maps: &PoolMaps<'_>) -> Result<Vec<Option<Ipv4Addr>>> {
 /// slots' addresses and how many bucket entries name each slot.
 pub(super) struct PoolBook {
     pool: Pool<ServiceKey>,
-    /// Region, stats index and `nilb_service.flags` of each service.
+    /// Region, stats index and attributes (flags and NAT port,
+    /// [`abi::service_attrs`]) of each service.
     regions: BTreeMap<ServiceKey, (Region, u32, u32)>,
     slot_addr: Vec<Option<Ipv4Addr>>,
     slot_refs: Vec<u32>,
@@ -293,7 +296,11 @@ impl PoolBook {
             }
             book.regions.insert(
                 t.key,
-                (t.region(), t.service.service_index, t.service.flags),
+                (
+                    t.region(),
+                    t.service.service_index,
+                    abi::service_attrs(&t.service),
+                ),
             );
         }
         Ok((book, errors))
@@ -521,8 +528,9 @@ impl PoolBook {
             add_refs(&mut self.slot_refs, w, 1);
             m.store_u32((base + i) * MOVED_BYTES, mv);
         }
-        let flags = cur.map_or(0, |c| c.2);
-        if fresh || cur.map(|c| c.1) != Some(it.index) {
+        let old_attrs = cur.map_or(0, |c| c.2);
+        let flags = abi::with_nat(old_attrs, it.nat_port);
+        if fresh || cur.map(|c| c.1) != Some(it.index) || flags != old_attrs {
             let val = abi::service_value(region.base, region.size, it.index, flags);
             maps.services
                 .update(
@@ -548,7 +556,8 @@ impl PoolBook {
         Ok(())
     }
 
-    /// Services whose `nilb_service.flags` have all of `bits`.
+    /// Services whose `nilb_service.flags` have all of `bits` (flag bits
+    /// only, below 1 << 16).
     pub fn with_flags(&self, bits: u32) -> Vec<ServiceKey> {
         self.regions
             .iter()
@@ -567,10 +576,22 @@ impl PoolBook {
         bit: u32,
         on: bool,
     ) -> Result<()> {
+        self.set_attrs(maps, key, |a| if on { a | bit } else { a & !bit })
+    }
+
+    /// Rewrite the attributes ([`abi::service_attrs`]) of `key`'s
+    /// `services` value as `f` says (one map update, only if they change).
+    /// A service without an installed table is left alone.
+    pub fn set_attrs(
+        &mut self,
+        maps: &PoolMaps<'_>,
+        key: &ServiceKey,
+        f: impl Fn(u32) -> u32,
+    ) -> Result<()> {
         let Some((r, index, flags)) = self.regions.get(key).copied() else {
             return Ok(());
         };
-        let next = if on { flags | bit } else { flags & !bit };
+        let next = f(flags);
         if next == flags {
             return Ok(());
         }
@@ -584,6 +605,11 @@ impl PoolBook {
             .with_context(|| format!("setting the flags of {key}"))?;
         self.regions.insert(*key, (r, index, next));
         Ok(())
+    }
+
+    /// The services with an installed table.
+    pub fn services(&self) -> Vec<ServiceKey> {
+        self.regions.keys().copied().collect()
     }
 
     /// Remove `key` from `services` and put its region into quarantine.

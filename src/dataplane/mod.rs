@@ -44,6 +44,7 @@ pub mod filters;
 pub mod hints;
 pub mod install;
 pub mod libbpf_log;
+pub mod nat;
 pub mod ops;
 pub mod pinned;
 pub mod pins;
@@ -62,12 +63,14 @@ use libbpf_rs::{MapCore, MapFlags, OpenObject, TcHook, TcHookBuilder, Xdp, XdpFl
 use tracing::{info, warn};
 
 use crate::config::Config;
+use crate::limits;
 use crate::table::Table;
 use crate::types::{ServiceKey, UnknownFlow};
 use abi::skel::{NilbSkel, NilbSkelBuilder};
 pub use install::{ChainSource, Chains, RawTable};
 pub use ops::{
-    ControlRecord, DataplaneOps, NodeSettings, QuicRoute, RecordAdmin, RecordHealth, TableInstall,
+    ControlRecord, DataplaneOps, NatPlan, NodeSettings, QuicRoute, RecordAdmin, RecordHealth,
+    TableInstall,
 };
 use pinned::read_control_state;
 pub use pinned::{LiveTable, PinnedMaps, ADOPT_WITHOUT, PINNED_MAPS, POOL_MAPS};
@@ -92,6 +95,8 @@ impl XdpMode {
 
 struct TcAttachment {
     hook: TcHook,
+    /// NAT mode's reply program on clsact egress of the same interface.
+    egress: Option<TcHook>,
     ifindex: i32,
     created_qdisc: bool,
 }
@@ -118,6 +123,14 @@ pub struct Dataplane<'obj> {
     grew: Option<(u32, u32)>,
     settings: Option<NodeSettings>,
     filters: filters::FilterState,
+    /// What NAT mode last wrote.
+    nat: nat::NatState,
+    /// The sweep of `nat_flows` ([`Dataplane::sync_nat_sweep`]) and the
+    /// UDP timeout it runs with.
+    nat_sweeper: Option<nat::Sweeper>,
+    nat_sweep_timeout: Option<u64>,
+    /// Its counts.
+    nat_stats: std::sync::Arc<nat::SweepStats>,
 }
 
 /// Pool size of [`Dataplane::load`]: four chunks (262,144 buckets).
@@ -212,6 +225,18 @@ pub fn cleanup(ifindex: i32, pin_dir: &Path) -> Result<Vec<String>> {
             done.push(format!("left TC filter {name} (id {id}): not nilb's"));
         }
     }
+    let eg = libbpf_log::expect_failure(|| abi::tc_egress_prog_id(ifindex, TC_HANDLE, TC_PRIORITY));
+    if let Some(id) = eg {
+        let name = program_name(id).unwrap_or_default();
+        if name.starts_with("nilb_tc") {
+            abi::tc_egress_detach(ifindex, TC_HANDLE, TC_PRIORITY)?;
+            done.push(format!("detached TC egress filter {name} (id {id})"));
+        } else {
+            done.push(format!(
+                "left TC egress filter {name} (id {id}): not nilb's"
+            ));
+        }
+    }
     for name in PINNED_MAPS {
         let path = pin_dir.join(name);
         if path.exists() {
@@ -255,7 +280,21 @@ impl<'obj> Dataplane<'obj> {
         pin_dir: Option<&Path>,
         pool_buckets: u32,
     ) -> Result<Self> {
+        Self::load_pinned_sized(storage, pin_dir, pool_buckets, limits::NAT_DEFAULT_FLOWS)
+    }
+
+    /// [`Dataplane::load_pinned`] with a `nat_flows` of `nat_flows` entries
+    /// (`cluster.nat.max_flows`). A pinned `nat_flows` of another size is
+    /// copied into the new one (every flow, as far as it fits: the rest
+    /// is dropped with a warning) and replaces it.
+    pub fn load_pinned_sized(
+        storage: &'obj mut MaybeUninit<OpenObject>,
+        pin_dir: Option<&Path>,
+        pool_buckets: u32,
+        nat_flows: u32,
+    ) -> Result<Self> {
         let chunk = pool::CHUNK_BUCKETS;
+        let mut resized_flows: Option<libbpf_rs::MapHandle> = None;
         let mut pool_size = pool_buckets.div_ceil(chunk).max(1) * chunk;
         let mut open = NilbSkelBuilder::default()
             .open(storage)
@@ -297,6 +336,22 @@ impl<'obj> Dataplane<'obj> {
                     _ => None,
                 }
             };
+            // A nat_flows of another size: kept open to copy from, its pin
+            // taken away so that the new map is created and pinned.
+            let flows_pin = dir.join(pinned::NAT_FLOWS);
+            if let Ok(h) = libbpf_rs::MapHandle::from_pinned_path(&flows_pin) {
+                let same_layout = maps.iter().any(|m| {
+                    name(m) == pinned::NAT_FLOWS
+                        && h.key_size() == m.key_size()
+                        && h.value_size() == m.value_size()
+                        && h.map_type() == m.map_type()
+                });
+                if same_layout && h.max_entries() != nat_flows {
+                    std::fs::remove_file(&flows_pin)
+                        .with_context(|| format!("replacing {}", flows_pin.display()))?;
+                    resized_flows = Some(h);
+                }
+            }
             let is_pool = |m: &libbpf_rs::OpenMapMut<'_>| POOL_MAPS.contains(&name(m).as_str());
             let matches = |map: &libbpf_rs::OpenMapMut<'_>| {
                 pinned(map).is_some_and(|h| {
@@ -359,9 +414,29 @@ impl<'obj> Dataplane<'obj> {
             .bucket_moved
             .set_max_entries(pool_size / 2)
             .context("sizing bucket_moved")?;
+        open.maps
+            .nat_flows
+            .set_max_entries(nat_flows)
+            .context("sizing nat_flows")?;
         let skel = open
             .load()
             .context("loading the BPF programs (verifier log above, if any)")?;
+        if let Some(old) = resized_flows {
+            let (copied, dropped) = nat::copy_flows(&old, &skel.maps.nat_flows)
+                .context("copying the NAT flows into the resized nat_flows")?;
+            info!(
+                from = old.max_entries(),
+                to = nat_flows,
+                copied,
+                "nat_flows resized (cluster.nat.max_flows): the NAT flows were copied"
+            );
+            if dropped > 0 {
+                warn!(
+                    dropped,
+                    "the resized nat_flows is too small for every NAT flow: the rest lose their translation"
+                );
+            }
+        }
         let book = if adopted {
             let (book, errors) = install::PoolBook::adopt(&pool_maps(&skel))
                 .context("reading the adopted tables")?;
@@ -387,6 +462,10 @@ impl<'obj> Dataplane<'obj> {
             grew,
             settings: None,
             filters: filters::FilterState::default(),
+            nat: nat::NatState::default(),
+            nat_sweeper: None,
+            nat_sweep_timeout: None,
+            nat_stats: Default::default(),
         };
         if adopted {
             // Start the set diffs from what the maps hold.
@@ -469,6 +548,7 @@ impl<'obj> Dataplane<'obj> {
             &[TableInstall {
                 key: *key,
                 index,
+                nat_port: None,
                 table,
                 slot_of,
                 changed: None,
@@ -495,6 +575,7 @@ impl<'obj> Dataplane<'obj> {
             &[install::Install {
                 key: *key,
                 index,
+                nat_port: None,
                 table: chains,
                 slot_of,
                 changed,
@@ -624,12 +705,83 @@ impl<'obj> Dataplane<'obj> {
         let hook = hook
             .attach()
             .with_context(|| format!("attaching TC ingress to ifindex {ifindex}"))?;
+        // NAT mode's replies: egress of the same interface (the program
+        // returns at once on a node without NAT services).
+        let egress_prog = &self.skel.progs.nilb_tc_nat_egress;
+        let mut egress = TcHookBuilder::new(egress_prog.as_fd())
+            .ifindex(ifindex)
+            .replace(true)
+            .handle(TC_HANDLE)
+            .priority(TC_PRIORITY)
+            .hook(libbpf_rs::TC_EGRESS);
+        let egress = egress
+            .attach()
+            .with_context(|| format!("attaching TC egress to ifindex {ifindex}"))?;
         self.tc = Some(TcAttachment {
             hook,
+            egress: Some(egress),
             ifindex,
             created_qdisc,
         });
         Ok(())
+    }
+
+    /// Run the sweep of `nat_flows` (module [`nat`]) while `config` has a
+    /// NAT-mode service, with its `cluster.nat.udp_timeout_ms` (restarted
+    /// when that changes); stop it otherwise. A change of
+    /// `cluster.nat.max_flows` takes effect at the next start (warned).
+    pub fn sync_nat_sweep(&mut self, config: &Config) -> Result<()> {
+        let want = config
+            .services
+            .iter()
+            .any(|s| s.mode == crate::types::ServiceMode::Nat)
+            .then_some(config.cluster.nat.udp_timeout_ms);
+        let max = self.skel.maps.nat_flows.max_entries();
+        if want.is_some() && config.cluster.nat.max_flows != max {
+            warn!(
+                running = max,
+                configured = config.cluster.nat.max_flows,
+                "cluster.nat.max_flows changes at the next start of nilb (the flows are copied then)"
+            );
+        }
+        if want == self.nat_sweep_timeout {
+            return Ok(());
+        }
+        self.nat_sweeper = None;
+        self.nat_sweep_timeout = None;
+        if let Some(t) = want {
+            self.start_nat_sweep(t)?;
+            self.nat_sweep_timeout = Some(t);
+        }
+        Ok(())
+    }
+
+    /// Start the sweep of `nat_flows` with `udp_timeout_ms`.
+    fn start_nat_sweep(&mut self, udp_timeout_ms: u64) -> Result<()> {
+        let link = self
+            .skel
+            .progs
+            .nilb_nat_sweep_tcp
+            .attach()
+            .context("attaching the TCP socket iterator of the NAT sweep")?;
+        let maps = nat::SweepMaps {
+            link,
+            flows: libbpf_rs::MapHandle::try_from(&self.skel.maps.nat_flows)
+                .context("opening nat_flows")?,
+            pass: libbpf_rs::MapHandle::try_from(&self.skel.maps.nat_gc_pass)
+                .context("opening nat_gc_pass")?,
+        };
+        self.nat_sweeper = Some(nat::Sweeper::start(
+            maps,
+            udp_timeout_ms,
+            self.nat_stats.clone(),
+        ));
+        Ok(())
+    }
+
+    /// The NAT sweep's counts (zero until it has run).
+    pub fn nat_stats(&self) -> std::sync::Arc<nat::SweepStats> {
+        self.nat_stats.clone()
     }
 
     /// Kernel id of one of our programs.
@@ -719,6 +871,19 @@ impl<'obj> Dataplane<'obj> {
                     "the TC filter on the interface is no longer ours; leaving it"
                 ),
                 Err(_) => {} // already gone
+            }
+            if let Some(mut eg) = tc.egress.take() {
+                let ours = Self::prog_id(&self.skel.progs.nilb_tc_nat_egress).ok();
+                if let Ok(id) = libbpf_log::expect_failure(|| eg.query()) {
+                    if Some(id) == ours {
+                        if let Err(e) = eg.detach() {
+                            errors.push(format!(
+                                "detaching TC egress from ifindex {}: {e}",
+                                tc.ifindex
+                            ));
+                        }
+                    }
+                }
             }
             if tc.created_qdisc {
                 let mut all = tc.hook;
@@ -847,6 +1012,9 @@ impl Dataplane<'_> {
             UnknownFlow::Local => abi::sys::nilb_config_flags::NILB_F_UNKNOWN_FLOW_LOCAL,
             UnknownFlow::Rst => abi::sys::nilb_config_flags::NILB_F_UNKNOWN_FLOW_RST,
         };
+        if !self.nat.plan.services.is_empty() {
+            flags |= abi::sys::nilb_config_flags::NILB_F_NAT;
+        }
         let v = abi::config_value(s.node, s.hash_seed, s.gue_port, flags, s.icmp_too_big_rate);
         self.skel
             .maps
@@ -877,7 +1045,10 @@ impl DataplaneOps for Dataplane<'_> {
 
     fn set_vips(&mut self, want: &BTreeSet<Ipv4Addr>) -> Result<()> {
         let have = std::mem::take(&mut self.vips);
-        let r = sync_set(&self.skel.maps.vips, &have, want, "vips");
+        let nodes = &self.nat.plan.node_addresses;
+        let r = sync_set(&self.skel.maps.vips, &have, want, "vips", &|a| {
+            abi::vip_value(nodes.contains(&a))
+        });
         self.vips = if r.is_ok() { want.clone() } else { have };
         r
     }
@@ -888,7 +1059,13 @@ impl DataplaneOps for Dataplane<'_> {
 
     fn set_cluster_nodes(&mut self, want: &BTreeSet<Ipv4Addr>) -> Result<()> {
         let have = std::mem::take(&mut self.nodes);
-        let r = sync_set(&self.skel.maps.cluster_nodes, &have, want, "cluster_nodes");
+        let r = sync_set(
+            &self.skel.maps.cluster_nodes,
+            &have,
+            want,
+            "cluster_nodes",
+            &|_| abi::sys::nilb_addr_info::default(),
+        );
         self.nodes = if r.is_ok() { want.clone() } else { have };
         r
     }
@@ -934,6 +1111,7 @@ impl DataplaneOps for Dataplane<'_> {
             .map(|it| install::Install {
                 key: it.key,
                 index: it.index,
+                nat_port: it.nat_port,
                 table: it.table,
                 slot_of: it.slot_of,
                 changed: it.changed,
@@ -963,6 +1141,52 @@ impl DataplaneOps for Dataplane<'_> {
         quic::sync(&self.skel, &mut self.quic, routes)?;
         for key in &want {
             self.book.set_flag(&maps, key, bit, true)?;
+        }
+        Ok(())
+    }
+
+    fn set_nat(&mut self, plan: &NatPlan) -> Result<()> {
+        // nat_ports: the words that differ.
+        let words = nat::port_words(plan);
+        for (i, w) in words.iter().enumerate() {
+            if self.nat.words.get(i) != Some(w) {
+                self.skel
+                    .maps
+                    .nat_ports
+                    .update(&(i as u32).to_ne_bytes(), &w.to_ne_bytes(), MapFlags::ANY)
+                    .context("writing nat_ports")?;
+            }
+        }
+        self.nat.words = words;
+        // vips flags of the addresses already in the map.
+        for (a, node) in nat::vip_flag_changes(
+            &self.vips,
+            &self.nat.plan.node_addresses,
+            &plan.node_addresses,
+            !self.nat.synced,
+        ) {
+            self.skel
+                .maps
+                .vips
+                .update(
+                    &abi::addr_be(a).to_ne_bytes(),
+                    abi::bytes_of(&abi::vip_value(node)),
+                    MapFlags::ANY,
+                )
+                .with_context(|| format!("flagging {a} in vips"))?;
+        }
+        self.nat.synced = true;
+        // Each installed service's NAT flag and port.
+        let maps = pool_maps(&self.skel);
+        for key in self.book.services() {
+            let want = plan.services.get(&key).copied();
+            self.book
+                .set_attrs(&maps, &key, |a| abi::with_nat(a, want))?;
+        }
+        let was_on = !self.nat.plan.services.is_empty();
+        self.nat.plan = plan.clone();
+        if was_on != !plan.services.is_empty() && self.settings.is_some() {
+            self.write_config()?;
         }
         Ok(())
     }
@@ -1054,12 +1278,12 @@ fn sync_set(
     have: &BTreeSet<Ipv4Addr>,
     want: &BTreeSet<Ipv4Addr>,
     what: &str,
+    value: &dyn Fn(Ipv4Addr) -> abi::sys::nilb_addr_info,
 ) -> Result<()> {
-    let info = abi::sys::nilb_addr_info::default();
     for a in want.difference(have) {
         map.update(
             &abi::addr_be(*a).to_ne_bytes(),
-            abi::bytes_of(&info),
+            abi::bytes_of(&value(*a)),
             MapFlags::ANY,
         )
         .with_context(|| format!("adding {a} to {what}"))?;

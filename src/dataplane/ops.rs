@@ -96,6 +96,9 @@ pub struct TableInstall<'a> {
     pub key: ServiceKey,
     /// Its index in `service_stats`.
     pub index: u32,
+    /// NAT mode: the port its backends listen on (host order); None: DSR.
+    /// Written into its `services` value with the table.
+    pub nat_port: Option<u16>,
     /// Its buckets.
     pub table: &'a Table,
     /// Backend slot of a hop (first hop or previous owner): its address in
@@ -123,6 +126,18 @@ pub struct QuicRoute {
     /// Server ID -> (backend, its `backend_stats` slot), for the backends
     /// that may receive packets now.
     pub servers: BTreeMap<ServerId, (Ipv4Addr, u32)>,
+}
+
+/// What NAT mode needs in the maps (docs/design.md "NAT mode"), written
+/// by [`DataplaneOps::set_nat`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NatPlan {
+    /// Each NAT-mode service and the port its backends listen on (host
+    /// order): its `services` value's NAT flag and port, and `nat_ports`.
+    pub services: BTreeMap<ServiceKey, u16>,
+    /// Service addresses that are a node's own address (`vips` flag
+    /// `NILB_ADDR_F_NODE`: what belongs to no service passes).
+    pub node_addresses: BTreeSet<Ipv4Addr>,
 }
 
 /// What the control plane writes into the data plane's maps (and the two
@@ -165,6 +180,13 @@ pub trait DataplaneOps {
 
     /// Remove a service from the `services` map (its packets then pass).
     fn remove_service(&mut self, key: &ServiceKey) -> Result<()>;
+
+    /// Make the NAT-mode state what `plan` says: the NAT flag and port of
+    /// every installed service's `services` value, `nat_ports`, the
+    /// node-address flag of `vips` entries (also for entries
+    /// [`Self::set_vips`] adds later) and the node's NAT flag in
+    /// `nilb_config`. Writes only what differs from the last call.
+    fn set_nat(&mut self, plan: &NatPlan) -> Result<()>;
 
     /// Make the QUIC-LB maps route exactly `routes` (one per service with
     /// `quic_lb`; every other service index gets no QUIC-LB routing).

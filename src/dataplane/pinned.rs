@@ -58,9 +58,12 @@ pub const FILTER_MAPS: [&str; 9] = [
     "filter_stats",
 ];
 
+/// `nat_flows`: NAT mode's flows (bpf/nat.h).
+pub const NAT_FLOWS: &str = "nat_flows";
+
 /// Names of the maps pinned under the pin directory, as the BPF object
 /// names them.
-pub const PINNED_MAPS: [&str; 20] = [
+pub const PINNED_MAPS: [&str; 21] = [
     SERVICES,
     BUCKETS,
     BUCKET_MOVED,
@@ -81,13 +84,19 @@ pub const PINNED_MAPS: [&str; 20] = [
     FILTER_MAPS[6],
     FILTER_MAPS[7],
     FILTER_MAPS[8],
+    NAT_FLOWS,
 ];
 
 /// Pinned maps a daemon may adopt the others without: pins of an older
 /// daemon that did not have them are completed with empty ones (the
 /// forwarding state, which is in the other maps, carries over).
-pub const ADOPT_WITHOUT: [&str; 10] = [
+pub const ADOPT_WITHOUT: [&str; 12] = [
     CONTROL_STATE,
+    // Counters restart from zero when an upgrade adds some.
+    COUNTERS,
+    // Resized by copying (Dataplane::load_pinned_sized); an older daemon
+    // had none.
+    NAT_FLOWS,
     FILTER_MAPS[0],
     FILTER_MAPS[1],
     FILTER_MAPS[2],

@@ -25,7 +25,9 @@ use std::net::Ipv4Addr;
 
 use anyhow::{bail, Result};
 
-use crate::dataplane::{ControlRecord, DataplaneOps, NodeSettings, QuicRoute, TableInstall};
+use crate::dataplane::{
+    ControlRecord, DataplaneOps, NatPlan, NodeSettings, QuicRoute, TableInstall,
+};
 use crate::filters::FilterSet;
 use crate::table::{Bucket, MAX_OWNERS};
 use crate::types::ServiceKey;
@@ -60,6 +62,8 @@ pub(super) enum Call {
     /// A filter set that differs from the installed one: its digest and
     /// each filtered service's index.
     InstallFilters(u64, BTreeMap<ServiceKey, u32>),
+    /// A NAT plan that differs from the one the fake held.
+    SetNat(NatPlan),
 }
 
 /// A table as the fake holds it.
@@ -96,6 +100,8 @@ pub(super) struct FakeDataplane {
     pub control: BTreeMap<u32, ControlRecord>,
     /// The QUIC-LB routes (the `quic_*` maps).
     pub quic: Vec<QuicRoute>,
+    /// The NAT-mode state last written.
+    pub nat: NatPlan,
     /// Our XDP program is attached.
     pub xdp: bool,
     /// Attaching XDP fails (as on a device without native XDP, or with
@@ -327,6 +333,16 @@ impl DataplaneOps for FakeDataplane {
         Ok(())
     }
 
+    /// Like the real data plane, an equal plan writes nothing (and is not
+    /// logged).
+    fn set_nat(&mut self, plan: &NatPlan) -> Result<()> {
+        if self.nat != *plan {
+            self.nat = plan.clone();
+            self.record(Call::SetNat(plan.clone()));
+        }
+        Ok(())
+    }
+
     fn write_control_state(&mut self, records: &[(u32, Option<ControlRecord>)]) -> Result<()> {
         let mut written = Vec::new();
         for (slot, r) in records {
@@ -409,6 +425,7 @@ fn a_slot_given_away_while_an_unwritten_bucket_names_it_is_a_violation() {
         f.install_tables(&[TableInstall {
             key: key(),
             index: 0,
+            nat_port: None,
             table: t,
             slot_of,
             changed,

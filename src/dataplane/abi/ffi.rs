@@ -314,12 +314,45 @@ pub fn xdp_detach(ifindex: i32, mode_flag: u32) -> Result<()> {
 }
 
 fn tc_ingress_hook(ifindex: i32) -> libbpf_rs::libbpf_sys::bpf_tc_hook {
+    tc_hook(ifindex, false)
+}
+
+fn tc_hook(ifindex: i32, egress: bool) -> libbpf_rs::libbpf_sys::bpf_tc_hook {
     libbpf_rs::libbpf_sys::bpf_tc_hook {
         sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_tc_hook>() as _,
         ifindex,
-        attach_point: libbpf_rs::libbpf_sys::BPF_TC_INGRESS,
+        attach_point: if egress {
+            libbpf_rs::libbpf_sys::BPF_TC_EGRESS
+        } else {
+            libbpf_rs::libbpf_sys::BPF_TC_INGRESS
+        },
         ..Default::default()
     }
+}
+
+/// Program id of the TC egress filter (`handle`, `priority`) on `ifindex`,
+/// if there is one (NAT mode's reply program).
+pub fn tc_egress_prog_id(ifindex: i32, handle: u32, priority: u32) -> Option<u32> {
+    let hook = tc_hook(ifindex, true);
+    let mut opts = tc_opts(handle, priority);
+    // SAFETY: both structs are initialised and outlive the call.
+    let rc = unsafe { libbpf_rs::libbpf_sys::bpf_tc_query(&hook, &mut opts) };
+    (rc == 0).then_some(opts.prog_id)
+}
+
+/// Remove the TC egress filter (`handle`, `priority`) from `ifindex`.
+pub fn tc_egress_detach(ifindex: i32, handle: u32, priority: u32) -> Result<()> {
+    let hook = tc_hook(ifindex, true);
+    let opts = tc_opts(handle, priority);
+    // SAFETY: both structs are initialised and outlive the call.
+    let rc = unsafe { libbpf_rs::libbpf_sys::bpf_tc_detach(&hook, &opts) };
+    if rc != 0 {
+        bail!(
+            "detaching the TC egress filter from ifindex {ifindex}: {}",
+            std::io::Error::from_raw_os_error(-rc)
+        );
+    }
+    Ok(())
 }
 
 fn tc_opts(handle: u32, priority: u32) -> libbpf_rs::libbpf_sys::bpf_tc_opts {

@@ -28,6 +28,8 @@ unsafe impl plain::Plain for sys::nilb_filter_scope {}
 unsafe impl plain::Plain for sys::nilb_filter_v4_key {}
 unsafe impl plain::Plain for sys::nilb_rate_key {}
 unsafe impl plain::Plain for sys::nilb_rate_state {}
+unsafe impl plain::Plain for sys::nilb_nat_key {}
+unsafe impl plain::Plain for sys::nilb_nat_flow {}
 
 /// View a plain struct as its bytes.
 pub fn bytes_of<T: plain::Plain>(v: &T) -> &[u8] {
@@ -43,6 +45,18 @@ pub fn read_struct<T: plain::Plain + Default>(bytes: &[u8]) -> Result<T> {
         anyhow::anyhow!("short map value for {}: {e:?}", std::any::type_name::<T>())
     })?;
     Ok(v)
+}
+
+/// The value of a `vips` entry: `node` if the address is a node's own
+/// (`NILB_ADDR_F_NODE`).
+pub fn vip_value(node: bool) -> sys::nilb_addr_info {
+    sys::nilb_addr_info {
+        flags: if node {
+            sys::nilb_addr_flags::NILB_ADDR_F_NODE
+        } else {
+            0
+        },
+    }
 }
 
 /// Network-order u32 of an address as stored in maps (the wire bytes).
@@ -96,18 +110,41 @@ pub const MAX_OWNERS: usize = sys::nilb_limits::NILB_MAX_OWNERS as usize;
 
 /// Value of the `services` map for a service whose table is the `size`
 /// buckets from `base` in the pool, with stats index `service_index` and
-/// `flags` (`enum nilb_service_flags`).
-pub fn service_value(base: u32, size: u32, service_index: u32, flags: u32) -> sys::nilb_service {
+/// attributes `attrs` (the value's last four bytes as one number, see
+/// [`service_attrs`]).
+pub fn service_value(base: u32, size: u32, service_index: u32, attrs: u32) -> sys::nilb_service {
     sys::nilb_service {
         table_base: base,
         table_mask: size - 1,
         service_index,
-        flags,
+        flags: attrs as u16,
+        nat_port: (attrs >> 16) as u16,
+    }
+}
+
+/// A `services` value's attributes as one number: `flags` (`enum
+/// nilb_service_flags`) in the low 16 bits, `nat_port` (as stored: network
+/// order) in the high 16 bits. The control plane keeps them so between
+/// writes.
+pub fn service_attrs(v: &sys::nilb_service) -> u32 {
+    v.flags as u32 | (v.nat_port as u32) << 16
+}
+
+/// `attrs` ([`service_attrs`]) with NAT mode set to `nat_port` (host
+/// order; the service's listening port on the backends) or cleared
+/// (None); the other flags unchanged.
+pub fn with_nat(attrs: u32, nat_port: Option<u16>) -> u32 {
+    let rest = attrs & 0xffff & !SERVICE_FLAG_NAT;
+    match nat_port {
+        Some(p) => rest | SERVICE_FLAG_NAT | (p.to_be() as u32) << 16,
+        None => rest,
     }
 }
 
 /// `nilb_service.flags` bit: the service has `quic_lb`.
 pub const SERVICE_FLAG_QUIC_LB: u32 = sys::nilb_service_flags::NILB_SVC_F_QUIC_LB;
+/// `nilb_service.flags` bit: the service is in NAT mode.
+pub const SERVICE_FLAG_NAT: u32 = sys::nilb_service_flags::NILB_SVC_F_NAT;
 
 /// A bucket's slots (`hops[]`: the first hop's, then the previous owners',
 /// 0 after the last) as the one 8-byte word the programs read and the
