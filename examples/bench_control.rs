@@ -158,6 +158,7 @@ fn main() -> Result<()> {
             dp.install_tables(&[nilb::dataplane::TableInstall {
                 key,
                 index: 0,
+                nat_port: None,
                 table: t,
                 slot_of: &slot_of,
                 changed: Some(&changed),

@@ -915,6 +915,7 @@ mod tests {
                 table_mask: 3,
                 service_index: 5,
                 flags: 0,
+                nat_port: 0,
             },
             buckets: vec![[7, 0, 0, 0], [9, 7, 0, 0], [7, 11, 9, 0], [0, 9, 0, 0]],
             moved_s: vec![0, 1_700_000_000, 0, 1_700_000_100],
