@@ -257,9 +257,14 @@ impl<'obj> Dataplane<'obj> {
     }
 
     /// [`Dataplane::load`] with a pool sized for `config`'s tables
-    /// ([`pool_buckets`]).
+    /// ([`pool_buckets`]) and its `cluster.nat.max_flows`.
     pub fn load_for(storage: &'obj mut MaybeUninit<OpenObject>, config: &Config) -> Result<Self> {
-        Self::load_pinned(storage, None, pool_buckets(config))
+        Self::load_pinned_sized(
+            storage,
+            None,
+            pool_buckets(config),
+            config.cluster.nat.max_flows,
+        )
     }
 
     /// Load with the shared maps pinned under `pin_dir` and a bucket pool of
@@ -965,6 +970,40 @@ impl<'obj> Dataplane<'obj> {
     /// Run the TC program on one frame (BPF_PROG_TEST_RUN).
     pub fn run_tc(&self, frame: &[u8], ifindex: u32) -> Result<(u32, Vec<u8>)> {
         abi::test_run_tc(&self.skel.progs.nilb_tc_second_chance, frame, ifindex)
+    }
+
+    /// Run NAT mode's egress program (`nilb_tc_nat_egress`) on one frame
+    /// leaving this node (BPF_PROG_TEST_RUN).
+    pub fn run_tc_egress(&self, frame: &[u8], ifindex: u32) -> Result<(u32, Vec<u8>)> {
+        abi::test_run_tc(&self.skel.progs.nilb_tc_nat_egress, frame, ifindex)
+    }
+
+    /// Run one sweep of `nat_flows` now (module [`nat`]), as sweep number
+    /// `pass` with a UDP timeout of `udp_timeout_s`; returns the entries
+    /// removed. Tests and benchmarks; the daemon's sweep runs on its own.
+    pub fn sweep_nat_flows(&self, pass: u32, udp_timeout_s: u32) -> Result<u64> {
+        let maps = nat::SweepMaps {
+            link: self
+                .skel
+                .progs
+                .nilb_nat_sweep_tcp
+                .attach()
+                .context("attaching the TCP socket iterator")?,
+            flows: libbpf_rs::MapHandle::try_from(&self.skel.maps.nat_flows)?,
+            pass: libbpf_rs::MapHandle::try_from(&self.skel.maps.nat_gc_pass)?,
+        };
+        nat::sweep_once(&maps, pass, udp_timeout_s, &self.nat_stats)
+    }
+
+    /// The entries of `nat_flows` now.
+    pub fn nat_flows(&self) -> Result<Vec<nat::FlowEntry>> {
+        let mut out = Vec::new();
+        for key in self.skel.maps.nat_flows.keys() {
+            if let Some(v) = self.skel.maps.nat_flows.lookup(&key, MapFlags::ANY)? {
+                out.extend(nat::FlowEntry::parse(&key, &v));
+            }
+        }
+        Ok(out)
     }
 }
 

@@ -437,6 +437,18 @@ pub fn load(yaml: &str, node: Ipv4Addr) -> Loaded {
     Loaded { dp, cp }
 }
 
+/// [`load`] with the maps sized for the config (`Dataplane::load_for`:
+/// its bucket pool and `cluster.nat.max_flows`).
+pub fn load_sized(yaml: &str, node: Ipv4Addr) -> Loaded {
+    let storage: &'static mut MaybeUninit<OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
+    let config = Config::parse(yaml).expect("test config");
+    let mut dp = Dataplane::load_for(storage, &config).expect("loading BPF (root needed)");
+    let cp = ControlPlane::new(config, 0);
+    cp.apply(&mut dp, node, &cp.full_plan())
+        .expect("filling maps");
+    Loaded { dp, cp }
+}
+
 impl Loaded {
     /// Apply a new config (like SIGHUP).
     pub fn reload(&mut self, yaml: &str, node: Ipv4Addr) {
