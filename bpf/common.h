@@ -62,6 +62,15 @@ static __always_inline int is_vip(__u32 addr)
 	return bpf_map_lookup_elem(&vips, &addr) != NULL;
 }
 
+/* Returns: the nilb_addr_info flags of VIP addr (network order), or -1 if
+ * addr is no configured VIP. */
+static __always_inline int vip_flags(__u32 addr)
+{
+	struct nilb_addr_info *a = bpf_map_lookup_elem(&vips, &addr);
+
+	return a ? (int)(a->flags & 0xffff) : -1;
+}
+
 /* Returns: non-zero if addr (network order) is a configured VIP that is
  * no node's own address (NILB_ADDR_F_NODE): all of its fragments,
  * malformed packets and ICMP errors are nilb's to judge, where a node

@@ -14,9 +14,12 @@
  * Rules, each with its counter:
  *   - a new flow whose translated 4-tuple is a live TCP socket here (a
  *     direct connection to this node from the same client address and port)
- *     or another service's NAT flow is a collision: its packet is dropped
- *     (C_NAT_DROP_COLLISION), never merged into the other connection; so is
- *     a direct packet to this node whose 4-tuple nat_flows holds;
+ *     or another service's live NAT flow is a collision: its packet is
+ *     dropped (C_NAT_DROP_COLLISION), never merged into the other
+ *     connection; so is a direct packet to this node whose 4-tuple
+ *     nat_flows holds, unless it is a TCP SYN and the translated
+ *     connection no longer owns a socket (then its entry goes:
+ *     nat_direct_check);
  *   - a new flow when nat_flows is full: its packet is dropped
  *     (C_NAT_DROP_TABLE_FULL); flows already tracked are unaffected.
  * A service whose address is this node's own and whose port is its listening
@@ -98,8 +101,15 @@ static __always_inline int nat_track(void *ctx, const struct flow4 *f, __u32 vip
 	v = bpf_map_lookup_elem(&nat_flows, &k);
 	if (v) {
 		if (v->vip != vip || v->port != port) {
-			count(C_NAT_DROP_COLLISION);
-			return NAT_COLLISION;
+			/* Another service's flow of this tuple: over unless its
+			 * socket still owns packets; a new connection takes the
+			 * entry over. */
+			if (!syn || f->proto != IPPROTO_TCP || tcp_flow_owned(ctx, (struct flow4 *)f)) {
+				count(C_NAT_DROP_COLLISION);
+				return NAT_COLLISION;
+			}
+			v->vip = vip;
+			v->port = port;
 		}
 		if (v->seen_s != now)
 			v->seen_s = now;
@@ -129,40 +139,58 @@ static __always_inline int nat_track(void *ctx, const struct flow4 *f, __u32 vip
 	return NAT_FULL;
 }
 
-/* A direct packet to this node (iph: checked IPv4 header, destination
- * this node; l4: its TCP or UDP header, bounds not yet checked): does
- * nat_flows hold its 4-tuple as a translated flow? Only ports in nat_ports
- * are looked up.
- * Returns: non-zero if it does (the caller drops it as a collision). */
-static __always_inline int nat_direct_collides(const struct iphdr *iph, const __u16 *ports,
-					       void *data_end)
+/*
+ * A packet that reaches this node's stack untranslated (a direct packet to
+ * this node, or one of a NAT service on this node's own address and port),
+ * flow f (TCP or UDP, destination this node's address): it must not join a
+ * translated flow of the same 4-tuple. A TCP SYN (without ACK) whose entry
+ * is left over from a translated connection that no longer owns a socket
+ * here (TIME_WAIT, or gone) removes the entry: a new connection starts,
+ * and its replies must not be translated. Only ports in nat_ports are
+ * looked up. ctx: the program's context (XDP or TC).
+ * Returns: non-zero to drop the packet (counted: C_NAT_DROP_COLLISION).
+ */
+static __always_inline int nat_direct_check(void *ctx, struct flow4 *f, int syn)
 {
 	struct nilb_nat_key k;
 
-	if ((void *)(ports + 2) > data_end || !nat_port_listed(ports[1]))
+	if (!nat_port_listed(f->dport))
 		return 0;
-	__builtin_memset(&k, 0, sizeof(k));
-	k.client = iph->saddr;
-	k.local = iph->daddr;
-	k.client_port = ports[0];
-	k.local_port = ports[1];
-	k.proto = iph->protocol;
-	return bpf_map_lookup_elem(&nat_flows, &k) != NULL;
+	nat_key_of(&k, f);
+	if (!bpf_map_lookup_elem(&nat_flows, &k))
+		return 0;
+	if (syn && f->proto == IPPROTO_TCP && !tcp_flow_owned(ctx, f)) {
+		bpf_map_delete_elem(&nat_flows, &k);
+		return 0;
+	}
+	count(C_NAT_DROP_COLLISION);
+	return 1;
 }
 
 /* A packet to this node that no service takes (iph: its IPv4 header,
- * within the frame): a direct TCP or UDP packet whose 4-tuple nat_flows
- * holds as a translated flow is a collision (node: this node's address).
- * Returns: non-zero if so (counted: C_NAT_DROP_COLLISION; drop it). */
-static __always_inline int nat_direct_drop(const struct iphdr *iph, void *data_end, __u32 node)
+ * within the frame; node: this node's address): nat_direct_check for a
+ * TCP or UDP one (first fragments included; later ones have no ports).
+ * Returns: non-zero to drop it (counted). */
+static __always_inline int nat_direct_drop(void *ctx, const struct iphdr *iph, void *data_end,
+					   __u32 node)
 {
-	if (iph->daddr != node || iph->ihl < 5 || is_fragment(iph) ||
+	struct flow4 f;
+	__u8 *l4;
+
+	if (iph->daddr != node || iph->ihl < 5 || (iph->frag_off & bpf_htons(IP_OFFSET)) ||
 	    (iph->protocol != IPPROTO_TCP && iph->protocol != IPPROTO_UDP))
 		return 0;
-	if (!nat_direct_collides(iph, (void *)iph + iph->ihl * 4, data_end))
+	l4 = (void *)iph + iph->ihl * 4;
+	if ((void *)(l4 + 14) > data_end)
 		return 0;
-	count(C_NAT_DROP_COLLISION);
-	return 1;
+	__builtin_memset(&f, 0, sizeof(f));
+	f.saddr = iph->saddr;
+	f.daddr = iph->daddr;
+	f.sport = *(__u16 *)l4;
+	f.dport = *(__u16 *)(l4 + 2);
+	f.proto = iph->protocol;
+	/* TCP flags: byte 13; a SYN (0x02) without ACK (0x10). */
+	return nat_direct_check(ctx, &f, iph->protocol == IPPROTO_TCP && (l4[13] & 0x12) == 0x02);
 }
 
 /* XDP, ingress: the destination of a TCP segment (iph, th: checked headers

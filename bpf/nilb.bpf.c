@@ -754,7 +754,7 @@ malformed:
 not_service:
 	/* NAT mode: a direct packet to this node must not join a translated
 	 * flow of the same 4-tuple (bpf/nat.h). */
-	if ((cfg->flags & NILB_F_NAT) && nat_direct_drop(iph, data_end, cfg->node_addr))
+	if ((cfg->flags & NILB_F_NAT) && nat_direct_drop(ctx, iph, data_end, cfg->node_addr))
 		return XDP_DROP;
 	count(C_XDP_PASS_NOT_SERVICE);
 	return XDP_PASS;
@@ -795,7 +795,7 @@ int nilb_xdp_backend(struct xdp_md *ctx)
 		struct iphdr *iph = (void *)(eth + 1);
 
 		if ((void *)(iph + 1) <= data_end && eth->h_proto == bpf_htons(ETH_P_IP) &&
-		    nat_direct_drop(iph, data_end, cfg->node_addr))
+		    nat_direct_drop(ctx, iph, data_end, cfg->node_addr))
 			return XDP_DROP;
 	}
 	count(C_XDP_BACKEND_PASS);
@@ -891,6 +891,7 @@ struct tc_nat {
 	__u16 port;               /* the service port (network order) */
 	__u16 nat_port;           /* its listening port on the backends (network order) */
 	__u8 active;              /* translated here (nat_active) */
+	__u8 is_nat;              /* the service is in NAT mode (translated here or not) */
 	__u8 syn;                 /* a TCP SYN without ACK */
 };
 
@@ -904,6 +905,7 @@ static __always_inline void tc_nat_flow(struct tc_nat *n, struct flow4 *f)
 	n->port = f->dport;
 	n->svc = service_of(f->daddr, f->dport, f->proto);
 	n->active = nat_active(n->svc, f->daddr, f->dport, n->node);
+	n->is_nat = n->svc && (n->svc->flags & NILB_SVC_F_NAT);
 	if (n->active && n->svc) {
 		n->nat_port = n->svc->nat_port;
 		f->daddr = n->node;
@@ -1020,6 +1022,12 @@ static __always_inline int tc_accept(struct __sk_buff *skb, __u32 hdr_len, __u32
 	int verdict;
 
 	if (n->active && nat_track(skb, f, n->vip, n->port, n->syn) < 0)
+		return TC_ACT_SHOT;
+	/* A NAT service on this node's own address and port: untranslated,
+	 * like a direct packet to the node (an ICMP error opens nothing and
+	 * is not checked). */
+	if (n->is_nat && !n->active && counter != C_TC_DECAP_ICMP &&
+	    nat_direct_check(skb, (struct flow4 *)f, n->syn))
 		return TC_ACT_SHOT;
 	verdict = tc_decap(skb, hdr_len, counter, st);
 	if (verdict != TC_ACT_OK || !n->active)
@@ -1186,7 +1194,7 @@ int nilb_tc_second_chance(struct __sk_buff *skb)
 	struct flow4 f;
 	__u32 node, saddr, ihl_len, hdr_len, hop, *hop_at;
 	__u8 next;
-	int verdict, marked;
+	int verdict, marked, vflags;
 
 	tc_linearize_headers(skb);
 	data = (void *)(long)skb->data;
@@ -1242,7 +1250,8 @@ int nilb_tc_second_chance(struct __sk_buff *skb)
 	default:
 		goto malformed;
 	}
-	if (!is_vip(in->daddr)) {
+	vflags = vip_flags(in->daddr);
+	if (vflags < 0) {
 		count(C_TC_DROP_INNER_NOT_VIP);
 		return TC_ACT_SHOT;
 	}
@@ -1256,6 +1265,12 @@ int nilb_tc_second_chance(struct __sk_buff *skb)
 		goto malformed;
 	if (verdict == LOCAL_UNSUPPORTED) {
 		count(C_TC_DROP_UNSUPPORTED);
+		return TC_ACT_SHOT;
+	}
+	/* No backend holds a NAT-only address: only a NAT service's packets,
+	 * translated, may reach the stack. */
+	if ((vflags & NILB_ADDR_F_NAT_ONLY) && !n.is_nat) {
+		count(C_TC_DROP_INNER_NOT_VIP);
 		return TC_ACT_SHOT;
 	}
 	st = n.svc ? service_stats_of(n.svc) : NULL;

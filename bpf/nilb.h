@@ -210,7 +210,7 @@ enum nilb_counter {
 	C_TC_DROP_NOT_CLUSTER,      /* GUE from an address outside the cluster */
 	C_TC_DROP_SELF_UNMARKED,    /* GUE from this node's address not handed over by our XDP */
 	C_TC_DROP_MALFORMED,        /* GUE header or inner packet invalid */
-	C_TC_DROP_INNER_NOT_VIP,    /* inner destination is not a configured VIP */
+	C_TC_DROP_INNER_NOT_VIP,    /* inner destination is not a configured VIP, or is a NAT-only address and the packet no NAT service's */
 	C_TC_DROP_UNSUPPORTED,      /* inner IPv6, inner protocol not handled, or ICMP about no flow */
 	C_TC_DROP_ADJUST_FAILED,    /* bpf_skb_adjust_room failed */
 	C_TC_PASS_NO_CONFIG,        /* config map empty: passed */
@@ -379,6 +379,12 @@ enum nilb_addr_flags {
 	 * service are the node's own business and pass, where a VIP's are
 	 * dropped. */
 	NILB_ADDR_F_NODE = 1,
+	/* Every service of the address is in NAT mode: no backend holds it, so
+	 * a backend delivers an inner packet to it only translated, as a NAT
+	 * service's; anything else to it (no service's port, an echo request)
+	 * is dropped (C_TC_DROP_INNER_NOT_VIP), never handed to a stack that
+	 * does not own the address. */
+	NILB_ADDR_F_NAT_ONLY = 2,
 };
 
 /*

@@ -55,6 +55,10 @@ static __always_inline int xdp_tcp_accepts(struct xdp_md *ctx, const struct iphd
 		return -1;
 	if (*nat && nat_track(ctx, &f, iph->daddr, th->dest, syn) < 0)
 		return -2;
+	/* A NAT service on this node's own address and port: untranslated,
+	 * like a direct packet to the node. */
+	if (!*nat && svc && (svc->flags & NILB_SVC_F_NAT) && nat_direct_check(ctx, &f, syn))
+		return -2;
 	return syn ? C_XDP_DECAP_SYN : C_XDP_DECAP_ESTABLISHED;
 }
 
@@ -81,7 +85,7 @@ static __always_inline int xdp_gue_receive(struct xdp_md *ctx, const struct nilb
 	struct tcphdr *th;
 	struct ethhdr *eth;
 	__u8 macs[2 * ETH_ALEN];
-	int counter, nat;
+	int counter, nat, vflags;
 
 	/* TC's rules before it decapsulates, in its order. A packet from
 	 * this node's own address is TC's to judge (our XDP's are marked and
@@ -90,7 +94,8 @@ static __always_inline int xdp_gue_receive(struct xdp_md *ctx, const struct nilb
 		goto to_tc;
 	if (oip->ihl != 5 || gue_parse(oip, data_end, data_end - data, &in) != GUE_OK)
 		goto to_tc;
-	if (in->protocol != IPPROTO_TCP || !is_vip(in->daddr))
+	vflags = vip_flags(in->daddr);
+	if (in->protocol != IPPROTO_TCP || vflags < 0)
 		goto to_tc;
 	th = (void *)in + in->ihl * 4;
 	l4_len = bpf_ntohs(in->tot_len) - in->ihl * 4;
@@ -98,6 +103,9 @@ static __always_inline int xdp_gue_receive(struct xdp_md *ctx, const struct nilb
 	    th->doff * 4 > l4_len)
 		goto to_tc;
 	svc = service_of(in->daddr, th->dest, IPPROTO_TCP);
+	/* A NAT-only address without its NAT service: TC drops it. */
+	if ((vflags & NILB_ADDR_F_NAT_ONLY) && !(svc && (svc->flags & NILB_SVC_F_NAT)))
+		goto to_tc;
 	counter = xdp_tcp_accepts(ctx, in, th, svc, cfg->node_addr, &nat);
 	if (counter == -2)
 		return XDP_DROP;

@@ -163,6 +163,8 @@ struct Loaded {
     /// The backends' XDP program (`nilb_xdp_backend`).
     xdp_backend: OwnedFd,
     tc: OwnedFd,
+    /// NAT mode's egress program (`nilb_tc_nat_egress`).
+    tc_egress: OwnedFd,
     xdp_id: u32,
     tc_id: u32,
 }
@@ -175,6 +177,7 @@ fn load_nilb(pin: Option<&std::path::Path>) -> Result<Loaded> {
     let mut xdp = None;
     let mut xdp_backend = None;
     let mut tc = None;
+    let mut tc_egress = None;
     for (fd, id, ty) in my_prog_fds() {
         if before.contains(&fd) {
             continue;
@@ -194,18 +197,29 @@ fn load_nilb(pin: Option<&std::path::Path>) -> Result<Loaded> {
                     xdp = Some((owned, id));
                 }
             }
-            PROG_TYPE_SCHED_CLS => tc = Some((owned, id)),
+            PROG_TYPE_SCHED_CLS => {
+                let egress = libbpf_rs::query::ProgInfoIter::default()
+                    .find(|p| p.id == id)
+                    .is_some_and(|p| p.name.to_string_lossy().starts_with("nilb_tc_nat_egr"));
+                if egress {
+                    tc_egress = Some(owned);
+                } else {
+                    tc = Some((owned, id));
+                }
+            }
             _ => {}
         }
     }
     let (xdp, xdp_id) = xdp.context("nilb's XDP program not found among new fds")?;
     let (tc, tc_id) = tc.context("nilb's TC program not found among new fds")?;
     let xdp_backend = xdp_backend.context("nilb's backend XDP program not found among new fds")?;
+    let tc_egress = tc_egress.context("nilb's NAT egress program not found among new fds")?;
     Ok(Loaded {
         dp,
         xdp,
         xdp_backend,
         tc,
+        tc_egress,
         xdp_id,
         tc_id,
     })
@@ -403,6 +417,14 @@ fn gue_frame(gen_mac: [u8; 6], sport: u16, flags: u8, hop: Ipv4Addr) -> Vec<u8> 
         [0x02, 0, 0, 0, 0, 0x01],
         &ipv4(NODE, TC_NODE, 17, &u),
     )
+}
+
+/// Recompute the IPv4 header checksum of the (20-byte) header at `o`.
+fn fix_inner_ip_csum(f: &mut [u8], o: usize) {
+    f[o + 10] = 0;
+    f[o + 11] = 0;
+    let c = csum(&f[o..o + 20]);
+    f[o + 10..o + 12].copy_from_slice(&c.to_be_bytes());
 }
 
 // ---- the benchmark object --------------------------------------------------
@@ -675,6 +697,17 @@ fn main() -> Result<()> {
     let dp_prev2 = chained(2)?;
     let dp_prev3 = chained(3)?;
     let (dptc, _) = configured(&[&one], TC_NODE)?;
+    // NAT mode: the same service with `mode: nat` (VIP:80 -> the node's own
+    // address, port 8080).
+    let one_nat = one.replacen(
+        "protocol: tcp\n",
+        "protocol: tcp\n    mode: nat\n    target_port: 8080\n",
+        1,
+    );
+    if one_nat == one {
+        bail!("NAT config: no TCP service to put in NAT mode");
+    }
+    let (dpnat, _) = configured(&[&one_nat], TC_NODE)?;
     let with_second: u32 = cp2
         .services()
         .values()
@@ -1072,6 +1105,114 @@ fn main() -> Result<()> {
         ),
     ];
     let mut tc_json = Vec::new();
+    // NAT mode on the same frames' SYN (its flow tracked after the first
+    // run: each run looks the entry up and translates), and the egress
+    // translation of a reply of that flow.
+    let nat_syn = gue_frame(gen_mac, 41002, TCP_SYN, Ipv4Addr::new(10, 99, 0, 13));
+    let nat_reply = eth(
+        gen_mac,
+        gen_mac,
+        &ipv4(TC_NODE, LOCAL_CLIENT, 6, &tcp(8080, 41002, TCP_ACK, 10)),
+    );
+    let nat_pass = eth(
+        gen_mac,
+        gen_mac,
+        &ipv4(TC_NODE, LOCAL_CLIENT, 6, &tcp(8081, 41002, TCP_ACK, 10)),
+    );
+    {
+        let (v, _) = dpnat.dp.run_tc(&nat_syn, gen_if)?;
+        if v != TC_ACT_OK {
+            bail!("NAT SYN: verdict {v}");
+        }
+    }
+    let nat_cases: [(&str, &str, &OwnedFd, &[u8], &str); 3] = [
+        (
+            "nat_decap_syn",
+            "NAT mode: GUE, inner TCP SYN of a tracked flow: decapsulate, look the flow up, translate",
+            &dpnat.tc,
+            &nat_syn,
+            "nat_in",
+        ),
+        (
+            "nat_egress_reply",
+            "NAT mode, egress: reply of a tracked flow: look it up, translate the source",
+            &dpnat.tc_egress,
+            &nat_reply,
+            "nat_out",
+        ),
+        (
+            "nat_egress_other",
+            "NAT mode, egress: a packet of another port (not a NAT flow): passed",
+            &dpnat.tc_egress,
+            &nat_pass,
+            "",
+        ),
+    ];
+    for (name, what, prog, frame, counter) in nat_cases {
+        let before = counters(&dpnat)?;
+        let mut n = Vec::new();
+        let mut b = Vec::new();
+        for round in 0..4 {
+            let nn = per_run_ns(prog.as_fd(), frame, &sctx, runs / 4, TC_ACT_OK)?;
+            let bb = per_run_ns(tc_pass, frame, &sctx, runs / 4, TC_ACT_OK)?;
+            if round % 2 == 0 {
+                n.extend(nn);
+                b.extend(bb);
+            } else {
+                b.extend(bb);
+                n.extend(nn);
+            }
+        }
+        let after = counters(&dpnat)?;
+        if !counter.is_empty() {
+            let idx = COUNTER_NAMES.iter().position(|c| *c == counter).unwrap();
+            if (after[idx] - before[idx]) as usize != n.len() {
+                bail!(
+                    "TC {name}: {counter} moved by {}, expected {}; counters {}",
+                    after[idx] - before[idx],
+                    n.len(),
+                    counter_delta(&before, &after)
+                );
+            }
+        } else if before != after {
+            bail!("TC {name}: counters moved: {}", counter_delta(&before, &after));
+        }
+        eprintln!(
+            "tc {name}: nilb {:.0} ns, tc_pass_only {:.0} ns",
+            median(&n),
+            median(&b)
+        );
+        tc_json.push(format!(
+            "{{\"case\": \"{name}\", \"what\": \"{what}\", \"nilb_ns\": {:.1}, \"base_ns\": {:.1}, \"frame_bytes\": {}}}",
+            median(&n),
+            median(&b),
+            frame.len()
+        ));
+    }
+    // Kernel memory per tracked flow: nat_flows' own accounting (fdinfo
+    // memlock: element memory for this no-prealloc hash) before and after
+    // 10,000 more flows.
+    let m0 = dpnat.dp.nat_flows_memlock()?;
+    for i in 0..10_000u32 {
+        let f = gue_frame(gen_mac, 0, TCP_SYN, Ipv4Addr::new(10, 99, 0, 13));
+        let mut f = f;
+        // distinct client addresses: 198.18.0.0/15 (inner source at 14+36+12)
+        let o = 14 + 36 + 4 + 12;
+        let c = 0xc612_0000u32 + i;
+        f[o..o + 4].copy_from_slice(&c.to_be_bytes());
+        fix_inner_ip_csum(&mut f, 14 + 36 + 4);
+        let (v, _) = dpnat.dp.run_tc(&f, gen_if)?;
+        if v != TC_ACT_OK {
+            bail!("NAT flow {i}: verdict {v}");
+        }
+    }
+    let m1 = dpnat.dp.nat_flows_memlock()?;
+    let per_flow = (m1.saturating_sub(m0)) as f64 / 10_000.0;
+    eprintln!("nat_flows: {per_flow:.1} bytes per flow (memlock {m0} -> {m1})");
+    let nat_mem_json = format!(
+        "{{\"bytes_per_flow\": {per_flow:.1}, \"flows_per_gib\": {:.0}}}",
+        (1u64 << 30) as f64 / per_flow.max(1.0)
+    );
     for (name, what, frame, want, counter) in tc_cases {
         let before = counters(&dptc)?;
         let mut n = Vec::new();
@@ -1232,10 +1373,11 @@ fn main() -> Result<()> {
 
     let doc = format!(
         "{{\"frames_per_run\": {frames}, \"reps\": {reps}, \"runs\": {runs}, \"frame_bytes\": {},\n\
-         \"xdp_live\": [\n  {}\n],\n\"tc\": [\n  {}\n],\n\"probes\": [\n  {}\n],\n\"progs\": [{}],\n\"path_checks\": {{{}}}}}\n",
+         \"xdp_live\": [\n  {}\n],\n\"tc\": [\n  {}\n],\n\"nat_memory\": {},\n\"probes\": [\n  {}\n],\n\"progs\": [{}],\n\"path_checks\": {{{}}}}}\n",
         vip.len(),
         live_json.join(",\n  "),
         tc_json.join(",\n  "),
+        nat_mem_json,
         probe_json.join(",\n  "),
         progs.join(", "),
         checks
@@ -1246,6 +1388,6 @@ fn main() -> Result<()> {
         std::fs::write(&out_path, doc)?;
     }
     let _ = peer.detach(sink_if as i32, XdpFlags::DRV_MODE);
-    drop((dp1, dp2, dp100, dptc));
+    drop((dp1, dp2, dp100, dptc, dpnat));
     Ok(())
 }

@@ -63,13 +63,19 @@
 #      from a list file, a source over a per-source SYN limit) while the client makes
 #      300 requests; the list file changes + SIGHUP mid-flood; 300/300 succeed, the
 #      floods are counted per rule and no denied SYN reaches a backend (captured)
+#   nat NAT mode: TCP and UDP services on node1's own address (mode: nat, target ports),
+#      node2/node3 without the VIP and ARP sysctls: 300 connections spread by weight,
+#      300 UDP queries answered, every reply captured on the client from the service
+#      address and none from a backend's; 30 held connections across a weight change
+#      and across kill -9 + restart of node2's and node1's nilb: 0 resets; node1's own
+#      port 80, its outgoing connections and ping untouched; NAT counters; the sweep
 #   e  SIGTERM: every nilb exits 0 and leaves no XDP program / tc ingress filter
 # Every scenario first establishes the base state (harness.sh: weights 1:1:2, every
 # backend up, nilb running everywhere, node1's table settled) and leaves it behind
 # (e leaves the daemons stopped; a later scenario starts them again), so any
 # scenario runs alone or in any order.
 # Default: all, in the order a b c d h1 h2 h3 h4 h5 h6 spoof mtu encap-check neigh udp quic timewait
-# rst filters restart downrestart removerestart offlinecheck drainedfallback panic xdpfail
+# rst filters nat chain chainwalk restart downrestart removerestart offlinecheck drainedfallback panic xdpfail
 # clockstep dw e.
 # SCENARIO... run in the order given; --only LIST (comma-separated) runs a subset in
 # the default order. "health" means h1,h2,h3,h4,h5,h6, "all" everything.

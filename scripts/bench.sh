@@ -36,7 +36,8 @@
 #               taken) against XDP_DROP;
 #   6. e2e:     the netns harness topology (netns-harness/lib.sh): iperf3 and
 #               short-connection HTTP (examples/bench_http.rs) from the client through
-#               the VIP and directly to the same backend, alternating, same run;
+#               the VIP (DSR), through a NAT-mode service on node1's own address, and
+#               directly to the same backend, alternating, same run;
 #   7. bench/report.py renders medians, ratios, targets, machine and load into the report.
 #
 # Everything runs in namespaces this script creates and deletes (also on Ctrl-C);
@@ -357,6 +358,26 @@ services:
     health_check: {none: {}}
     backends:
       - {dip: $b, hostname: node2}
+  # NAT mode (path "nat"): the same servers behind node1's own address, no
+  # VIP involved; node2 translates in and out.
+  - name: http-nat
+    vip: ${NH_NODE_IP[node1]}
+    port: 8000
+    protocol: tcp
+    mode: nat
+    target_port: 80
+    health_check: {none: {}}
+    backends:
+      - {dip: $b, hostname: node2}
+  - name: iperf-nat
+    vip: ${NH_NODE_IP[node1]}
+    port: 5202
+    protocol: tcp
+    mode: nat
+    target_port: 5201
+    health_check: {none: {}}
+    backends:
+      - {dip: $b, hostname: node2}
 EOF
   nh_bg "http server" "$NH_OUT/http-node2.log" node2 "$EX/bench_http" serve --port 80 --threads 2 --name node2
   HTTP_SERVER_PID=$NH_BG_PID
@@ -373,8 +394,8 @@ EOF
   done
   nh_wait_until 10 grep -q listening "$NH_OUT/http-node2.log" || return 1
   # both paths answer before measuring
-  for a in "$vip" "$b"; do
-    if ! nh_fg client timeout 20 "$EX/bench_http" load --addr "$a:80" --seconds 1 --threads 2 >"$NH_OUT/warm.json"; then
+  for a in "$vip:80" "$b:80" "${NH_NODE_IP[node1]}:8000"; do
+    if ! nh_fg client timeout 20 "$EX/bench_http" load --addr "$a" --seconds 1 --threads 2 >"$NH_OUT/warm.json"; then
       echo "warm-up load against $a failed"; return 1
     fi
     echo "  warm-up $a: $(cat "$NH_OUT/warm.json")"
@@ -389,12 +410,14 @@ EOF
     ip -n "$(nh_ns node1)" route add "$routed/32" via "$b" || return 1
   reps=$((REPS > 3 ? REPS : 3))
   : >"$WORK/e2e-runs.jsonl"
-  local orders=("vip direct routed" "direct routed vip" "routed vip direct")
+  local orders=("vip direct routed nat" "direct nat routed vip" "routed vip nat direct" "nat routed direct vip")
+  local pi ph
   for ((r = 0; r < reps; r++)); do
-    order=${orders[r % 3]}
+    order=${orders[r % 4]}
     for path in $order; do
-      case $path in vip) a=$vip ;; direct) a=$b ;; routed) a=$routed ;; esac
-      if nh_fg client timeout 30 iperf3 -c "$a" -p 5201 -t 3 -J >"$NH_OUT/iperf-$r-$path.json" 2>&1; then
+      pi=5201
+      case $path in vip) a=$vip ;; direct) a=$b ;; routed) a=$routed ;; nat) a=${NH_NODE_IP[node1]} pi=5202 ;; esac
+      if nh_fg client timeout 30 iperf3 -c "$a" -p "$pi" -t 3 -J >"$NH_OUT/iperf-$r-$path.json" 2>&1; then
         python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); e=d["end"]; c=e.get("cpu_utilization_percent", {})
 print(json.dumps({"rep": int(sys.argv[2]), "path": sys.argv[3], "kind": "iperf3", "bps": e["sum_received"]["bits_per_second"],
   "bytes": e["sum_received"]["bytes"], "seconds": e["sum_received"]["seconds"], "retransmits": e["sum_sent"].get("retransmits", 0),
@@ -406,10 +429,11 @@ print(json.dumps({"rep": int(sys.argv[2]), "path": sys.argv[3], "kind": "iperf3"
       fi
     done
     for path in $order; do
-      case $path in vip) a=$vip ;; direct) a=$b ;; routed) a=$routed ;; esac
+      ph=80
+      case $path in vip) a=$vip ;; direct) a=$b ;; routed) a=$routed ;; nat) a=${NH_NODE_IP[node1]} ph=8000 ;; esac
       sleep 1
       t0=$(proc_cpu "$HTTP_SERVER_PID")
-      if nh_fg client timeout 30 "$EX/bench_http" load --addr "$a:80" --seconds 3 --threads 8 >"$NH_OUT/http-$r-$path.json"; then
+      if nh_fg client timeout 30 "$EX/bench_http" load --addr "$a:$ph" --seconds 3 --threads 8 >"$NH_OUT/http-$r-$path.json"; then
         t1=$(proc_cpu "$HTTP_SERVER_PID")
         printf '{"rep": %d, "path": "%s", "kind": "http", "server_cpu_s": %s, "result": %s}\n' "$r" "$path" \
           "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')" "$(cat "$NH_OUT/http-$r-$path.json")" >>"$WORK/e2e-runs.jsonl"

@@ -535,6 +535,11 @@ pub trait StatsSource {
     fn backend_stats(&self, slot: u32) -> Result<crate::abi_sys::nilb_backend_stats>;
     /// Packets and bytes the edge filter rule `id` dropped, summed over CPUs.
     fn filter_stats(&self, id: u16) -> Result<crate::abi_sys::nilb_filter_stats>;
+    /// NAT mode's flow-table sweep (flows now, TCP and UDP entries removed
+    /// so far), once it has run; None otherwise.
+    fn nat_sweep(&self) -> Option<(u64, u64, u64)> {
+        None
+    }
 }
 
 impl StatsSource for crate::dataplane::Dataplane<'_> {
@@ -555,6 +560,9 @@ impl StatsSource for crate::dataplane::Dataplane<'_> {
 impl StatsSource for crate::dataplane::StatsMaps {
     fn counters(&self) -> Result<Vec<u64>> {
         crate::dataplane::StatsMaps::counters(self)
+    }
+    fn nat_sweep(&self) -> Option<(u64, u64, u64)> {
+        crate::dataplane::StatsMaps::nat_sweep(self)
     }
     fn service_stats(&self, index: u32) -> Result<crate::abi_sys::nilb_service_stats> {
         crate::dataplane::StatsMaps::service_stats(self, index)
@@ -622,6 +630,11 @@ pub fn build(
                     "Packets seen by the TC second-chance program, by outcome (`nilb stats` explains each).",
                     rest,
                 ),
+                Some(("nat", rest)) => (
+                    "nilb_nat_packets_total",
+                    "NAT mode: packets translated or dropped by the backend's NAT rules, by outcome (`nilb stats` explains each).",
+                    rest,
+                ),
                 _ => continue,
             };
             s.add(
@@ -629,6 +642,24 @@ pub fn build(
                 help,
                 Kind::Counter,
                 labels(&[("result", result)]),
+                v as f64,
+            );
+        }
+    }
+    if let Some((flows, tcp, udp)) = dp.nat_sweep() {
+        s.add(
+            "nilb_nat_flows",
+            "NAT mode: flows in this node's nat_flows table at the last sweep.",
+            Kind::Gauge,
+            vec![],
+            flows as f64,
+        );
+        for (proto, v) in [("tcp", tcp), ("udp", udp)] {
+            s.add(
+                "nilb_nat_flows_removed_total",
+                "NAT mode: flow entries the sweep removed (TCP: socket gone; UDP: idle past cluster.nat.udp_timeout_ms).",
+                Kind::Counter,
+                labels(&[("protocol", proto)]),
                 v as f64,
             );
         }

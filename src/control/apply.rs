@@ -117,8 +117,9 @@ impl ControlPlane {
     }
 
     /// What NAT mode needs written for this state: each `mode: nat`
-    /// service's listening port, and the service addresses that are a
-    /// node's own (a balancer's or any backend's address).
+    /// service's listening port, the service addresses that are a node's
+    /// own (a balancer's or any backend's address), and those with NAT
+    /// services only.
     pub fn nat_plan(&self) -> NatPlan {
         let mut plan = NatPlan::default();
         for s in &self.config.services {
@@ -133,6 +134,19 @@ impl ControlPlane {
                 .vips()
                 .into_iter()
                 .filter(|v| nodes.contains(v))
+                .collect();
+            let dsr: std::collections::BTreeSet<Ipv4Addr> = self
+                .config
+                .services
+                .iter()
+                .filter(|s| s.mode == ServiceMode::Dsr)
+                .map(|s| s.vip)
+                .collect();
+            plan.nat_only = plan
+                .services
+                .keys()
+                .map(|k| k.vip)
+                .filter(|v| !dsr.contains(v))
                 .collect();
         }
         plan

@@ -946,6 +946,7 @@ impl<'obj> Dataplane<'obj> {
             service_stats: libbpf_rs::MapHandle::try_from(&m.service_stats).context(ctx)?,
             backend_stats: libbpf_rs::MapHandle::try_from(&m.backend_stats).context(ctx)?,
             filter_stats: libbpf_rs::MapHandle::try_from(&m.filter_stats).context(ctx)?,
+            nat: self.nat_stats.clone(),
         })
     }
 
@@ -995,6 +996,20 @@ impl<'obj> Dataplane<'obj> {
         nat::sweep_once(&maps, pass, udp_timeout_s, &self.nat_stats)
     }
 
+    /// Kernel memory `nat_flows` takes now, in bytes, as the kernel
+    /// accounts it (`memlock` of the map's fdinfo: for this hash without
+    /// preallocation, what its elements use).
+    pub fn nat_flows_memlock(&self) -> Result<u64> {
+        use std::os::fd::AsRawFd;
+        let fd = self.skel.maps.nat_flows.as_fd().as_raw_fd();
+        let text = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}"))
+            .context("reading nat_flows' fdinfo")?;
+        text.lines()
+            .find_map(|l| l.strip_prefix("memlock:"))
+            .and_then(|v| v.trim().parse().ok())
+            .context("no memlock in nat_flows' fdinfo")
+    }
+
     /// The entries of `nat_flows` now.
     pub fn nat_flows(&self) -> Result<Vec<nat::FlowEntry>> {
         let mut out = Vec::new();
@@ -1015,9 +1030,23 @@ pub struct StatsMaps {
     service_stats: libbpf_rs::MapHandle,
     backend_stats: libbpf_rs::MapHandle,
     filter_stats: libbpf_rs::MapHandle,
+    nat: std::sync::Arc<nat::SweepStats>,
 }
 
 impl StatsMaps {
+    /// NAT mode's sweep: flows at the last sweep, TCP and UDP entries
+    /// removed so far; None before the first sweep.
+    pub fn nat_sweep(&self) -> Option<(u64, u64, u64)> {
+        use std::sync::atomic::Ordering::Relaxed;
+        (self.nat.sweeps.load(Relaxed) > 0).then(|| {
+            (
+                self.nat.flows.load(Relaxed),
+                self.nat.removed_tcp.load(Relaxed),
+                self.nat.removed_udp.load(Relaxed),
+            )
+        })
+    }
+
     /// All counters, in [`abi::COUNTER_NAMES`] order.
     pub fn counters(&self) -> Result<Vec<u64>> {
         abi::read_counters(&self.counters)
@@ -1084,9 +1113,9 @@ impl DataplaneOps for Dataplane<'_> {
 
     fn set_vips(&mut self, want: &BTreeSet<Ipv4Addr>) -> Result<()> {
         let have = std::mem::take(&mut self.vips);
-        let nodes = &self.nat.plan.node_addresses;
+        let plan = &self.nat.plan;
         let r = sync_set(&self.skel.maps.vips, &have, want, "vips", &|a| {
-            abi::vip_value(nodes.contains(&a))
+            abi::vip_value(plan.vip_flags(a))
         });
         self.vips = if r.is_ok() { want.clone() } else { have };
         r
@@ -1198,18 +1227,13 @@ impl DataplaneOps for Dataplane<'_> {
         }
         self.nat.words = words;
         // vips flags of the addresses already in the map.
-        for (a, node) in nat::vip_flag_changes(
-            &self.vips,
-            &self.nat.plan.node_addresses,
-            &plan.node_addresses,
-            !self.nat.synced,
-        ) {
+        for (a, flags) in nat::vip_flag_changes(&self.vips, &self.nat.plan, plan, !self.nat.synced) {
             self.skel
                 .maps
                 .vips
                 .update(
                     &abi::addr_be(a).to_ne_bytes(),
-                    abi::bytes_of(&abi::vip_value(node)),
+                    abi::bytes_of(&abi::vip_value(flags)),
                     MapFlags::ANY,
                 )
                 .with_context(|| format!("flagging {a} in vips"))?;

@@ -266,18 +266,17 @@ pub(super) fn copy_flows(from: &MapHandle, to: &dyn MapCore) -> Result<(u64, u64
     Ok((copied, dropped))
 }
 
-/// Addresses whose `vips` flag must be (re)written going from `old` to
-/// `new` node-address sets, among the `vips` keys `have` (`all`: every
-/// key).
+/// The `vips` entries among `have` whose flags must be (re)written going
+/// from plan `old` to plan `new` (`all`: every one), with their new flags.
 pub fn vip_flag_changes(
     have: &BTreeSet<Ipv4Addr>,
-    old: &BTreeSet<Ipv4Addr>,
-    new: &BTreeSet<Ipv4Addr>,
+    old: &NatPlan,
+    new: &NatPlan,
     all: bool,
-) -> Vec<(Ipv4Addr, bool)> {
+) -> Vec<(Ipv4Addr, u32)> {
     have.iter()
-        .filter(|a| all || old.contains(a) != new.contains(a))
-        .map(|a| (*a, new.contains(a)))
+        .filter(|a| all || old.vip_flags(**a) != new.vip_flags(**a))
+        .map(|a| (*a, new.vip_flags(*a)))
         .collect()
 }
 
@@ -335,20 +334,30 @@ mod tests {
     }
 
     #[test]
-    fn vip_flags_change_only_where_the_node_set_does() {
+    fn vip_flags_change_only_where_the_plan_does() {
+        use crate::abi_sys::nilb_addr_flags as f;
         let a = Ipv4Addr::new(10, 0, 0, 1);
         let b = Ipv4Addr::new(10, 0, 0, 2);
         let have: BTreeSet<_> = [a, b].into();
-        let old: BTreeSet<_> = [a].into();
-        let new: BTreeSet<_> = [b].into();
+        let old = NatPlan {
+            node_addresses: [a].into(),
+            nat_only: [a].into(),
+            ..Default::default()
+        };
+        let new = NatPlan {
+            node_addresses: [b].into(),
+            nat_only: [a, b].into(),
+            ..Default::default()
+        };
+        let both = f::NILB_ADDR_F_NODE | f::NILB_ADDR_F_NAT_ONLY;
         assert_eq!(
             vip_flag_changes(&have, &old, &new, false),
-            vec![(a, false), (b, true)]
+            vec![(a, f::NILB_ADDR_F_NAT_ONLY), (b, both)]
         );
         assert_eq!(vip_flag_changes(&have, &new, &new, false), vec![]);
         assert_eq!(
             vip_flag_changes(&have, &new, &new, true),
-            vec![(a, false), (b, true)]
+            vec![(a, f::NILB_ADDR_F_NAT_ONLY), (b, both)]
         );
     }
 }

@@ -138,6 +138,25 @@ pub struct NatPlan {
     /// Service addresses that are a node's own address (`vips` flag
     /// `NILB_ADDR_F_NODE`: what belongs to no service passes).
     pub node_addresses: BTreeSet<Ipv4Addr>,
+    /// Service addresses whose every service is in NAT mode (`vips` flag
+    /// `NILB_ADDR_F_NAT_ONLY`: no backend holds them, so a backend
+    /// delivers only NAT services' packets to them, translated).
+    pub nat_only: BTreeSet<Ipv4Addr>,
+}
+
+impl NatPlan {
+    /// The `vips` flags of `addr` under this plan.
+    pub fn vip_flags(&self, addr: Ipv4Addr) -> u32 {
+        use crate::abi_sys::nilb_addr_flags as f;
+        let mut flags = 0;
+        if self.node_addresses.contains(&addr) {
+            flags |= f::NILB_ADDR_F_NODE;
+        }
+        if self.nat_only.contains(&addr) {
+            flags |= f::NILB_ADDR_F_NAT_ONLY;
+        }
+        flags
+    }
 }
 
 /// What the control plane writes into the data plane's maps (and the two

@@ -47,16 +47,9 @@ pub fn read_struct<T: plain::Plain + Default>(bytes: &[u8]) -> Result<T> {
     Ok(v)
 }
 
-/// The value of a `vips` entry: `node` if the address is a node's own
-/// (`NILB_ADDR_F_NODE`).
-pub fn vip_value(node: bool) -> sys::nilb_addr_info {
-    sys::nilb_addr_info {
-        flags: if node {
-            sys::nilb_addr_flags::NILB_ADDR_F_NODE
-        } else {
-            0
-        },
-    }
+/// The value of a `vips` entry with `flags` (`enum nilb_addr_flags`).
+pub fn vip_value(flags: u32) -> sys::nilb_addr_info {
+    sys::nilb_addr_info { flags }
 }
 
 /// Network-order u32 of an address as stored in maps (the wire bytes).
