@@ -609,10 +609,11 @@ def main():
                  "forwarding, nilb's XDP passes it) -> bridge -> node2, the VIP path's hops without nilb. "
                  "GRO is off on the client's bridge port (see scripts/bench.sh: with it on, merged "
                  "CHECKSUM_PARTIAL segments reach node1's XDP and arrive at node2 with bad TCP checksums). "
-                 "nat = client -> node1's own address (ports 8000, 5202; `mode: nat`, target ports 80, 5201) "
-                 "-> node2, which translates in and out; no VIP anywhere. "
-                 "Every service (HTTP :80, iperf3 :5201 and their NAT twins) has node2 as "
-                 "its only backend, so every path ends at the same server. The order of the paths rotates per repetition.")
+                 "nat = client -> node1's own address (ports 8000, 5202; `mode: nat`, target ports 8080, 5203: "
+                 "twins of the same servers on node2, so that a translated connection never meets a direct "
+                 "one's TIME_WAIT; docs/config.md \"NAT mode\") -> node2, which translates in and out; no VIP anywhere. "
+                 "Every service has node2 as "
+                 "its only backend, so every path ends at the same host. The order of the paths rotates per repetition.")
         L.append("")
         L.append("| rep | path | iperf3 Gbit/s | iperf3 retransmits | HTTP req/s | HTTP errors |")
         L.append("|---|---|---:|---:|---:|---:|")

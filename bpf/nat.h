@@ -176,12 +176,13 @@ static __always_inline int nat_direct_drop(void *ctx, const struct iphdr *iph, v
 {
 	struct flow4 f;
 	__u8 *l4;
+	int syn = 0;
 
 	if (iph->daddr != node || iph->ihl < 5 || (iph->frag_off & bpf_htons(IP_OFFSET)) ||
 	    (iph->protocol != IPPROTO_TCP && iph->protocol != IPPROTO_UDP))
 		return 0;
 	l4 = (void *)iph + iph->ihl * 4;
-	if ((void *)(l4 + 14) > data_end)
+	if ((void *)(l4 + 4) > data_end)
 		return 0;
 	__builtin_memset(&f, 0, sizeof(f));
 	f.saddr = iph->saddr;
@@ -189,8 +190,11 @@ static __always_inline int nat_direct_drop(void *ctx, const struct iphdr *iph, v
 	f.sport = *(__u16 *)l4;
 	f.dport = *(__u16 *)(l4 + 2);
 	f.proto = iph->protocol;
-	/* TCP flags: byte 13; a SYN (0x02) without ACK (0x10). */
-	return nat_direct_check(ctx, &f, iph->protocol == IPPROTO_TCP && (l4[13] & 0x12) == 0x02);
+	/* TCP flags: byte 13; a SYN (0x02) without ACK (0x10). A TCP header
+	 * cut short counts as no SYN (the stack drops it anyway). */
+	if (iph->protocol == IPPROTO_TCP && (void *)(l4 + 14) <= data_end)
+		syn = (l4[13] & 0x12) == 0x02;
+	return nat_direct_check(ctx, &f, syn);
 }
 
 /* XDP, ingress: the destination of a TCP segment (iph, th: checked headers

@@ -1415,10 +1415,11 @@ int nilb_tc_nat_egress(struct __sk_buff *skb)
 /*
  * The control plane's sweep of nat_flows, TCP part: run as a BPF iterator
  * over this network namespace's TCP sockets (listeners, request sockets,
- * established and TIME_WAIT alike); each IPv4 socket whose tuple nat_flows
- * holds gets the current sweep number (nat_gc_pass) in its entry. The
- * control plane then removes the TCP entries the sweep did not reach and
- * that saw no packet for a while: their connection is over.
+ * established and TIME_WAIT alike); each IPv4 socket of a live connection
+ * (not TIME_WAIT or CLOSE) whose tuple nat_flows holds gets the current
+ * sweep number (nat_gc_pass) in its entry. The control plane then removes
+ * the TCP entries the sweep did not stamp and that saw no packet since it
+ * began: their connection is over.
  * Returns: 0 (the iterator's contract; it writes no output).
  */
 SEC("iter/tcp")
@@ -1430,6 +1431,14 @@ int nilb_nat_sweep_tcp(struct bpf_iter__tcp *ctx)
 	__u32 zero = 0, *pass;
 
 	if (!skc || skc->skc_family != AF_INET)
+		return 0;
+	/* A connection in TIME_WAIT (or CLOSE) is over: its entry goes with
+	 * the sweep. A late packet of it (a retransmitted FIN) makes a new
+	 * entry as it is accepted (nat_track), so its answer is still
+	 * translated. Keeping entries for TIME_WAIT would hold one per
+	 * connection for 60 s where the server closes first: 840,000 at
+	 * 14,000 new connections a second. */
+	if (skc->skc_state == BPF_TCP_TIME_WAIT || skc->skc_state == BPF_TCP_CLOSE)
 		return 0;
 	__builtin_memset(&k, 0, sizeof(k));
 	k.client = skc->skc_daddr;

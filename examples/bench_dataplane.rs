@@ -1175,7 +1175,10 @@ fn main() -> Result<()> {
                 );
             }
         } else if before != after {
-            bail!("TC {name}: counters moved: {}", counter_delta(&before, &after));
+            bail!(
+                "TC {name}: counters moved: {}",
+                counter_delta(&before, &after)
+            );
         }
         eprintln!(
             "tc {name}: nilb {:.0} ns, tc_pass_only {:.0} ns",

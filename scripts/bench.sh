@@ -358,14 +358,17 @@ services:
     health_check: {none: {}}
     backends:
       - {dip: $b, hostname: node2}
-  # NAT mode (path "nat"): the same servers behind node1's own address, no
-  # VIP involved; node2 translates in and out.
+  # NAT mode (path "nat"): twins of the servers on ports of their own
+  # (8080, 5203: the client reuses its ports between paths within seconds,
+  # and a translated connection must not meet a direct one's TIME_WAIT on
+  # node2, docs/config.md "NAT mode") behind node1's own address, no VIP
+  # involved; node2 translates in and out.
   - name: http-nat
     vip: ${NH_NODE_IP[node1]}
     port: 8000
     protocol: tcp
     mode: nat
-    target_port: 80
+    target_port: 8080
     health_check: {none: {}}
     backends:
       - {dip: $b, hostname: node2}
@@ -374,7 +377,7 @@ services:
     port: 5202
     protocol: tcp
     mode: nat
-    target_port: 5201
+    target_port: 5203
     health_check: {none: {}}
     backends:
       - {dip: $b, hostname: node2}
@@ -382,6 +385,9 @@ EOF
   nh_bg "http server" "$NH_OUT/http-node2.log" node2 "$EX/bench_http" serve --port 80 --threads 2 --name node2
   HTTP_SERVER_PID=$NH_BG_PID
   nh_bg "iperf3 server" "$NH_OUT/iperf3-node2.log" node2 iperf3 -s -p 5201
+  nh_bg "http server (nat)" "$NH_OUT/http-nat-node2.log" node2 "$EX/bench_http" serve --port 8080 --threads 2 --name node2
+  HTTP_NAT_SERVER_PID=$NH_BG_PID
+  nh_bg "iperf3 server (nat)" "$NH_OUT/iperf3-nat-node2.log" node2 iperf3 -s -p 5203
   for n in node1 node2; do
     nh_bg "nilb $n" "$NH_OUT/nilb-$n.log" "$n" "$NILB" run --config "$cfg" --interface eth0 \
       --node-address "${NH_NODE_IP[$n]}" --state-file "$NH_OUT/state-$n.yaml"
@@ -393,6 +399,7 @@ EOF
     fi
   done
   nh_wait_until 10 grep -q listening "$NH_OUT/http-node2.log" || return 1
+  nh_wait_until 10 grep -q listening "$NH_OUT/http-nat-node2.log" || return 1
   # both paths answer before measuring
   for a in "$vip:80" "$b:80" "${NH_NODE_IP[node1]}:8000"; do
     if ! nh_fg client timeout 20 "$EX/bench_http" load --addr "$a" --seconds 1 --threads 2 >"$NH_OUT/warm.json"; then
@@ -411,7 +418,7 @@ EOF
   reps=$((REPS > 3 ? REPS : 3))
   : >"$WORK/e2e-runs.jsonl"
   local orders=("vip direct routed nat" "direct nat routed vip" "routed vip nat direct" "nat routed direct vip")
-  local pi ph
+  local pi ph spid
   for ((r = 0; r < reps; r++)); do
     order=${orders[r % 4]}
     for path in $order; do
@@ -429,12 +436,12 @@ print(json.dumps({"rep": int(sys.argv[2]), "path": sys.argv[3], "kind": "iperf3"
       fi
     done
     for path in $order; do
-      ph=80
-      case $path in vip) a=$vip ;; direct) a=$b ;; routed) a=$routed ;; nat) a=${NH_NODE_IP[node1]} ph=8000 ;; esac
+      ph=80 spid=$HTTP_SERVER_PID
+      case $path in vip) a=$vip ;; direct) a=$b ;; routed) a=$routed ;; nat) a=${NH_NODE_IP[node1]} ph=8000 spid=$HTTP_NAT_SERVER_PID ;; esac
       sleep 1
-      t0=$(proc_cpu "$HTTP_SERVER_PID")
+      t0=$(proc_cpu "$spid")
       if nh_fg client timeout 30 "$EX/bench_http" load --addr "$a:$ph" --seconds 3 --threads 8 >"$NH_OUT/http-$r-$path.json"; then
-        t1=$(proc_cpu "$HTTP_SERVER_PID")
+        t1=$(proc_cpu "$spid")
         printf '{"rep": %d, "path": "%s", "kind": "http", "server_cpu_s": %s, "result": %s}\n' "$r" "$path" \
           "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')" "$(cat "$NH_OUT/http-$r-$path.json")" >>"$WORK/e2e-runs.jsonl"
       fi
@@ -452,6 +459,7 @@ print(json.dumps({"rep": int(sys.argv[2]), "path": sys.argv[3], "kind": "iperf3"
 }
 declare -A E2E_NILB_PID=()
 HTTP_SERVER_PID=0
+HTTP_NAT_SERVER_PID=0
 # proc_cpu PID: user+system CPU seconds of a process (and its threads) so far
 proc_cpu() {
   awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); printf "%.3f", ($12 + $13) / hz }' "/proc/$1/stat" 2>/dev/null || echo 0

@@ -310,10 +310,15 @@ fn xdp_translates_like_tc_before_gro() {
     // connection; the leftover entry goes, so that its replies are not
     // translated.
     let old = packet(CLIENT, NAT_VIP, IPPROTO_TCP, tcp(41500, 80, SYN, b""));
-    let (v, _) = l.dp.run_xdp_backend(&gue_frame(mac, MAC12, B12, NODE, 0, &[], &old), net.ifindex).unwrap();
+    let (v, _) =
+        l.dp.run_xdp_backend(&gue_frame(mac, MAC12, B12, NODE, 0, &[], &old), net.ifindex)
+            .unwrap();
     assert_eq!(v, XDP_PASS);
     let n_before = l.dp.nat_flows().unwrap().len();
-    let direct_syn = client_frame(mac, &packet(CLIENT, NODE, IPPROTO_TCP, tcp(41500, 8080, SYN, b"")));
+    let direct_syn = client_frame(
+        mac,
+        &packet(CLIENT, NODE, IPPROTO_TCP, tcp(41500, 8080, SYN, b"")),
+    );
     check(
         &l,
         "XDP: direct SYN of a translated flow's 4-tuple whose socket is gone: passes, entry removed",
@@ -649,7 +654,10 @@ fn nat_randomized_against_the_model() {
         // The reply, through the egress program: back to NAT_VIP:port.
         let reply_payload: Vec<u8> = (0..r.below(64)).map(|_| r.next() as u8).collect();
         let (rl4, rl4_svc) = if udp_flow {
-            (udp(target, cport, &reply_payload), udp(53, cport, &reply_payload))
+            (
+                udp(target, cport, &reply_payload),
+                udp(53, cport, &reply_payload),
+            )
         } else {
             (
                 tcp(target, cport, ACK, &reply_payload),
@@ -697,7 +705,12 @@ fn nat_randomized_against_the_model() {
                 // Decapsulated: never the NAT address untranslated, and a
                 // valid IPv4 header checksum.
                 let dst = Ipv4Addr::new(o[30], o[31], o[32], o[33]);
-                assert_ne!(dst, NAT_VIP, "{seed_note}: mutation delivered untranslated\n{}", hex(&o));
+                assert_ne!(
+                    dst,
+                    NAT_VIP,
+                    "{seed_note}: mutation delivered untranslated\n{}",
+                    hex(&o)
+                );
                 // Its IPv4 checksum is as right as the inner header's was
                 // (the stack drops a wrong one; nilb keeps it wrong).
                 let ihl = (o[14] & 15) as usize * 4;
@@ -719,4 +732,89 @@ fn nat_randomized_against_the_model() {
         "NAT randomized: {accepted} flows in and out as the model says; mutations: {mutated_ok} decapsulated (all translated), {mutated_drop} dropped or untouched"
     );
     assert!(mutated_ok > 0 && mutated_drop > 0);
+}
+
+/// The balancer whose bucket names itself as first hop: a NAT service's SYN
+/// skips the encapsulation like a DSR one's, translated on the way (and its
+/// flow tracked), and a service on the node's own address and port passes
+/// as it came.
+#[test]
+fn xdp_balancer_local_first_hop_translates() {
+    require_root!("BPF, network namespace");
+    let net = TestNet::new();
+    // Only this node as backend: every bucket's first hop is NODE.
+    let y = nat_config("drop", 1024)
+        .replace("      - {dip: 10.0.0.12}\n      - {dip: 10.0.0.13}\n", "");
+    let l = load(&y, NODE);
+    let syn_in = client_frame(
+        net.mac,
+        &packet(CLIENT, NAT_VIP, IPPROTO_TCP, tcp(44000, 80, SYN, b"")),
+    );
+    let mut want = eth(net.mac, CLIENT_MAC, 0x0800);
+    want.extend_from_slice(&packet(
+        CLIENT,
+        NODE,
+        IPPROTO_TCP,
+        tcp(44000, 8080, SYN, b""),
+    ));
+    check(
+        &l,
+        "balancer, local first hop, NAT SYN: no GUE, translated",
+        || l.dp.run_xdp(&syn_in, net.ifindex).unwrap(),
+        XDP_PASS,
+        &want,
+        &[("xdp_local_direct", 1), ("nat_new_flow", 1), ("nat_in", 1)],
+    );
+    let own = client_frame(
+        net.mac,
+        &packet(CLIENT, NODE, IPPROTO_TCP, tcp(44001, 22, SYN, b"")),
+    );
+    check(
+        &l,
+        "balancer, local first hop, NAT service on the node's own address and port",
+        || l.dp.run_xdp(&own, net.ifindex).unwrap(),
+        XDP_PASS,
+        &own,
+        &[("xdp_local_direct", 1)],
+    );
+    // The node's other ports are not services: passed untouched.
+    let other = client_frame(
+        net.mac,
+        &packet(CLIENT, NODE, IPPROTO_TCP, tcp(44002, 23, SYN, b"")),
+    );
+    check(
+        &l,
+        "balancer: another port of the node's own address",
+        || l.dp.run_xdp(&other, net.ifindex).unwrap(),
+        XDP_PASS,
+        &other,
+        &[("xdp_pass_not_service", 1)],
+    );
+    // A fragment to the node's own address is the node's (a NAT service
+    // address that is a node's own is not a VIP to drop fragments of).
+    let mut frag = packet(CLIENT, NODE, IPPROTO_UDP, udp(44003, 9999, b"f"));
+    frag[6] = 0x20; // more fragments
+    fix_ip_csum(&mut frag, 0);
+    let frag = client_frame(net.mac, &frag);
+    check(
+        &l,
+        "balancer: a fragment to the node's own address passes",
+        || l.dp.run_xdp(&frag, net.ifindex).unwrap(),
+        XDP_PASS,
+        &frag,
+        &[("xdp_pass_not_service", 1)],
+    );
+    // ... where one to a NAT-only VIP is dropped like a DSR VIP's.
+    let mut frag_vip = packet(CLIENT, NAT_VIP, IPPROTO_UDP, udp(44004, 53, b"f"));
+    frag_vip[6] = 0x20;
+    fix_ip_csum(&mut frag_vip, 0);
+    let frag_vip = client_frame(net.mac, &frag_vip);
+    check(
+        &l,
+        "balancer: a fragment to a NAT-only VIP is dropped",
+        || l.dp.run_xdp(&frag_vip, net.ifindex).unwrap(),
+        XDP_DROP,
+        &frag_vip,
+        &[("xdp_drop_fragment", 1)],
+    );
 }

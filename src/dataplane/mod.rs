@@ -1227,7 +1227,8 @@ impl DataplaneOps for Dataplane<'_> {
         }
         self.nat.words = words;
         // vips flags of the addresses already in the map.
-        for (a, flags) in nat::vip_flag_changes(&self.vips, &self.nat.plan, plan, !self.nat.synced) {
+        for (a, flags) in nat::vip_flag_changes(&self.vips, &self.nat.plan, plan, !self.nat.synced)
+        {
             self.skel
                 .maps
                 .vips

@@ -5,8 +5,8 @@
 //!
 //! The sweep runs on its own thread every [`SWEEP_INTERVAL`]: it bumps the
 //! sweep number in `nat_gc_pass`, runs the TCP socket iterator (the program
-//! `nilb_nat_sweep_tcp` stamps the entry of every flow that still has a
-//! socket here, TIME_WAIT included), then walks `nat_flows` and removes TCP
+//! `nilb_nat_sweep_tcp` stamps the entry of every flow whose connection is
+//! live here, not in TIME_WAIT), then walks `nat_flows` and removes TCP
 //! entries the iterator did not stamp and that saw no packet since the
 //! sweep began (their socket is gone), and UDP entries idle for longer than
 //! `cluster.nat.udp_timeout_ms`. An entry is looked up once more just
@@ -162,7 +162,10 @@ impl Sweeper {
                     if flag.load(Ordering::Relaxed) {
                         break;
                     }
-                    pass = pass.wrapping_add(1).max(1);
+                    // The sweep number is the monotonic second it starts
+                    // in: never one an earlier daemon stamped entries with
+                    // (the pinned entries outlive it).
+                    pass = monotonic_s().max(pass.wrapping_add(1)).max(1);
                     if let Err(e) = sweep_once(&maps, pass, udp_timeout_s, &stats) {
                         warn!("NAT flow sweep failed (retried in {SWEEP_INTERVAL:?}): {e:#}");
                     }
