@@ -1,12 +1,13 @@
 //! Large, independent pieces of work (the table steps of a reload that
-//! changes many services, the bucket words of their installs) split over
+//! changes many services) split over
 //! the CPUs the process may use (docs/design.md "Control plane"): the
-//! calling thread takes the first share, scoped threads the others, and
-//! the results come back in the order of the items, so the outcome is the
-//! same as one thread's. Small work stays on the calling thread (starting
+//! calling thread and scoped helper threads take the items one at a time,
+//! and the results come back in the order of the items, so the outcome is
+//! the same as one thread's. Small work stays on the calling thread (starting
 //! a thread costs tens of microseconds).
 
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
 
 /// Threads used at most, the calling one included.
 pub const MAX_THREADS: usize = 4;
@@ -32,10 +33,13 @@ pub fn threads_for(total: usize, min_per_thread: usize, cpus: usize) -> usize {
 
 /// `f` of every item, in the items' order. Items are weighed with
 /// `weight` (e.g. buckets); when there are at least two threads' worth of
-/// `min_per_thread` units and more than one CPU, the items are cut into
-/// runs of about equal weight, one per thread. Returns the results and the
-/// CPU time (µs) the helper threads used (0 when none ran), so that a
-/// caller that reports its own CPU time can count theirs.
+/// `min_per_thread` units and more than one CPU, helper threads start and
+/// every thread, the calling one included, takes the next item not yet
+/// taken until none is left: a helper that waits for a CPU (a busy host)
+/// leaves its share to the others instead of holding them up at the end.
+/// Returns the results and the CPU time (µs) the helper threads used (0
+/// when none ran), so that a caller that reports its own CPU time can count
+/// theirs.
 pub fn map<T, R, F>(
     items: Vec<T>,
     weight: impl Fn(&T) -> usize,
@@ -52,58 +56,58 @@ where
     if threads <= 1 {
         return (items.into_iter().map(f).collect(), 0);
     }
-    // Cut points: the run of thread k ends where the running weight
-    // reaches (k + 1) / threads of the total.
-    let mut runs: Vec<Vec<T>> = (0..threads).map(|_| Vec::new()).collect();
-    let mut sum = 0usize;
-    for item in items {
-        let w = weight(&item);
-        let k = (sum * threads / total.max(1)).min(threads - 1);
-        sum += w;
-        runs[k].push(item);
-    }
-    // Each run waits in a slot that its thread empties; a thread that
-    // cannot start leaves its run to the calling thread.
-    let slots: Vec<std::sync::Mutex<Option<Vec<T>>>> = runs
-        .into_iter()
-        .map(|r| std::sync::Mutex::new(Some(r)))
-        .collect();
-    let take = |slot: &std::sync::Mutex<Option<Vec<T>>>| {
-        slot.lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-            .unwrap_or_default()
+    let n = items.len();
+    let slots: Vec<Mutex<Option<T>>> = items.into_iter().map(|t| Mutex::new(Some(t))).collect();
+    let next = AtomicUsize::new(0);
+    // Take items until none is left: (index, result) of each taken.
+    let work = || {
+        let mut done: Vec<(usize, R)> = Vec::new();
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            if i >= n {
+                return done;
+            }
+            let item = slots[i]
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take()
+                .expect("each index is taken once");
+            done.push((i, f(item)));
+        }
     };
-    let f = &f;
-    let take = &take;
-    std::thread::scope(|s| {
-        let helpers: Vec<_> = slots[1..]
-            .iter()
-            .map(|slot| {
+    let work = &work;
+    let (parts, cpu) = std::thread::scope(|s| {
+        // A helper that cannot start leaves its share to the others.
+        let helpers: Vec<_> = (1..threads)
+            .filter_map(|_| {
                 std::thread::Builder::new()
                     .name("nilb-split".into())
                     .spawn_scoped(s, move || {
                         let cpu0 = thread_cpu_us();
-                        let out: Vec<R> = take(slot).into_iter().map(f).collect();
-                        (out, thread_cpu_us().saturating_sub(cpu0))
+                        let done = work();
+                        (done, thread_cpu_us().saturating_sub(cpu0))
                     })
                     .ok()
             })
             .collect();
-        let mut out: Vec<R> = take(&slots[0]).into_iter().map(f).collect();
+        let mut parts = vec![work()];
         let mut cpu = 0u64;
-        for (slot, helper) in slots[1..].iter().zip(helpers) {
-            match helper {
-                Some(h) => {
-                    let (part, c) = h.join().unwrap_or_else(|e| std::panic::resume_unwind(e));
-                    out.extend(part);
-                    cpu += c;
-                }
-                None => out.extend(take(slot).into_iter().map(f)),
-            }
+        for h in helpers {
+            let (done, c) = h.join().unwrap_or_else(|e| std::panic::resume_unwind(e));
+            parts.push(done);
+            cpu += c;
         }
-        (out, cpu)
-    })
+        (parts, cpu)
+    });
+    let mut out: Vec<Option<R>> = (0..n).map(|_| None).collect();
+    for (i, r) in parts.into_iter().flatten() {
+        out[i] = Some(r);
+    }
+    let out = out
+        .into_iter()
+        .map(|r| r.expect("every index is taken"))
+        .collect();
+    (out, cpu)
 }
 
 #[cfg(test)]
