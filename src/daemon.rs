@@ -630,14 +630,6 @@ impl StateWriter {
     }
 }
 
-/// CPU time this thread has used (µs): with `elapsed_us` it tells a
-/// reload's own cost from time spent waiting for a CPU.
-fn thread_cpu_us() -> u64 {
-    nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
-        .map(|t| t.tv_sec() as u64 * 1_000_000 + t.tv_nsec() as u64 / 1_000)
-        .unwrap_or(0)
-}
-
 /// What nilb needs from the host, each missing piece explained in one line.
 fn preflight() -> Result<()> {
     if !Path::new("/sys/kernel/btf/vmlinux").exists() {
@@ -902,6 +894,10 @@ async fn serve(
             d.log_mode(key, st.mode, st.exiting);
         }
     }
+    // What building the tables freed (the helper threads' temporaries,
+    // see crate::split) goes back to the system once the first state is
+    // written.
+    d.state_writer.trim_after_next();
     d.write_state();
     info!(
         %node,
@@ -1571,7 +1567,7 @@ impl Daemon<'_, '_> {
             // line of defence against input that recurses.
             .stack_size(16 << 20)
             .spawn(move || {
-                let cpu0 = thread_cpu_us();
+                let cpu0 = crate::split::thread_cpu_us();
                 let read = match Config::load(&path) {
                     Err(e) => ReloadRead::Config(e),
                     Ok(config) => {
@@ -1596,7 +1592,7 @@ impl Daemon<'_, '_> {
                                 compile_ms,
                                 parse_us,
                                 read_us: started.elapsed().as_micros() as u64,
-                                read_cpu_us: thread_cpu_us().saturating_sub(cpu0),
+                                read_cpu_us: crate::split::thread_cpu_us().saturating_sub(cpu0),
                             },
                             Err(e) => ReloadRead::Lists(e),
                         }
@@ -1655,7 +1651,7 @@ impl Daemon<'_, '_> {
     }
 
     fn apply_reload(&mut self, read: ReloadRead, started: Instant) {
-        let cpu_started = thread_cpu_us();
+        let cpu_started = crate::split::thread_cpu_us();
         let (config, filters, compile_ms, parse_us, read_us, read_cpu_us) = match read {
             ReloadRead::Ready {
                 config,
@@ -1776,7 +1772,10 @@ impl Daemon<'_, '_> {
             installed = plan.install.len(),
             removed = plan.remove.len(),
             elapsed_us = started.elapsed().as_micros() as u64,
-            cpu_us = read_cpu_us + thread_cpu_us().saturating_sub(cpu_started),
+            cpu_us = read_cpu_us
+                + crate::split::thread_cpu_us().saturating_sub(cpu_started)
+                + times.helper_cpu_us,
+            helper_cpu_us = times.helper_cpu_us,
             live_us,
             parse_us,
             read_us,

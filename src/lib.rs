@@ -24,7 +24,7 @@
 //!   filters), [`types`] (service keys, load samples), [`limits`] (the data
 //!   plane's compiled-in capacities), [`abi_sys`] (the generated mirror of
 //!   `bpf/nilb.h`), [`clock`] (the boot-time clock the control plane runs
-//!   on).
+//!   on), [`split`] (large work split over the CPUs).
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -47,6 +47,7 @@ pub mod prefix;
 pub mod quic_lb;
 pub mod replay;
 pub mod routing;
+pub mod split;
 pub mod status;
 pub mod table;
 pub mod tools;

@@ -426,6 +426,11 @@ pub struct ControlPlane {
     filters: Arc<FilterSet>,
 }
 
+/// Buckets of tables to step per thread, at least, before a reload's
+/// steps are split over threads (a step costs some 20 ns per bucket; a
+/// thread some 50 µs to start).
+const STEP_BUCKETS_PER_THREAD: usize = 64 * 1024;
+
 /// The `backend_stats` slot shared by backends that found no free slot (the
 /// config limit keeps this from happening unless removals pile up).
 pub const OVERFLOW_SLOT: u32 = limits::MAX_BACKEND_SLOTS - 1;
@@ -585,6 +590,12 @@ impl ControlPlane {
     /// rebalance, nothing installed); its paced steps go on at the next
     /// [`ControlPlane::tick`].
     pub fn update(&mut self, config: Config, now_ms: u64) -> Plan {
+        self.update_timed(config, now_ms).0
+    }
+
+    /// [`Self::update`], also returning the CPU time (µs) of the threads
+    /// that helped step the tables (see [`Self::step_many`]).
+    pub fn update_timed(&mut self, config: Config, now_ms: u64) -> (Plan, u64) {
         let mut plan = Plan {
             settings_changed: config.cluster.hash_seed != self.config.cluster.hash_seed
                 || config.cluster.gue_port != self.config.cluster.gue_port
@@ -743,11 +754,45 @@ impl ControlPlane {
                 .and_then(|st| st.backends.get(dip))
                 .is_some_and(|b| b.removed_at_ms.is_some())
         });
-        for (key, fresh) in touched {
-            let p = self.step(&key, now_ms, fresh);
+        let (plans, helper_cpu_us) = self.step_many(&touched, now_ms);
+        for p in plans {
             plan.merge(p);
         }
-        plan
+        (plan, helper_cpu_us)
+    }
+
+    /// One step of each service in `touched` (with whether its table is
+    /// new), their plans in the same order. Many large tables (a reload
+    /// that changes most services) are stepped on several threads
+    /// ([`crate::split`]): each step reads the configuration and changes
+    /// its own service's state only. Also returns the CPU time (µs) of
+    /// the helper threads.
+    fn step_many(&mut self, touched: &[(ServiceKey, bool)], now_ms: u64) -> (Vec<Plan>, u64) {
+        let inputs: HashMap<ServiceKey, StepInput> = touched
+            .iter()
+            .map(|(key, fresh)| (*key, self.step_input(key, now_ms, *fresh)))
+            .collect();
+        let mut work: Vec<(ServiceKey, &mut ServiceState, StepInput)> = self
+            .services
+            .iter_mut()
+            .filter_map(|(key, st)| {
+                let input = *inputs.get(key)?;
+                Some((*key, Arc::make_mut(st), input))
+            })
+            .collect();
+        // In the order of `touched` (the order of the file).
+        let position: HashMap<ServiceKey, usize> = touched
+            .iter()
+            .enumerate()
+            .map(|(i, (key, _))| (*key, i))
+            .collect();
+        work.sort_by_key(|(key, _, _)| position[key]);
+        crate::split::map(
+            work,
+            |(_, st, input)| st.table.size().max(input.size) as usize,
+            STEP_BUCKETS_PER_THREAD,
+            |(key, st, input)| step_state(&key, st, &input, now_ms),
+        )
     }
 
     /// Record an encapsulated-check result for (`service`, `dip`)
@@ -1033,132 +1078,23 @@ impl ControlPlane {
     /// One step of `key`'s table towards its targets. `fresh`: a new table,
     /// built without limits.
     fn step(&mut self, key: &ServiceKey, now_ms: u64, fresh: bool) -> Plan {
-        let rebalance: Rebalance = self.config.rebalance;
-        let threshold = self
-            .service_config(key)
-            .map_or(0, |s| s.panic_threshold_percent);
-        let size = self
-            .service_config(key)
-            .map_or(self.services[key].table.size(), |s| s.table_size);
-        let previous = self.config.rebalance.previous_owners as usize;
-        let allowed = fresh || self.voluntary_allowed(key, now_ms);
+        let input = self.step_input(key, now_ms, fresh);
         let state = self.state_mut(key).expect("service state");
-        // A new size (the same flows keep their hops, see `Table::resized`)
-        // or a new number of previous owners: the step starts from the
-        // reshaped table, and what it installs is compared with the old one.
-        let mut installed: Option<Arc<Table>> = None;
-        if state.table.size() != size || state.table.previous_owners() != previous {
-            let mut t = state.table.resized(size);
-            if t.previous_owners() != previous {
-                t = t.with_previous_owners(previous);
-            }
-            installed = Some(std::mem::replace(&mut state.table, Arc::new(t)));
-        }
-
-        let choice = targets::choose(state, threshold);
-        let mode = choice.mode;
-        let entering = mode.spreads_over_failures() && mode != state.mode;
-        if mode.spreads_over_failures() {
-            state.exiting = false;
-        } else if state.mode.spreads_over_failures() && !fresh {
-            state.exiting = true;
-        }
-        let exiting = state.exiting;
-        let targets = choice.targets;
-        let target_set: BTreeSet<Ipv4Addr> = targets.iter().map(|t| t.dip).collect();
-        let backends = &state.backends;
-        // A backend known to fail loses its buckets at once, except while
-        // the service leaves panic or fail-open: then it gives them up in
-        // paced steps (they were its buckets while the service spread).
-        let forced_out = |d: Ipv4Addr| match backends.get(&d) {
-            None => true,
-            Some(b) => {
-                !target_set.contains(&d)
-                    && (b.config.state == BackendState::Offline
-                        || (b.verdict() == Health::Down && !(exiting && b.is_live())))
-            }
-        };
-        // Offline and gone backends leave every chain; backends known down
-        // stay (their connections may be alive) but are listed last.
-        let keep = |d: Ipv4Addr| {
-            backends
-                .get(&d)
-                .is_some_and(|b| b.config.state != BackendState::Offline)
-        };
-        let down = |d: Ipv4Addr| {
-            backends
-                .get(&d)
-                .is_some_and(|b| b.verdict() == Health::Down)
-        };
-        // Entering panic or fail-open spreads at once: the backends left are
-        // failing or overloaded, so there is nothing to protect by pacing,
-        // and second chance keeps whatever connections they still serve.
-        let limits = if fresh || entering {
-            StepLimits::NONE
-        } else if allowed {
-            let mut l = StepLimits {
-                max_moves: (size as usize * rebalance.max_step_percent as usize / 100).max(1),
-                min_age_ms: rebalance.min_bucket_age_ms,
-            };
-            if exiting {
-                // Leaving panic or fail-open: what the healthy targets own
-                // may at most double per step (slow start), and the buckets
-                // of the failed backends moved when the service spread, so
-                // their age does not hold them back.
-                let shares = state.table.shares();
-                let owned: usize = target_set
-                    .iter()
-                    .map(|d| shares.get(d).copied().unwrap_or(0) as usize)
-                    .sum();
-                l.max_moves = l.max_moves.max(owned);
-                l.min_age_ms = 0;
-            }
-            l
-        } else {
-            StepLimits {
-                max_moves: 0,
-                min_age_ms: rebalance.min_bucket_age_ms,
-            }
-        };
-        let rules = Rules {
-            keep: &keep,
-            forced_out: &forced_out,
-            down: &down,
-        };
-        let (table, moves) = state.table.rebalance(&targets, &rules, now_ms, limits);
-
-        let mut plan = Plan::default();
-        if mode != state.mode {
-            plan.mode_changed.push((*key, mode));
-            state.mode = mode;
-        }
-        if !fresh && moves.moved > moves.forced {
-            state.last_step_ms = Some(now_ms);
-        }
-        if !fresh {
-            state.moves_total.0 += moves.forced as u64;
-            state.moves_total.1 += (moves.moved - moves.forced) as u64;
-            state.moves_total.2 += moves.swapped as u64;
-        }
-        state.pending = moves.pending;
-        let old = installed.as_ref().unwrap_or(&state.table);
-        if fresh || table.size() != old.size() {
-            plan.add_install(*key, moves, None);
-            state.changed_at_ms = now_ms;
-        } else {
-            let changed = table.changed_from(old);
-            if !changed.is_empty() {
-                plan.add_install(*key, moves, Some(changed));
-                state.changed_at_ms = now_ms;
-            }
-        }
-        state.table = Arc::new(table);
-        if state.exiting && !state.failed_owners_left() {
-            state.exiting = false;
-        }
-        plan
+        step_state(key, state, &input, now_ms)
     }
 
+    /// What [`step_state`] needs of the running configuration for `key`.
+    fn step_input(&self, key: &ServiceKey, now_ms: u64, fresh: bool) -> StepInput {
+        let config = self.service_config(key);
+        StepInput {
+            rebalance: self.config.rebalance,
+            threshold: config.map_or(0, |s| s.panic_threshold_percent),
+            size: config.map_or(self.services[key].table.size(), |s| s.table_size),
+            previous: self.config.rebalance.previous_owners as usize,
+            allowed: fresh || self.voluntary_allowed(key, now_ms),
+            fresh,
+        }
+    }
     /// Backends whose load dynamic weights read: (service, backend, settings)
     /// for every backend in the file that is not offline.
     pub fn load_targets(&self) -> Vec<(ServiceKey, Ipv4Addr, DynamicWeight)> {
@@ -1219,4 +1155,148 @@ impl ControlPlane {
             icmp_too_big_rate: self.config.cluster.icmp_too_big_rate,
         }
     }
+}
+
+/// What one step of a service's table needs of the running configuration
+/// ([`ControlPlane::step_input`]).
+#[derive(Clone, Copy, Debug)]
+struct StepInput {
+    rebalance: Rebalance,
+    threshold: u32,
+    /// The table size the configuration asks for.
+    size: u32,
+    /// Previous owners a bucket remembers.
+    previous: usize,
+    /// Voluntary moves are allowed now (or the table is new).
+    allowed: bool,
+    /// A new table, built without limits.
+    fresh: bool,
+}
+
+/// One step of `key`'s table (`state`) towards its targets, with what
+/// `input` says of the configuration: touches this service's state only,
+/// so that the steps of a reload can run on several threads.
+fn step_state(key: &ServiceKey, state: &mut ServiceState, input: &StepInput, now_ms: u64) -> Plan {
+    let StepInput {
+        rebalance,
+        threshold,
+        size,
+        previous,
+        allowed,
+        fresh,
+    } = *input;
+    // A new size (the same flows keep their hops, see `Table::resized`)
+    // or a new number of previous owners: the step starts from the
+    // reshaped table, and what it installs is compared with the old one.
+    let mut installed: Option<Arc<Table>> = None;
+    if state.table.size() != size || state.table.previous_owners() != previous {
+        let mut t = state.table.resized(size);
+        if t.previous_owners() != previous {
+            t = t.with_previous_owners(previous);
+        }
+        installed = Some(std::mem::replace(&mut state.table, Arc::new(t)));
+    }
+
+    let choice = targets::choose(state, threshold);
+    let mode = choice.mode;
+    let entering = mode.spreads_over_failures() && mode != state.mode;
+    if mode.spreads_over_failures() {
+        state.exiting = false;
+    } else if state.mode.spreads_over_failures() && !fresh {
+        state.exiting = true;
+    }
+    let exiting = state.exiting;
+    let targets = choice.targets;
+    let target_set: BTreeSet<Ipv4Addr> = targets.iter().map(|t| t.dip).collect();
+    let backends = &state.backends;
+    // A backend known to fail loses its buckets at once, except while
+    // the service leaves panic or fail-open: then it gives them up in
+    // paced steps (they were its buckets while the service spread).
+    let forced_out = |d: Ipv4Addr| match backends.get(&d) {
+        None => true,
+        Some(b) => {
+            !target_set.contains(&d)
+                && (b.config.state == BackendState::Offline
+                    || (b.verdict() == Health::Down && !(exiting && b.is_live())))
+        }
+    };
+    // Offline and gone backends leave every chain; backends known down
+    // stay (their connections may be alive) but are listed last.
+    let keep = |d: Ipv4Addr| {
+        backends
+            .get(&d)
+            .is_some_and(|b| b.config.state != BackendState::Offline)
+    };
+    let down = |d: Ipv4Addr| {
+        backends
+            .get(&d)
+            .is_some_and(|b| b.verdict() == Health::Down)
+    };
+    // Entering panic or fail-open spreads at once: the backends left are
+    // failing or overloaded, so there is nothing to protect by pacing,
+    // and second chance keeps whatever connections they still serve.
+    let limits = if fresh || entering {
+        StepLimits::NONE
+    } else if allowed {
+        let mut l = StepLimits {
+            max_moves: (size as usize * rebalance.max_step_percent as usize / 100).max(1),
+            min_age_ms: rebalance.min_bucket_age_ms,
+        };
+        if exiting {
+            // Leaving panic or fail-open: what the healthy targets own
+            // may at most double per step (slow start), and the buckets
+            // of the failed backends moved when the service spread, so
+            // their age does not hold them back.
+            let shares = state.table.shares();
+            let owned: usize = target_set
+                .iter()
+                .map(|d| shares.get(d).copied().unwrap_or(0) as usize)
+                .sum();
+            l.max_moves = l.max_moves.max(owned);
+            l.min_age_ms = 0;
+        }
+        l
+    } else {
+        StepLimits {
+            max_moves: 0,
+            min_age_ms: rebalance.min_bucket_age_ms,
+        }
+    };
+    let rules = Rules {
+        keep: &keep,
+        forced_out: &forced_out,
+        down: &down,
+    };
+    let (table, moves) = state.table.rebalance(&targets, &rules, now_ms, limits);
+
+    let mut plan = Plan::default();
+    if mode != state.mode {
+        plan.mode_changed.push((*key, mode));
+        state.mode = mode;
+    }
+    if !fresh && moves.moved > moves.forced {
+        state.last_step_ms = Some(now_ms);
+    }
+    if !fresh {
+        state.moves_total.0 += moves.forced as u64;
+        state.moves_total.1 += (moves.moved - moves.forced) as u64;
+        state.moves_total.2 += moves.swapped as u64;
+    }
+    state.pending = moves.pending;
+    let old = installed.as_ref().unwrap_or(&state.table);
+    if fresh || table.size() != old.size() {
+        plan.add_install(*key, moves, None);
+        state.changed_at_ms = now_ms;
+    } else {
+        let changed = table.changed_from(old);
+        if !changed.is_empty() {
+            plan.add_install(*key, moves, Some(changed));
+            state.changed_at_ms = now_ms;
+        }
+    }
+    state.table = Arc::new(table);
+    if state.exiting && !state.failed_owners_left() {
+        state.exiting = false;
+    }
+    plan
 }

@@ -81,6 +81,10 @@ pub struct ReloadTimes {
     pub role_us: u64,
     /// Starting, changing or stopping the health checks.
     pub checks_us: u64,
+    /// CPU time of the threads that helped the calling one (the table
+    /// steps and install words of a reload that changes many services,
+    /// [`crate::split`]).
+    pub helper_cpu_us: u64,
 }
 
 fn us_since(t: Instant) -> u64 {
@@ -136,7 +140,8 @@ impl ControlPlane {
     ) -> Result<(ControlPlane, Plan), ReloadError> {
         let t = Instant::now();
         let mut next = self.clone();
-        let mut plan = next.update(config, now_ms);
+        let (mut plan, helper_cpu_us) = next.update_timed(config, now_ms);
+        times.helper_cpu_us = helper_cpu_us;
         if let Some(f) = filters {
             plan.filters |= next.set_filters(f);
         }

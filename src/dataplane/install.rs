@@ -36,6 +36,11 @@ pub trait ChainSource {
     fn previous(&self, i: usize, out: &mut Vec<Ipv4Addr>);
     /// When bucket `i` last changed first hop (the table's clock, ms).
     fn moved_at(&self, i: usize) -> Option<u64>;
+    /// The source as a [`Table`], if it is one: its hops are then read as
+    /// entries of its short backend list ([`Table::entries`]).
+    fn as_table(&self) -> Option<&Table> {
+        None
+    }
 }
 
 impl ChainSource for Table {
@@ -50,6 +55,9 @@ impl ChainSource for Table {
     }
     fn moved_at(&self, i: usize) -> Option<u64> {
         Table::moved_at(self, i)
+    }
+    fn as_table(&self) -> Option<&Table> {
+        Some(self)
     }
 }
 
@@ -450,22 +458,48 @@ impl PoolBook {
         };
         let mut words = Vec::with_capacity(idxs.len());
         let mut prev = Vec::with_capacity(MAX_OWNERS);
-        for &i in idxs {
-            let i = i as usize;
-            let mut hops = [0u16; MAX_OWNERS];
-            if let Some(f) = it.table.first(i) {
-                hops[0] = slot(f, &mut assign)?;
+        if let Some(t) = it.table.as_table() {
+            // Each entry's slot, found when a bucket first names it (slots
+            // are never 0: 0 is "not yet").
+            let mut slots: Vec<u16> = vec![0; t.entry_count() + 1];
+            for &i in idxs {
+                let i = i as usize;
+                let entries = t.entries(i);
+                let mut hops = [0u16; MAX_OWNERS];
+                for (k, (&e, h)) in entries.iter().zip(hops.iter_mut()).enumerate() {
+                    if e == 0 {
+                        if k == 0 {
+                            continue;
+                        }
+                        break;
+                    }
+                    let e = e as usize;
+                    if slots[e] == 0 {
+                        let a = t.entry_addr(e as u16).expect("entry of the table");
+                        slots[e] = slot(a, &mut assign)?;
+                    }
+                    *h = slots[e];
+                }
+                words.push((i, abi::bucket_word(hops), abi::moved_value(t.moved_at(i))));
             }
-            prev.clear();
-            it.table.previous(i, &mut prev);
-            for (h, &p) in hops[1..].iter_mut().zip(&prev) {
-                *h = slot(p, &mut assign)?;
+        } else {
+            for &i in idxs {
+                let i = i as usize;
+                let mut hops = [0u16; MAX_OWNERS];
+                if let Some(f) = it.table.first(i) {
+                    hops[0] = slot(f, &mut assign)?;
+                }
+                prev.clear();
+                it.table.previous(i, &mut prev);
+                for (h, &p) in hops[1..].iter_mut().zip(&prev) {
+                    *h = slot(p, &mut assign)?;
+                }
+                words.push((
+                    i,
+                    abi::bucket_word(hops),
+                    abi::moved_value(it.table.moved_at(i)),
+                ));
             }
-            words.push((
-                i,
-                abi::bucket_word(hops),
-                abi::moved_value(it.table.moved_at(i)),
-            ));
         }
         // A slot that changes address must not be named by any bucket that
         // keeps naming it: only buckets this install rewrites may still.
@@ -521,11 +555,11 @@ impl PoolBook {
             if fresh || old != w {
                 b.store_u64(off, w);
                 self.stores += 1;
+                if !fresh {
+                    add_refs(&mut self.slot_refs, old, -1);
+                }
+                add_refs(&mut self.slot_refs, w, 1);
             }
-            if !fresh {
-                add_refs(&mut self.slot_refs, old, -1);
-            }
-            add_refs(&mut self.slot_refs, w, 1);
             m.store_u32((base + i) * MOVED_BYTES, mv);
         }
         let old_attrs = cur.map_or(0, |c| c.2);

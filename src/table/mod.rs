@@ -31,8 +31,12 @@
 //!
 //! Storage: per table a list of the backends its chains name, and per bucket
 //! four 16-bit indexes into it (first hop, then previous owners) and a 32-bit
-//! move time: 12 bytes per bucket.
+//! move time: 12 bytes per bucket, in shared immutable chunks of 1,024
+//! buckets: a table made from another (a rebalance) shares the chunks in
+//! which no bucket changed, and a rebalance works on flat vectors that each
+//! thread reuses (`Scratch`).
 
+mod chunks;
 #[cfg(test)]
 mod sim;
 #[cfg(test)]
@@ -41,6 +45,8 @@ mod tests;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 use std::net::Ipv4Addr;
+
+use chunks::Chunks;
 
 /// Hops a bucket lists at most: its first hop and up to three previous
 /// owners (`NILB_MAX_OWNERS`, the data plane's `hops[]`).
@@ -208,9 +214,11 @@ pub struct Table {
     previous: u8,
     /// The backends the chains name (chain entry k is `hosts[k - 1]`).
     hosts: Vec<Host>,
-    chains: Vec<Chain>,
+    /// Per bucket (shared with the tables this one was made from where
+    /// they agree, see [`chunks`]).
+    chains: Chunks<Chain>,
     /// Move times: 0 never, else `epoch_ms + v - 1`.
-    moved: Vec<u32>,
+    moved: Chunks<u32>,
     /// Origin of the move times.
     epoch_ms: u64,
 }
@@ -375,8 +383,8 @@ impl Table {
         Table {
             previous: MAX_PREVIOUS as u8,
             hosts: Vec::new(),
-            chains: vec![[0; MAX_OWNERS]; size as usize],
-            moved: vec![0; size as usize],
+            chains: Chunks::freeze(&vec![[0; MAX_OWNERS]; size as usize], None),
+            moved: Chunks::freeze(&vec![0; size as usize], None),
             epoch_ms: 0,
         }
     }
@@ -393,7 +401,7 @@ impl Table {
             "table size must be a power of two"
         );
         let previous = previous.min(MAX_PREVIOUS);
-        let mut t = Table::empty(buckets.len() as u32);
+        let mut t = Table::empty(buckets.len() as u32).scratch();
         t.previous = previous as u8;
         let latest = moved_at.iter().flatten().max().copied().unwrap_or(0);
         t.epoch_ms = Self::epoch_for(latest);
@@ -414,7 +422,7 @@ impl Table {
             }
         }
         t.recount();
-        t
+        t.freeze(None)
     }
 
     /// A fresh table for `targets`: contiguous ranges, larger shares first,
@@ -434,7 +442,7 @@ impl Table {
     /// entries.
     pub fn with_previous_owners(&self, previous: usize) -> Table {
         let previous = previous.min(MAX_PREVIOUS);
-        let mut t = self.clone();
+        let mut t = self.scratch();
         t.previous = previous as u8;
         for c in &mut t.chains {
             for e in c[1 + previous..].iter_mut() {
@@ -442,7 +450,7 @@ impl Table {
             }
         }
         t.recount();
-        t
+        t.freeze(Some(self))
     }
 
     /// The same flows' hops in a table of `size` buckets. Growing keeps every
@@ -453,7 +461,7 @@ impl Table {
     pub fn resized(&self, size: u32) -> Table {
         assert!(size.is_power_of_two(), "table size must be a power of two");
         let old_mask = self.chains.len() - 1;
-        let mut t = Table {
+        let mut t = Scratch {
             previous: self.previous,
             hosts: self.hosts.clone(),
             chains: (0..size as usize)
@@ -465,7 +473,23 @@ impl Table {
             epoch_ms: self.epoch_ms,
         };
         t.recount();
-        t
+        t.freeze(None)
+    }
+
+    /// This table in flat vectors, to change.
+    fn scratch(&self) -> Scratch {
+        let (mut chains, mut moved) = SPARE.with(|s| s.take());
+        chains.clear();
+        moved.clear();
+        self.chains.extend_into(&mut chains);
+        self.moved.extend_into(&mut moved);
+        Scratch {
+            previous: self.previous,
+            hosts: self.hosts.clone(),
+            chains,
+            moved,
+            epoch_ms: self.epoch_ms,
+        }
     }
 
     /// Previous owners a bucket remembers at most.
@@ -485,6 +509,26 @@ impl Table {
     /// First hop of bucket `i` (None: its packets are dropped).
     pub fn first(&self, i: usize) -> Option<Ipv4Addr> {
         self.addr(self.chains[i][0])
+    }
+
+    /// Number of backends the chains name: the entries of
+    /// [`Table::entries`] run from 1 to this.
+    pub fn entry_count(&self) -> usize {
+        self.hosts.len()
+    }
+
+    /// Address of chain entry `e` (1..=[`Table::entry_count`]; None for 0,
+    /// "no hop").
+    pub fn entry_addr(&self, e: u16) -> Option<Ipv4Addr> {
+        self.addr(e)
+    }
+
+    /// Bucket `i`'s hops as entries (see [`Table::entry_addr`]): first hop
+    /// (0: none), then the previous owners, newest first, ended by 0.
+    /// What installs read: a table names a few backends, so resolving each
+    /// entry once is cheaper than each hop of each bucket.
+    pub fn entries(&self, i: usize) -> [u16; MAX_OWNERS] {
+        self.chains[i]
     }
 
     /// Previous owners of bucket `i`, newest first (those known down after
@@ -552,7 +596,7 @@ impl Table {
     /// how many buckets list `k` previous owners.
     pub fn chain_lengths(&self) -> [u32; MAX_OWNERS] {
         let mut out = [0u32; MAX_OWNERS];
-        for c in &self.chains {
+        for c in self.chains.iter() {
             out[listed(c)] += 1;
         }
         out
@@ -560,8 +604,8 @@ impl Table {
 
     /// Bytes of memory this table holds (its vectors' capacity).
     pub fn heap_bytes(&self) -> usize {
-        self.chains.capacity() * std::mem::size_of::<Chain>()
-            + self.moved.capacity() * std::mem::size_of::<u32>()
+        self.chains.heap_bytes()
+            + self.moved.heap_bytes()
             + self.hosts.capacity() * std::mem::size_of::<Host>()
     }
 
@@ -612,8 +656,27 @@ impl Table {
             }
         }
         let same_epoch = old.epoch_ms == self.epoch_ms;
+        if same_hosts && same_epoch {
+            // Entries and stored times mean the same in both tables: compare
+            // them as they are, where the tables do not share them.
+            let mut out = Vec::new();
+            let parts = self.chains.parts().zip(self.moved.parts());
+            let old_parts = old.chains.parts().zip(old.moved.parts());
+            for (k, (((base, c), (_, m)), ((_, oc), (_, om)))) in parts.zip(old_parts).enumerate() {
+                if self.chains.shares_part(&old.chains, k) && self.moved.shares_part(&old.moved, k)
+                {
+                    continue;
+                }
+                for j in 0..c.len() {
+                    if c[j] != oc[j] || m[j] != om[j] {
+                        out.push((base + j) as u32);
+                    }
+                }
+            }
+            return out;
+        }
         let mut out = Vec::new();
-        for (i, (a, b)) in old.chains.iter().zip(&self.chains).enumerate() {
+        for (i, (a, b)) in old.chains.iter().zip(self.chains.iter()).enumerate() {
             let hops_differ = a.iter().zip(b).any(|(&x, &y)| map[x as usize] != y);
             let time_differs = if same_epoch {
                 old.moved[i] != self.moved[i]
@@ -625,6 +688,80 @@ impl Table {
             }
         }
         out
+    }
+
+    /// Epoch for move times up to `latest`: 0 while they fit in 32 bits,
+    /// else 2^31 ms (24.8 days) before `latest`.
+    fn epoch_for(latest: u64) -> u64 {
+        if latest < u32::MAX as u64 - 1 {
+            0
+        } else {
+            latest - (1 << 31)
+        }
+    }
+
+    fn decode(&self, v: u32) -> Option<u64> {
+        (v != 0).then(|| self.epoch_ms + v as u64 - 1)
+    }
+
+    /// One step towards `targets` at time `now_ms`, with what `rules` says
+    /// of the backends. Returns the new table and what moved;
+    /// `Moves::pending` says whether more voluntary steps are needed. The
+    /// new table shares this one's storage where they agree.
+    pub fn rebalance(
+        &self,
+        targets: &[Target],
+        rules: &Rules<'_>,
+        now_ms: u64,
+        limits: StepLimits,
+    ) -> (Table, Moves) {
+        let (new, moves) = self.scratch().rebalance(targets, rules, now_ms, limits);
+        (new.freeze(Some(self)), moves)
+    }
+}
+
+/// Largest scratch whose vectors a thread keeps for its next one (buckets;
+/// 12 bytes each).
+const SPARE_BUCKETS_MAX: usize = 1 << 16;
+
+thread_local! {
+    /// The vectors of the last scratch this thread froze.
+    static SPARE: std::cell::Cell<(Vec<Chain>, Vec<u32>)> =
+        const { std::cell::Cell::new((Vec::new(), Vec::new())) };
+}
+
+/// A table being changed: a [`Table`]'s data in flat vectors, which the
+/// rebalance works on, frozen into a [`Table`] when done.
+#[derive(Clone, Debug)]
+struct Scratch {
+    previous: u8,
+    hosts: Vec<Host>,
+    chains: Vec<Chain>,
+    moved: Vec<u32>,
+    epoch_ms: u64,
+}
+
+impl Scratch {
+    /// The table, sharing the chunks of `base` (if given) that hold the
+    /// same data.
+    fn freeze(self, base: Option<&Table>) -> Table {
+        let t = Table {
+            previous: self.previous,
+            hosts: self.hosts,
+            chains: Chunks::freeze(&self.chains, base.map(|b| &b.chains)),
+            moved: Chunks::freeze(&self.moved, base.map(|b| &b.moved)),
+            epoch_ms: self.epoch_ms,
+        };
+        // The vectors serve this thread's next scratch (a reload steps
+        // many tables of one size: no allocation, and they stay in cache).
+        if self.moved.capacity() <= SPARE_BUCKETS_MAX {
+            SPARE.with(|s| s.set((self.chains, self.moved)));
+        }
+        t
+    }
+
+    fn moved_at(&self, i: usize) -> Option<u64> {
+        self.decode(self.moved[i])
     }
 
     /// Entry of `dip`, added to the hosts if new.
@@ -683,16 +820,6 @@ impl Table {
         }
     }
 
-    /// Epoch for move times up to `latest`: 0 while they fit in 32 bits,
-    /// else 2^31 ms (24.8 days) before `latest`.
-    fn epoch_for(latest: u64) -> u64 {
-        if latest < u32::MAX as u64 - 1 {
-            0
-        } else {
-            latest - (1 << 31)
-        }
-    }
-
     fn decode(&self, v: u32) -> Option<u64> {
         (v != 0).then(|| self.epoch_ms + v as u64 - 1)
     }
@@ -708,7 +835,7 @@ impl Table {
     /// epoch (they are older than any bucket age that matters).
     fn set_moved(&mut self, i: usize, t: u64) {
         if t.saturating_sub(self.epoch_ms) >= u32::MAX as u64 - 1 {
-            let epoch = Self::epoch_for(t);
+            let epoch = Table::epoch_for(t);
             for v in &mut self.moved {
                 if *v != 0 {
                     let abs = self.epoch_ms + *v as u64 - 1;
@@ -723,19 +850,19 @@ impl Table {
     /// One step towards `targets` at time `now_ms`, with what `rules` says
     /// of the backends. Returns the new table and what moved;
     /// `Moves::pending` says whether more voluntary steps are needed.
-    pub fn rebalance(
-        &self,
+    fn rebalance(
+        self,
         targets: &[Target],
         rules: &Rules<'_>,
         now_ms: u64,
         limits: StepLimits,
-    ) -> (Table, Moves) {
+    ) -> (Scratch, Moves) {
         let size = self.chains.len();
         let max_prev = self.previous as usize;
         let targets: Vec<Target> = targets.iter().copied().filter(|t| t.weight > 0).collect();
         let quota = quotas(size as u32, &targets);
 
-        let mut new = self.clone();
+        let mut new = self;
         let tg: Vec<u16> = targets.iter().map(|t| new.intern(t.dip)).collect();
         let n = new.hosts.len() + 1;
         let mut roles = Roles {
@@ -783,11 +910,11 @@ impl Table {
                 None => forced_free.push((i, c[0])),
             }
         }
-        let old_enough = |t: &Table, i: usize| {
+        let old_enough = |t: &Scratch, i: usize| {
             t.moved_at(i)
                 .is_none_or(|m| now_ms.saturating_sub(m) >= limits.min_age_ms)
         };
-        let lru_key = |t: &Table, i: usize| t.moved_at(i).map_or(0, |m| m + 1);
+        let lru_key = |t: &Scratch, i: usize| t.moved_at(i).map_or(0, |m| m + 1);
 
         let mut moves = Moves::default();
 
@@ -821,11 +948,14 @@ impl Table {
 
         // (1) Swaps: a bucket of an owner that must give goes back to its
         // newest previous owner that must gain.
-        let mut lru: Vec<usize> = (0..size)
+        // (Keys computed once; they are unique, so an unstable sort gives
+        // the one order.)
+        let mut lru: Vec<(u64, usize)> = (0..size)
             .filter(|&i| allow[new.chains[i][0] as usize] > 0)
+            .map(|i| (lru_key(&new, i), i))
             .collect();
-        lru.sort_by_key(|&i| (lru_key(&new, i), i));
-        for &i in &lru {
+        lru.sort_unstable();
+        for &(_, i) in &lru {
             let c = new.chains[i];
             let f = c[0] as usize;
             if allow[f] == 0 || !old_enough(&new, i) {
@@ -847,13 +977,14 @@ impl Table {
         // buckets whose chain has room first (their move forgets nobody),
         // then least recently moved, from the high end of their ranges (the
         // rest stays contiguous).
-        let mut order: Vec<usize> = (0..size)
+        let full = |t: &Scratch, i: usize| listed(&t.chains[i]) >= max_prev;
+        let mut order: Vec<(bool, u64, Reverse<usize>)> = (0..size)
             .filter(|&i| allow[new.chains[i][0] as usize] > 0)
+            .map(|i| (full(&new, i), lru_key(&new, i), Reverse(i)))
             .collect();
-        let full = |t: &Table, i: usize| listed(&t.chains[i]) >= max_prev;
-        order.sort_by_key(|&i| (full(&new, i), lru_key(&new, i), Reverse(i)));
+        order.sort_unstable();
         let mut released: Vec<(usize, u16)> = Vec::new();
-        for i in order {
+        for (_, _, Reverse(i)) in order {
             let owner = new.chains[i][0];
             let left = &mut allow[owner as usize];
             if *left == 0 || !old_enough(&new, i) {

@@ -568,8 +568,9 @@ fn changed_from_lists_exactly_the_buckets_that_differ() {
 fn a_bucket_costs_twelve_bytes() {
     let t = Table::build(4096, &targets(&[(1, 1), (2, 1), (3, 1)]));
     let per_bucket = t.heap_bytes() as f64 / 4096.0;
+    // 12 bytes, and a fraction of a byte for the chunks' pointers and counts.
     assert!(
-        (12.0..12.1).contains(&per_bucket),
+        (12.0..12.3).contains(&per_bucket),
         "{per_bucket} bytes per bucket"
     );
 }

@@ -476,3 +476,48 @@ fn adopting_under_dynamic_weights_keeps_the_shares() {
     let plan = adopted.tick(1_010_000);
     assert!(plan.install.is_empty(), "adopted table moved: {plan:?}");
 }
+
+/// A reload that changes many large tables (enough to be stepped on several
+/// threads, see `crate::split`) gives every service the table it gets when
+/// stepped alone, and plans the services in file order.
+#[test]
+fn many_services_step_as_each_would_alone() {
+    let yaml = |ports: std::ops::Range<u16>, drained: bool| {
+        let mut s = String::from(
+            "version: 1\ncluster: {balancers: [10.0.0.11]}\ndefaults:\n  table_size: 4096\n  rebalance: {min_interval_ms: 0, max_step_percent: 100, min_bucket_age_ms: 0}\nservices:\n",
+        );
+        for port in ports {
+            // A different weight per service: different tables.
+            let w = 1 + port % 5;
+            let state = if drained && port % 3 != 0 {
+                "drained"
+            } else {
+                "active"
+            };
+            s.push_str(&format!(
+                "  - name: s{port}\n    vip: 10.0.0.100\n    port: {port}\n    protocol: tcp\n    health_check: {{none: {{}}}}\n    backends:\n      - {{dip: 10.0.0.11, weight: {w}}}\n      - {{dip: 10.0.0.12}}\n      - {{dip: 10.0.0.13, state: {state}}}\n"
+            ));
+        }
+        Config::parse(&s).unwrap()
+    };
+    let ports = 1000..1048;
+    let mut cp = ControlPlane::new(yaml(ports.clone(), false), 1_000);
+    let plan = cp.update(yaml(ports.clone(), true), 2_000);
+    let keys: Vec<ServiceKey> = cp.config().services.iter().map(Service::key).collect();
+    let installed: Vec<ServiceKey> = plan.install.keys().copied().collect();
+    let mut expected: Vec<ServiceKey> = keys.iter().copied().filter(|k| k.port % 3 != 0).collect();
+    expected.sort();
+    assert_eq!(installed, expected);
+    for port in ports {
+        let mut alone = ControlPlane::new(yaml(port..port + 1, false), 1_000);
+        let p = alone.update(yaml(port..port + 1, true), 2_000);
+        let key = keys[(port - 1000) as usize];
+        assert_eq!(
+            cp.service(&key).unwrap().table,
+            alone.service(&key).unwrap().table,
+            "{key}"
+        );
+        assert_eq!(plan.changed.get(&key), p.changed.get(&key), "{key}");
+        assert_eq!(plan.install.get(&key), p.install.get(&key), "{key}");
+    }
+}
