@@ -1248,8 +1248,9 @@ impl DataplaneOps for Dataplane<'_> {
                 .set_attrs(&maps, &key, |a| abi::with_nat(a, want))?;
         }
         let was_on = !self.nat.plan.services.is_empty();
+        let now_on = !plan.services.is_empty();
         self.nat.plan = plan.clone();
-        if was_on != !plan.services.is_empty() && self.settings.is_some() {
+        if was_on != now_on && self.settings.is_some() {
             self.write_config()?;
         }
         Ok(())

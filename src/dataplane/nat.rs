@@ -220,13 +220,11 @@ pub(super) fn sweep_once(
             continue;
         };
         match FlowEntry::parse(&key, &value) {
-            Some(e) if e.seen_s == seen_s => {
-                if maps.flows.delete(&key).is_ok() {
-                    if e.proto == 17 {
-                        udp += 1;
-                    } else {
-                        tcp += 1;
-                    }
+            Some(e) if e.seen_s == seen_s && maps.flows.delete(&key).is_ok() => {
+                if e.proto == 17 {
+                    udp += 1;
+                } else {
+                    tcp += 1;
                 }
             }
             _ => {}
