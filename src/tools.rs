@@ -51,9 +51,17 @@ pub fn check_summary(config: &Config, out: &mut dyn Write) -> Result<()> {
         let shares = table.shares();
         writeln!(
             out,
-            "service {} {} table {} buckets, health check {}{}",
+            "service {} {}{} table {} buckets, health check {}{}",
             s.name,
             key,
+            if s.mode == crate::types::ServiceMode::Nat {
+                format!(
+                    " NAT mode (backends listen on their own address, port {})",
+                    s.target_port
+                )
+            } else {
+                String::new()
+            },
             s.table_size,
             describe_check(&s.health_check),
             if s.encap_check {
