@@ -276,6 +276,63 @@ fn check_mtu(interface: &str, previous: u32, udp: bool) {
     }
 }
 
+/// Ports of NAT services on this node's own address (`node`) that lie in
+/// the kernel's ephemeral range (`low..=high`, net.ipv4.ip_local_port_range)
+/// and are not reserved (`reserved`, net.ipv4.ip_local_reserved_ports): the
+/// node's own outgoing connections may take such a port as their source, and
+/// their replies (to the node's address and that port) would be balanced as
+/// the service's. Pure: the caller reads the sysctls.
+pub fn nat_ports_at_risk(
+    config: &Config,
+    node: Ipv4Addr,
+    (low, high): (u16, u16),
+    reserved: &dyn Fn(u16) -> bool,
+) -> Vec<(String, u16)> {
+    config
+        .services
+        .iter()
+        .filter(|s| s.mode == crate::types::ServiceMode::Nat && s.vip == node)
+        .filter(|s| (low..=high).contains(&s.port) && !reserved(s.port))
+        .map(|s| (s.name.clone(), s.port))
+        .collect()
+}
+
+/// Parse net.ipv4.ip_local_reserved_ports ("8080,9000-9100" or empty).
+/// Returns: whether `port` is in it.
+fn port_reserved(list: &str, port: u16) -> bool {
+    list.trim().split(',').filter(|p| !p.is_empty()).any(|p| {
+        let mut it = p.split('-').map(|x| x.trim().parse::<u16>().ok());
+        match (it.next().flatten(), it.next().flatten()) {
+            (Some(a), Some(b)) => (a..=b).contains(&port),
+            (Some(a), None) => a == port,
+            _ => false,
+        }
+    })
+}
+
+/// Warn about NAT services on this node's own address whose port the
+/// kernel may give its own outgoing connections ([`nat_ports_at_risk`]).
+fn check_nat_ports(config: &Config, node: Ipv4Addr) {
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| {
+            let mut it = r.split_whitespace().map(|x| x.parse::<u16>().ok());
+            Some((it.next()??, it.next()??))
+        });
+    let Some(range) = range else { return };
+    let reserved =
+        std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_reserved_ports").unwrap_or_default();
+    for (name, port) in nat_ports_at_risk(config, node, range, &|p| port_reserved(&reserved, p)) {
+        warn!(
+            service = %name,
+            port,
+            "NAT service on this node's own address uses port {port}, which is in the kernel's ephemeral range {}-{}: an outgoing connection of this node from that port would have its replies balanced as the service's; reserve it (sysctl -w net.ipv4.ip_local_reserved_ports={port}) or use a port outside the range",
+            range.0,
+            range.1
+        );
+    }
+}
+
 /// Warnings about the interface that the operator must hear at start
 /// (`udp`: the config has a UDP service).
 fn check_interface(interface: &str, balancer: bool, previous: u32, udp: bool) {
@@ -683,6 +740,7 @@ pub fn run(opts: &RunOptions) -> Result<()> {
     }
     let (previous, udp) = gue_hops_of(&config);
     check_interface(&opts.interface, balancer, previous, udp);
+    check_nat_ports(&config, node);
     // Pins where a restarted daemon finds them (dataplane::pins).
     let placement = crate::dataplane::pins::prepare(&opts.pin_dir)?;
     let (pin_lock, pin_lock_path) = lock_pin_dir(&placement.dir)?;
@@ -1731,6 +1789,7 @@ impl Daemon<'_, '_> {
         if let Err(e) = self.dp.sync_nat_sweep(self.cp.config()) {
             warn!("starting the NAT flow sweep: {e:#}");
         }
+        check_nat_ports(self.cp.config(), self.node);
         // A reload that lengthens the hop list (more previous owners, a
         // first UDP service) needs a larger MTU between nodes: say so now,
         // not at the next start.
@@ -1791,7 +1850,29 @@ impl Daemon<'_, '_> {
 
 #[cfg(test)]
 mod tests {
-    use super::{lock_pin_dir_in, mtu_warning};
+    use super::{lock_pin_dir_in, mtu_warning, nat_ports_at_risk, port_reserved};
+
+    /// NAT services on this node's own address whose port the kernel may
+    /// give outgoing connections are named, unless reserved; other nodes'
+    /// addresses, DSR services and ports outside the range are not.
+    #[test]
+    fn nat_ports_in_the_ephemeral_range_are_named() {
+        let y = "version: 1\ncluster:\n  balancers: [10.0.0.11]\nservices:\n\
+  - {name: low, vip: 10.0.0.11, port: 443, protocol: tcp, mode: nat, backends: [{dip: 10.0.0.12}]}\n\
+  - {name: high, vip: 10.0.0.11, port: 40000, protocol: tcp, mode: nat, backends: [{dip: 10.0.0.12}]}\n\
+  - {name: kept, vip: 10.0.0.11, port: 40001, protocol: udp, mode: nat, backends: [{dip: 10.0.0.12}]}\n\
+  - {name: other, vip: 10.0.0.12, port: 40002, protocol: tcp, mode: nat, backends: [{dip: 10.0.0.13}]}\n\
+  - {name: dsr, vip: 10.0.0.100, port: 40003, protocol: tcp, backends: [{dip: 10.0.0.13}]}\n";
+        let c = crate::config::Config::parse(y).unwrap();
+        let node = "10.0.0.11".parse().unwrap();
+        let got = nat_ports_at_risk(&c, node, (32768, 60999), &|p| {
+            port_reserved("40001,50000-50010", p)
+        });
+        assert_eq!(got, vec![("high".to_string(), 40000)]);
+        assert!(port_reserved("8080, 9000-9100", 9050));
+        assert!(!port_reserved("", 9050));
+        assert!(!port_reserved("9000-9100", 9101));
+    }
 
     /// A second daemon on the same pin directory, even reached through
     /// another path, is refused and named; another directory is not.
