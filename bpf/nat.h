@@ -84,10 +84,12 @@ static __always_inline void nat_key_of(struct nilb_nat_key *k, const struct flow
 /*
  * Flow f (translated: client -> this node's address and listening port) of
  * the service (vip, port) is accepted here: refresh its nat_flows entry, or
- * create it. A new TCP flow whose tuple a live socket already has is a
- * direct connection's (a collision), unless the packet is not a SYN (then
- * the entry was lost and the socket is the flow's own: it is re-created).
- * ctx: the program's context (XDP or TC), for the socket lookup.
+ * create it. A flow without an entry whose translated tuple a live TCP
+ * socket already has (an owning state) belongs to a direct connection: a
+ * collision, whatever the packet (a forged segment or ICMP error must not
+ * make a direct connection's replies leave with the service's address); a
+ * TIME_WAIT socket's flow is over and may be taken. ctx: the program's
+ * context (XDP or TC), for the socket lookup.
  * Returns: 0, or enum nat_refusal (counted; the caller drops the packet).
  */
 static __always_inline int nat_track(void *ctx, const struct flow4 *f, __u32 vip, __u16 port,
@@ -115,7 +117,7 @@ static __always_inline int nat_track(void *ctx, const struct flow4 *f, __u32 vip
 			v->seen_s = now;
 		return 0;
 	}
-	if (syn && f->proto == IPPROTO_TCP && tcp_flow_owned(ctx, (struct flow4 *)f)) {
+	if (f->proto == IPPROTO_TCP && tcp_flow_owned(ctx, (struct flow4 *)f)) {
 		count(C_NAT_DROP_COLLISION);
 		return NAT_COLLISION;
 	}
@@ -147,7 +149,9 @@ static __always_inline int nat_track(void *ctx, const struct flow4 *f, __u32 vip
  * is left over from a translated connection that no longer owns a socket
  * here (TIME_WAIT, or gone) removes the entry: a new connection starts,
  * and its replies must not be translated. Only ports in nat_ports are
- * looked up. ctx: the program's context (XDP or TC).
+ * looked up. A UDP datagram removes the entry (C_NAT_UDP_SWITCHED): the
+ * replies follow the latest request's way. ctx: the program's context (XDP
+ * or TC).
  * Returns: non-zero to drop the packet (counted: C_NAT_DROP_COLLISION).
  */
 static __always_inline int nat_direct_check(void *ctx, struct flow4 *f, int syn)
@@ -161,6 +165,14 @@ static __always_inline int nat_direct_check(void *ctx, struct flow4 *f, int syn)
 		return 0;
 	if (syn && f->proto == IPPROTO_TCP && !tcp_flow_owned(ctx, f)) {
 		bpf_map_delete_elem(&nat_flows, &k);
+		return 0;
+	}
+	/* UDP has no connection to tell the older flow: the latest request
+	 * decides the way its replies take (request/response protocols, DNS,
+	 * NTP, answer each request as it came). */
+	if (f->proto == IPPROTO_UDP) {
+		bpf_map_delete_elem(&nat_flows, &k);
+		count(C_NAT_UDP_SWITCHED);
 		return 0;
 	}
 	count(C_NAT_DROP_COLLISION);

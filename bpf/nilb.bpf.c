@@ -1365,6 +1365,9 @@ int nilb_tc_nat_egress(struct __sk_buff *skb)
 		ports = (void *)ip + ihl_len;
 		if ((void *)(ports + 2) > data_end || !nat_port_listed(ports[0]))
 			return TC_ACT_OK;
+		/* GUE this node sends (second chance) is never a NAT reply. */
+		if (ip->protocol == IPPROTO_UDP && ports[1] == cfg->gue_port)
+			return TC_ACT_OK;
 		k.client = ip->daddr;
 		k.local = ip->saddr;
 		k.client_port = ports[1];

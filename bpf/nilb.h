@@ -230,7 +230,8 @@ enum nilb_counter {
 	C_NAT_IN,                   /* NAT service: packet accepted here, destination rewritten to this node's address and port */
 	C_NAT_OUT,                  /* NAT service: reply (or ICMP error about the flow) leaving with the service address and port */
 	C_NAT_DROP_COLLISION,       /* NAT: a translated flow and a direct one to this node would share a 4-tuple: the newer one's packet dropped */
-	C_NAT_DROP_TABLE_FULL,      /* NAT: nat_flows full (nat.max_flows): a new flow's packet dropped, established flows unaffected */
+	C_NAT_DROP_TABLE_FULL,      /* NAT: nat_flows full (nat.max_flows): a new flow's packet dropped, tracked flows unaffected */
+	C_NAT_UDP_SWITCHED,         /* NAT: a direct UDP datagram to this node for a tuple nat_flows held: entry removed, replies leave untranslated (the latest request's way) */
 	NILB_COUNTER_MAX,
 };
 

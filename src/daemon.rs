@@ -297,6 +297,21 @@ pub fn nat_ports_at_risk(
         .collect()
 }
 
+/// Services (by key) whose `mode` differs between `old` and `new`: name,
+/// old mode, new mode.
+pub fn mode_changes(
+    old: &Config,
+    new: &Config,
+) -> Vec<(String, crate::types::ServiceMode, crate::types::ServiceMode)> {
+    new.services
+        .iter()
+        .filter_map(|s| {
+            let o = old.service(&s.key())?;
+            (o.mode != s.mode).then(|| (s.name.clone(), o.mode, s.mode))
+        })
+        .collect()
+}
+
 /// Parse net.ipv4.ip_local_reserved_ports ("8080,9000-9100" or empty).
 /// Returns: whether `port` is in it.
 fn port_reserved(list: &str, port: u16) -> bool {
@@ -1744,6 +1759,14 @@ impl Daemon<'_, '_> {
         let is_balancer = config.cluster.balancers.contains(&self.node);
         let hops_before = gue_hops_of(self.cp.config());
         let hops_after = gue_hops_of(&config);
+        for (name, from, to) in mode_changes(self.cp.config(), &config) {
+            warn!(
+                service = %name,
+                %from,
+                %to,
+                "the service changes mode: its established connections end (their packets no longer reach the sockets they belong to); new connections take the new mode"
+            );
+        }
         let now = self.now_ms();
         let probes = &mut self.probes;
         let mut times = ReloadTimes::default();
@@ -1861,7 +1884,7 @@ mod tests {
   - {name: low, vip: 10.0.0.11, port: 443, protocol: tcp, mode: nat, backends: [{dip: 10.0.0.12}]}\n\
   - {name: high, vip: 10.0.0.11, port: 40000, protocol: tcp, mode: nat, backends: [{dip: 10.0.0.12}]}\n\
   - {name: kept, vip: 10.0.0.11, port: 40001, protocol: udp, mode: nat, backends: [{dip: 10.0.0.12}]}\n\
-  - {name: other, vip: 10.0.0.12, port: 40002, protocol: tcp, mode: nat, backends: [{dip: 10.0.0.13}]}\n\
+  - {name: other, vip: 10.0.0.200, port: 40002, protocol: tcp, mode: nat, backends: [{dip: 10.0.0.13}]}\n\
   - {name: dsr, vip: 10.0.0.100, port: 40003, protocol: tcp, backends: [{dip: 10.0.0.13}]}\n";
         let c = crate::config::Config::parse(y).unwrap();
         let node = "10.0.0.11".parse().unwrap();

@@ -280,31 +280,105 @@ fn xdp_translates_like_tc_before_gro() {
         &input,
         &[("nat_drop_collision", 1)],
     );
-    // A segment (not a SYN) of a socket with no entry: the entry was lost
-    // (e.g. a table replaced): re-created, and translated.
+    // A segment (not a SYN) for the NAT service whose translated tuple is
+    // the live direct connection's (no entry): never taken over, dropped.
     let input = gue_frame(mac, MAC12, B12, NODE, 0, &[B13], &seg(NAT_VIP, 80));
     check(
         &l,
-        "XDP: segment of a local socket by its translated tuple",
+        "XDP: forged segment whose translated tuple is a live direct connection's",
         || l.dp.run_xdp_backend(&input, net.ifindex).unwrap(),
-        XDP_PASS,
-        &frame(mac, &seg(NODE, 8080)),
-        &[
-            ("xdp_decap_established", 1),
-            ("nat_new_flow", 1),
-            ("nat_in", 1),
-        ],
+        XDP_DROP,
+        &input,
+        &[("nat_drop_collision", 1)],
     );
-    // Now the direct connection's own packets collide with that entry.
+    // ... nor an ICMP error quoting it (TC).
+    let quoted = packet(NAT_VIP, VIP, IPPROTO_TCP, tcp(80, cport, ACK, b""));
+    let icmp = icmp_error(Ipv4Addr::new(198, 51, 100, 9), NAT_VIP, 3, 4, &quoted, 8);
+    let input = gue_frame(mac, MAC12, B12, NODE, 0, &[], &icmp);
+    check(
+        &l,
+        "TC: forged ICMP error quoting a live direct connection's tuple",
+        || l.dp.run_tc(&input, net.ifindex).unwrap(),
+        TC_ACT_SHOT,
+        &input,
+        &[("nat_drop_collision", 1)],
+    );
+    assert!(l
+        .dp
+        .nat_flows()
+        .unwrap()
+        .iter()
+        .all(|e| e.client != (VIP, cport)));
+    // The direct connection's own packets pass (no entry was made).
     let direct = client_frame(mac, &seg(NODE, 8080));
     check(
         &l,
-        "XDP: direct packet whose 4-tuple is a translated flow's",
+        "XDP: the direct connection's packet still passes",
         || l.dp.run_xdp_backend(&direct, net.ifindex).unwrap(),
-        XDP_DROP,
+        XDP_PASS,
         &direct,
+        &[("xdp_backend_pass", 1)],
+    );
+    // A translated flow (its SYN made the entry) and a direct non-SYN
+    // packet of the same 4-tuple: dropped.
+    let nat_syn = packet(CLIENT, NAT_VIP, IPPROTO_TCP, tcp(41600, 80, SYN, b""));
+    let (v, _) =
+        l.dp.run_xdp_backend(
+            &gue_frame(mac, MAC12, B12, NODE, 0, &[], &nat_syn),
+            net.ifindex,
+        )
+        .unwrap();
+    assert_eq!(v, XDP_PASS);
+    let direct_ack = client_frame(
+        mac,
+        &packet(CLIENT, NODE, IPPROTO_TCP, tcp(41600, 8080, ACK, b"")),
+    );
+    check(
+        &l,
+        "XDP: direct packet whose 4-tuple is a translated flow's",
+        || l.dp.run_xdp_backend(&direct_ack, net.ifindex).unwrap(),
+        XDP_DROP,
+        &direct_ack,
         &[("nat_drop_collision", 1)],
     );
+    // UDP: a direct datagram for a translated flow's tuple switches the
+    // replies back to the node's address (the latest request decides).
+    let _udp = UdpSocket::bind(SocketAddrV4::new(NODE, 5353)).unwrap();
+    let nat_q = packet(CLIENT, NAT_VIP, IPPROTO_UDP, udp(41700, 53, b"q"));
+    let (v, _) =
+        l.dp.run_tc(
+            &gue_frame(mac, MAC12, B12, NODE, 0, &[], &nat_q),
+            net.ifindex,
+        )
+        .unwrap();
+    assert_eq!(
+        v, TC_ACT_OK,
+        "the listener on 5353 takes it at the last hop"
+    );
+    assert!(l
+        .dp
+        .nat_flows()
+        .unwrap()
+        .iter()
+        .any(|e| e.client == (CLIENT, 41700)));
+    let direct_q = client_frame(
+        mac,
+        &packet(CLIENT, NODE, IPPROTO_UDP, udp(41700, 5353, b"q")),
+    );
+    check(
+        &l,
+        "XDP: direct UDP datagram for a translated flow's tuple: passes, entry removed",
+        || l.dp.run_xdp_backend(&direct_q, net.ifindex).unwrap(),
+        XDP_PASS,
+        &direct_q,
+        &[("xdp_backend_pass", 1), ("nat_udp_switched", 1)],
+    );
+    assert!(!l
+        .dp
+        .nat_flows()
+        .unwrap()
+        .iter()
+        .any(|e| e.client == (CLIENT, 41700)));
     // A translated flow that is over (no socket: its SYN was never
     // answered here) and a direct SYN of the same 4-tuple: a new
     // connection; the leftover entry goes, so that its replies are not
@@ -477,20 +551,25 @@ fn full_table_drops_new_flows_only_and_the_sweep_empties_it() {
     // A UDP flow, then the sweep: no socket has any of these TCP flows,
     // and the UDP one is idle past a 1 s timeout once 2 s passed.
     let _sock = UdpSocket::bind(SocketAddrV4::new(NODE, 5353)).unwrap();
-    let listener = TcpListener::bind(SocketAddrV4::new(NODE, 8080)).unwrap();
-    let client = connect_from(VIP, 0, NODE, 8080);
-    let (_server, _) = listener.accept().unwrap();
-    let cport = client.local_addr().unwrap().port();
-    // The live connection's entry (created as a lost entry would be).
-    let seg = packet(VIP, NAT_VIP, IPPROTO_TCP, tcp(cport, 80, ACK, b""));
-    // (room for it: sweep the SYNs first)
+    // (room: sweep the SYNs first)
     std::thread::sleep(std::time::Duration::from_millis(2100));
     let removed = l.dp.sweep_nat_flows(1, 1).unwrap();
     assert_eq!(removed, 1024, "every SYN-only flow (no socket) is removed");
+    // A translated connection with a live socket: its SYN makes the entry,
+    // then the connection (as this test's stack can make it: from VIP,
+    // a local address, to the translated tuple) exists.
+    let cport = 45000;
+    let syn_c = packet(VIP, NAT_VIP, IPPROTO_TCP, tcp(cport, 80, SYN, b""));
     let (v, _) =
-        l.dp.run_tc(&gue_frame(mac, MAC12, B12, NODE, 0, &[], &seg), net.ifindex)
-            .unwrap();
+        l.dp.run_tc(
+            &gue_frame(mac, MAC12, B12, NODE, 0, &[], &syn_c),
+            net.ifindex,
+        )
+        .unwrap();
     assert_eq!(v, TC_ACT_OK);
+    let listener = TcpListener::bind(SocketAddrV4::new(NODE, 8080)).unwrap();
+    let client = connect_from(VIP, cport, NODE, 8080);
+    let (_server, _) = listener.accept().unwrap();
     let q = packet(CLIENT, NAT_VIP, IPPROTO_UDP, udp(43000, 53, b"q"));
     let (v, _) =
         l.dp.run_tc(&gue_frame(mac, MAC12, B12, NODE, 0, &[], &q), net.ifindex)

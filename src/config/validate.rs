@@ -1066,7 +1066,16 @@ impl Validator {
         self.service_name(&sp, si, &rs.name, seen);
         let (vip, port) = self.service_address(&sp, si, &rs, cluster, seen);
         let target_port = match (rs.mode, rs.target_port) {
-            (ServiceMode::Nat, Some(t)) => self.port(&format!("{sp}.target_port"), t),
+            (ServiceMode::Nat, Some(t)) => {
+                let t = self.port(&format!("{sp}.target_port"), t);
+                if rs.protocol == Protocol::Udp && t == cluster.gue_port {
+                    self.report(
+                        format!("{sp}.target_port"),
+                        format!("UDP port {t} is the cluster's GUE port"),
+                    );
+                }
+                t
+            }
             (ServiceMode::Dsr, Some(_)) => {
                 self.report(
                     format!("{sp}.target_port"),
@@ -1556,6 +1565,28 @@ impl Validator {
             .filter(|(_, s)| s.mode == ServiceMode::Dsr)
             .map(|(i, s)| (s.vip, i))
             .collect();
+        // A NAT service on a node's own address is reached at that node:
+        // only a balancer balances (and so translates) what arrives there.
+        let mut node_dips: HashMap<Ipv4Addr, (usize, usize)> = HashMap::new();
+        for (si, s) in cfg.services.iter().enumerate() {
+            for (bi, b) in s.backends.iter().enumerate() {
+                node_dips.entry(b.dip).or_insert((si, bi));
+            }
+        }
+        for (si, s) in cfg.services.iter().enumerate() {
+            if s.mode != ServiceMode::Nat || cfg.cluster.balancers.contains(&s.vip) {
+                continue;
+            }
+            if let Some((sj, bj)) = node_dips.get(&s.vip) {
+                self.report(
+                    format!("services[{si}].vip"),
+                    format!(
+                        "{} is the own address of services[{sj}].backends[{bj}], which is not a balancer: its clients' packets reach no XDP balancer there (add it to cluster.balancers, or use a balancer's address or a VIP)",
+                        s.vip
+                    ),
+                );
+            }
+        }
         for (si, s) in cfg.services.iter().enumerate() {
             for (bi, b) in s.backends.iter().enumerate() {
                 let Some(sj) = dsr_vips.get(&b.dip) else {

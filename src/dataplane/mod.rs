@@ -237,7 +237,7 @@ pub fn cleanup(ifindex: i32, pin_dir: &Path) -> Result<Vec<String>> {
             ));
         }
     }
-    for name in PINNED_MAPS {
+    for name in PINNED_MAPS.iter().chain([&pinned::NAT_FLOWS_RESIZING]) {
         let path = pin_dir.join(name);
         if path.exists() {
             std::fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))?;
@@ -341,10 +341,15 @@ impl<'obj> Dataplane<'obj> {
                     _ => None,
                 }
             };
-            // A nat_flows of another size: kept open to copy from, its pin
-            // taken away so that the new map is created and pinned.
+            // A nat_flows of another size: its pin renamed (not removed, so
+            // that a daemon that dies before the copy is done leaves it for
+            // the next one), kept open to copy from; the new map is created
+            // and pinned. A renamed pin left by such a daemon is copied too.
             let flows_pin = dir.join(pinned::NAT_FLOWS);
-            if let Ok(h) = libbpf_rs::MapHandle::from_pinned_path(&flows_pin) {
+            let resizing_pin = dir.join(pinned::NAT_FLOWS_RESIZING);
+            if let Ok(h) = libbpf_rs::MapHandle::from_pinned_path(&resizing_pin) {
+                resized_flows = Some(h);
+            } else if let Ok(h) = libbpf_rs::MapHandle::from_pinned_path(&flows_pin) {
                 let same_layout = maps.iter().any(|m| {
                     name(m) == pinned::NAT_FLOWS
                         && h.key_size() == m.key_size()
@@ -352,7 +357,7 @@ impl<'obj> Dataplane<'obj> {
                         && h.map_type() == m.map_type()
                 });
                 if same_layout && h.max_entries() != nat_flows {
-                    std::fs::remove_file(&flows_pin)
+                    std::fs::rename(&flows_pin, &resizing_pin)
                         .with_context(|| format!("replacing {}", flows_pin.display()))?;
                     resized_flows = Some(h);
                 }
@@ -429,6 +434,9 @@ impl<'obj> Dataplane<'obj> {
         if let Some(old) = resized_flows {
             let (copied, dropped) = nat::copy_flows(&old, &skel.maps.nat_flows)
                 .context("copying the NAT flows into the resized nat_flows")?;
+            if let Some(dir) = pin_dir {
+                let _ = std::fs::remove_file(dir.join(pinned::NAT_FLOWS_RESIZING));
+            }
             info!(
                 from = old.max_entries(),
                 to = nat_flows,
@@ -910,7 +918,7 @@ impl<'obj> Dataplane<'obj> {
         let Some(dir) = self.pin_dir.take() else {
             return Ok(());
         };
-        for name in PINNED_MAPS {
+        for name in PINNED_MAPS.iter().chain([&pinned::NAT_FLOWS_RESIZING]) {
             let path = dir.join(name);
             if path.exists() {
                 std::fs::remove_file(&path)

@@ -249,22 +249,40 @@ pub(super) fn sweep_once(
     Ok(tcp + udp)
 }
 
-/// Copy every entry of `from` (an earlier daemon's `nat_flows` of another
-/// size) into `to`. Entries beyond `to`'s size are dropped and counted in
-/// the return value `(copied, dropped)`.
+/// Copy the entries of `from` (an earlier daemon's `nat_flows` of another
+/// size) into `to`, the ones that matter first: the TCP flows the last
+/// sweep found a live socket for (the highest sweep stamp), then the rest
+/// by their last packet, newest first. Entries beyond `to`'s size are
+/// dropped and counted in the return value `(copied, dropped)`.
 pub(super) fn copy_flows(from: &MapHandle, to: &dyn MapCore) -> Result<(u64, u64)> {
-    let (mut copied, mut dropped) = (0u64, 0u64);
+    let mut entries = Vec::new();
     for key in from.keys() {
         let Some(value) = from.lookup(&key, MapFlags::ANY)? else {
             continue;
         };
+        let rank = FlowEntry::parse(&key, &value).map_or((0, 0), |e| (e.gc_pass, e.seen_s));
+        entries.push((rank, key, value));
+    }
+    copy_order(&mut entries);
+    let (mut ok, mut full) = (0u64, 0u64);
+    for (_, key, value) in entries {
         if to.update(&key, &value, MapFlags::NO_EXIST).is_ok() {
-            copied += 1;
+            ok += 1;
         } else {
-            dropped += 1;
+            full += 1;
         }
     }
-    Ok((copied, dropped))
+    Ok((ok, full))
+}
+
+/// Order entries ranked (sweep stamp, last packet) for copying: the latest
+/// stamp first (live connections), then by last packet, newest first.
+fn copy_order<T>(entries: &mut [((u32, u32), T, T)]) {
+    let last = entries.iter().map(|e| e.0 .0).max().unwrap_or(0);
+    entries.sort_by(|a, b| {
+        let live = |e: &((u32, u32), T, T)| last != 0 && e.0 .0 == last;
+        live(b).cmp(&live(a)).then(b.0 .1.cmp(&a.0 .1))
+    });
 }
 
 /// The `vips` entries among `have` whose flags must be (re)written going
@@ -313,6 +331,21 @@ mod tests {
         assert!(expired(&entry(17, 879, 0), 7, 1000, 1000, 120));
         // gc_pass means nothing for UDP.
         assert!(expired(&entry(17, 0, 7), 7, 1000, 1000, 120));
+    }
+
+    #[test]
+    fn live_connections_are_copied_first() {
+        // (sweep stamp, last packet): stamp 9 is the last sweep's.
+        let mut e = vec![
+            ((0, 50), 1, 1),
+            ((9, 10), 2, 2),
+            ((3, 99), 3, 3),
+            ((9, 20), 4, 4),
+            ((0, 60), 5, 5),
+        ];
+        copy_order(&mut e);
+        let order: Vec<i32> = e.iter().map(|x| x.1).collect();
+        assert_eq!(order, vec![4, 2, 3, 5, 1]);
     }
 
     #[test]

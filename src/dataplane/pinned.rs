@@ -60,6 +60,9 @@ pub const FILTER_MAPS: [&str; 9] = [
 
 /// `nat_flows`: NAT mode's flows (bpf/nat.h).
 pub const NAT_FLOWS: &str = "nat_flows";
+/// The pin an older `nat_flows` of another size is renamed to while its
+/// flows are copied into the new one (bpffs names take no dot).
+pub const NAT_FLOWS_RESIZING: &str = "nat_flows_resizing";
 
 /// Names of the maps pinned under the pin directory, as the BPF object
 /// names them.
