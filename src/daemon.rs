@@ -312,6 +312,44 @@ pub fn mode_changes(
         .collect()
 }
 
+/// Ports some socket of this host listens on (TCP LISTEN in /proc/net/tcp,
+/// bound UDP in /proc/net/udp) at `node` or at any address, as (protocol,
+/// port) with protocol 6 or 17. Lines that do not parse are skipped.
+fn own_listening_ports(node: Ipv4Addr) -> std::collections::BTreeSet<(u8, u16)> {
+    let mut out = std::collections::BTreeSet::new();
+    for (file, proto) in [("/proc/net/tcp", 6u8), ("/proc/net/udp", 17u8)] {
+        let Ok(text) = std::fs::read_to_string(file) else {
+            continue;
+        };
+        out.extend(
+            listening_in(&text, proto, node)
+                .into_iter()
+                .map(|p| (proto, p)),
+        );
+    }
+    out
+}
+
+/// The local ports of `text` (the format of /proc/net/tcp and /proc/net/udp:
+/// `sl local_address rem_address st ...`, addresses as little-endian hex
+/// `AABBCCDD:PPPP`) bound at `node` or 0.0.0.0 that listen: TCP state 0A
+/// (LISTEN), UDP state 07 (unconnected, bound). Pure.
+pub fn listening_in(text: &str, proto: u8, node: Ipv4Addr) -> Vec<u16> {
+    let want_state = if proto == 6 { "0A" } else { "07" };
+    let node_hex = format!("{:08X}", u32::from_le_bytes(node.octets()));
+    text.lines()
+        .skip(1)
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let local = f.nth(1)?;
+            let state = f.nth(1)?;
+            let (addr, port) = local.split_once(':')?;
+            let port = u16::from_str_radix(port, 16).ok()?;
+            (state == want_state && (addr == node_hex || addr == "00000000")).then_some(port)
+        })
+        .collect()
+}
+
 /// Parse net.ipv4.ip_local_reserved_ports ("8080,9000-9100" or empty).
 /// Returns: whether `port` is in it.
 fn port_reserved(list: &str, port: u16) -> bool {
@@ -334,6 +372,21 @@ fn check_nat_ports(config: &Config, node: Ipv4Addr) {
             let mut it = r.split_whitespace().map(|x| x.parse::<u16>().ok());
             Some((it.next()??, it.next()??))
         });
+    // A service on this node's own address and port takes every packet to
+    // them: a socket of the node's own there (SSH, BGP, metrics) is cut off.
+    let own = own_listening_ports(node);
+    for svc in config.services.iter().filter(|s| {
+        s.mode == crate::types::ServiceMode::Nat && s.vip == node && s.target_port != s.port
+    }) {
+        if own.contains(&(svc.protocol.number(), svc.port)) {
+            warn!(
+                service = %svc.name,
+                port = svc.port,
+                "this node itself listens on the NAT service's port {} of its own address: the balancer takes every packet to it, so that local service is cut off (choose another port for the service)",
+                svc.port
+            );
+        }
+    }
     let Some(range) = range else { return };
     let reserved =
         std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_reserved_ports").unwrap_or_default();
@@ -1873,7 +1926,19 @@ impl Daemon<'_, '_> {
 
 #[cfg(test)]
 mod tests {
-    use super::{lock_pin_dir_in, mtu_warning, nat_ports_at_risk, port_reserved};
+    use super::{listening_in, lock_pin_dir_in, mtu_warning, nat_ports_at_risk, port_reserved};
+
+    /// /proc/net/tcp lines: LISTEN sockets at the node's address or any.
+    #[test]
+    fn listening_ports_of_the_node() {
+        let text = "  sl  local_address rem_address   st tx_queue rx_queue\n\
+   0: 00000000:0016 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0\n\
+   1: 0B00000A:00B3 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0\n\
+   2: 0C00000A:0050 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0\n\
+   3: 0B00000A:1F90 0200000A:9C40 01 00000000:00000000 00:00000000 00000000     0\n";
+        let node = "10.0.0.11".parse().unwrap();
+        assert_eq!(listening_in(text, 6, node), vec![22, 179]);
+    }
 
     /// NAT services on this node's own address whose port the kernel may
     /// give outgoing connections are named, unless reserved; other nodes'

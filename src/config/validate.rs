@@ -1106,7 +1106,10 @@ impl Validator {
         let server_ids: Vec<Option<RawServerId>> =
             rs.backends.iter_mut().map(|b| b.server_id.take()).collect();
         let raw_quic = rs.quic_lb.take();
-        let backends = self.backends(&sp, vip, rs.mode, rs.backends);
+        // A DSR VIP at a balancer's address was reported with the address:
+        // a backend at that address is not a second problem.
+        let vip_reported = rs.mode == ServiceMode::Dsr && cluster.balancers.contains(&vip);
+        let backends = self.backends(&sp, vip, rs.mode, vip_reported, rs.backends);
         let quic_lb = self.quic_lb(&sp, rs.protocol, raw_quic.as_ref(), &backends, server_ids);
         let filters = self.service_filters(&sp, rs.filters.unwrap_or_default());
         Service {
@@ -1250,6 +1253,7 @@ impl Validator {
         sp: &str,
         vip: Ipv4Addr,
         mode: ServiceMode,
+        vip_reported: bool,
         raw: Vec<RawBackend>,
     ) -> Vec<Backend> {
         let mut backends = Vec::new();
@@ -1259,7 +1263,7 @@ impl Validator {
             let dip = self.address(&format!("{bp}.dip"), &rb.dip, "backend");
             // NAT mode: the node whose own address the service has is one
             // of its backends like any other.
-            if dip == vip && mode != ServiceMode::Nat {
+            if dip == vip && mode != ServiceMode::Nat && !vip_reported {
                 self.report(
                     format!("{bp}.dip"),
                     format!("{dip} is the service's VIP; a backend needs its own address"),
