@@ -616,6 +616,64 @@ fn established() -> Result<(u16, Vec<OwnedFd>)> {
     Ok((name.port(), vec![l, c, a]))
 }
 
+/// One TC case: `prog` of data plane `l` and the pass-only baseline, 4
+/// alternating rounds of `runs / 4` runs each on `frame` (verdict `want`);
+/// `counter` must move once per run (empty: no counter may move).
+/// Returns: the case's JSON object.
+fn tc_case(
+    l: &Loaded,
+    prog: BorrowedFd<'_>,
+    tc_pass: BorrowedFd<'_>,
+    sctx: &[u8],
+    runs: usize,
+    (name, what, frame, want, counter): (&str, &str, &[u8], u32, &str),
+) -> Result<String> {
+    let before = counters(l)?;
+    let mut n = Vec::new();
+    let mut b = Vec::new();
+    for round in 0..4 {
+        let nn = per_run_ns(prog, frame, sctx, runs / 4, want)?;
+        let bb = per_run_ns(tc_pass, frame, sctx, runs / 4, TC_ACT_OK)?;
+        if round % 2 == 0 {
+            n.extend(nn);
+            b.extend(bb);
+        } else {
+            b.extend(bb);
+            n.extend(nn);
+        }
+    }
+    let after = counters(l)?;
+    if counter.is_empty() {
+        if before != after {
+            bail!(
+                "TC {name}: counters moved: {}",
+                counter_delta(&before, &after)
+            );
+        }
+    } else {
+        let idx = COUNTER_NAMES.iter().position(|c| *c == counter).unwrap();
+        let moved = after[idx] - before[idx];
+        if moved as usize != n.len() {
+            bail!(
+                "TC {name}: {counter} moved by {moved}, expected {}; counters {}",
+                n.len(),
+                counter_delta(&before, &after)
+            );
+        }
+    }
+    eprintln!(
+        "tc {name}: nilb {:.0} ns, tc_pass_only {:.0} ns",
+        median(&n),
+        median(&b)
+    );
+    Ok(format!(
+        "{{\"case\": \"{name}\", \"what\": \"{what}\", \"nilb_ns\": {:.1}, \"base_ns\": {:.1}, \"frame_bytes\": {}}}",
+        median(&n),
+        median(&b),
+        frame.len()
+    ))
+}
+
 fn main() -> Result<()> {
     let obj_path = arg("--obj", "bench.bpf.o");
     let gen_name = arg("--gen", "gen0");
@@ -1149,48 +1207,14 @@ fn main() -> Result<()> {
         ),
     ];
     for (name, what, prog, frame, counter) in nat_cases {
-        let before = counters(&dpnat)?;
-        let mut n = Vec::new();
-        let mut b = Vec::new();
-        for round in 0..4 {
-            let nn = per_run_ns(prog.as_fd(), frame, &sctx, runs / 4, TC_ACT_OK)?;
-            let bb = per_run_ns(tc_pass, frame, &sctx, runs / 4, TC_ACT_OK)?;
-            if round % 2 == 0 {
-                n.extend(nn);
-                b.extend(bb);
-            } else {
-                b.extend(bb);
-                n.extend(nn);
-            }
-        }
-        let after = counters(&dpnat)?;
-        if !counter.is_empty() {
-            let idx = COUNTER_NAMES.iter().position(|c| *c == counter).unwrap();
-            if (after[idx] - before[idx]) as usize != n.len() {
-                bail!(
-                    "TC {name}: {counter} moved by {}, expected {}; counters {}",
-                    after[idx] - before[idx],
-                    n.len(),
-                    counter_delta(&before, &after)
-                );
-            }
-        } else if before != after {
-            bail!(
-                "TC {name}: counters moved: {}",
-                counter_delta(&before, &after)
-            );
-        }
-        eprintln!(
-            "tc {name}: nilb {:.0} ns, tc_pass_only {:.0} ns",
-            median(&n),
-            median(&b)
-        );
-        tc_json.push(format!(
-            "{{\"case\": \"{name}\", \"what\": \"{what}\", \"nilb_ns\": {:.1}, \"base_ns\": {:.1}, \"frame_bytes\": {}}}",
-            median(&n),
-            median(&b),
-            frame.len()
-        ));
+        tc_json.push(tc_case(
+            &dpnat,
+            prog.as_fd(),
+            tc_pass,
+            &sctx,
+            runs,
+            (name, what, frame, TC_ACT_OK, counter),
+        )?);
     }
     // Kernel memory per tracked flow: nat_flows' own accounting (fdinfo
     // memlock: element memory for this no-prealloc hash) before and after
@@ -1217,41 +1241,14 @@ fn main() -> Result<()> {
         (1u64 << 30) as f64 / per_flow.max(1.0)
     );
     for (name, what, frame, want, counter) in tc_cases {
-        let before = counters(&dptc)?;
-        let mut n = Vec::new();
-        let mut b = Vec::new();
-        for round in 0..4 {
-            let nn = per_run_ns(dptc.tc.as_fd(), frame, &sctx, runs / 4, want)?;
-            let bb = per_run_ns(tc_pass, frame, &sctx, runs / 4, TC_ACT_OK)?;
-            if round % 2 == 0 {
-                n.extend(nn);
-                b.extend(bb);
-            } else {
-                b.extend(bb);
-                n.extend(nn);
-            }
-        }
-        let after = counters(&dptc)?;
-        let idx = COUNTER_NAMES.iter().position(|c| *c == counter).unwrap();
-        let moved = after[idx] - before[idx];
-        if moved as usize != n.len() {
-            bail!(
-                "TC {name}: {counter} moved by {moved}, expected {}; counters {}",
-                n.len(),
-                counter_delta(&before, &after)
-            );
-        }
-        eprintln!(
-            "tc {name}: nilb {:.0} ns, tc_pass_only {:.0} ns",
-            median(&n),
-            median(&b)
-        );
-        tc_json.push(format!(
-            "{{\"case\": \"{name}\", \"what\": \"{what}\", \"nilb_ns\": {:.1}, \"base_ns\": {:.1}, \"frame_bytes\": {}}}",
-            median(&n),
-            median(&b),
-            frame.len()
-        ));
+        tc_json.push(tc_case(
+            &dptc,
+            dptc.tc.as_fd(),
+            tc_pass,
+            &sctx,
+            runs,
+            (name, what, frame, want, counter),
+        )?);
     }
 
     // ---- XDP receive path on a backend (before GRO) --------------------------

@@ -708,28 +708,28 @@ impl<'obj> Dataplane<'obj> {
         // An existing clsact (a restart, or another user) is expected:
         // libbpf's warning about it is not one for the operator.
         let created_qdisc = libbpf_log::expect_failure(|| abi::create_clsact(ifindex))?;
-        let prog = &self.skel.progs.nilb_tc_second_chance;
-        let mut hook = TcHookBuilder::new(prog.as_fd())
-            .ifindex(ifindex)
-            .replace(true)
-            .handle(TC_HANDLE)
-            .priority(TC_PRIORITY)
-            .hook(libbpf_rs::TC_INGRESS);
-        let hook = hook
-            .attach()
-            .with_context(|| format!("attaching TC ingress to ifindex {ifindex}"))?;
+        let attach = |prog: &libbpf_rs::ProgramMut<'_>, point, what: &str| {
+            TcHookBuilder::new(prog.as_fd())
+                .ifindex(ifindex)
+                .replace(true)
+                .handle(TC_HANDLE)
+                .priority(TC_PRIORITY)
+                .hook(point)
+                .attach()
+                .with_context(|| format!("attaching TC {what} to ifindex {ifindex}"))
+        };
+        let hook = attach(
+            &self.skel.progs.nilb_tc_second_chance,
+            libbpf_rs::TC_INGRESS,
+            "ingress",
+        )?;
         // NAT mode's replies: egress of the same interface (the program
         // returns at once on a node without NAT services).
-        let egress_prog = &self.skel.progs.nilb_tc_nat_egress;
-        let mut egress = TcHookBuilder::new(egress_prog.as_fd())
-            .ifindex(ifindex)
-            .replace(true)
-            .handle(TC_HANDLE)
-            .priority(TC_PRIORITY)
-            .hook(libbpf_rs::TC_EGRESS);
-        let egress = egress
-            .attach()
-            .with_context(|| format!("attaching TC egress to ifindex {ifindex}"))?;
+        let egress = attach(
+            &self.skel.progs.nilb_tc_nat_egress,
+            libbpf_rs::TC_EGRESS,
+            "egress",
+        )?;
         self.tc = Some(TcAttachment {
             hook,
             egress: Some(egress),
