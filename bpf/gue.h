@@ -8,12 +8,13 @@
  *   UDP          source 0x8000 | (flow hash & 0x7fff), destination the GUE
  *                port, checksum 0 (a received non-zero checksum is kept
  *                valid when forwarding)
- *   GUE          version 0, C 0, hlen 1 + N, proto 4 (IPv4), flags 0
+ *   GUE          version 0, C 0, hlen 1 + N, proto 4 (IPv4) or 41 (IPv6),
+ *                flags 0
  *   private      type 0, next hop index, hop count N
  *   hops         N IPv4 addresses, network order: the bucket's previous
  *                owners, newest first, and for a UDP flow the first hop
  *                again after them
- *   inner IPv4 packet
+ *   inner IPv4 or IPv6 packet
  */
 #ifndef NILB_GUE_H
 #define NILB_GUE_H
@@ -43,7 +44,8 @@ static __always_inline __u32 gue_overhead(__u32 nhops)
 
 /*
  * Write the Ethernet type, outer IPv4 (cfg->node_addr -> daddr), UDP and GUE
- * in front of an inner IPv4 packet of inner_len bytes, listing the first
+ * in front of an inner packet of inner_len bytes (inner_proto:
+ * GUE_PROTO_IPV4 or GUE_PROTO_IPV6), listing the first
  * nhops (at most NILB_TX_HOPS) addresses of `list`. The caller has checked
  * that the headers and NILB_TX_HOPS hops lie within the packet; the MACs
  * are the caller's.
@@ -51,7 +53,7 @@ static __always_inline __u32 gue_overhead(__u32 nhops)
  */
 static __always_inline void gue_write(struct ethhdr *eth, const struct nilb_config *cfg,
 				      __u32 daddr, const __u32 *list, __u32 nhops, __u32 hash,
-				      __u32 inner_len)
+				      __u32 inner_len, __u8 inner_proto)
 {
 	struct iphdr *oip = (void *)(eth + 1);
 	struct udphdr *udp = (void *)(oip + 1);
@@ -82,7 +84,7 @@ static __always_inline void gue_write(struct ethhdr *eth, const struct nilb_conf
 	udp->check = 0;
 
 	/* [hlen][proto][flags 0 0] [private type 0 0][next hop 0][hop count] */
-	((__u32 *)gue)[0] = bpf_htonl(((1 + nhops) << 24) | (GUE_PROTO_IPV4 << 16));
+	((__u32 *)gue)[0] = bpf_htonl(((1 + nhops) << 24) | ((__u32)inner_proto << 16));
 	((__u32 *)gue)[1] = bpf_htonl(nhops);
 	if (nhops > 0)
 		gue->hops[0] = list[0];
@@ -101,7 +103,8 @@ enum gue_parse_result {
 	/* Outer IPv4 version, fragment or lengths, the GUE header, or the
 	 * inner IPv4 header invalid or cut short. */
 	GUE_MALFORMED,
-	/* A valid GUE header around IPv6, which nilb does not handle. */
+	/* A valid GUE header around IPv6 (protocol 41): the inner packet is
+	 * not checked yet (tc_gue_ipv6). */
 	GUE_INNER_IPV6,
 };
 

@@ -24,3 +24,17 @@ int nilb_hash_probe(struct xdp_md *ctx)
 	p->out = nilb_flow_hash(p->saddr, p->daddr, p->sport, p->dport, p->proto, p->seed);
 	return XDP_PASS;
 }
+
+/* The same for nilb_flow_hash6 on a struct nilb_hash_probe6. */
+SEC("xdp")
+int nilb_hash_probe6(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct nilb_hash_probe6 *p = data;
+
+	if ((void *)(p + 1) > data_end)
+		return XDP_ABORTED;
+	p->out = nilb_flow_hash6(p->saddr, p->daddr, p->sport, p->dport, p->proto, p->seed);
+	return XDP_PASS;
+}

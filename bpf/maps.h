@@ -23,6 +23,16 @@ struct {
 	__type(value, struct nilb_service);
 } services SEC(".maps");
 
+/* The same for IPv6 services (docs/design.md "IPv6"): a map of its own, so
+ * that the IPv4 path's key stays 8 bytes and old pins stay adoptable. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, NILB_MAX_SERVICES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct nilb_service6_key);
+	__type(value, struct nilb_service);
+} services6 SEC(".maps");
+
 /* The bucket pool: every service's buckets, at table_base + (hash &
  * table_mask). A plain ARRAY, so the verifier inlines its lookups; sized by
  * the control plane when it creates the map (max_entries here is a
@@ -75,6 +85,14 @@ struct {
 	__type(key, __u32);
 	__type(value, struct nilb_addr_info);
 } vips SEC(".maps");
+
+/* Every configured IPv6 VIP address. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, NILB_MAX_VIPS);
+	__type(key, struct nilb_addr6);
+	__type(value, struct nilb_addr_info);
+} vips6 SEC(".maps");
 
 /* Key 0: this node's struct nilb_config. */
 struct {
@@ -131,6 +149,16 @@ struct {
 	__type(key, __u32);
 	__type(value, struct nilb_control_state);
 } control_state SEC(".maps");
+
+/* backend slot -> the IPv6 VIP of the slot's control_state record when
+ * that service is IPv6 (struct nilb_control_state). Pinned; never read by
+ * the programs. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, NILB_MAX_BACKEND_SLOTS);
+	__type(key, __u32);
+	__type(value, struct nilb_addr6);
+} control_vip6 SEC(".maps");
 
 /* Key 0: this CPU's token bucket for ICMP "fragmentation needed" replies
  * (nilb_config.icmp_too_big_rate). Not pinned. */

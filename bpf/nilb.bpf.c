@@ -18,6 +18,7 @@
  *             plaintext and AES decoding; twin of src/quic_lb.rs)
  *   filter.h  edge filters: deny and allow lists, rate limits
  *   xdp_decap.h GUE for this node decapsulated in XDP, before GRO
+ *   ipv6.h    IPv6: flow tuple, extension headers, ICMPv6 to a VIP
  *
  * XDP balancer (nilb_xdp_balancer), on nodes that receive VIP traffic:
  *   IPv4 TCP/UDP to a configured (VIP, port, protocol) -> flow hash -> bucket
@@ -52,6 +53,7 @@
 #include "too_big.h"
 #include "filter.h"
 #include "xdp_decap.h"
+#include "ipv6.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -315,13 +317,15 @@ unknown:
  * Ethernet header), make room in front and write outer IPv4, UDP and GUE to
  * hops->first, listing hops->nhops hops (gue_write). macs
  * receives the frame's destination and source MACs.
+ * inner_proto: GUE_PROTO_IPV4 or GUE_PROTO_IPV6.
  * Returns: the new Ethernet header (MACs still to write), or NULL if the
  * packet could not be resized (counted: C_XDP_DROP_ADJUST_FAILED).
  */
 static __always_inline struct ethhdr *xdp_encap(struct xdp_md *ctx, struct ethhdr *eth,
 						const struct nilb_config *cfg,
 						const struct xdp_hops *hops, __u32 hash,
-						__u32 inner_len, __u32 frame_len, __u8 *macs)
+						__u32 inner_len, __u32 frame_len, __u8 *macs,
+						__u8 inner_proto)
 {
 	void *data_end;
 
@@ -346,7 +350,7 @@ static __always_inline struct ethhdr *xdp_encap(struct xdp_md *ctx, struct ethhd
 		count(C_XDP_DROP_ADJUST_FAILED);
 		return NULL;
 	}
-	gue_write(eth, cfg, hops->first, hops->list, hops->nhops, hash, inner_len);
+	gue_write(eth, cfg, hops->first, hops->list, hops->nhops, hash, inner_len, inner_proto);
 	return eth;
 }
 
@@ -357,6 +361,8 @@ enum xdp_what {
 	WHAT_SYN = 1,
 	/* An ICMP error balanced like the flow it quotes. */
 	WHAT_ICMP = 2,
+	/* The inner packet is IPv6. */
+	WHAT_IPV6 = 4,
 };
 
 /* A packet is on its way: count `counter`, and for its first hop
@@ -409,7 +415,8 @@ static __always_inline int xdp_local_direct(struct xdp_md *ctx, __u32 overhead, 
 	if (overhead > gue_overhead(NILB_TX_HOPS))
 		return -1; /* never: the verifier needs the bound */
 	in = data + sizeof(struct ethhdr) + overhead;
-	if ((void *)(in + 1) > data_end || in->protocol != IPPROTO_TCP)
+	/* IPv6 is TC's (tc_gue_ipv6). */
+	if ((void *)(in + 1) > data_end || in->version != 4 || in->protocol != IPPROTO_TCP)
 		return -1;
 	th = (void *)in + in->ihl * 4;
 	if ((void *)(th + 1) > data_end)
@@ -592,8 +599,160 @@ wire:
 	verdict = bpf_redirect(hc->out_ifindex, 0);
 	return xdp_sent(hops, inner_len, what, C_XDP_ENCAP_REDIRECT, verdict);
 too_big:
+	if (what & WHAT_IPV6)
+		return xdp_too_big6(ctx, mtu, overhead, what & WHAT_ICMP, macs);
 	return xdp_too_big(ctx, mtu, overhead, what & WHAT_ICMP, macs);
 }
+
+/*
+ * The balancer's IPv6 path (docs/design.md "IPv6"): IPv6 TCP/UDP to a
+ * configured IPv6 (VIP, port, protocol), and ICMPv6 errors about such a
+ * flow, hashed (nilb_flow_hash6) to the service's bucket and sent in GUE
+ * (protocol 41) over the IPv4 cluster network exactly as IPv4 is; too big
+ * for the encapsulation: ICMPv6 Packet Too Big. Fragments, packets with
+ * more than NILB_IPV6_MAX_EXT extension headers and malformed packets to a
+ * VIP are dropped; everything else passes untouched. Edge filters do not
+ * look at IPv6 (docs/config.md "Edge filters"). A program of its own,
+ * which nilb_xdp_balancer tail-calls for IPv6 frames (xdp_ipv6_prog): its
+ * stack is its own (a subprogram's would add to the IPv4 path's, over the
+ * verifier's 512 bytes), and IPv4 packets never enter it.
+ * Returns: the XDP verdict (counted).
+ */
+SEC("xdp")
+int nilb_xdp_balancer6(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	struct ipv6hdr *ip6 = (void *)(eth + 1), *emb = NULL;
+	struct nilb_service *table;
+	struct nilb_config *cfg;
+	struct xdp_hops hops;
+	__u32 l4_off = 0, tot_len, frame_len, hash, what = WHAT_IPV6, udp_len = 0;
+	__u32 *saddr, *daddr;
+	__u16 sport, dport;
+	__u8 macs[2 * ETH_ALEN];
+	__u8 proto = 0, fproto;
+	void *l4;
+
+	if ((void *)(ip6 + 1) > data_end) {
+		count(C_XDP_PASS_NON_IP);
+		return XDP_PASS;
+	}
+	cfg = get_config();
+	if (!cfg) {
+		count(C_XDP_PASS_NO_CONFIG);
+		return XDP_PASS;
+	}
+	saddr = (__u32 *)&ip6->saddr;
+	daddr = (__u32 *)&ip6->daddr;
+	/* One lookup decides for the node's own IPv6 traffic. */
+	if (vip6_flags(daddr) < 0)
+		goto not_service;
+	frame_len = data_end - data;
+	tot_len = sizeof(*ip6) + bpf_ntohs(ip6->payload_len);
+	if (ip6->version != 6 || sizeof(*eth) + tot_len > frame_len)
+		goto malformed;
+	switch (ipv6_walk(ip6, data_end, tot_len - sizeof(*ip6), &l4_off, &proto)) {
+	case IP6_L4:
+		break;
+	case IP6_FRAGMENT:
+		count(C_XDP_DROP_FRAGMENT);
+		return XDP_DROP;
+	case IP6_TOO_MANY:
+		count(C_XDP_DROP_IPV6_EXT);
+		return XDP_DROP;
+	default:
+		goto malformed;
+	}
+	if (l4_off > sizeof(*ip6) + NILB_IPV6_MAX_EXT * 2048)
+		goto malformed; /* never: ipv6_walk's bound, for the verifier */
+	l4 = (void *)ip6 + l4_off;
+
+	/* The flow (client -> VIP): addresses and ports where they lie in
+	 * the packet (in the quote for an ICMPv6 error). */
+	switch (proto) {
+	case IPPROTO_TCP: {
+		struct tcphdr *th = l4;
+
+		if ((void *)(th + 1) > data_end || l4_off + sizeof(*th) > tot_len ||
+		    ((__u8 *)th)[12] < 5 << 4 || l4_off + (((__u8 *)th)[12] >> 4) * 4 > tot_len)
+			goto malformed;
+		sport = th->source;
+		dport = th->dest;
+		fproto = IPPROTO_TCP;
+		what |= th->syn && !th->ack ? WHAT_SYN : 0;
+		break;
+	}
+	case IPPROTO_UDP: {
+		struct udphdr *uh = l4;
+
+		if ((void *)(uh + 1) > data_end || l4_off + sizeof(*uh) > tot_len)
+			goto malformed;
+		udp_len = bpf_ntohs(uh->len);
+		sport = uh->source;
+		dport = uh->dest;
+		fproto = IPPROTO_UDP;
+		break;
+	}
+	case NEXTHDR_ICMPV6:
+		switch (icmp6_classify(l4, tot_len - l4_off, daddr, data_end, &emb)) {
+		case ICMP_FLOW:
+			break;
+		case ICMP_MALFORMED:
+			goto malformed;
+		default: /* ICMP_PING, ICMP_NO_FLOW */
+			goto not_service;
+		}
+		if (!emb || (void *)(emb + 1) + 4 > data_end)
+			goto malformed; /* checked by icmp6_classify; for the verifier */
+		saddr = (__u32 *)&emb->daddr;
+		daddr = (__u32 *)&emb->saddr;
+		sport = ((__u16 *)(emb + 1))[1];
+		dport = ((__u16 *)(emb + 1))[0];
+		fproto = emb->nexthdr;
+		what |= WHAT_ICMP; /* C_XDP_ICMP_FORWARDED once sent */
+		break;
+	default:
+		goto not_service;
+	}
+	table = service6_of(daddr, dport, fproto);
+	if (!table)
+		goto not_service;
+	/* A service's datagram: its UDP length covers the header and lies
+	 * within the payload (as for IPv4). */
+	if (proto == IPPROTO_UDP &&
+	    (udp_len < sizeof(struct udphdr) || l4_off + udp_len > tot_len))
+		goto malformed;
+	hash = nilb_flow_hash6(saddr, daddr, sport, dport, fproto, cfg->hash_seed);
+	/* No QUIC-LB decoding for IPv6 services (the configuration refuses
+	 * quic_lb on one: xdp_quic_hops' stack on top of this program's is
+	 * over the verifier's limit): the bucket decides. */
+	if (xdp_bucket(table, hash, fproto == IPPROTO_UDP, &hops))
+		return XDP_DROP;
+	eth = xdp_encap(ctx, eth, cfg, &hops, hash, tot_len, frame_len, macs, GUE_PROTO_IPV6);
+	if (!eth)
+		return XDP_DROP;
+	return xdp_next_hop(ctx, eth, cfg, &hops, tot_len, what, macs);
+
+malformed:
+	count(C_XDP_DROP_MALFORMED);
+	return XDP_DROP;
+not_service:
+	count(C_XDP_PASS_NOT_SERVICE);
+	return XDP_PASS;
+}
+
+/* Slot 0: nilb_xdp_balancer6, filled by libbpf when the object loads. Not
+ * pinned: each load's balancer tail-calls its own IPv6 program. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__array(values, int(struct xdp_md *));
+} xdp_ipv6_prog SEC(".maps") = {
+	.values = { [0] = (void *)&nilb_xdp_balancer6 },
+};
 
 SEC("xdp")
 int nilb_xdp_balancer(struct xdp_md *ctx)
@@ -611,7 +770,15 @@ int nilb_xdp_balancer(struct xdp_md *ctx)
 	struct nilb_service *table;
 	void *l4;
 
-	if ((void *)(eth + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_IP)) {
+	if ((void *)(eth + 1) > data_end) {
+		count(C_XDP_PASS_NON_IP);
+		return XDP_PASS;
+	}
+	if (eth->h_proto != bpf_htons(ETH_P_IP)) {
+		if (eth->h_proto == bpf_htons(ETH_P_IPV6))
+			bpf_tail_call(ctx, &xdp_ipv6_prog, 0);
+		/* Not IP (or the IPv6 program missing: never, libbpf fills the
+		 * slot at load). */
 		count(C_XDP_PASS_NON_IP);
 		return XDP_PASS;
 	}
@@ -741,7 +908,7 @@ int nilb_xdp_balancer(struct xdp_md *ctx)
 			    (l4 - data) + bpf_ntohs(((struct udphdr *)l4)->len), &hops) == 0) &&
 	    xdp_bucket(table, hash, udp, &hops))
 		return XDP_DROP;
-	eth = xdp_encap(ctx, eth, cfg, &hops, hash, tot_len, frame_len, macs);
+	eth = xdp_encap(ctx, eth, cfg, &hops, hash, tot_len, frame_len, macs, GUE_PROTO_IPV4);
 	if (!eth)
 		return XDP_DROP;
 	return xdp_next_hop(ctx, eth, cfg, &hops, tot_len, what, macs);
@@ -1181,6 +1348,243 @@ static __always_inline __u32 tc_slow_path_ifindex(struct __sk_buff *skb, void *m
 	return skb->ifindex;
 }
 
+/* ---- TC second chance, IPv6 inside GUE ------------------------------------ */
+
+/* tc_tcp_socket for an IPv6 flow (in6, th: the packet's headers; th NULL
+ * for an ICMPv6 error). Returns: as tc_tcp_socket. */
+static __always_inline int tc_tcp_socket6(struct __sk_buff *skb, struct flow6 *f, int owned,
+					  struct ipv6hdr *in6, struct tcphdr *th)
+{
+	struct bpf_sock *sk;
+	__u32 state;
+	int cookie;
+
+	sk = bpf_skc_lookup_tcp(skb, (struct bpf_sock_tuple *)f, SOCK_TUPLE6_LEN,
+				BPF_F_CURRENT_NETNS, 0);
+	if (!sk)
+		return LOCAL_UNKNOWN;
+	state = sk->state;
+	if (state == BPF_TCP_LISTEN) {
+		cookie = th && th->ack && !th->syn && !th->rst &&
+			 bpf_tcp_check_syncookie(sk, in6, sizeof(*in6), th, sizeof(*th)) == 0;
+		bpf_sk_release(sk);
+		return cookie ? C_TC_DECAP_SYNCOOKIE : LOCAL_UNKNOWN;
+	}
+	bpf_sk_release(sk);
+	if (state < 32 && ((1u << state) & TCP_OWNING_STATES))
+		return owned;
+	return LOCAL_CLOSED;
+}
+
+/* tc_udp_socket for an IPv6 flow. Returns: as tc_udp_socket. */
+static __always_inline int tc_udp_socket6(struct __sk_buff *skb, struct flow6 *f, int owned)
+{
+	struct bpf_sock *sk;
+	int connected;
+
+	sk = bpf_sk_lookup_udp(skb, (struct bpf_sock_tuple *)f, SOCK_TUPLE6_LEN,
+			       BPF_F_CURRENT_NETNS, 0);
+	if (!sk)
+		return LOCAL_UNKNOWN;
+	connected = sk->dst_port != 0;
+	bpf_sk_release(sk);
+	return connected ? owned : LOCAL_UDP_LISTENER;
+}
+
+/*
+ * tc_local_match for an inner IPv6 packet (in6: its header, checked, its
+ * L4 header at l4_off of l4 bytes after ipv6_walk; proto its protocol):
+ * the same rules, with the IPv6 socket lookups. *f gets the flow.
+ * Returns: as tc_local_match.
+ */
+static __always_inline int tc_local_match6(struct __sk_buff *skb, struct ipv6hdr *in6,
+					   void *data_end, __u32 l4_off, __u32 l4_len, __u8 proto,
+					   struct flow6 *f)
+{
+	void *l4 = (void *)in6 + l4_off;
+
+	f->proto = 0;
+	switch (proto) {
+	case IPPROTO_TCP: {
+		struct tcphdr *th = l4;
+
+		if ((void *)(th + 1) > data_end || l4_len < sizeof(*th) || th->doff < 5 ||
+		    th->doff * 4 > l4_len)
+			return LOCAL_MALFORMED;
+		addr6_copy(f->saddr, (__u32 *)&in6->saddr);
+		addr6_copy(f->daddr, (__u32 *)&in6->daddr);
+		f->sport = th->source;
+		f->dport = th->dest;
+		f->proto = IPPROTO_TCP;
+		if (th->syn && !th->ack)
+			return C_TC_DECAP_SYN;
+		/* The SYN-cookie check needs the TCP header right after the
+		 * IPv6 one (no extension headers), as the stack's. */
+		return tc_tcp_socket6(skb, f, C_TC_DECAP_ESTABLISHED, in6,
+				      l4_off == sizeof(*in6) ? th : NULL);
+	}
+	case IPPROTO_UDP: {
+		struct udphdr *uh = l4;
+
+		if ((void *)(uh + 1) > data_end || l4_len < sizeof(*uh) ||
+		    bpf_ntohs(uh->len) < sizeof(*uh) || bpf_ntohs(uh->len) > l4_len)
+			return LOCAL_MALFORMED;
+		addr6_copy(f->saddr, (__u32 *)&in6->saddr);
+		addr6_copy(f->daddr, (__u32 *)&in6->daddr);
+		f->sport = uh->source;
+		f->dport = uh->dest;
+		f->proto = IPPROTO_UDP;
+		return tc_udp_socket6(skb, f, C_TC_DECAP_UDP);
+	}
+	case NEXTHDR_ICMPV6: {
+		struct ipv6hdr *emb = NULL;
+
+		switch (icmp6_classify(l4, l4_len, (__u32 *)&in6->daddr, data_end, &emb)) {
+		case ICMP_FLOW:
+			break;
+		case ICMP_PING:
+			return C_TC_DECAP_PING;
+		case ICMP_NO_FLOW:
+			return LOCAL_UNSUPPORTED;
+		default: /* ICMP_MALFORMED */
+			return LOCAL_MALFORMED;
+		}
+		if (!emb || (void *)(emb + 1) + 4 > data_end)
+			return LOCAL_MALFORMED; /* checked; for the verifier */
+		icmp6_flow(emb, f);
+		if (f->proto == IPPROTO_TCP)
+			return tc_tcp_socket6(skb, f, C_TC_DECAP_ICMP, in6, NULL);
+		return tc_udp_socket6(skb, f, C_TC_DECAP_ICMP);
+	}
+	default:
+		return LOCAL_UNSUPPORTED;
+	}
+}
+
+/* Remove outer IPv4 + UDP + GUE (hdr_len bytes after Ethernet) from a
+ * packet carrying IPv6: the skb becomes IPv6 (protocol and Ethernet type)
+ * and is counted as `counter` and C_TC_DECAP_IPV6 (and in st's tc_decap).
+ * Returns: TC_ACT_OK, or TC_ACT_SHOT if the kernel refused (counted:
+ * C_TC_DROP_ADJUST_FAILED). */
+static __always_inline int tc_decap6(struct __sk_buff *skb, __u32 hdr_len, __u32 counter,
+				     struct nilb_service_stats *st)
+{
+	__u16 type = bpf_htons(ETH_P_IPV6);
+
+	if (bpf_skb_adjust_room(skb, -(__s32)hdr_len, BPF_ADJ_ROOM_MAC,
+				BPF_F_ADJ_ROOM_DECAP_L3_IPV6) ||
+	    bpf_skb_store_bytes(skb, __builtin_offsetof(struct ethhdr, h_proto), &type,
+				sizeof(type), 0)) {
+		count(C_TC_DROP_ADJUST_FAILED);
+		return TC_ACT_SHOT;
+	}
+	count(counter);
+	count(C_TC_DECAP_IPV6);
+	if (st)
+		st->tc_decap++;
+	return TC_ACT_OK;
+}
+
+/*
+ * Second chance for GUE protocol 41 (docs/design.md "IPv6"): the outer
+ * checks of nilb_tc_second_chance passed (cluster source, not forged from
+ * this node, no outer options, GUE header); here the inner IPv6 packet is
+ * checked (version, its length filling the GUE payload, extension headers
+ * walked, no fragment), must be for an IPv6 VIP, and is kept, forwarded
+ * or, at the last hop, judged by the same rules as IPv4. unknown_flow: rst
+ * answers IPv4 only: an IPv6 segment of no connection at the last hop is
+ * dropped (C_TC_DROP_UNKNOWN_FLOW). A subprogram: IPv4 never enters it.
+ * Returns: the TC verdict (counted).
+ */
+static __noinline int tc_gue_ipv6(struct __sk_buff *skb, __u32 node, __u32 flags)
+{
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	struct nilb_service_stats *st = NULL;
+	struct nilb_service *svc;
+	struct ipv6hdr *in6;
+	struct iphdr *oip;
+	struct udphdr *udp;
+	struct gue_hdr *gue;
+	struct flow6 f;
+	__u32 gue_len, hdr_len, in_len, l4_off = 0, hop, *hop_at;
+	__u8 proto = 0, next;
+	int verdict;
+
+	oip = data + sizeof(struct ethhdr);
+	udp = (void *)(oip + 1);
+	gue = (void *)(udp + 1);
+	if ((void *)(gue + 1) > data_end || gue->hop_count > NILB_MAX_GUE_HOPS)
+		goto malformed; /* checked by gue_parse; the verifier needs it */
+	gue_len = sizeof(*gue) + 4 * (__u32)gue->hop_count;
+	hdr_len = gue_encap_len(gue);
+	in6 = (void *)gue + gue_len;
+	if ((void *)(in6 + 1) > data_end)
+		goto malformed;
+	in_len = sizeof(*in6) + bpf_ntohs(in6->payload_len);
+	if (in6->version != 6 || in_len != bpf_ntohs(udp->len) - sizeof(*udp) - gue_len)
+		goto malformed;
+	if (ipv6_walk(in6, data_end, in_len - sizeof(*in6), &l4_off, &proto) != IP6_L4 ||
+	    l4_off > sizeof(*in6) + NILB_IPV6_MAX_EXT * 2048)
+		goto malformed;
+	if (vip6_flags((__u32 *)&in6->daddr) < 0) {
+		count(C_TC_DROP_INNER_NOT_VIP);
+		return TC_ACT_SHOT;
+	}
+	__builtin_memset(&f, 0, sizeof(f));
+	verdict = tc_local_match6(skb, in6, data_end, l4_off, in_len - l4_off, proto, &f);
+	if (verdict == LOCAL_MALFORMED)
+		goto malformed;
+	if (verdict == LOCAL_UNSUPPORTED) {
+		count(C_TC_DROP_UNSUPPORTED);
+		return TC_ACT_SHOT;
+	}
+	svc = f.proto ? service6_of(f.daddr, f.dport, f.proto) : NULL;
+	if (svc)
+		st = service_stats_of(svc);
+	if (verdict >= 0)
+		return tc_decap6(skb, hdr_len, verdict, st);
+
+	/* Not owned here: second chance if a hop is left. */
+	next = gue->next_hop;
+	if (next < gue->hop_count) {
+		hop_at = gue_hop(gue, next, data_end);
+		if (!hop_at)
+			goto malformed;
+		hop = *hop_at;
+		if (hop == node)
+			return tc_decap6(skb, hdr_len, C_TC_DECAP_LOOP_GUARD, st);
+		if (!hop)
+			goto malformed;
+		if (!gue_hop_relayable(hop)) {
+			count(C_TC_DROP_BAD_NEXT_HOP);
+			return TC_ACT_SHOT;
+		}
+		gue_forward(oip, gue, next, node, hop);
+		count(C_TC_FORWARD);
+		count(C_TC_FORWARD_IPV6);
+		if (st)
+			st->tc_forward++;
+		return bpf_redirect_neigh(skb->ifindex, NULL, 0, 0);
+	}
+	if (verdict == LOCAL_UDP_LISTENER || verdict == LOCAL_CLOSED)
+		return tc_decap6(skb, hdr_len,
+				 proto == NEXTHDR_ICMPV6	       ? C_TC_DECAP_ICMP
+				 : verdict == LOCAL_UDP_LISTENER ? C_TC_DECAP_UDP
+								 : C_TC_DECAP_TIME_WAIT,
+				 st);
+	if (flags & NILB_F_UNKNOWN_FLOW_LOCAL)
+		return tc_decap6(skb, hdr_len, C_TC_DECAP_UNKNOWN_LOCAL, st);
+	if (st)
+		st->tc_drops++;
+	count(C_TC_DROP_UNKNOWN_FLOW);
+	return TC_ACT_SHOT;
+
+malformed:
+	count(C_TC_DROP_MALFORMED);
+	return TC_ACT_SHOT;
+}
+
 SEC("tc")
 int nilb_tc_second_chance(struct __sk_buff *skb)
 {
@@ -1245,8 +1649,7 @@ int nilb_tc_second_chance(struct __sk_buff *skb)
 	case GUE_OK:
 		break;
 	case GUE_INNER_IPV6:
-		count(C_TC_DROP_UNSUPPORTED);
-		return TC_ACT_SHOT;
+		return tc_gue_ipv6(skb, node, cfg->flags);
 	default:
 		goto malformed;
 	}

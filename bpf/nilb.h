@@ -60,13 +60,21 @@ enum nilb_limits {
 	NILB_NAT_PORT_WORDS = 65536 / 64,
 	/* Default size of `nat_flows` (nat.max_flows in the config). */
 	NILB_NAT_DEFAULT_FLOWS = 262144,
+	/* IPv6 extension headers (hop-by-hop options, destination options,
+	 * routing) the programs walk before the L4 header; a packet to a VIP
+	 * with more is dropped (C_XDP_DROP_IPV6_EXT). */
+	NILB_IPV6_MAX_EXT = 4,
 };
 
 enum nilb_wire {
 	/* Default GUE UDP port, as in glb-director. */
 	NILB_GUE_PORT_DEFAULT = 19523,
-	/* Outer IPv4 (20) + UDP (8) + GUE base header and private word (8). */
+	/* Outer IPv4 (20) + UDP (8) + GUE base header and private word (8),
+	 * whatever the inner packet (IPv4, or IPv6 as GUE protocol 41). */
 	NILB_GUE_BASE_OVERHEAD = 36,
+	/* Smallest MTU an IPv6 link may have (RFC 8200): the lowest MTU the
+	 * balancer's ICMPv6 Packet Too Big reports. */
+	NILB_MIN_IPV6_MTU = 1280,
 	/* Outer TTL of encapsulated packets. */
 	NILB_OUTER_TTL = 64,
 	/* How long the balancer reuses a hop's FIB/neighbour answer (ns). */
@@ -232,6 +240,11 @@ enum nilb_counter {
 	C_NAT_DROP_COLLISION,       /* NAT: a translated flow and a direct one to this node would share a 4-tuple: the newer one's packet dropped */
 	C_NAT_DROP_TABLE_FULL,      /* NAT: nat_flows full (nat.max_flows): a new flow's packet dropped, tracked flows unaffected */
 	C_NAT_UDP_SWITCHED,         /* NAT: a direct UDP datagram to this node for a tuple nat_flows held: entry removed, replies leave untranslated (the latest request's way) */
+	/* IPv6 (docs/design.md "IPv6") */
+	C_XDP_DROP_IPV6_EXT,        /* IPv6 to a VIP with more than NILB_IPV6_MAX_EXT extension headers before its L4 header, or one cut short */
+	C_XDP_ICMP6_TOO_BIG,        /* IPv6 packet + GUE exceeds the MTU: ICMPv6 Packet Too Big sent back from the VIP */
+	C_TC_DECAP_IPV6,            /* among the accepted packets above: inner IPv6 (GUE protocol 41) */
+	C_TC_FORWARD_IPV6,          /* among the forwarded packets: inner IPv6 */
 	NILB_COUNTER_MAX,
 };
 
@@ -243,8 +256,22 @@ struct nilb_service_key {
 	__u8 pad;      /* always 0 */
 };
 
-/* Value of the `services` map: where the service's buckets are in the
- * pool and which counters are its. 16 bytes. A service whose table changes
+/* Key of the `services6` map (HASH): an IPv6 service. 20 bytes. */
+struct nilb_service6_key {
+	__u8 vip[16];  /* IPv6, network order */
+	__u16 port;    /* network order */
+	__u8 proto;    /* IPPROTO_TCP or IPPROTO_UDP */
+	__u8 pad;      /* always 0 */
+};
+
+/* Key of the `vips6` map (HASH, value struct nilb_addr_info) and value of
+ * `control_vip6`: an IPv6 address, network order. 16 bytes. */
+struct nilb_addr6 {
+	__u8 addr[16];
+};
+
+/* Value of the `services` and `services6` maps: where the service's
+ * buckets are in the pool and which counters are its. 16 bytes. A service whose table changes
  * size (or a new service) gets a new region and a new value in one update;
  * other changes are written into its buckets in place. */
 struct nilb_service {
@@ -446,7 +473,9 @@ enum nilb_control_flags {
  * daemon killed with -9 and restarted on the pinned maps moves no bucket and
  * forgets no backend still serving connections. Written and read by the
  * daemon only; the BPF programs never read it. Times are CLOCK_BOOTTIME
- * milliseconds. A slot with dip 0 is unused. 48 bytes. */
+ * milliseconds. A slot with dip 0 is unused. 48 bytes. An IPv6 service's
+ * record has service.vip 0 and service.pad 6, its VIP in `control_vip6`
+ * at the same slot. */
 struct nilb_control_state {
 	struct nilb_service_key service;
 	__u32 dip;            /* network order; 0 = unused */
@@ -543,6 +572,18 @@ struct nilb_hash_probe {
 	__u8 pad[3];
 	__u32 seed;    /* host order */
 	__u32 out;     /* host order, written by the program */
+};
+
+/* Input record of the IPv6 hash probe (nilb_flow_hash6). */
+struct nilb_hash_probe6 {
+	__u32 saddr[4];  /* network order */
+	__u32 daddr[4];  /* network order */
+	__u16 sport;     /* network order */
+	__u16 dport;     /* network order */
+	__u8 proto;
+	__u8 pad[3];
+	__u32 seed;      /* host order */
+	__u32 out;       /* host order, written by the program */
 };
 
 /* ---- QUIC-LB (bpf/quic_lb.h; docs/config.md "QUIC-LB") ------------------ */

@@ -25,6 +25,7 @@
 #define NILB_TOO_BIG_H
 
 #include "common.h"
+#include "ipv6.h"
 
 #define PTB_ICMP_TYPE 3    /* destination unreachable */
 #define PTB_ICMP_CODE 4    /* fragmentation needed and DF set */
@@ -203,6 +204,129 @@ static __noinline int xdp_too_big(struct xdp_md *ctx, __u32 mtu, __u32 overhead,
 	icmp->checksum = check;
 
 	count(C_XDP_ICMP_TOO_BIG);
+	return XDP_TX;
+
+short_frame:
+	count(C_XDP_DROP_ADJUST_FAILED);
+	return XDP_DROP;
+}
+
+/*
+ * IPv6 (RFC 8200 5, RFC 4443 3.2, RFC 8201): routers never fragment IPv6,
+ * so an IPv6 packet too big for the encapsulation always gets an ICMPv6
+ * Packet Too Big, built in place like the IPv4 reply and rate-limited by
+ * the same token bucket:
+ *
+ *   Ethernet  the packet's MACs swapped, type IPv6
+ *   IPv6      traffic class 0, flow label 0, next header 58, hop limit 64;
+ *             source = the packet's destination (the VIP), destination =
+ *             the packet's source
+ *   ICMPv6    type 2, code 0, a valid checksum (pseudo-header included),
+ *             MTU = MTU - (36 + 4N), at least NILB_MIN_IPV6_MTU
+ *   quote     the packet's first PTB6_QUOTE bytes (its IPv6 header, any
+ *             extension headers and the start of the L4 header: what the
+ *             sender needs to find its connection), whole 32-bit words
+ *
+ * About an ICMPv6 error (RFC 4443 2.4 (e)), or from a multicast or
+ * unspecified source, the packet is dropped instead.
+ */
+#define PTB6_GROW (sizeof(struct ipv6hdr) + 8)
+#define PTB6_QUOTE 184
+#define PTB6_MAX_WORDS ((8 + PTB6_QUOTE) / 4)
+
+/* The packet in ctx, encapsulated as for xdp_too_big, is IPv6 (the
+ * balancer checked its header and L4 header); as xdp_too_big otherwise.
+ * Returns: XDP_TX (counted: C_XDP_ICMP6_TOO_BIG), or XDP_DROP (counted:
+ * C_XDP_DROP_TOO_BIG, C_XDP_DROP_TOO_BIG_LIMITED, or
+ * C_XDP_DROP_ADJUST_FAILED). */
+static __noinline int xdp_too_big6(struct xdp_md *ctx, __u32 mtu, __u32 overhead, __u32 is_icmp,
+				   const __u8 *macs)
+{
+	struct nilb_config *cfg = get_config();
+	__u32 quote_len, frame_len, next_mtu, *a;
+	void *data, *data_end;
+	struct ipv6hdr *ip6, *quote;
+	struct ethhdr *eth;
+	__u8 *icmp;
+	__u64 sum;
+	__u32 *w;
+
+	if (!cfg || overhead < PTB6_GROW ||
+	    bpf_xdp_adjust_head(ctx, (int)overhead - (int)PTB6_GROW))
+		goto short_frame;
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	eth = data;
+	ip6 = (void *)(eth + 1);
+	icmp = (void *)(ip6 + 1);
+	quote = (void *)(icmp + 8);
+	if ((void *)(quote + 1) > data_end)
+		goto short_frame; /* never: the caller's packet is there */
+	/* Multicast (ff00::/8) or unspecified (::) sources get no error. */
+	if (is_icmp || ((__u8 *)&quote->saddr)[0] == 0xff ||
+	    !(((__u32 *)&quote->saddr)[0] | ((__u32 *)&quote->saddr)[1] |
+	      ((__u32 *)&quote->saddr)[2] | ((__u32 *)&quote->saddr)[3])) {
+		count(C_XDP_DROP_TOO_BIG);
+		return XDP_DROP;
+	}
+	frame_len = data_end - data;
+	quote_len = sizeof(*quote) + bpf_ntohs(quote->payload_len);
+	if (quote_len > PTB6_QUOTE)
+		quote_len = PTB6_QUOTE;
+	quote_len &= ~3u;
+	if (sizeof(*eth) + PTB6_GROW + quote_len > frame_len)
+		goto short_frame; /* never: the caller checked the lengths */
+	if (!ptb_allowed(cfg->icmp_too_big_rate)) {
+		count(C_XDP_DROP_TOO_BIG_LIMITED);
+		return XDP_DROP;
+	}
+	next_mtu = mtu > overhead + NILB_MIN_IPV6_MTU ? mtu - overhead : NILB_MIN_IPV6_MTU;
+	/* The reply's addresses now, from the quote, which the header being
+	 * written does not overlap (the quote starts after it). */
+	addr6_copy((__u32 *)&ip6->saddr, (__u32 *)&quote->daddr);
+	addr6_copy((__u32 *)&ip6->daddr, (__u32 *)&quote->saddr);
+
+	if (bpf_xdp_adjust_tail(ctx, (int)(sizeof(*eth) + PTB6_GROW + quote_len) - (int)frame_len))
+		goto short_frame;
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	eth = data;
+	ip6 = (void *)(eth + 1);
+	icmp = (void *)(ip6 + 1);
+	if ((void *)(icmp + 8) > data_end)
+		goto short_frame; /* never after the checks above */
+
+	__builtin_memcpy(eth->h_dest, macs + ETH_ALEN, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, macs, ETH_ALEN);
+	eth->h_proto = bpf_htons(ETH_P_IPV6);
+	*(__u32 *)ip6 = bpf_htonl(0x60000000); /* version 6, class 0, label 0 */
+	ip6->payload_len = bpf_htons(8 + quote_len);
+	ip6->nexthdr = NEXTHDR_ICMPV6;
+	ip6->hop_limit = PTB_TTL;
+	icmp[0] = ICMPV6_PKT_TOOBIG;
+	icmp[1] = 0;
+	*(__u16 *)(icmp + 2) = 0;
+	*(__u32 *)(icmp + 4) = bpf_htonl(next_mtu);
+
+	/* Pseudo-header (RFC 8200 8.1): addresses, upper-layer length, next
+	 * header; then the ICMPv6 message. */
+	a = (__u32 *)&ip6->saddr; /* saddr then daddr: 8 words */
+	sum = (__u64)a[0] + a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7] +
+	      bpf_htonl(8 + quote_len) + bpf_htonl(NEXTHDR_ICMPV6);
+	w = (void *)icmp;
+#pragma unroll
+	for (int i = 0; i < PTB6_MAX_WORDS; i++) {
+		if (i < (8 + quote_len) / 4 && (void *)(w + i + 1) <= data_end)
+			sum += w[i];
+	}
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	icmp = data + sizeof(*eth) + sizeof(*ip6);
+	if ((void *)(icmp + 8) > data_end)
+		goto short_frame; /* never */
+	*(__u16 *)(icmp + 2) = ptb_fold(sum);
+
+	count(C_XDP_ICMP6_TOO_BIG);
 	return XDP_TX;
 
 short_frame:

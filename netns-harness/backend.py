@@ -43,6 +43,16 @@ class Server(ThreadingHTTPServer):
     request_queue_size = 256
 
 
+class Server6(Server):
+    """The same on IPv6 only (beside an IPv4 server on the same port)."""
+
+    address_family = socket.AF_INET6
+
+    def server_bind(self):
+        self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        super().server_bind()
+
+
 def make_handler(name, idle_timeout):
     body = (name + "\n").encode()
 
@@ -102,6 +112,7 @@ def main():
     ap.add_argument("--name", required=True, help="backend name reported in body and X-Backend header")
     ap.add_argument("--port", type=int, action="append", help="TCP port to listen on (repeatable, default 80)")
     ap.add_argument("--bind", default="0.0.0.0", help="address to bind (default 0.0.0.0)")
+    ap.add_argument("--bind6", default="::", help="IPv6 address to bind as well (default ::; '' for none)")
     ap.add_argument("--idle-timeout", type=float, default=300.0, help="close idle keep-alive connections after S seconds")
     args = ap.parse_args()
     ports = args.port or [80]
@@ -113,6 +124,10 @@ def main():
         servers.append(srv)
         threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True).start()
         print(f"backend {args.name} listening on {args.bind}:{port} at={time.time():.6f}", flush=True)
+        if args.bind6:
+            srv6 = Server6((args.bind6, port), handler)
+            servers.append(srv6)
+            threading.Thread(target=srv6.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True).start()
 
     stop = threading.Event()
 

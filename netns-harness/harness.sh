@@ -98,6 +98,17 @@ write_config() {
     for n in "${NH_NODES[@]}"; do
       echo "      - {dip: ${NH_NODE_IP[$n]}, hostname: $n, weight: ${WEIGHT[$n]}${BSTATE[$n]:+, state: ${BSTATE[$n]}}}"
     done
+    if [[ -n ${WEB6:-} ]]; then
+      echo "  - name: web6"
+      echo "    vip: $NH_VIP6"
+      echo "    port: 80"
+      echo "    protocol: tcp"
+      echo "    health_check: {http: {uri: /healthz, codes: [200]}}"
+      echo "    backends:"
+      for n in "${NH_NODES[@]}"; do
+        echo "      - {dip: ${NH_NODE_IP[$n]}, hostname: $n, weight: ${WEIGHT[$n]}${BSTATE[$n]:+, state: ${BSTATE[$n]}}}"
+      done
+    fi
     if [[ -n $EXTRA_SERVICES ]]; then printf '%s\n' "$EXTRA_SERVICES"; fi
     if [[ -n $FILTERS_YAML ]]; then printf '%s\n' "$FILTERS_YAML"; fi
     if [[ -n $ROUTING_YAML ]]; then printf '%s\n' "$ROUTING_YAML"; fi
@@ -114,6 +125,7 @@ base_config() {
   UNKNOWN_FLOW=drop
   CLUSTER_EXTRA=""
   EXTRA_SERVICES=""
+  WEB6=""
   ENCAP_YAML=""
   FILTERS_YAML=""
   WEB_FILTERS_YAML=""
@@ -512,7 +524,7 @@ dump_tables() { nh_local "$NH_PY" "$HERE/tables.py" dump "${PIN_DIR[$1]}" --out 
 burst_dist() {
   local label=$1 base=$2 table=${3:-} out res summary
   res=$NH_OUT/burst-$label.json
-  cl burst --host "$NH_VIP" --port 80 --count 300 --sport-base "$base" \
+  cl burst --host "${BURST_HOST:-$NH_VIP}" --port 80 --count 300 --sport-base "$base" \
     --max-seconds 25 --max-consecutive-failures 10 --out "$res"
   out=$OUT
   echo "  client: $out"
@@ -532,14 +544,14 @@ dsr_capture() {
   pcap=$NH_OUT/dsr-$label.pcap
   tlog=$NH_OUT/tcpdump-$label.log
   nh_bg "tcpdump on client" "$tlog" client timeout 60 tcpdump -i eth0 -nn -e -U --immediate-mode -Z root \
-    -c 20000 -w "$pcap" "tcp and src host $NH_VIP"
+    -c 20000 -w "$pcap" "tcp and src host ${BURST_HOST:-$NH_VIP}"
   tpid=$NH_BG_PID
   if ! nh_wait_until 10 grep -q 'listening on' "$tlog"; then
     nh_stop "$tpid" TERM 3
     DSR_NUMBERS="tcpdump did not start: $(tr '\n' ' ' <"$tlog")"
     return 1
   fi
-  cl burst --host "$NH_VIP" --port 80 --count "$count" --sport-base "$base" \
+  cl burst --host "${BURST_HOST:-$NH_VIP}" --port 80 --count "$count" --sport-base "$base" \
     --max-seconds 15 --max-consecutive-failures 10
   out=$OUT
   echo "  client: $out"
@@ -549,7 +561,7 @@ dsr_capture() {
   while read -r frames mac; do
     [[ -n $mac ]] && bymac[$mac]=$frames
   done < <(tcpdump -nn -e -r "$pcap" 2>/dev/null | awk '{print $2}' | sort | uniq -c)
-  echo "  frames with IP source $NH_VIP captured on the client's eth0, by Ethernet source:"
+  echo "  frames with IP source ${BURST_HOST:-$NH_VIP} captured on the client's eth0, by Ethernet source:"
   local -A seen=()
   DSR_NUMBERS=""
   for n in "${NH_NODES[@]}"; do
@@ -603,7 +615,7 @@ hold_bg() {
   HOLD_UNTIL=$NH_OUT/hold-$label.until HOLD_RES=$NH_OUT/hold-$label-result.json
   rm -f "$HOLD_STATE" "$HOLD_GO" "$HOLD_UNTIL" "$HOLD_RES"
   nh_bg "hold client ($label)" "$NH_OUT/hold-$label.log" client timeout 150 "$NH_PY" "$HERE/client.py" hold \
-    --host "$NH_VIP" --port 80 --state "$HOLD_STATE" --go "$HOLD_GO" --go-timeout 90 --out "$HOLD_RES" "$@"
+    --host "${HOLD_HOST:-$NH_VIP}" --port 80 --state "$HOLD_STATE" --go "$HOLD_GO" --go-timeout 90 --out "$HOLD_RES" "$@"
   HOLD_PID=$NH_BG_PID
   nh_wait_until 40 test -e "$HOLD_STATE"
 }

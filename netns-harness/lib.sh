@@ -23,6 +23,12 @@
 NH_VIP=10.77.0.100
 NH_CLIENT_IP=10.77.0.2
 NH_PREFIX_LEN=24
+# IPv6 (dual stack on the same link; the cluster network stays IPv4): an
+# IPv6 VIP on every node's lo, the client routes it via node1.
+NH_VIP6=2001:db8:77:ff::80
+NH_CLIENT_IP6=2001:db8:77::2
+NH_PREFIX_LEN6=64
+declare -A NH_NODE_IP6=([node1]=2001:db8:77::11 [node2]=2001:db8:77::12 [node3]=2001:db8:77::13)
 NH_NODES=(node1 node2 node3)
 declare -A NH_NODE_IP=([node1]=10.77.0.11 [node2]=10.77.0.12 [node3]=10.77.0.13)
 declare -A NH_MAC_SET=([client]=02:77:00:00:00:02 [node1]=02:77:00:00:00:11
@@ -161,6 +167,10 @@ nh_build_topology() {
   nh_run ip netns exec "$cl" ethtool -K eth0 tx off tso off gso off || return 1
   nh_run ip -n "$cl" link set eth0 up || return 1
   nh_run ip -n "$cl" route add "$NH_VIP/32" via "${NH_NODE_IP[node1]}" || return 1
+  nh_sysctl client net.ipv6.conf.all.disable_ipv6=0 net.ipv6.conf.eth0.disable_ipv6=0 \
+    net.ipv6.conf.lo.disable_ipv6=0 || return 1
+  nh_run ip -n "$cl" addr add "$NH_CLIENT_IP6/$NH_PREFIX_LEN6" dev eth0 nodad || return 1
+  nh_run ip -n "$cl" route add "$NH_VIP6/128" via "${NH_NODE_IP6[node1]}" || return 1
 
   # nodes
   for n in "${NH_NODES[@]}"; do
@@ -168,6 +178,10 @@ nh_build_topology() {
     ip=${NH_NODE_IP[$n]}
     nh_run ip -n "$ns" addr add "$ip/$NH_PREFIX_LEN" dev eth0 || return 1
     nh_run ip -n "$ns" addr add "$NH_VIP/32" dev lo || return 1
+    nh_sysctl "$n" net.ipv6.conf.all.disable_ipv6=0 net.ipv6.conf.eth0.disable_ipv6=0 \
+      net.ipv6.conf.lo.disable_ipv6=0 || return 1
+    nh_run ip -n "$ns" addr add "${NH_NODE_IP6[$n]}/$NH_PREFIX_LEN6" dev eth0 nodad || return 1
+    nh_run ip -n "$ns" addr add "$NH_VIP6/128" dev lo nodad || return 1
     nh_run ip netns exec "$ns" ethtool -K eth0 tx off tso off gso off || return 1
     nh_run ip -n "$ns" link set eth0 up || return 1
   done

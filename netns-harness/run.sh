@@ -124,7 +124,7 @@ source "$HERE/harness.sh"
 usage() { sed -n '2,/^# shellcheck disable/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 
 ALL_SCENARIOS=(a b c d h1 h2 h3 h4 h5 h6 spoof mtu encap-check neigh udp quic timewait rst filters nat chain chainwalk
-  restart downrestart removerestart offlinecheck drainedfallback panic xdpfail clockstep dw e)
+  v6-http v6-second-chance restart downrestart removerestart offlinecheck drainedfallback panic xdpfail clockstep dw e)
 # Run only when named: each balancer still builds its own table, so whether the
 # balancers agree depends on their start-up history (issue "Several balancers":
 # shared tables through etcd are not built yet); the routing checks pass, the

@@ -1498,17 +1498,25 @@ impl Daemon<'_, '_> {
         let Some(hook) = self.routing.as_mut() else {
             return;
         };
+        // BIRD announces IPv4 VIPs (its routes file is an IPv4 static
+        // protocol's include): IPv6 VIPs are routed by the operator
+        // (docs/operations.md "Several balancers").
         let views: Vec<routing::ServiceView> = self
             .cp
             .services()
             .iter()
-            .map(|(key, st)| routing::ServiceView {
-                vip: key.vip,
-                healthy: st.backends.values().any(|b| {
-                    b.config.state != crate::config::BackendState::Offline
-                        && b.health.health == crate::health::Health::Up
-                }),
-                fail_open: st.fail_open(),
+            .filter_map(|(key, st)| {
+                let std::net::IpAddr::V4(vip) = key.vip else {
+                    return None;
+                };
+                Some(routing::ServiceView {
+                    vip,
+                    healthy: st.backends.values().any(|b| {
+                        b.config.state != crate::config::BackendState::Offline
+                            && b.health.health == crate::health::Health::Up
+                    }),
+                    fail_open: st.fail_open(),
+                })
             })
             .collect();
         let drain_file = routing::node_path(&hook.config.drain_file, self.node);

@@ -409,7 +409,7 @@ pub fn lookup_filters(
     live: Option<&Path>,
 ) -> Result<Option<FilterLookup>> {
     let key = ServiceKey {
-        vip: *dst.ip(),
+        vip: std::net::IpAddr::V4(*dst.ip()),
         port: dst.port(),
         protocol,
     };

@@ -3,14 +3,16 @@
 //! MurmurHash3 x86_32 (Austin Appleby, public domain) with the cluster's
 //! `hash_seed` over a 16-byte key: source address (4), destination address
 //! (4), source port (2), destination port (2), protocol (1), three zero bytes;
-//! addresses and ports in network byte order, exactly as on the wire. The
+//! addresses and ports in network byte order, exactly as on the wire. An
+//! IPv6 flow's key is 40 bytes: source address (16), destination address
+//! (16), then the same 8 bytes (`nilb_flow_hash6`). The
 //! bucket of a flow is `hash & (table_size - 1)`; the outer UDP source port
 //! of its GUE packets is `0x8000 | (hash & 0x7fff)`.
 //!
 //! `tests/hash_identity.rs` runs the C version through BPF_PROG_TEST_RUN on
 //! random tuples and compares.
 
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
 /// IANA protocol numbers nilb balances.
 pub const IPPROTO_TCP: u8 = 6;
@@ -21,10 +23,10 @@ pub const IPPROTO_UDP: u8 = 17;
 /// the hash uses their network-order bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct FlowTuple {
-    /// Client address.
-    pub saddr: Ipv4Addr,
+    /// Client address (the same family as the VIP).
+    pub saddr: IpAddr,
     /// VIP.
-    pub daddr: Ipv4Addr,
+    pub daddr: IpAddr,
     /// Client port (host order).
     pub sport: u16,
     /// Service port (host order).
@@ -34,14 +36,28 @@ pub struct FlowTuple {
 }
 
 impl FlowTuple {
-    /// The 16-byte hash key, as laid out in `bpf/hash.h`.
-    pub fn key_bytes(&self) -> [u8; 16] {
-        let mut k = [0u8; 16];
-        k[0..4].copy_from_slice(&self.saddr.octets());
-        k[4..8].copy_from_slice(&self.daddr.octets());
-        k[8..10].copy_from_slice(&self.sport.to_be_bytes());
-        k[10..12].copy_from_slice(&self.dport.to_be_bytes());
-        k[12] = self.proto;
+    /// The hash key, as laid out in `bpf/hash.h`: 16 bytes for IPv4, 40
+    /// for IPv6 (an IPv4 address in an IPv6 flow, which the data plane
+    /// never sees, counts as its IPv4-mapped IPv6 address).
+    pub fn key_bytes(&self) -> Vec<u8> {
+        let mut k = Vec::with_capacity(40);
+        match (self.saddr, self.daddr) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => {
+                k.extend_from_slice(&s.octets());
+                k.extend_from_slice(&d.octets());
+            }
+            (s, d) => {
+                let v6 = |a: IpAddr| match a {
+                    IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
+                    IpAddr::V6(a) => a.octets(),
+                };
+                k.extend_from_slice(&v6(s));
+                k.extend_from_slice(&v6(d));
+            }
+        }
+        k.extend_from_slice(&self.sport.to_be_bytes());
+        k.extend_from_slice(&self.dport.to_be_bytes());
+        k.extend_from_slice(&[self.proto, 0, 0, 0]);
         k
     }
 }
@@ -90,13 +106,14 @@ pub fn gue_source_port(hash: u32) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::{Ipv4Addr, Ipv6Addr};
 
     #[test]
     fn matches_reference_murmur3() {
         // The reference implementation from crates.io over the same key bytes.
         let flow = FlowTuple {
-            saddr: Ipv4Addr::new(192, 0, 2, 1),
-            daddr: Ipv4Addr::new(10, 0, 0, 100),
+            saddr: Ipv4Addr::new(192, 0, 2, 1).into(),
+            daddr: Ipv4Addr::new(10, 0, 0, 100).into(),
             sport: 40000,
             dport: 80,
             proto: IPPROTO_TCP,
@@ -108,10 +125,29 @@ mod tests {
     }
 
     #[test]
+    fn ipv6_key_is_40_bytes_as_on_the_wire() {
+        let flow = FlowTuple {
+            saddr: "2001:db8::1".parse::<Ipv6Addr>().unwrap().into(),
+            daddr: "2001:db8:100::80".parse::<Ipv6Addr>().unwrap().into(),
+            sport: 40000,
+            dport: 443,
+            proto: IPPROTO_TCP,
+        };
+        let k = flow.key_bytes();
+        assert_eq!(k.len(), 40);
+        assert_eq!(&k[..4], &[0x20, 0x01, 0x0d, 0xb8]);
+        assert_eq!(&k[32..], &[0x9c, 0x40, 0x01, 0xbb, 6, 0, 0, 0]);
+        for seed in [0u32, 0x5eed_1234] {
+            let want = murmur3::murmur3_32(&mut &k[..], seed).unwrap();
+            assert_eq!(flow_hash(&flow, seed), want, "seed {seed:#x}");
+        }
+    }
+
+    #[test]
     fn every_field_changes_the_hash() {
         let base = FlowTuple {
-            saddr: Ipv4Addr::new(192, 0, 2, 1),
-            daddr: Ipv4Addr::new(10, 0, 0, 100),
+            saddr: Ipv4Addr::new(192, 0, 2, 1).into(),
+            daddr: Ipv4Addr::new(10, 0, 0, 100).into(),
             sport: 40000,
             dport: 80,
             proto: IPPROTO_TCP,
@@ -119,11 +155,11 @@ mod tests {
         let h = flow_hash(&base, 7);
         let variants = [
             FlowTuple {
-                saddr: Ipv4Addr::new(192, 0, 2, 2),
+                saddr: Ipv4Addr::new(192, 0, 2, 2).into(),
                 ..base
             },
             FlowTuple {
-                daddr: Ipv4Addr::new(10, 0, 0, 101),
+                daddr: Ipv4Addr::new(10, 0, 0, 101).into(),
                 ..base
             },
             FlowTuple {

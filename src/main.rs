@@ -2,7 +2,7 @@
 //! second chance). See README.md for the packet path and the operator guide.
 
 use std::io::Write;
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -102,10 +102,11 @@ enum Command {
         /// YAML configuration file.
         #[arg(short, long)]
         config: PathBuf,
-        /// Client address and port, e.g. 192.0.2.1:40000.
-        src: SocketAddrV4,
-        /// VIP and port, e.g. 10.0.0.100:80.
-        dst: SocketAddrV4,
+        /// Client address and port, e.g. 192.0.2.1:40000 or
+        /// [2001:db8::1]:40000.
+        src: SocketAddr,
+        /// VIP and port, e.g. 10.0.0.100:80 or [2001:db8::80]:443.
+        dst: SocketAddr,
         /// tcp or udp.
         #[arg(value_parser = tools::parse_protocol)]
         protocol: nilb::config::Protocol,
@@ -388,14 +389,17 @@ fn dispatch(command: Command, format: LogFormat) -> Result<ExitCode> {
                 TableSource::Config
             };
             let mut r = tools::lookup_report(&c, src, dst, protocol, source)?;
-            r.filters = nilb::filter_report::lookup_filters(
-                &c,
-                &config,
-                src,
-                dst,
-                protocol,
-                live.then_some(pin_dir.as_path()),
-            )?;
+            // Edge filters match IPv4 sources only.
+            if let (SocketAddr::V4(src), SocketAddr::V4(dst)) = (src, dst) {
+                r.filters = nilb::filter_report::lookup_filters(
+                    &c,
+                    &config,
+                    src,
+                    dst,
+                    protocol,
+                    live.then_some(pin_dir.as_path()),
+                )?;
+            }
             if json {
                 tools::write_json(&r, &mut stdout)?;
             } else {

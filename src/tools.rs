@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
@@ -218,9 +218,9 @@ pub struct LookupReport {
     /// [`JSON_SCHEMA`].
     pub schema: u32,
     /// Client address and port.
-    pub src: SocketAddrV4,
+    pub src: SocketAddr,
     /// VIP and port.
-    pub dst: SocketAddrV4,
+    pub dst: SocketAddr,
     /// `tcp` or `udp`.
     pub protocol: String,
     /// Service name from the config.
@@ -265,22 +265,26 @@ pub struct LookupReport {
 /// Which service, bucket and hops a client flow maps to.
 pub fn lookup_report(
     config: &Config,
-    src: SocketAddrV4,
-    dst: SocketAddrV4,
+    src: SocketAddr,
+    dst: SocketAddr,
     protocol: Protocol,
     source: TableSource<'_>,
 ) -> Result<LookupReport> {
     let key = ServiceKey {
-        vip: *dst.ip(),
+        vip: dst.ip(),
         port: dst.port(),
         protocol,
     };
+    anyhow::ensure!(
+        src.is_ipv4() == dst.is_ipv4(),
+        "{src} and {dst} are not of the same address family"
+    );
     let service = config
         .service(&key)
         .with_context(|| format!("no service for {key} in the configuration"))?;
     let flow = FlowTuple {
-        saddr: *src.ip(),
-        daddr: *dst.ip(),
+        saddr: src.ip(),
+        daddr: dst.ip(),
         sport: src.port(),
         dport: dst.port(),
         proto: protocol.number(),
@@ -344,8 +348,8 @@ pub fn lookup_report(
 /// Returns: the report printed.
 pub fn lookup(
     config: &Config,
-    src: SocketAddrV4,
-    dst: SocketAddrV4,
+    src: SocketAddr,
+    dst: SocketAddr,
     protocol: Protocol,
     source: TableSource<'_>,
     out: &mut dyn Write,
@@ -361,7 +365,7 @@ pub fn print_lookup(config: &Config, r: &LookupReport, out: &mut dyn Write) -> R
     let protocol = parse_protocol(&r.protocol)?;
     let service = config
         .service(&ServiceKey {
-            vip: *dst.ip(),
+            vip: dst.ip(),
             port: dst.port(),
             protocol,
         })
@@ -428,8 +432,8 @@ pub struct TablesReport {
 pub struct TableReport {
     /// `VIP:PORT/PROTOCOL`.
     pub key: String,
-    /// VIP.
-    pub vip: Ipv4Addr,
+    /// VIP (IPv4 or IPv6).
+    pub vip: IpAddr,
     /// Port.
     pub port: u16,
     /// `tcp` or `udp`.
@@ -725,8 +729,8 @@ fn nat_flows_report(dir: &Path) -> Option<NatFlowsReport> {
 pub struct ServiceStatsReport {
     /// `VIP:PORT/PROTOCOL`.
     pub key: String,
-    /// VIP.
-    pub vip: Ipv4Addr,
+    /// VIP (IPv4 or IPv6).
+    pub vip: IpAddr,
     /// Port.
     pub port: u16,
     /// `tcp` or `udp`.
@@ -1115,8 +1119,8 @@ mod tests {
 
             let c = cfg([3, 1, 1]);
             for sport in [40000, 40001, 40002, 40003] {
-                let src = SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 1), sport);
-                let dst = SocketAddrV4::new(key().vip, 80);
+                let src = SocketAddr::from((Ipv4Addr::new(192, 0, 2, 1), sport));
+                let dst = SocketAddr::new(key().vip, 80);
                 let live =
                     lookup_report(&c, src, dst, Protocol::Tcp, TableSource::Live(pins)).unwrap();
                 let b = &s.buckets[live.bucket as usize];

@@ -7,7 +7,7 @@
 //! counters, consumed by the control plane's dynamic weights).
 
 use std::fmt;
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
 use serde::Deserialize;
 
@@ -94,8 +94,8 @@ impl fmt::Display for Protocol {
 /// Key of a service in the data plane: (VIP, port, protocol).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ServiceKey {
-    /// VIP.
-    pub vip: Ipv4Addr,
+    /// VIP: IPv4, or IPv6 (docs/design.md "IPv6").
+    pub vip: IpAddr,
     /// Port, host order.
     pub port: u16,
     /// Protocol.
@@ -104,7 +104,10 @@ pub struct ServiceKey {
 
 impl fmt::Display for ServiceKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}/{}", self.vip, self.port, self.protocol)
+        match self.vip {
+            IpAddr::V4(v) => write!(f, "{v}:{}/{}", self.port, self.protocol),
+            IpAddr::V6(v) => write!(f, "[{v}]:{}/{}", self.port, self.protocol),
+        }
     }
 }
 

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 use std::fmt;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 
 use serde::Deserialize;
@@ -382,8 +382,9 @@ impl Default for NatSettings {
 pub struct Service {
     /// Unique name, `[A-Za-z0-9_.-]{1,64}`.
     pub name: String,
-    /// Service address.
-    pub vip: Ipv4Addr,
+    /// Service address: IPv4, or IPv6 (DSR only; carried over the IPv4
+    /// cluster network as GUE inner protocol 41).
+    pub vip: IpAddr,
     /// Service port (host order), 1-65535.
     pub port: u16,
     /// TCP or UDP.
@@ -539,7 +540,7 @@ impl Config {
     }
 
     /// Distinct VIP addresses.
-    pub fn vips(&self) -> BTreeSet<Ipv4Addr> {
+    pub fn vips(&self) -> BTreeSet<IpAddr> {
         self.services.iter().map(|s| s.vip).collect()
     }
 

@@ -4,7 +4,7 @@
 //! so that one pass reports them all. One function per section of the file.
 
 use std::collections::{HashMap, HashSet};
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use super::model::{
     assigned_server_id, Backend, Checker, Cluster, Config, DynamicWeight, Filters, HealthCheck,
@@ -52,7 +52,7 @@ struct Defaults {
 #[derive(Default)]
 struct Seen {
     names: HashMap<String, usize>,
-    keys: HashMap<(Ipv4Addr, u16, Protocol), usize>,
+    keys: HashMap<(IpAddr, u16, Protocol), usize>,
 }
 
 /// Why an address cannot be used as a VIP, DIP or balancer; None if it can.
@@ -71,6 +71,29 @@ fn unusable_address(a: Ipv4Addr) -> Option<&'static str> {
         Some("in the reserved 240.0.0.0/4")
     } else if a.is_link_local() {
         Some("link-local (169.254.0.0/16)")
+    } else {
+        None
+    }
+}
+
+/// Why an IPv6 address cannot be a VIP; None if it can. Every address a
+/// client can send to as unicast is fine (global, unique local fc00::/7,
+/// documentation 2001:db8::/32 for tests); an IPv4-mapped address
+/// (::ffff:0:0/96) would be the IPv4 address's service.
+fn unusable_address6(a: Ipv6Addr) -> Option<&'static str> {
+    let s = a.segments();
+    if a.is_unspecified() {
+        Some("the unspecified address")
+    } else if a.is_loopback() {
+        Some("the loopback address")
+    } else if a.is_multicast() {
+        Some("a multicast address (ff00::/8)")
+    } else if s[0] & 0xffc0 == 0xfe80 {
+        Some("link-local (fe80::/10): it names a different host on every link")
+    } else if s[..5] == [0; 5] && s[5] == 0xffff {
+        Some("IPv4-mapped (::ffff:0:0/96): use the IPv4 address itself")
+    } else if s[..6] == [0; 6] {
+        Some("IPv4-compatible (::/96, deprecated by RFC 4291)")
     } else {
         None
     }
@@ -184,6 +207,25 @@ impl Validator {
                 Ipv4Addr::UNSPECIFIED
             }
         }
+    }
+
+    /// A service address: an IPv4 address as [`Self::address`], or an
+    /// IPv6 one ([`unusable_address6`]).
+    fn vip_address(&mut self, path: &str, text: &str) -> IpAddr {
+        if let Ok(a) = text.parse::<Ipv6Addr>() {
+            if let Some(why) = unusable_address6(a) {
+                self.report(path, format!("{a} is {why} and cannot be a VIP"));
+            }
+            return IpAddr::V6(a);
+        }
+        if text.parse::<Ipv4Addr>().is_err() {
+            self.report(
+                path,
+                format!("`{text}` is not an IPv4 or IPv6 address literal"),
+            );
+            return IpAddr::V4(Ipv4Addr::UNSPECIFIED);
+        }
+        IpAddr::V4(self.address(path, text, "VIP"))
     }
 
     fn port(&mut self, path: &str, port: u32) -> u16 {
@@ -1108,8 +1150,13 @@ impl Validator {
         let raw_quic = rs.quic_lb.take();
         // A DSR VIP at a balancer's address was reported with the address:
         // a backend at that address is not a second problem.
-        let vip_reported = rs.mode == ServiceMode::Dsr && cluster.balancers.contains(&vip);
-        let backends = self.backends(&sp, vip, rs.mode, vip_reported, rs.backends);
+        let vip_reported = rs.mode == ServiceMode::Dsr
+            && matches!(vip, IpAddr::V4(v) if cluster.balancers.contains(&v));
+        let vip4 = match vip {
+            IpAddr::V4(v) => Some(v),
+            IpAddr::V6(_) => None,
+        };
+        let backends = self.backends(&sp, vip4, rs.mode, vip_reported, rs.backends);
         let quic_lb = self.quic_lb(&sp, rs.protocol, raw_quic.as_ref(), &backends, server_ids);
         let filters = self.service_filters(&sp, rs.filters.unwrap_or_default());
         Service {
@@ -1180,8 +1227,8 @@ impl Validator {
         rs: &RawService,
         cluster: &Cluster,
         seen: &mut Seen,
-    ) -> (Ipv4Addr, u16) {
-        let vip = self.address(&format!("{sp}.vip"), &rs.vip, "VIP");
+    ) -> (IpAddr, u16) {
+        let vip = self.vip_address(&format!("{sp}.vip"), &rs.vip);
         let port = self.port(&format!("{sp}.port"), rs.port);
         if rs.protocol == Protocol::Udp && port == cluster.gue_port {
             self.report(
@@ -1189,7 +1236,15 @@ impl Validator {
                 format!("UDP port {port} is the cluster's GUE port"),
             );
         }
-        if cluster.balancers.contains(&vip) && rs.mode != ServiceMode::Nat {
+        if vip.is_ipv6() && rs.mode == ServiceMode::Nat {
+            self.report(
+                format!("{sp}.mode"),
+                "NAT mode is IPv4 only: an IPv6 service is DSR (its backends hold the VIP on lo)",
+            );
+        }
+        if matches!(vip, IpAddr::V4(v) if cluster.balancers.contains(&v))
+            && rs.mode != ServiceMode::Nat
+        {
             self.report(
                 format!("{sp}.vip"),
                 format!("{vip} is a balancer's own address, not a VIP (a service on a node's own address needs `mode: nat`)"),
@@ -1251,7 +1306,7 @@ impl Validator {
     fn backends(
         &mut self,
         sp: &str,
-        vip: Ipv4Addr,
+        vip: Option<Ipv4Addr>,
         mode: ServiceMode,
         vip_reported: bool,
         raw: Vec<RawBackend>,
@@ -1263,7 +1318,7 @@ impl Validator {
             let dip = self.address(&format!("{bp}.dip"), &rb.dip, "backend");
             // NAT mode: the node whose own address the service has is one
             // of its backends like any other.
-            if dip == vip && mode != ServiceMode::Nat && !vip_reported {
+            if Some(dip) == vip && mode != ServiceMode::Nat && !vip_reported {
                 self.report(
                     format!("{bp}.dip"),
                     format!("{dip} is the service's VIP; a backend needs its own address"),
@@ -1549,19 +1604,21 @@ impl Validator {
     /// the total bucket budget, and no backend at another service's VIP.
     fn data_plane_limits(&mut self, cfg: &Config) {
         let vips = cfg.vips();
-        if vips.len() > limits::MAX_VIPS as usize {
-            self.report(
-                "services",
-                format!(
-                    "{} distinct VIPs exceed the data plane's limit of {}",
-                    vips.len(),
-                    limits::MAX_VIPS
-                ),
-            );
+        let v6 = vips.iter().filter(|v| v.is_ipv6()).count();
+        for (n, family) in [(vips.len() - v6, "IPv4"), (v6, "IPv6")] {
+            if n > limits::MAX_VIPS as usize {
+                self.report(
+                    "services",
+                    format!(
+                        "{n} distinct {family} VIPs exceed the data plane's limit of {}",
+                        limits::MAX_VIPS
+                    ),
+                );
+            }
         }
         // A node's own address may be a service address only in NAT mode
         // (a DSR VIP is held on every backend's lo).
-        let dsr_vips: HashMap<Ipv4Addr, usize> = cfg
+        let dsr_vips: HashMap<IpAddr, usize> = cfg
             .services
             .iter()
             .enumerate()
@@ -1578,10 +1635,13 @@ impl Validator {
             }
         }
         for (si, s) in cfg.services.iter().enumerate() {
-            if s.mode != ServiceMode::Nat || cfg.cluster.balancers.contains(&s.vip) {
+            let IpAddr::V4(vip) = s.vip else {
+                continue;
+            };
+            if s.mode != ServiceMode::Nat || cfg.cluster.balancers.contains(&vip) {
                 continue;
             }
-            if let Some((sj, bj)) = node_dips.get(&s.vip) {
+            if let Some((sj, bj)) = node_dips.get(&vip) {
                 self.report(
                     format!("services[{si}].vip"),
                     format!(
@@ -1593,10 +1653,10 @@ impl Validator {
         }
         for (si, s) in cfg.services.iter().enumerate() {
             for (bi, b) in s.backends.iter().enumerate() {
-                let Some(sj) = dsr_vips.get(&b.dip) else {
+                let Some(sj) = dsr_vips.get(&IpAddr::V4(b.dip)) else {
                     continue;
                 };
-                if b.dip != s.vip {
+                if IpAddr::V4(b.dip) != s.vip {
                     self.report(
                         format!("services[{si}].backends[{bi}].dip"),
                         format!("{} is the VIP of services[{sj}], a DSR service (a service on a node's own address needs `mode: nat`)", b.dip),

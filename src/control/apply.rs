@@ -133,9 +133,12 @@ impl ControlPlane {
                 .config
                 .vips()
                 .into_iter()
-                .filter(|v| nodes.contains(v))
+                .filter_map(|v| match v {
+                    std::net::IpAddr::V4(v) if nodes.contains(&v) => Some(v),
+                    _ => None,
+                })
                 .collect();
-            let dsr: std::collections::BTreeSet<Ipv4Addr> = self
+            let dsr: std::collections::BTreeSet<std::net::IpAddr> = self
                 .config
                 .services
                 .iter()
@@ -145,8 +148,11 @@ impl ControlPlane {
             plan.nat_only = plan
                 .services
                 .keys()
-                .map(|k| k.vip)
-                .filter(|v| !dsr.contains(v))
+                .filter(|k| !dsr.contains(&k.vip))
+                .filter_map(|k| match k.vip {
+                    std::net::IpAddr::V4(v) => Some(v),
+                    std::net::IpAddr::V6(_) => None,
+                })
                 .collect();
         }
         plan

@@ -103,12 +103,26 @@ pub(super) struct Install<'a> {
 /// The maps the tables live in.
 pub(super) struct PoolMaps<'a> {
     pub services: &'a dyn MapCore,
+    /// `services6` (None: pins of a daemon without IPv6, read only).
+    pub services6: Option<&'a dyn MapCore>,
     pub buckets: &'a dyn MapCore,
     pub moved: &'a dyn MapCore,
     pub backends: &'a dyn MapCore,
 }
 
 impl PoolMaps<'_> {
+    /// The services map of `key` (by its VIP's family) and its key bytes.
+    fn service_entry(&self, key: &ServiceKey) -> Result<(&dyn MapCore, Vec<u8>)> {
+        let (which, bytes) = abi::service_key(key);
+        let map = match which {
+            abi::ServicesMap::V4 => self.services,
+            abi::ServicesMap::V6 => self
+                .services6
+                .with_context(|| format!("{key}: these maps have no services6 (IPv6)"))?,
+        };
+        Ok((map, bytes))
+    }
+
     /// Buckets `range` of the pool only (the kernel maps every page of a
     /// mapping at once: mapping the regions an install touches, not the
     /// whole pool, keeps a one-table install cheap).
@@ -178,17 +192,29 @@ pub(super) fn read_raw(maps: &PoolMaps<'_>, only: Option<&ServiceKey>) -> Result
     let backends = read_backends(maps)?;
     let mut out = Vec::new();
     let mut errors = Vec::new();
-    let mut keys: Vec<Vec<u8>> = match only {
-        Some(k) => vec![abi::bytes_of(&abi::service_key(k)).to_vec()],
-        None => maps.services.keys().collect(),
+    let mut keys: Vec<ServiceKey> = match only {
+        Some(k) => vec![*k],
+        None => {
+            let mut v = Vec::new();
+            for k in maps
+                .services
+                .keys()
+                .chain(maps.services6.iter().flat_map(|m| m.keys()))
+            {
+                if let Some(key) = abi::parse_service_key(&k)? {
+                    v.push(key);
+                }
+            }
+            v
+        }
     };
     keys.sort();
     let mut found = Vec::with_capacity(keys.len());
-    for k in keys {
-        let Some(key) = abi::parse_service_key(&k)? else {
+    for key in keys {
+        let Ok((map, k)) = maps.service_entry(&key) else {
             continue;
         };
-        let Some(v) = maps.services.lookup(&k, MapFlags::ANY)? else {
+        let Some(v) = map.lookup(&k, MapFlags::ANY)? else {
             continue;
         };
         let service: abi::sys::nilb_service = abi::read_struct(&v)?;
@@ -566,12 +592,8 @@ impl PoolBook {
         let flags = abi::with_nat(old_attrs, it.nat_port);
         if fresh || cur.map(|c| c.1) != Some(it.index) || flags != old_attrs {
             let val = abi::service_value(region.base, region.size, it.index, flags);
-            maps.services
-                .update(
-                    abi::bytes_of(&abi::service_key(&it.key)),
-                    abi::bytes_of(&val),
-                    MapFlags::ANY,
-                )
+            let (map, k) = maps.service_entry(&it.key)?;
+            map.update(&k, abi::bytes_of(&val), MapFlags::ANY)
                 .with_context(|| format!("pointing {} at its table", it.key))?;
         }
         if fresh {
@@ -630,12 +652,8 @@ impl PoolBook {
             return Ok(());
         }
         let val = abi::service_value(r.base, r.size, index, next);
-        maps.services
-            .update(
-                abi::bytes_of(&abi::service_key(key)),
-                abi::bytes_of(&val),
-                MapFlags::ANY,
-            )
+        let (map, k) = maps.service_entry(key)?;
+        map.update(&k, abi::bytes_of(&val), MapFlags::ANY)
             .with_context(|| format!("setting the flags of {key}"))?;
         self.regions.insert(*key, (r, index, next));
         Ok(())
@@ -648,8 +666,8 @@ impl PoolBook {
 
     /// Remove `key` from `services` and put its region into quarantine.
     pub fn remove(&mut self, maps: &PoolMaps<'_>, key: &ServiceKey) -> Result<()> {
-        maps.services
-            .delete(abi::bytes_of(&abi::service_key(key)))
+        let (map, k) = maps.service_entry(key)?;
+        map.delete(&k)
             .with_context(|| format!("removing service {key}"))?;
         if let Some((r, _, _)) = self.regions.remove(key) {
             let b = maps.map_bucket_range(r.base as u64..r.end(), false)?;

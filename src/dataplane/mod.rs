@@ -53,7 +53,7 @@ mod quic;
 
 use std::collections::BTreeSet;
 use std::mem::MaybeUninit;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
@@ -114,7 +114,7 @@ pub struct Dataplane<'obj> {
     interface: Option<(i32, XdpMode)>,
     tc: Option<TcAttachment>,
     pin_dir: Option<PathBuf>,
-    vips: BTreeSet<Ipv4Addr>,
+    vips: BTreeSet<IpAddr>,
     nodes: BTreeSet<Ipv4Addr>,
     /// What the QUIC-LB maps hold (they are not pinned: empty at load).
     quic: quic::QuicInstalled,
@@ -145,6 +145,7 @@ pub fn pool_buckets(config: &Config) -> u32 {
 fn pool_maps<'a>(skel: &'a NilbSkel<'_>) -> install::PoolMaps<'a> {
     install::PoolMaps {
         services: &skel.maps.services,
+        services6: Some(&skel.maps.services6),
         buckets: &skel.maps.buckets,
         moved: &skel.maps.bucket_moved,
         backends: &skel.maps.backends,
@@ -482,7 +483,15 @@ impl<'obj> Dataplane<'obj> {
         };
         if adopted {
             // Start the set diffs from what the maps hold.
-            dp.vips = address_keys(&dp.skel.maps.vips);
+            dp.vips = address_keys(&dp.skel.maps.vips)
+                .into_iter()
+                .map(IpAddr::V4)
+                .chain(dp.skel.maps.vips6.keys().filter_map(|k| {
+                    <[u8; 16]>::try_from(&k[..])
+                        .ok()
+                        .map(|b| IpAddr::V6(b.into()))
+                }))
+                .collect();
             dp.nodes = address_keys(&dp.skel.maps.cluster_nodes);
             dp.adopt_filters();
         }
@@ -527,7 +536,10 @@ impl<'obj> Dataplane<'obj> {
     /// The control plane's records in `control_state`, by slot (an adopted
     /// data plane holds its predecessor's).
     pub fn control_state(&self) -> Result<std::collections::BTreeMap<u32, ControlRecord>> {
-        read_control_state(&self.skel.maps.control_state)
+        read_control_state(
+            &self.skel.maps.control_state,
+            Some(&self.skel.maps.control_vip6),
+        )
     }
 
     /// Whether [`Dataplane::load_pinned`] adopted an earlier daemon's maps.
@@ -1115,16 +1127,19 @@ impl DataplaneOps for Dataplane<'_> {
         self.install_filter_set(set, index_of)
     }
 
-    fn vips(&self) -> &BTreeSet<Ipv4Addr> {
+    fn vips(&self) -> &BTreeSet<IpAddr> {
         &self.vips
     }
 
-    fn set_vips(&mut self, want: &BTreeSet<Ipv4Addr>) -> Result<()> {
+    fn set_vips(&mut self, want: &BTreeSet<IpAddr>) -> Result<()> {
         let have = std::mem::take(&mut self.vips);
         let plan = &self.nat.plan;
-        let r = sync_set(&self.skel.maps.vips, &have, want, "vips", &|a| {
+        let (have4, have6) = split_families(&have);
+        let (want4, want6) = split_families(want);
+        let r = sync_set(&self.skel.maps.vips, &have4, &want4, "vips", &|a| {
             abi::vip_value(plan.vip_flags(a))
-        });
+        })
+        .and_then(|()| sync_set6(&self.skel.maps.vips6, &have6, &want6, "vips6"));
         self.vips = if r.is_ok() { want.clone() } else { have };
         r
     }
@@ -1168,7 +1183,8 @@ impl DataplaneOps for Dataplane<'_> {
 
     fn installed_services(&self) -> Result<BTreeSet<ServiceKey>> {
         let mut out = BTreeSet::new();
-        for key in self.skel.maps.services.keys() {
+        let maps = &self.skel.maps;
+        for key in maps.services.keys().chain(maps.services6.keys()) {
             // A key with a protocol nilb does not use is not nilb's to remove.
             if let Some(k) = abi::parse_service_key(&key)? {
                 out.insert(k);
@@ -1235,8 +1251,8 @@ impl DataplaneOps for Dataplane<'_> {
         }
         self.nat.words = words;
         // vips flags of the addresses already in the map.
-        for (a, flags) in nat::vip_flag_changes(&self.vips, &self.nat.plan, plan, !self.nat.synced)
-        {
+        let (vips4, _) = split_families(&self.vips);
+        for (a, flags) in nat::vip_flag_changes(&vips4, &self.nat.plan, plan, !self.nat.synced) {
             self.skel
                 .maps
                 .vips
@@ -1270,10 +1286,25 @@ impl DataplaneOps for Dataplane<'_> {
         }
         let mut keys = Vec::with_capacity(records.len() * 4);
         let mut values = Vec::with_capacity(records.len() * 48);
+        let mut values6 = Vec::with_capacity(records.len() * 16);
         for (slot, r) in records {
             keys.extend_from_slice(&slot.to_ne_bytes());
-            values.extend_from_slice(abi::bytes_of(&abi::control_state_value(r.as_ref())));
+            let (v, v6) = abi::control_state_value(r.as_ref());
+            values.extend_from_slice(abi::bytes_of(&v));
+            values6.extend_from_slice(abi::bytes_of(&v6));
         }
+        // The IPv6 VIPs first: a record is never read without its VIP.
+        self.skel
+            .maps
+            .control_vip6
+            .update_batch(
+                &keys,
+                &values6,
+                records.len() as u32,
+                MapFlags::ANY,
+                MapFlags::ANY,
+            )
+            .with_context(|| format!("writing {} control_vip6 value(s)", records.len()))?;
         self.skel
             .maps
             .control_state
@@ -1344,6 +1375,42 @@ impl Drop for Dataplane<'_> {
             warn!("{e:#}");
         }
     }
+}
+
+/// The IPv4 and the IPv6 addresses of a set.
+fn split_families(set: &BTreeSet<IpAddr>) -> (BTreeSet<Ipv4Addr>, BTreeSet<Ipv6Addr>) {
+    let mut v4 = BTreeSet::new();
+    let mut v6 = BTreeSet::new();
+    for a in set {
+        match a {
+            IpAddr::V4(a) => v4.insert(*a),
+            IpAddr::V6(a) => v6.insert(*a),
+        };
+    }
+    (v4, v6)
+}
+
+/// [`sync_set`] for an IPv6 address set (`vips6`: flags 0).
+fn sync_set6(
+    map: &dyn MapCore,
+    have: &BTreeSet<Ipv6Addr>,
+    want: &BTreeSet<Ipv6Addr>,
+    what: &str,
+) -> Result<()> {
+    let value = abi::sys::nilb_addr_info::default();
+    for a in want.difference(have) {
+        map.update(
+            abi::bytes_of(&abi::addr6_key(*a)),
+            abi::bytes_of(&value),
+            MapFlags::ANY,
+        )
+        .with_context(|| format!("adding {a} to {what}"))?;
+    }
+    for a in have.difference(want) {
+        map.delete(abi::bytes_of(&abi::addr6_key(*a)))
+            .with_context(|| format!("removing {a} from {what}"))?;
+    }
+    Ok(())
 }
 
 fn sync_set(

@@ -6,7 +6,7 @@
 //! tests its control plane against a mock data-plane client).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 
 use anyhow::Result;
 
@@ -167,11 +167,11 @@ pub trait DataplaneOps {
     /// Write this node's settings (`nilb_config`).
     fn set_settings(&mut self, settings: &NodeSettings) -> Result<()>;
 
-    /// VIPs the `vips` map holds.
-    fn vips(&self) -> &BTreeSet<Ipv4Addr>;
+    /// VIPs the `vips` (IPv4) and `vips6` (IPv6) maps hold.
+    fn vips(&self) -> &BTreeSet<IpAddr>;
 
-    /// Make the `vips` map equal `want`.
-    fn set_vips(&mut self, want: &BTreeSet<Ipv4Addr>) -> Result<()>;
+    /// Make the `vips` and `vips6` maps equal `want`.
+    fn set_vips(&mut self, want: &BTreeSet<IpAddr>) -> Result<()>;
 
     /// Addresses the `cluster_nodes` map holds (allowed to send GUE).
     fn cluster_nodes(&self) -> &BTreeSet<Ipv4Addr>;

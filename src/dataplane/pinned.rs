@@ -20,6 +20,13 @@ use crate::types::{ServiceKey, UnknownFlow};
 /// `services`: HASH from (VIP, port, protocol) to the service's region of
 /// the bucket pool and its stats index.
 pub const SERVICES: &str = "services";
+/// `services6`: the same for IPv6 services.
+pub const SERVICES6: &str = "services6";
+/// `vips6`: the IPv6 VIP addresses.
+pub const VIPS6: &str = "vips6";
+/// `control_vip6`: the IPv6 VIP of each IPv6 service's `control_state`
+/// record.
+pub const CONTROL_VIP6: &str = "control_vip6";
 /// `buckets`: the bucket pool (every service's buckets).
 pub const BUCKETS: &str = "buckets";
 /// `bucket_moved`: each bucket's last first-hop change (control plane only).
@@ -66,8 +73,11 @@ pub const NAT_FLOWS_RESIZING: &str = "nat_flows_resizing";
 
 /// Names of the maps pinned under the pin directory, as the BPF object
 /// names them.
-pub const PINNED_MAPS: [&str; 21] = [
+pub const PINNED_MAPS: [&str; 24] = [
     SERVICES,
+    SERVICES6,
+    VIPS6,
+    CONTROL_VIP6,
     BUCKETS,
     BUCKET_MOVED,
     BACKENDS,
@@ -93,8 +103,12 @@ pub const PINNED_MAPS: [&str; 21] = [
 /// Pinned maps a daemon may adopt the others without: pins of an older
 /// daemon that did not have them are completed with empty ones (the
 /// forwarding state, which is in the other maps, carries over).
-pub const ADOPT_WITHOUT: [&str; 12] = [
+pub const ADOPT_WITHOUT: [&str; 15] = [
     CONTROL_STATE,
+    // IPv6: an older daemon had no IPv6 services.
+    SERVICES6,
+    VIPS6,
+    CONTROL_VIP6,
     // Counters restart from zero when an upgrade adds some.
     COUNTERS,
     // Resized by copying (Dataplane::load_pinned_sized); an older daemon
@@ -121,6 +135,8 @@ pub const POOL_MAPS: [&str; 2] = [BUCKETS, BUCKET_MOVED];
 pub struct PinnedMaps {
     /// `services`.
     pub services: libbpf_rs::MapHandle,
+    /// `services6` (None: pins of a daemon without IPv6).
+    pub services6: Option<libbpf_rs::MapHandle>,
     /// `buckets` (the pool).
     pub buckets: libbpf_rs::MapHandle,
     /// `bucket_moved`.
@@ -156,6 +172,7 @@ impl PinnedMaps {
         };
         Ok(PinnedMaps {
             services: open(SERVICES)?,
+            services6: libbpf_rs::MapHandle::from_pinned_path(dir.join(SERVICES6)).ok(),
             buckets: open(BUCKETS)?,
             bucket_moved: open(BUCKET_MOVED)?,
             backends: open(BACKENDS)?,
@@ -223,6 +240,7 @@ impl PinnedMaps {
     fn pool_maps(&self) -> PoolMaps<'_> {
         PoolMaps {
             services: &self.services,
+            services6: self.services6.as_ref().map(|m| m as &dyn MapCore),
             buckets: &self.buckets,
             moved: &self.bucket_moved,
             backends: &self.backends,
@@ -260,7 +278,11 @@ impl PinnedMaps {
 }
 
 /// Every used slot of a `control_state` map with its record.
-pub(super) fn read_control_state(map: &dyn MapCore) -> Result<BTreeMap<u32, ControlRecord>> {
+/// `vip6`: `control_vip6`, if the maps have it.
+pub(super) fn read_control_state(
+    map: &dyn MapCore,
+    vip6: Option<&dyn MapCore>,
+) -> Result<BTreeMap<u32, ControlRecord>> {
     let mut out = BTreeMap::new();
     for slot in 0..crate::limits::MAX_BACKEND_SLOTS {
         let Some(v) = map
@@ -269,7 +291,13 @@ pub(super) fn read_control_state(map: &dyn MapCore) -> Result<BTreeMap<u32, Cont
         else {
             continue;
         };
-        if let Some(r) = abi::parse_control_state(&v)? {
+        let v6 = match vip6 {
+            Some(m) => m
+                .lookup(&slot.to_ne_bytes(), MapFlags::ANY)
+                .with_context(|| format!("reading control_vip6 slot {slot}"))?,
+            None => None,
+        };
+        if let Some(r) = abi::parse_control_state(&v, v6.as_deref())? {
             out.insert(slot, r);
         }
     }

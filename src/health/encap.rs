@@ -473,18 +473,23 @@ impl EncapCheckers {
     /// [`super::checker::Checkers::sync`]).
     pub fn sync(&mut self, targets: &[CheckTarget]) {
         let node = self.node;
+        // The probe is an IPv4 SYN inside GUE: IPv6 services are judged
+        // by their regular check only (docs/config.md "Encapsulated check").
         let want: HashMap<ProbeKey, EncapSpec> = targets
             .iter()
-            .map(|t| {
-                (
+            .filter_map(|t| {
+                let std::net::IpAddr::V4(vip) = t.service.vip else {
+                    return None;
+                };
+                Some((
                     (t.service, t.dip),
                     EncapSpec {
-                        vip: SocketAddrV4::new(t.service.vip, t.service.port),
+                        vip: SocketAddrV4::new(vip, t.service.port),
                         interval_ms: t.check.interval_ms,
                         timeout_ms: t.check.timeout_ms,
                         local: t.dip == node,
                     },
-                )
+                ))
             })
             .collect();
         let (prober, tx) = (self.prober.clone(), self.tx.clone());

@@ -2,7 +2,7 @@
 //! structs be viewed as bytes, and the conversions between nilb's types and
 //! the header's structs (addresses and ports in network order).
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use anyhow::Result;
 
@@ -13,6 +13,9 @@ use crate::types::{Protocol, ServiceKey};
 // SAFETY: plain C structs of integers (and integer arrays) without padding
 // holes that matter for reading; any bit pattern is a valid value.
 unsafe impl plain::Plain for sys::nilb_service_key {}
+unsafe impl plain::Plain for sys::nilb_service6_key {}
+unsafe impl plain::Plain for sys::nilb_addr6 {}
+unsafe impl plain::Plain for sys::nilb_hash_probe6 {}
 unsafe impl plain::Plain for sys::nilb_bucket {}
 unsafe impl plain::Plain for sys::nilb_service {}
 unsafe impl plain::Plain for sys::nilb_backend {}
@@ -62,29 +65,77 @@ pub fn addr_from_be(v: u32) -> Ipv4Addr {
     Ipv4Addr::from(v.to_ne_bytes())
 }
 
-/// Key of the `services` map for a service.
-pub fn service_key(k: &ServiceKey) -> sys::nilb_service_key {
-    sys::nilb_service_key {
-        vip: addr_be(k.vip),
-        port: k.port.to_be(),
-        proto: k.protocol.number(),
-        pad: 0,
+/// Which services map holds a service: `services` (IPv4 VIP, key
+/// `nilb_service_key`, 8 bytes) or `services6` (IPv6, `nilb_service6_key`,
+/// 20 bytes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ServicesMap {
+    /// `services`.
+    V4,
+    /// `services6`.
+    V6,
+}
+
+/// The map a service's key goes in and the key's bytes (addresses and
+/// ports in network order).
+pub fn service_key(k: &ServiceKey) -> (ServicesMap, Vec<u8>) {
+    match k.vip {
+        IpAddr::V4(v) => {
+            let raw = sys::nilb_service_key {
+                vip: addr_be(v),
+                port: k.port.to_be(),
+                proto: k.protocol.number(),
+                pad: 0,
+            };
+            (ServicesMap::V4, bytes_of(&raw).to_vec())
+        }
+        IpAddr::V6(v) => {
+            let raw = sys::nilb_service6_key {
+                vip: v.octets(),
+                port: k.port.to_be(),
+                proto: k.protocol.number(),
+                pad: 0,
+            };
+            (ServicesMap::V6, bytes_of(&raw).to_vec())
+        }
     }
 }
 
-/// Decode a `services` map key; None for a protocol nilb does not use.
+fn protocol_of(proto: u8) -> Option<Protocol> {
+    match proto {
+        crate::hash::IPPROTO_TCP => Some(Protocol::Tcp),
+        crate::hash::IPPROTO_UDP => Some(Protocol::Udp),
+        _ => None,
+    }
+}
+
+/// Decode a `services` (8 bytes) or `services6` (20 bytes) map key; None
+/// for a protocol nilb does not use. Other lengths are an error.
 pub fn parse_service_key(bytes: &[u8]) -> Result<Option<ServiceKey>> {
+    if bytes.len() == std::mem::size_of::<sys::nilb_service6_key>() {
+        let k: sys::nilb_service6_key = read_struct(bytes)?;
+        return Ok(protocol_of(k.proto).map(|protocol| ServiceKey {
+            vip: IpAddr::V6(Ipv6Addr::from(k.vip)),
+            port: u16::from_be(k.port),
+            protocol,
+        }));
+    }
+    anyhow::ensure!(
+        bytes.len() == std::mem::size_of::<sys::nilb_service_key>(),
+        "a services key of {} bytes",
+        bytes.len()
+    );
     let k: sys::nilb_service_key = read_struct(bytes)?;
-    let protocol = match k.proto {
-        crate::hash::IPPROTO_TCP => Protocol::Tcp,
-        crate::hash::IPPROTO_UDP => Protocol::Udp,
-        _ => return Ok(None),
-    };
-    Ok(Some(ServiceKey {
-        vip: addr_from_be(k.vip),
+    Ok(protocol_of(k.proto).map(|protocol| ServiceKey {
+        vip: IpAddr::V4(addr_from_be(k.vip)),
         port: u16::from_be(k.port),
         protocol,
     }))
+}
+
+/// Key of `vips6` for an IPv6 address.
+pub fn addr6_key(a: Ipv6Addr) -> sys::nilb_addr6 {
+    sys::nilb_addr6 { addr: a.octets() }
 }
 
 /// Bytes a bucket takes in the pool (`struct nilb_bucket`).
@@ -194,12 +245,39 @@ fn health_of(v: u8) -> Option<RecordHealth> {
     })
 }
 
-/// Value of the `control_state` map for one slot (all zero: unused).
-pub fn control_state_value(r: Option<&ControlRecord>) -> sys::nilb_control_state {
+/// `nilb_control_state.service.pad` of an IPv6 service's record (its VIP
+/// is in `control_vip6`).
+const CONTROL_V6: u8 = 6;
+
+/// Values of the `control_state` and `control_vip6` maps for one slot (all
+/// zero: unused; `control_vip6` is zero for an IPv4 service).
+pub fn control_state_value(
+    r: Option<&ControlRecord>,
+) -> (sys::nilb_control_state, sys::nilb_addr6) {
     use sys::nilb_control_admin as a;
     use sys::nilb_control_flags as f;
     let Some(r) = r else {
-        return sys::nilb_control_state::default();
+        return Default::default();
+    };
+    let (service, vip6) = match r.service.vip {
+        IpAddr::V4(v) => (
+            sys::nilb_service_key {
+                vip: addr_be(v),
+                port: r.service.port.to_be(),
+                proto: r.service.protocol.number(),
+                pad: 0,
+            },
+            sys::nilb_addr6::default(),
+        ),
+        IpAddr::V6(v) => (
+            sys::nilb_service_key {
+                vip: 0,
+                port: r.service.port.to_be(),
+                proto: r.service.protocol.number(),
+                pad: CONTROL_V6,
+            },
+            addr6_key(v),
+        ),
     };
     let mut flags = 0;
     if r.removed_at_ms.is_some() {
@@ -211,8 +289,8 @@ pub fn control_state_value(r: Option<&ControlRecord>) -> sys::nilb_control_state
     if r.first_result_decides {
         flags |= f::NILB_CS_FIRST_DECIDES;
     }
-    sys::nilb_control_state {
-        service: service_key(&r.service),
+    let state = sys::nilb_control_state {
+        service,
         dip: addr_be(r.dip),
         weight: r.weight,
         health: health_value(r.health),
@@ -228,21 +306,30 @@ pub fn control_state_value(r: Option<&ControlRecord>) -> sys::nilb_control_state
         since_ms: r.since_ms,
         removed_at_ms: r.removed_at_ms.unwrap_or(0),
         empty_since_ms: r.empty_since_ms.unwrap_or(0),
-    }
+    };
+    (state, vip6)
 }
 
-/// Decode a `control_state` value; None for an unused slot or one that
-/// nilb cannot read (unknown protocol or enum value).
-pub fn parse_control_state(bytes: &[u8]) -> Result<Option<ControlRecord>> {
+/// Decode a `control_state` value (with the slot's `control_vip6` value,
+/// if that map exists); None for an unused slot or one that nilb cannot
+/// read (unknown protocol or enum value, an IPv6 record without its VIP).
+pub fn parse_control_state(bytes: &[u8], vip6: Option<&[u8]>) -> Result<Option<ControlRecord>> {
     use sys::nilb_control_admin as a;
     use sys::nilb_control_flags as f;
     let v: sys::nilb_control_state = read_struct(bytes)?;
     if v.dip == 0 {
         return Ok(None);
     }
-    let Some(service) = parse_service_key(bytes_of(&v.service))? else {
+    let Some(mut service) = parse_service_key(bytes_of(&v.service))? else {
         return Ok(None);
     };
+    if v.service.pad == CONTROL_V6 {
+        let Some(b) = vip6 else {
+            return Ok(None);
+        };
+        let a: sys::nilb_addr6 = read_struct(b)?;
+        service.vip = IpAddr::V6(Ipv6Addr::from(a.addr));
+    }
     let (Some(health), Some(encap)) = (health_of(v.health), health_of(v.encap_health)) else {
         return Ok(None);
     };
@@ -418,6 +505,8 @@ mod tests {
     #[test]
     fn layouts_match_the_header() {
         assert_eq!(std::mem::size_of::<sys::nilb_service_key>(), 8);
+        assert_eq!(std::mem::size_of::<sys::nilb_service6_key>(), 20);
+        assert_eq!(std::mem::size_of::<sys::nilb_addr6>(), 16);
         assert_eq!(std::mem::size_of::<sys::nilb_bucket>(), 8);
         assert_eq!(std::mem::size_of::<sys::nilb_service>(), 16);
         assert_eq!(std::mem::size_of::<sys::nilb_backend>(), 20);
@@ -457,20 +546,34 @@ mod tests {
     #[test]
     fn service_key_bytes_are_network_order() {
         let k = ServiceKey {
-            vip: Ipv4Addr::new(10, 0, 0, 100),
+            vip: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 100)),
             port: 80,
             protocol: Protocol::Tcp,
         };
-        let raw = service_key(&k);
-        assert_eq!(bytes_of(&raw), &[10, 0, 0, 100, 0, 80, 6, 0]);
-        assert_eq!(parse_service_key(bytes_of(&raw)).unwrap(), Some(k));
+        let (map, raw) = service_key(&k);
+        assert_eq!(map, ServicesMap::V4);
+        assert_eq!(raw, &[10, 0, 0, 100, 0, 80, 6, 0]);
+        assert_eq!(parse_service_key(&raw).unwrap(), Some(k));
+        let k6 = ServiceKey {
+            vip: "2001:db8::1".parse().unwrap(),
+            port: 443,
+            protocol: Protocol::Udp,
+        };
+        let (map, raw) = service_key(&k6);
+        assert_eq!(map, ServicesMap::V6);
+        let mut want = vec![0x20, 0x01, 0x0d, 0xb8];
+        want.extend([0; 11]);
+        want.extend([1, 0x01, 0xbb, 17, 0]);
+        assert_eq!(raw, want);
+        assert_eq!(parse_service_key(&raw).unwrap(), Some(k6));
+        assert!(parse_service_key(&raw[..12]).is_err());
     }
 
     #[test]
     fn control_records_round_trip() {
         let r = ControlRecord {
             service: ServiceKey {
-                vip: Ipv4Addr::new(10, 0, 0, 100),
+                vip: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 100)),
                 port: 80,
                 protocol: Protocol::Tcp,
             },
@@ -485,11 +588,30 @@ mod tests {
             removed_at_ms: Some(0),
             empty_since_ms: None,
         };
-        let v = control_state_value(Some(&r));
+        let (v, v6) = control_state_value(Some(&r));
         assert_eq!(&bytes_of(&v)[8..12], &[10, 0, 0, 13]);
-        assert_eq!(parse_control_state(bytes_of(&v)).unwrap(), Some(r));
-        let unused = control_state_value(None);
-        assert_eq!(parse_control_state(bytes_of(&unused)).unwrap(), None);
+        assert_eq!(bytes_of(&v6), &[0; 16]);
+        assert_eq!(
+            parse_control_state(bytes_of(&v), Some(bytes_of(&v6))).unwrap(),
+            Some(r.clone())
+        );
+        assert_eq!(
+            parse_control_state(bytes_of(&v), None).unwrap(),
+            Some(r.clone())
+        );
+        let (unused, _) = control_state_value(None);
+        assert_eq!(parse_control_state(bytes_of(&unused), None).unwrap(), None);
+        // An IPv6 service: its VIP in control_vip6; without that map's
+        // value the record cannot be read.
+        let mut r6 = r;
+        r6.service.vip = "2001:db8::100".parse().unwrap();
+        let (v, v6) = control_state_value(Some(&r6));
+        assert_eq!(&bytes_of(&v)[..4], &[0; 4]);
+        assert_eq!(
+            parse_control_state(bytes_of(&v), Some(bytes_of(&v6))).unwrap(),
+            Some(r6)
+        );
+        assert_eq!(parse_control_state(bytes_of(&v), None).unwrap(), None);
     }
 
     #[test]
