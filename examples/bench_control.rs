@@ -141,7 +141,7 @@ fn main() -> Result<()> {
 
         // Map synchronisation of the full table.
         let key = ServiceKey {
-            vip: Ipv4Addr::new(10, 0, 0, 100),
+            vip: std::net::IpAddr::V4(Ipv4Addr::new(10, 0, 0, 100)),
             port: 80,
             protocol: Protocol::Tcp,
         };

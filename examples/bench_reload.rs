@@ -72,7 +72,7 @@ fn config(services: u16, drain: u16) -> String {
 
 fn key(port: u16) -> ServiceKey {
     ServiceKey {
-        vip: VIP,
+        vip: std::net::IpAddr::V4(VIP),
         port,
         protocol: Protocol::Tcp,
     }
@@ -402,7 +402,7 @@ fn breakdown(n: u16, reps: usize, out_path: &str) -> Result<()> {
     }
     // A health failure of one backend of one service, and its recovery.
     let key = ServiceKey {
-        vip: VIP,
+        vip: std::net::IpAddr::V4(VIP),
         port: 1000,
         protocol: Protocol::Tcp,
     };

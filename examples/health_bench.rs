@@ -182,7 +182,7 @@ fn main() {
         "check", "targets", "checks/s", "failures", "CPU % core", "RSS MiB"
     );
     let service = ServiceKey {
-        vip: Ipv4Addr::new(10, 0, 0, 100),
+        vip: std::net::IpAddr::V4(Ipv4Addr::new(10, 0, 0, 100)),
         port: PORT,
         protocol: Protocol::Tcp,
     };

@@ -903,7 +903,7 @@ mod tests {
 
     fn key() -> ServiceKey {
         ServiceKey {
-            vip: Ipv4Addr::new(10, 0, 0, 100),
+            vip: std::net::IpAddr::V4(Ipv4Addr::new(10, 0, 0, 100)),
             port: 80,
             protocol: Protocol::Tcp,
         }

@@ -175,7 +175,7 @@ fn control_plane() -> ControlPlane {
     let filters = FilterSet::compile(&config, &Lists::new(), &BTreeMap::new()).unwrap();
     cp.set_filters(std::sync::Arc::new(filters));
     let key = ServiceKey {
-        vip: Ipv4Addr::new(10, 0, 0, 100),
+        vip: std::net::IpAddr::V4(Ipv4Addr::new(10, 0, 0, 100)),
         port: 80,
         protocol: Protocol::Tcp,
     };

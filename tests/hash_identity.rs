@@ -7,10 +7,14 @@
 mod common;
 
 use std::mem::MaybeUninit;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use nilb::dataplane::abi::{self, probe_skel::HashProbeSkelBuilder, sys::nilb_hash_probe};
+use nilb::dataplane::abi::{
+    self,
+    probe_skel::HashProbeSkelBuilder,
+    sys::{nilb_hash_probe, nilb_hash_probe6},
+};
 use nilb::hash::{flow_hash, FlowTuple, IPPROTO_TCP, IPPROTO_UDP};
 use rand::{Rng, SeedableRng};
 
@@ -28,16 +32,16 @@ fn c_and_rust_hash_agree_on_10000_random_tuples() {
     const N: usize = 10_000;
     for i in 0..N {
         let flow = FlowTuple {
-            saddr: Ipv4Addr::from(rng.gen::<u32>()),
-            daddr: Ipv4Addr::from(rng.gen::<u32>()),
+            saddr: Ipv4Addr::from(rng.gen::<u32>()).into(),
+            daddr: Ipv4Addr::from(rng.gen::<u32>()).into(),
             sport: rng.gen(),
             dport: rng.gen(),
             proto: if rng.gen() { IPPROTO_TCP } else { IPPROTO_UDP },
         };
         let seed = if i % 10 == 0 { 0 } else { rng.gen() };
         let probe = nilb_hash_probe {
-            saddr: abi::addr_be(flow.saddr),
-            daddr: abi::addr_be(flow.daddr),
+            saddr: u32::from_ne_bytes(flow.key_bytes()[0..4].try_into().unwrap()),
+            daddr: u32::from_ne_bytes(flow.key_bytes()[4..8].try_into().unwrap()),
             sport: flow.sport.to_be(),
             dport: flow.dport.to_be(),
             proto: flow.proto,
@@ -59,6 +63,64 @@ fn c_and_rust_hash_agree_on_10000_random_tuples() {
         }
     }
     println!("hash identity: {N} tuples, {mismatches} mismatches");
+    assert_eq!(mismatches, 0);
+}
+
+#[test]
+fn c_and_rust_ipv6_hash_agree_on_10000_random_tuples() {
+    common::require_root!("BPF");
+    let mut storage = MaybeUninit::uninit();
+    let skel = HashProbeSkelBuilder::default()
+        .open(&mut storage)
+        .unwrap()
+        .load()
+        .expect("loading the hash probe (root needed)");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0x6e696c36);
+    let words = |a: Ipv6Addr| {
+        let o = a.octets();
+        std::array::from_fn::<u32, 4, _>(|i| {
+            u32::from_ne_bytes(o[4 * i..4 * i + 4].try_into().unwrap())
+        })
+    };
+    let mut mismatches = 0;
+    const N: usize = 10_000;
+    for i in 0..N {
+        let (s6, d6) = (
+            Ipv6Addr::from(rng.gen::<u128>()),
+            Ipv6Addr::from(rng.gen::<u128>()),
+        );
+        let flow = FlowTuple {
+            saddr: s6.into(),
+            daddr: d6.into(),
+            sport: rng.gen(),
+            dport: rng.gen(),
+            proto: if rng.gen() { IPPROTO_TCP } else { IPPROTO_UDP },
+        };
+        let seed = if i % 10 == 0 { 0 } else { rng.gen() };
+        let probe = nilb_hash_probe6 {
+            saddr: words(s6),
+            daddr: words(d6),
+            sport: flow.sport.to_be(),
+            dport: flow.dport.to_be(),
+            proto: flow.proto,
+            pad: [0; 3],
+            seed,
+            out: 0,
+        };
+        let (verdict, out) =
+            abi::test_run_xdp(&skel.progs.nilb_hash_probe6, abi::bytes_of(&probe), 0).unwrap();
+        assert_eq!(verdict, 2, "probe returns XDP_PASS");
+        let got: nilb_hash_probe6 = abi::read_struct(&out).unwrap();
+        if got.out != flow_hash(&flow, seed) {
+            mismatches += 1;
+            eprintln!(
+                "mismatch: {flow:?} seed {seed:#x}: C {:#x} Rust {:#x}",
+                got.out,
+                flow_hash(&flow, seed)
+            );
+        }
+    }
+    println!("IPv6 hash identity: {N} tuples, {mismatches} mismatches");
     assert_eq!(mismatches, 0);
 }
 
@@ -87,8 +149,8 @@ fn xdp_balancer_uses_the_same_hash_and_bucket() {
         assert_eq!(v, XDP_TX);
         let h = flow_hash(
             &FlowTuple {
-                saddr: client,
-                daddr: VIP,
+                saddr: client.into(),
+                daddr: VIP.into(),
                 sport,
                 dport: 80,
                 proto: IPPROTO_TCP,

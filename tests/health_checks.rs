@@ -191,7 +191,7 @@ fn a_hung_backend_does_not_delay_the_others() {
         (hung, fast)
     });
     let service = ServiceKey {
-        vip: Ipv4Addr::new(10, 0, 0, 100),
+        vip: std::net::IpAddr::V4(Ipv4Addr::new(10, 0, 0, 100)),
         port: 80,
         protocol: Protocol::Tcp,
     };

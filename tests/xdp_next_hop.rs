@@ -206,7 +206,8 @@ fn xdp_without_config_passes_everything() {
     let net = TestNet::new();
     let storage = Box::leak(Box::new(MaybeUninit::uninit()));
     let mut dp = Dataplane::load(storage).unwrap();
-    dp.set_vips(&[VIP].into_iter().collect()).unwrap();
+    dp.set_vips(&[std::net::IpAddr::V4(VIP)].into_iter().collect())
+        .unwrap();
     let t = tcp(42040, 80, ACK, b"0123456789abcdef");
     let mut frag = ipv4(CLIENT, VIP, IPPROTO_TCP, t.len(), 0x2000, &[]);
     frag.extend_from_slice(&t);

@@ -351,7 +351,7 @@ mod tests {
     #[test]
     fn port_words_set_one_bit_per_port() {
         let key = |port| crate::types::ServiceKey {
-            vip: Ipv4Addr::new(10, 0, 0, 1),
+            vip: std::net::IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
             port,
             protocol: crate::types::Protocol::Tcp,
         };

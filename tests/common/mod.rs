@@ -327,8 +327,8 @@ pub fn gue_frame(
 pub fn hash_of(t: (Ipv4Addr, Ipv4Addr, u16, u16, u8)) -> u32 {
     flow_hash(
         &FlowTuple {
-            saddr: t.0,
-            daddr: t.1,
+            saddr: t.0.into(),
+            daddr: t.1.into(),
             sport: t.2,
             dport: t.3,
             proto: t.4,

@@ -168,7 +168,7 @@ fn expected(
         return Some(w);
     }
     let key = nilb::types::ServiceKey {
-        vip: addr(ip, 16),
+        vip: std::net::IpAddr::V4(addr(ip, 16)),
         port: be16(ip, ihl + 2),
         protocol: if proto == IPPROTO_TCP {
             nilb::types::Protocol::Tcp

@@ -47,8 +47,12 @@ impl World {
     ) -> World {
         let mut services = HashMap::new();
         for (k, t) in l.dp.live_tables().expect("live tables") {
+            // The model covers IPv4 (IPv6: tests/ipv6_fixtures.rs).
+            let std::net::IpAddr::V4(vip) = k.vip else {
+                continue;
+            };
             services.insert(
-                (k.vip, k.port, k.protocol.number()),
+                (vip, k.port, k.protocol.number()),
                 Svc {
                     index: t.service_index,
                     buckets: t.chains.clone(),
@@ -63,7 +67,14 @@ impl World {
             nt0_ifindex: nt0.1,
             nt2_ifindex: nt2.1,
             services,
-            vips: cfg.vips().into_iter().collect(),
+            vips: cfg
+                .vips()
+                .into_iter()
+                .filter_map(|v| match v {
+                    std::net::IpAddr::V4(v) => Some(v),
+                    std::net::IpAddr::V6(_) => None,
+                })
+                .collect(),
             cluster: cfg.cluster_addresses().into_iter().collect(),
             unknown_flow,
         }

@@ -11,18 +11,18 @@ use crate::dataplane::DataplaneOps;
 
 const NODE: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
 const WEB: ServiceKey = ServiceKey {
-    vip: Ipv4Addr::new(10, 0, 0, 100),
+    vip: std::net::IpAddr::V4(Ipv4Addr::new(10, 0, 0, 100)),
     port: 80,
     protocol: crate::types::Protocol::Tcp,
 };
 const DNS: ServiceKey = ServiceKey {
-    vip: Ipv4Addr::new(10, 0, 0, 101),
+    vip: std::net::IpAddr::V4(Ipv4Addr::new(10, 0, 0, 101)),
     port: 53,
     protocol: crate::types::Protocol::Udp,
 };
 /// Sorts before [`WEB`], so it comes first in a batch.
 const API: ServiceKey = ServiceKey {
-    vip: Ipv4Addr::new(10, 0, 0, 90),
+    vip: std::net::IpAddr::V4(Ipv4Addr::new(10, 0, 0, 90)),
     port: 443,
     protocol: crate::types::Protocol::Tcp,
 };
@@ -499,7 +499,7 @@ fn a_reload_installs_what_changed_and_only_the_buckets_that_moved() {
     cp.apply(&mut dp, NODE, &cp.full_plan()).unwrap();
     dp.writes.clear();
     let key = ServiceKey {
-        vip: ip(100),
+        vip: std::net::IpAddr::V4(ip(100)),
         port: 1007,
         protocol: crate::types::Protocol::Tcp,
     };

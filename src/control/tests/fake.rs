@@ -46,7 +46,7 @@ fn named(b: &Bucket, slots: &[u32; MAX_OWNERS]) -> Vec<(Ipv4Addr, u32)> {
 #[derive(Clone, Debug, PartialEq)]
 pub(super) enum Call {
     Settings(NodeSettings),
-    SetVips(BTreeSet<Ipv4Addr>),
+    SetVips(BTreeSet<std::net::IpAddr>),
     SetClusterNodes(BTreeSet<Ipv4Addr>),
     ZeroBackendStats(u32),
     ZeroServiceStats(u32),
@@ -83,7 +83,7 @@ pub(super) struct Installed {
 pub(super) struct FakeDataplane {
     pub calls: Vec<Call>,
     pub settings: Option<NodeSettings>,
-    pub vips: BTreeSet<Ipv4Addr>,
+    pub vips: BTreeSet<std::net::IpAddr>,
     pub nodes: BTreeSet<Ipv4Addr>,
     pub services: BTreeMap<ServiceKey, Installed>,
     /// The `backends` map: the address of every slot an install named.
@@ -193,11 +193,11 @@ impl DataplaneOps for FakeDataplane {
         Ok(())
     }
 
-    fn vips(&self) -> &BTreeSet<Ipv4Addr> {
+    fn vips(&self) -> &BTreeSet<std::net::IpAddr> {
         &self.vips
     }
 
-    fn set_vips(&mut self, want: &BTreeSet<Ipv4Addr>) -> Result<()> {
+    fn set_vips(&mut self, want: &BTreeSet<std::net::IpAddr>) -> Result<()> {
         self.vips = want.clone();
         self.record(Call::SetVips(want.clone()));
         Ok(())

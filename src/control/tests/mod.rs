@@ -78,7 +78,7 @@ fn cfg(weights: &[(u8, u32, &str)], table_size: u32) -> Config {
 
 fn key() -> ServiceKey {
     ServiceKey {
-        vip: Ipv4Addr::new(10, 0, 0, 100),
+        vip: std::net::IpAddr::V4(Ipv4Addr::new(10, 0, 0, 100)),
         port: 80,
         protocol: crate::config::Protocol::Tcp,
     }
