@@ -613,7 +613,7 @@ too_big:
  * more than NILB_IPV6_MAX_EXT extension headers and malformed packets to a
  * VIP are dropped; everything else passes untouched. Edge filters do not
  * look at IPv6 (docs/config.md "Edge filters"). A program of its own,
- * which nilb_xdp_balancer tail-calls for IPv6 frames (xdp_ipv6_prog): its
+ * which nilb_xdp_balancer tail-calls for IPv6 frames (ipv6_balancer): its
  * stack is its own (a subprogram's would add to the IPv4 path's, over the
  * verifier's 512 bytes), and IPv4 packets never enter it.
  * Returns: the XDP verdict (counted).
@@ -750,7 +750,7 @@ struct {
 	__uint(max_entries, 1);
 	__type(key, __u32);
 	__array(values, int(struct xdp_md *));
-} xdp_ipv6_prog SEC(".maps") = {
+} ipv6_balancer SEC(".maps") = {
 	.values = { [0] = (void *)&nilb_xdp_balancer6 },
 };
 
@@ -776,7 +776,7 @@ int nilb_xdp_balancer(struct xdp_md *ctx)
 	}
 	if (eth->h_proto != bpf_htons(ETH_P_IP)) {
 		if (eth->h_proto == bpf_htons(ETH_P_IPV6))
-			bpf_tail_call(ctx, &xdp_ipv6_prog, 0);
+			bpf_tail_call(ctx, &ipv6_balancer, 0);
 		/* Not IP (or the IPv6 program missing: never, libbpf fills the
 		 * slot at load). */
 		count(C_XDP_PASS_NON_IP);

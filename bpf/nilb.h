@@ -177,21 +177,21 @@ enum nilb_filter_kind {
  */
 enum nilb_counter {
 	/* XDP balancer */
-	C_XDP_PASS_NON_IP = 0,      /* not IPv4 (or VLAN-tagged): passed untouched */
-	C_XDP_PASS_NOT_SERVICE,     /* IPv4 not for a configured (VIP, port, protocol) */
+	C_XDP_PASS_NON_IP = 0,      /* neither IPv4 nor IPv6 (or VLAN-tagged): passed untouched */
+	C_XDP_PASS_NOT_SERVICE,     /* IPv4 or IPv6 not for a configured (VIP, port, protocol) */
 	C_XDP_ENCAP_TX,             /* encapsulated, sent back out (XDP_TX) */
 	C_XDP_ENCAP_REDIRECT,       /* encapsulated, redirected to another interface */
 	C_XDP_ENCAP_LOCAL,          /* first hop is this node: passed to TC locally */
 	C_XDP_ENCAP_SLOW_PATH,      /* neighbour unknown / forwarding off: sent via TC */
 	C_XDP_ICMP_FORWARDED,       /* ICMP error (unreachable, time exceeded, parameter problem) sent on like the flow it quotes (a verdict is counted too) */
-	C_XDP_DROP_FRAGMENT,        /* fragment of VIP traffic (no reassembly) */
+	C_XDP_DROP_FRAGMENT,        /* fragment of VIP traffic, IPv4 or IPv6 (no reassembly) */
 	C_XDP_DROP_NO_BACKEND,      /* bucket has no first hop */
-	C_XDP_DROP_MALFORMED,       /* broken IPv4/L4 header addressed to a VIP */
+	C_XDP_DROP_MALFORMED,       /* broken IPv4/IPv6/L4 header addressed to a VIP */
 	C_XDP_DROP_NO_ROUTE,        /* FIB has no route to the hop */
-	C_XDP_DROP_TOO_BIG,         /* packet + GUE exceeds the MTU, no ICMP reply (no DF, ICMP error, source not unicast): dropped */
+	C_XDP_DROP_TOO_BIG,         /* packet + GUE exceeds the MTU, no ICMP reply (IPv4 without DF, an ICMP error, source not unicast): dropped */
 	C_XDP_DROP_ADJUST_FAILED,   /* bpf_xdp_adjust_head/tail failed (or the resized frame is short: never seen) */
 	C_XDP_DROP_NO_META,         /* driver lacks XDP metadata: local/slow path impossible */
-	C_XDP_PASS_NO_CONFIG,       /* config map empty (daemon not ready): every IPv4 packet passed */
+	C_XDP_PASS_NO_CONFIG,       /* config map empty (daemon not ready): every packet passed */
 	C_XDP_ICMP_TOO_BIG,         /* DF packet + GUE exceeds the MTU: ICMP frag-needed sent back from the VIP */
 	C_XDP_DROP_TOO_BIG_LIMITED, /* DF packet too big, its ICMP reply over icmp_too_big_rate: dropped */
 	C_XDP_DROP_FILTER,          /* dropped by a deny rule, or by a service's allow list */
@@ -219,7 +219,7 @@ enum nilb_counter {
 	C_TC_DROP_SELF_UNMARKED,    /* GUE from this node's address not handed over by our XDP */
 	C_TC_DROP_MALFORMED,        /* GUE header or inner packet invalid */
 	C_TC_DROP_INNER_NOT_VIP,    /* inner destination is not a configured VIP, or is a NAT-only address and the packet no NAT service's */
-	C_TC_DROP_UNSUPPORTED,      /* inner IPv6, inner protocol not handled, or ICMP about no flow */
+	C_TC_DROP_UNSUPPORTED,      /* inner protocol not handled, or ICMP/ICMPv6 about no flow */
 	C_TC_DROP_ADJUST_FAILED,    /* bpf_skb_adjust_room failed */
 	C_TC_PASS_NO_CONFIG,        /* config map empty: passed */
 	C_TC_DECAP_PING,            /* ICMP echo request to a VIP: answered here */

@@ -21,6 +21,7 @@
 #include "common.h"
 #include "gue.h"
 #include "nat.h"
+#include "ipv6.h"
 
 /*
  * What the backend path does with a TCP segment to a service that reached
@@ -63,6 +64,84 @@ static __always_inline int xdp_tcp_accepts(struct xdp_md *ctx, const struct iphd
 }
 
 /*
+ * xdp_gue_receive for GUE protocol 41 (inner IPv6; docs/design.md "IPv6"),
+ * once the outer rules passed (cluster source, not this node, no outer
+ * options, the GUE header): decapsulated here if the inner packet is a
+ * whole IPv6 packet filling the GUE payload, its extension headers walk to
+ * TCP, its destination is an IPv6 VIP, and it is a SYN without ACK or a
+ * segment of a local owning socket; else TC's. A subprogram, so that its
+ * stack does not add to the IPv4 path's.
+ * Returns: XDP_PASS (counted: C_XDP_DECAP_SYN or C_XDP_DECAP_ESTABLISHED
+ * and the service's tc_decap, or C_XDP_GUE_TO_TC).
+ */
+static __noinline int xdp_gue_receive6(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct nilb_service_stats *st = NULL;
+	struct nilb_service *svc;
+	struct ethhdr *eth = data;
+	struct iphdr *oip = (void *)(eth + 1);
+	struct udphdr *udp = (void *)(oip + 1);
+	struct gue_hdr *gue = (void *)(udp + 1);
+	struct ipv6hdr *in6;
+	struct tcphdr *th;
+	struct flow6 f;
+	__u32 gue_len, in_len, l4_off = 0, hdr_len;
+	__u8 macs[2 * ETH_ALEN];
+	__u8 proto = 0;
+	int syn;
+
+	if ((void *)(gue + 1) > data_end || gue->hop_count > NILB_MAX_GUE_HOPS)
+		goto to_tc;
+	gue_len = sizeof(*gue) + 4 * (__u32)gue->hop_count;
+	hdr_len = gue_encap_len(gue);
+	in6 = (void *)gue + gue_len;
+	if ((void *)(in6 + 1) > data_end)
+		goto to_tc;
+	in_len = sizeof(*in6) + bpf_ntohs(in6->payload_len);
+	if (in6->version != 6 || in_len != bpf_ntohs(udp->len) - sizeof(*udp) - gue_len ||
+	    ipv6_walk(in6, data_end, in_len - sizeof(*in6), &l4_off, &proto) != IP6_L4 ||
+	    proto != IPPROTO_TCP || l4_off > sizeof(*in6) + NILB_IPV6_MAX_EXT * 2048 ||
+	    vip6_flags((__u32 *)&in6->daddr) < 0)
+		goto to_tc;
+	th = (void *)in6 + l4_off;
+	if ((void *)(th + 1) > data_end || in_len - l4_off < sizeof(*th) || th->doff < 5 ||
+	    th->doff * 4 > in_len - l4_off)
+		goto to_tc;
+	__builtin_memset(&f, 0, sizeof(f));
+	addr6_copy(f.saddr, (__u32 *)&in6->saddr);
+	addr6_copy(f.daddr, (__u32 *)&in6->daddr);
+	f.sport = th->source;
+	f.dport = th->dest;
+	f.proto = IPPROTO_TCP;
+	syn = th->syn && !th->ack;
+	if (!syn && !tcp_flow_owned6(ctx, &f))
+		goto to_tc;
+	svc = service6_of(f.daddr, f.dport, IPPROTO_TCP);
+	if (svc)
+		st = service_stats_of(svc);
+
+	copy_macs(macs, eth);
+	if (bpf_xdp_adjust_head(ctx, (int)hdr_len))
+		goto to_tc; /* never seen: the inner packet is longer than Ethernet */
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	eth = data;
+	if ((void *)(eth + 1) > data_end)
+		return XDP_PASS; /* checked by the kernel; the verifier needs it */
+	copy_macs(eth, macs);
+	eth->h_proto = bpf_htons(ETH_P_IPV6);
+	count(syn ? C_XDP_DECAP_SYN : C_XDP_DECAP_ESTABLISHED);
+	if (st)
+		st->tc_decap++;
+	return XDP_PASS;
+to_tc:
+	count(C_XDP_GUE_TO_TC);
+	return XDP_PASS;
+}
+
+/*
  * GUE addressed to this node (oip: its outer IPv4 header, 20 bytes within
  * the frame, protocol UDP, destination cfg->node_addr; the UDP destination
  * port is cfg->gue_port): decapsulate it here if TC would accept it at
@@ -92,8 +171,16 @@ static __always_inline int xdp_gue_receive(struct xdp_md *ctx, const struct nilb
 	 * never pass here; anything else is forged). */
 	if (saddr == cfg->node_addr || !bpf_map_lookup_elem(&cluster_nodes, &saddr))
 		goto to_tc;
-	if (oip->ihl != 5 || gue_parse(oip, data_end, data_end - data, &in) != GUE_OK)
+	if (oip->ihl != 5)
 		goto to_tc;
+	switch (gue_parse(oip, data_end, data_end - data, &in)) {
+	case GUE_OK:
+		break;
+	case GUE_INNER_IPV6:
+		return xdp_gue_receive6(ctx);
+	default:
+		goto to_tc;
+	}
 	vflags = vip_flags(in->daddr);
 	if (in->protocol != IPPROTO_TCP || vflags < 0)
 		goto to_tc;

@@ -393,6 +393,30 @@ fn vip_frame(gen_mac: [u8; 6], dport: u16) -> Vec<u8> {
     )
 }
 
+/// The IPv6 VIP of the `vip_ipv6` case (docs/design.md "IPv6").
+const VIP6: &str = "2001:db8:99::100";
+
+/// TCP segment (ACK, 10 bytes of data) from an IPv6 client to VIP6:dport:
+/// 84 bytes. The generator's "source port" bytes (offset 34) fall in the
+/// IPv6 source address, so the flows vary there.
+fn vip6_frame(gen_mac: [u8; 6], dport: u16) -> Vec<u8> {
+    let t = tcp(40000, dport, TCP_ACK, 10);
+    let mut l3 = vec![0x60, 0, 0, 0];
+    l3.extend_from_slice(&(t.len() as u16).to_be_bytes());
+    l3.extend_from_slice(&[6, 64]);
+    l3.extend_from_slice(
+        &"2001:db8:50::50"
+            .parse::<std::net::Ipv6Addr>()
+            .unwrap()
+            .octets(),
+    );
+    l3.extend_from_slice(&VIP6.parse::<std::net::Ipv6Addr>().unwrap().octets());
+    l3.extend_from_slice(&t);
+    let mut f = eth(gen_mac, CLIENT_MAC, &l3);
+    f[12..14].copy_from_slice(&[0x86, 0xdd]);
+    f
+}
+
 /// 64-byte UDP frame to the node's own address, port 9 (nothing listens).
 fn node_frame(gen_mac: [u8; 6]) -> Vec<u8> {
     eth(
@@ -727,6 +751,16 @@ fn main() -> Result<()> {
         &format!("table_size: {}", arg("--table-size-100", "4096")),
     );
     let (dp1, _) = configured(&[&one], NODE)?;
+    // The same service on an IPv6 VIP beside the IPv4 one.
+    let one6 = format!(
+        "{one}{}",
+        one.split_once("services:\n")
+            .map(|(_, svc)| svc
+                .replace("name: svc80", "name: svc80v6")
+                .replace("vip: 10.99.0.100", &format!("vip: \"{VIP6}\""),))
+            .unwrap_or_default()
+    );
+    let (dp6, _) = configured(&[&one6], NODE)?;
     let (dp2, cp2) = configured(&[&one, &moved], NODE)?;
     let (dp100, _) = configured(&[&hundred], NODE)?;
     // Two and three previous owners in every bucket: the second-hop table
@@ -806,6 +840,8 @@ fn main() -> Result<()> {
         .collect();
 
     let vip = vip_frame(gen_mac, 80);
+    let vip6 = vip6_frame(gen_mac, 80);
+    let g_vip6 = gen_value(&vip6, true, 0, 0);
     let vip100 = vip_frame(gen_mac, 1000);
     let node = node_frame(gen_mac);
     let g_vip = gen_value(&vip, true, 0, 0);
@@ -834,6 +870,16 @@ fn main() -> Result<()> {
             base_name: "macswap_tx",
             gen: &g_vip,
             frame: &vip,
+            expect: "xdp_encap_tx",
+        },
+        Case {
+            name: "vip_ipv6",
+            what: "TCP to an IPv6 VIP (GUE protocol 41 over IPv4), 1 service, no second hop",
+            nilb: &dp6,
+            base: macswap,
+            base_name: "macswap_tx",
+            gen: &g_vip6,
+            frame: &vip6,
             expect: "xdp_encap_tx",
         },
         Case {
@@ -1099,8 +1145,10 @@ fn main() -> Result<()> {
         let mut n = Vec::new();
         let mut b = Vec::new();
         for round in 0..4 {
-            let nn = per_run_ns(c.nilb.xdp.as_fd(), c.frame, &gctx, runs / 4, want)?;
-            let bb = per_run_ns(c.base, c.frame, &gctx, runs / 4, want)?;
+            // The whole frame (the IPv6 case's is 84 bytes).
+            let cctx = xdp_ctx(c.frame.len(), gen_if);
+            let nn = per_run_ns(c.nilb.xdp.as_fd(), c.frame, &cctx, runs / 4, want)?;
+            let bb = per_run_ns(c.base, c.frame, &cctx, runs / 4, want)?;
             if round % 2 == 0 {
                 n.extend(nn);
                 b.extend(bb);

@@ -7,7 +7,7 @@ use std::net::Ipv4Addr;
 
 use etherparse::{NetSlice, SlicedPacket, TransportSlice};
 
-/// Describe the L3/L4 content of an IPv4 packet starting at `l3`.
+/// Describe the L3/L4 content of an IPv4 or IPv6 packet starting at `l3`.
 fn describe_ip(l3: &[u8]) -> String {
     match SlicedPacket::from_ip(l3) {
         Ok(p) => describe_sliced(&p),
@@ -26,10 +26,11 @@ fn describe_sliced(p: &SlicedPacket<'_>) -> String {
                 h.more_fragments() || h.fragments_offset().value() != 0,
             )
         }
+        // IPv6 addresses in brackets, so that ":port" reads unambiguously.
         Some(NetSlice::Ipv6(ip)) => (
-            ip.header().source_addr().to_string(),
-            ip.header().destination_addr().to_string(),
-            false,
+            format!("[{}]", ip.header().source_addr()),
+            format!("[{}]", ip.header().destination_addr()),
+            ip.is_payload_fragmented(),
         ),
         None => return "non-IP".into(),
     };
@@ -66,6 +67,14 @@ fn describe_sliced(p: &SlicedPacket<'_>) -> String {
             let _ = write!(
                 s,
                 "{src} > {dst} ICMP type {} code {}",
+                i.type_u8(),
+                i.code_u8()
+            );
+        }
+        Some(TransportSlice::Icmpv6(i)) => {
+            let _ = write!(
+                s,
+                "{src} > {dst} ICMPv6 type {} code {}",
                 i.type_u8(),
                 i.code_u8()
             );
@@ -136,6 +145,42 @@ mod tests {
         assert_eq!(
             describe_frame(&f, 19523),
             "192.0.2.1:40000 > 10.0.0.100:80 TCP [S]"
+        );
+    }
+
+    #[test]
+    fn describes_ipv6_inside_gue() {
+        let mut inner = vec![0x60, 0, 0, 0, 0, 20, 6, 64];
+        inner.extend_from_slice(
+            &"2001:db8::1"
+                .parse::<std::net::Ipv6Addr>()
+                .unwrap()
+                .octets(),
+        );
+        inner.extend_from_slice(
+            &"2001:db8::80"
+                .parse::<std::net::Ipv6Addr>()
+                .unwrap()
+                .octets(),
+        );
+        inner.extend_from_slice(&[
+            0x9c, 0x40, 0, 80, 0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x02, 0xff, 0xff, 0, 0, 0, 0,
+        ]);
+        let mut gue = vec![1, 41, 0, 0, 0, 0, 0, 0];
+        gue.extend_from_slice(&inner);
+        let udp_len = 8 + gue.len();
+        let mut f = vec![0u8; 12];
+        f.extend_from_slice(&[0x08, 0x00]);
+        f.extend_from_slice(&[0x45, 0]);
+        f.extend_from_slice(&((20 + udp_len) as u16).to_be_bytes());
+        f.extend_from_slice(&[0, 0, 0x40, 0, 64, 17, 0, 0, 10, 0, 0, 11, 10, 0, 0, 12]);
+        f.extend_from_slice(&[0x81, 0x23, 0x4c, 0x43]);
+        f.extend_from_slice(&(udp_len as u16).to_be_bytes());
+        f.extend_from_slice(&[0, 0]);
+        f.extend_from_slice(&gue);
+        assert_eq!(
+            describe_frame(&f, 19523),
+            "GUE 10.0.0.11 > 10.0.0.12 sport 33059 hops [] next 0 | [2001:db8::1]:40000 > [2001:db8::80]:80 TCP [S]"
         );
     }
 }

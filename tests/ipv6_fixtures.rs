@@ -411,7 +411,23 @@ fn tc_ipv6_second_chance() {
     assert_bytes("loop guard", &out, &decapsulated(&data));
     assert_eq!(d, vec![("tc_decap_loop_guard", 1), ("tc_decap_ipv6", 1)]);
 
-    // 5. GUE from outside the cluster: dropped before the inner packet is
+    // 5. The backends' XDP program (before GRO): a SYN is decapsulated
+    // there exactly as TC does it; a segment of no local socket goes to TC
+    // untouched.
+    let ((v, out), d) = l.counted(|| {
+        l.dp.run_xdp_backend(&gue_frame6(B13, 0, &[B13], &syn), net.ifindex)
+            .unwrap()
+    });
+    assert_eq!(v, XDP_PASS, "XDP: SYN");
+    assert_bytes("XDP: SYN decapsulated", &out, &decapsulated(&syn));
+    assert_eq!(d, vec![("xdp_decap_syn", 1)]);
+    let input = gue_frame6(B13, 0, &[B13], &data);
+    let ((v, out), d) = l.counted(|| l.dp.run_xdp_backend(&input, net.ifindex).unwrap());
+    assert_eq!(v, XDP_PASS, "XDP: no socket");
+    assert_bytes("XDP: no socket, untouched", &out, &input);
+    assert_eq!(d, vec![("xdp_gue_to_tc", 1)]);
+
+    // 6. GUE from outside the cluster: dropped before the inner packet is
     // looked at (the IPv4 rule applies to IPv6 inside).
     let ((v, _), d) = l.counted(|| {
         l.dp.run_tc(
@@ -424,5 +440,87 @@ fn tc_ipv6_second_chance() {
         (v, d),
         (TC_ACT_SHOT, vec![("tc_drop_not_cluster", 1)]),
         "not a cluster node"
+    );
+}
+
+/// ICMPv6 checksum of `msg` (checksum field zero) from `src` to `dst`
+/// (RFC 8200 8.1 pseudo-header), written out independently of the C code.
+fn icmp6_csum(src: Ipv6Addr, dst: Ipv6Addr, msg: &[u8]) -> u16 {
+    let mut b = Vec::new();
+    b.extend_from_slice(&src.octets());
+    b.extend_from_slice(&dst.octets());
+    b.extend_from_slice(&(msg.len() as u32).to_be_bytes());
+    b.extend_from_slice(&[0, 0, 0, NEXTHDR_ICMPV6]);
+    b.extend_from_slice(msg);
+    csum(&b)
+}
+
+#[test]
+fn xdp_ipv6_too_big_answers_packet_too_big_from_the_vip() {
+    require_root!("BPF, network namespace");
+    let net = TestNet::new();
+    let l = load(&config6(&[B12]), NODE);
+    let packet = |sport: u16, tot: usize| {
+        let t = tcp(sport, 80, ACK | PSH, &vec![0xab; tot - 40 - 20]);
+        l3v6(client6(), vip6(), IPPROTO_TCP, &[], &t)
+    };
+    // 1464 + 36 = 1500 fits the veth's MTU exactly.
+    let fits = packet(41000, 1464);
+    let ((v, out), d) = l.counted(|| l.dp.run_xdp(&frame6(net.mac, &fits), net.ifindex).unwrap());
+    assert_eq!((v, d), (XDP_TX, vec![("xdp_encap_tx", 1)]), "1464 bytes");
+    assert_bytes(
+        "1464 bytes",
+        &out,
+        &encapsulated6(
+            MAC12,
+            net.mac,
+            B12,
+            gue_sport(hash6(41000, 80, IPPROTO_TCP)),
+            &fits,
+        ),
+    );
+
+    // 1465 + 36 > 1500: Packet Too Big, MTU 1464, from the VIP, quoting
+    // the packet's first 184 bytes.
+    let big = packet(41001, 1465);
+    let ((v, out), d) = l.counted(|| l.dp.run_xdp(&frame6(net.mac, &big), net.ifindex).unwrap());
+    assert_eq!(
+        (v, d),
+        (XDP_TX, vec![("xdp_icmp6_too_big", 1)]),
+        "1465 bytes"
+    );
+    let mut msg = vec![2, 0, 0, 0];
+    msg.extend_from_slice(&1464u32.to_be_bytes());
+    msg.extend_from_slice(&big[..184]);
+    let c = icmp6_csum(vip6(), client6(), &msg);
+    msg[2..4].copy_from_slice(&c.to_be_bytes());
+    let mut want = eth(CLIENT_MAC, net.mac, 0x86dd);
+    want.extend_from_slice(&ipv6(vip6(), client6(), NEXTHDR_ICMPV6, msg.len()));
+    want.extend_from_slice(&msg);
+    assert_bytes("Packet Too Big", &out, &want);
+
+    // About an ICMPv6 error: never an error about an error (RFC 4443 2.4).
+    let reply = l3v6(
+        vip6(),
+        client6(),
+        IPPROTO_TCP,
+        &[],
+        &tcp(80, 41001, ACK, &vec![0; 1360]),
+    );
+    let mut icmp = vec![1, 4, 0, 0, 0, 0, 0, 0];
+    icmp.extend_from_slice(&reply);
+    let err = l3v6(
+        "2001:db8:ff::1".parse().unwrap(),
+        vip6(),
+        NEXTHDR_ICMPV6,
+        &[],
+        &icmp,
+    );
+    assert!(err.len() + 36 > 1500);
+    let ((v, _), d) = l.counted(|| l.dp.run_xdp(&frame6(net.mac, &err), net.ifindex).unwrap());
+    assert_eq!(
+        (v, d),
+        (XDP_DROP, vec![("xdp_drop_too_big", 1)]),
+        "ICMPv6 error too big"
     );
 }

@@ -718,11 +718,11 @@ fn tc_fixtures(mac: [u8; 6]) -> Vec<Fixture> {
             counters: &[("tc_drop_inner_not_vip", 1)],
         },
         Fixture {
-            description: "inner IPv6 is dropped as unsupported",
+            description: "GUE protocol 41 (IPv6) around an IPv4 packet is malformed",
             input: ipv6_inner,
             verdict: TC_ACT_SHOT,
             output: None,
-            counters: &[("tc_drop_unsupported", 1)],
+            counters: &[("tc_drop_malformed", 1)],
         },
         Fixture {
             description: "malformed GUE: hlen != 1 + N",

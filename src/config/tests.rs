@@ -128,12 +128,17 @@ fn unknown_enum_value() {
 #[test]
 fn bad_addresses_are_named() {
     for (bad, why) in [
-        ("10.0.0.300", "not an IPv4 address"),
+        ("10.0.0.300", "not an IPv4 or IPv6 address"),
         ("0.0.0.0", "unspecified"),
         ("127.0.0.1", "loopback"),
         ("224.0.0.1", "multicast"),
         ("255.255.255.255", "broadcast"),
-        ("fe80::1", "not an IPv4 address"),
+        ("fe80::1", "link-local"),
+        ("ff02::1", "multicast"),
+        ("::", "unspecified"),
+        ("::1", "loopback"),
+        ("::ffff:10.0.0.1", "IPv4-mapped"),
+        ("::10.0.0.1", "IPv4-compatible"),
     ] {
         let src = GOOD.replace(
             "vip: 10.0.0.100\n    port: 80",
@@ -144,6 +149,19 @@ fn bad_addresses_are_named() {
         assert_eq!(p.position.map(|p| p.line), Some(12), "{p}");
     }
     let src = GOOD.replace("dip: 10.0.0.12", "dip: 127.0.0.2");
+    one_problem(&src, "services[0].backends[1].dip");
+    // An IPv6 VIP is fine; an IPv6 backend address is not (the cluster
+    // network is IPv4).
+    let src = GOOD.replace(
+        "vip: 10.0.0.100\n    port: 80",
+        "vip: \"2001:db8::100\"\n    port: 80",
+    );
+    let c = crate::config::Config::parse(&src).expect("IPv6 VIP");
+    assert_eq!(
+        c.services[0].vip,
+        "2001:db8::100".parse::<std::net::IpAddr>().unwrap()
+    );
+    let src = GOOD.replace("dip: 10.0.0.12", "dip: \"2001:db8::12\"");
     one_problem(&src, "services[0].backends[1].dip");
     let src = GOOD.replace("balancers: [10.0.0.11]", "balancers: [10.0.0.11, 0.0.0.0]");
     one_problem(&src, "cluster.balancers[1]");
