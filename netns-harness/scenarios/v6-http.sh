@@ -8,8 +8,10 @@
 #   2. DSR: a capture on the client during 90 more requests sees the replies
 #      from $NH_VIP6 come from node2's and node3's MACs (straight from the
 #      backends), as (b) for IPv4;
-#   3. the counters: node1 encapsulated IPv6 (xdp_encap_tx), node2/node3
-#      accepted inner IPv6 (tc_decap_ipv6), no malformed drops.
+#   3. the counters: node1 encapsulated the IPv6 traffic (xdp_encap_tx, no
+#      malformed drops); node2 and node3 decapsulated it (the SYNs in XDP
+#      before GRO, xdp_decap_syn; the rest in XDP or TC, tc_decap_ipv6),
+#      no malformed drops (only IPv6 flows during the scenario).
 # Needs: the base state. Leaves: the base state (web6 removed).
 
 scenario_v6-http() {
@@ -28,7 +30,7 @@ scenario_v6-http() {
     ok=0
   fi
   for n in node2 node3; do wait_reload "$n" 5 >/dev/null || { ok=0; echo "  $n did not reload"; }; done
-  save_stats node1 "$NH_OUT/stats-node1-v6-before.json"
+  for n in "${NH_NODES[@]}"; do save_stats "$n" "$NH_OUT/stats-$n-v6-before.json"; done
 
   # 1. distribution
   if BURST_HOST=$NH_VIP6 burst_dist v6-http 23000; then
@@ -50,11 +52,13 @@ scenario_v6-http() {
   m=$(counter xdp_drop_malformed "$NH_OUT/stats-node1-v6.json")
   nums+="node1 xdp_encap_tx +$d6, xdp_drop_malformed $m"
   [[ $d6 -gt 0 && $m == 0 ]] || ok=0
+  local syn tc6 bad
   for n in node2 node3; do
     save_stats "$n" "$NH_OUT/stats-$n-v6.json"
-    d6=$(counter tc_decap_ipv6 "$NH_OUT/stats-$n-v6.json")
-    nums+=", $n tc_decap_ipv6 $d6"
-    [[ $d6 -gt 0 ]] || ok=0
+    v6_delta() { echo $(($(counter "$1" "$NH_OUT/stats-$n-v6.json") - $(counter "$1" "$NH_OUT/stats-$n-v6-before.json"))); }
+    syn=$(v6_delta xdp_decap_syn) tc6=$(v6_delta tc_decap_ipv6) bad=$(v6_delta tc_drop_malformed)
+    nums+=", $n xdp_decap_syn +$syn tc_decap_ipv6 +$tc6 tc_drop_malformed +$bad"
+    [[ $syn -gt 0 && $bad == 0 ]] || ok=0
   done
   WEB6=""
   leave_base
