@@ -646,9 +646,10 @@ int nilb_xdp_balancer6(struct xdp_md *ctx)
 	}
 	saddr = (__u32 *)&ip6->saddr;
 	daddr = (__u32 *)&ip6->daddr;
-	/* One lookup decides for the node's own IPv6 traffic. */
-	if (vip6_flags(daddr) < 0)
-		goto not_service;
+	/* No VIP lookup up front: the service lookup below decides for valid
+	 * packets (one lookup on the VIP path); only a packet that fails a
+	 * check looks its destination up in vips6 (a VIP's is dropped, any
+	 * other passes to the stack, which judges it). */
 	frame_len = data_end - data;
 	tot_len = sizeof(*ip6) + bpf_ntohs(ip6->payload_len);
 	if (ip6->version != 6 || sizeof(*eth) + tot_len > frame_len)
@@ -657,9 +658,13 @@ int nilb_xdp_balancer6(struct xdp_md *ctx)
 	case IP6_L4:
 		break;
 	case IP6_FRAGMENT:
+		if (vip6_flags(daddr) < 0)
+			goto not_service;
 		count(C_XDP_DROP_FRAGMENT);
 		return XDP_DROP;
 	case IP6_TOO_MANY:
+		if (vip6_flags(daddr) < 0)
+			goto not_service;
 		count(C_XDP_DROP_IPV6_EXT);
 		return XDP_DROP;
 	default:
@@ -736,6 +741,8 @@ int nilb_xdp_balancer6(struct xdp_md *ctx)
 	return xdp_next_hop(ctx, eth, cfg, &hops, tot_len, what, macs);
 
 malformed:
+	if (vip6_flags((__u32 *)&ip6->daddr) < 0)
+		goto not_service;
 	count(C_XDP_DROP_MALFORMED);
 	return XDP_DROP;
 not_service:
@@ -748,7 +755,9 @@ not_service:
 struct {
 	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
 	__uint(max_entries, 1);
-	__type(key, __u32);
+	/* Sizes, not BTF types: the kernel takes no BTF for a prog array
+	 * (libbpf would log a failed attempt at every load). */
+	__uint(key_size, sizeof(__u32));
 	__array(values, int(struct xdp_md *));
 } ipv6_balancer SEC(".maps") = {
 	.values = { [0] = (void *)&nilb_xdp_balancer6 },
