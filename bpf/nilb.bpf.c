@@ -1494,15 +1494,88 @@ static __always_inline int tc_decap6(struct __sk_buff *skb, __u32 hdr_len, __u32
 	return TC_ACT_OK;
 }
 
+/* A RST from an IPv6 VIP: IPv6 and TCP, no options. */
+struct tc_rst6 {
+	struct ipv6hdr ip;
+	struct tcphdr tcp;
+};
+
+/*
+ * unknown_flow: rst for an inner IPv6 segment (tc_reset's rules, RFC 793):
+ * in6, th: its checked headers (l4_len: TCP bytes, header included), hdr_len
+ * the outer bytes before it. The packet becomes the reply (VIP -> client,
+ * hop limit 64, flow label 0, no options, TCP checksum over the RFC 8200
+ * pseudo-header) and leaves with bpf_redirect_neigh through the interface it
+ * came in on.
+ * Returns: as tc_reset.
+ */
+static __always_inline int tc_reset6(struct __sk_buff *skb, struct ipv6hdr *in6,
+				     struct tcphdr *th, __u32 l4_len, __u32 hdr_len)
+{
+	__u16 type = bpf_htons(ETH_P_IPV6);
+	__u32 seq = 0, ack = 0, data_len, *w;
+	struct tc_rst6 r;
+	__u16 flags;
+	__u64 sum;
+
+	if (th->rst) {
+		count(C_TC_DROP_UNKNOWN_FLOW);
+		return TC_ACT_SHOT;
+	}
+	if (!tc_rst_allowed()) {
+		count(C_TC_DROP_RST_LIMITED);
+		return TC_ACT_SHOT;
+	}
+	if (th->ack) {
+		seq = th->ack_seq;
+		flags = 0x04; /* RST */
+	} else {
+		data_len = l4_len > th->doff * 4 ? l4_len - th->doff * 4 : 0;
+		ack = bpf_htonl(bpf_ntohl(th->seq) + data_len + th->syn + th->fin);
+		flags = 0x14; /* RST, ACK */
+	}
+	__builtin_memset(&r, 0, sizeof(r));
+	*(__u32 *)&r.ip = bpf_htonl(0x60000000); /* version 6, class 0, label 0 */
+	r.ip.payload_len = bpf_htons(sizeof(r.tcp));
+	r.ip.nexthdr = IPPROTO_TCP;
+	r.ip.hop_limit = 64;
+	addr6_copy((__u32 *)&r.ip.saddr, (__u32 *)&in6->daddr);
+	addr6_copy((__u32 *)&r.ip.daddr, (__u32 *)&in6->saddr);
+	r.tcp.source = th->dest;
+	r.tcp.dest = th->source;
+	r.tcp.seq = seq;
+	r.tcp.ack_seq = ack;
+	((__u16 *)&r.tcp)[6] = bpf_htons((5 << 12) | flags); /* data offset 5, flags */
+	/* Pseudo-header (addresses, TCP length, next header), then the header
+	 * (window, checksum, urgent pointer 0), as 32-bit words. */
+	w = (__u32 *)&r.ip.saddr;
+	sum = (__u64)w[0] + w[1] + w[2] + w[3] + w[4] + w[5] + w[6] + w[7] +
+	      bpf_htonl(sizeof(r.tcp)) + bpf_htonl(IPPROTO_TCP);
+	w = (__u32 *)&r.tcp;
+	sum += (__u64)w[0] + w[1] + w[2] + w[3] + w[4];
+	r.tcp.check = ptb_fold(sum);
+
+	if (bpf_skb_adjust_room(skb, -(__s32)hdr_len, BPF_ADJ_ROOM_MAC,
+				BPF_F_ADJ_ROOM_DECAP_L3_IPV6) ||
+	    bpf_skb_change_tail(skb, sizeof(struct ethhdr) + sizeof(r), 0) ||
+	    bpf_skb_store_bytes(skb, sizeof(struct ethhdr), &r, sizeof(r), BPF_F_RECOMPUTE_CSUM) ||
+	    bpf_skb_store_bytes(skb, __builtin_offsetof(struct ethhdr, h_proto), &type,
+				sizeof(type), 0)) {
+		count(C_TC_DROP_ADJUST_FAILED);
+		return TC_ACT_SHOT;
+	}
+	count(C_TC_RST_SENT);
+	return bpf_redirect_neigh(skb->ifindex, NULL, 0, 0);
+}
+
 /*
  * Second chance for GUE protocol 41 (docs/design.md "IPv6"): the outer
  * checks of nilb_tc_second_chance passed (cluster source, not forged from
  * this node, no outer options, GUE header); here the inner IPv6 packet is
  * checked (version, its length filling the GUE payload, extension headers
  * walked, no fragment), must be for an IPv6 VIP, and is kept, forwarded
- * or, at the last hop, judged by the same rules as IPv4. unknown_flow: rst
- * answers IPv4 only: an IPv6 segment of no connection at the last hop is
- * dropped (C_TC_DROP_UNKNOWN_FLOW). A subprogram: IPv4 never enters it.
+ * or, at the last hop, judged by the same rules as IPv4 (unknown_flow: rst
+ * with tc_reset6). A subprogram: IPv4 never enters it.
  * Returns: the TC verdict (counted).
  */
 static __noinline int tc_gue_ipv6(struct __sk_buff *skb, __u32 node, __u32 flags)
@@ -1586,6 +1659,13 @@ static __noinline int tc_gue_ipv6(struct __sk_buff *skb, __u32 node, __u32 flags
 		return tc_decap6(skb, hdr_len, C_TC_DECAP_UNKNOWN_LOCAL, st);
 	if (st)
 		st->tc_drops++;
+	if ((flags & NILB_F_UNKNOWN_FLOW_RST) && proto == IPPROTO_TCP) {
+		struct tcphdr *th = (void *)in6 + l4_off;
+
+		if ((void *)(th + 1) > data_end)
+			goto malformed; /* checked by tc_local_match6; for the verifier */
+		return tc_reset6(skb, in6, th, in_len - l4_off, hdr_len);
+	}
 	count(C_TC_DROP_UNKNOWN_FLOW);
 	return TC_ACT_SHOT;
 

@@ -27,7 +27,12 @@ fn client6() -> Ipv6Addr {
 /// `backends` (one backend: a deterministic first hop), and the IPv4 web
 /// service of `common::config`.
 fn config6(backends: &[Ipv4Addr]) -> String {
-    let mut y = config(&[(B12, 1, "active")], "drop");
+    config6_with(backends, "drop")
+}
+
+/// [`config6`] with `cluster.unknown_flow` set.
+fn config6_with(backends: &[Ipv4Addr], unknown_flow: &str) -> String {
+    let mut y = config(&[(B12, 1, "active")], unknown_flow);
     for (name, port, proto) in [("web6", 80, "tcp"), ("dns6", 53, "udp")] {
         y += &format!(
             "  - name: {name}\n    vip: \"{VIP6}\"\n    port: {port}\n    protocol: {proto}\n    table_size: 256\n    backends:\n"
@@ -522,5 +527,82 @@ fn xdp_ipv6_too_big_answers_packet_too_big_from_the_vip() {
         (v, d),
         (XDP_DROP, vec![("xdp_drop_too_big", 1)]),
         "ICMPv6 error too big"
+    );
+}
+
+/// The RST the last hop sends for an IPv6 segment (RFC 793 as for IPv4):
+/// IPv6 VIP -> client (hop limit 64), TCP without options, window 0, the
+/// checksum over the RFC 8200 pseudo-header; Ethernet as received.
+fn rst6_frame(sport: u16, dport: u16, seq: u32, ack: Option<u32>) -> Vec<u8> {
+    let mut t = Vec::new();
+    t.extend_from_slice(&sport.to_be_bytes());
+    t.extend_from_slice(&dport.to_be_bytes());
+    t.extend_from_slice(&seq.to_be_bytes());
+    t.extend_from_slice(&ack.unwrap_or(0).to_be_bytes());
+    t.push(5 << 4);
+    t.push(if ack.is_some() { RST | ACK } else { RST });
+    t.extend_from_slice(&[0, 0, 0, 0, 0, 0]);
+    let mut pseudo = vip6().octets().to_vec();
+    pseudo.extend_from_slice(&client6().octets());
+    pseudo.extend_from_slice(&[0, 0, 0, 20, 0, 0, 0, IPPROTO_TCP]);
+    pseudo.extend_from_slice(&t);
+    let c = csum(&pseudo);
+    put16(&mut t, 16, c);
+    let mut f = eth(MAC12, MAC13, 0x86dd);
+    f.extend_from_slice(&ipv6(vip6(), client6(), IPPROTO_TCP, 20));
+    f.extend_from_slice(&t);
+    f
+}
+
+#[test]
+fn tc_ipv6_unknown_flow_rst_answers_as_rfc_793_says() {
+    require_root!("BPF, network namespace");
+    let net = TestNet::new();
+    let l = load(&config6_with(&[NODE, B13], "rst"), NODE);
+    let segment = |sport: u16, flags: u8, seq: u32, payload: &[u8]| {
+        let mut t = tcp(sport, 80, flags, payload);
+        t[4..8].copy_from_slice(&seq.to_be_bytes());
+        gue_frame6(
+            B13,
+            1,
+            &[B13],
+            &l3v6(client6(), vip6(), IPPROTO_TCP, &[], &t),
+        )
+    };
+    for (what, frame, seq, ack) in [
+        (
+            "data with ACK",
+            segment(40001, ACK | PSH, 1000, b"GET /"),
+            2000,
+            None,
+        ),
+        (
+            "data without ACK",
+            segment(40002, PSH, 1000, b"abc"),
+            0,
+            Some(1003),
+        ),
+        (
+            "FIN without ACK",
+            segment(40003, FIN, 0xffff_ffff, b""),
+            0,
+            Some(0),
+        ),
+    ] {
+        let cport = u16::from_be_bytes([frame[14 + 40 + 40], frame[14 + 40 + 41]]); // Ethernet, outer headers with one hop, IPv6
+        let ((v, out), d) = l.counted(|| l.dp.run_tc(&frame, net.ifindex).unwrap());
+        assert_eq!(
+            (v, d),
+            (TC_ACT_REDIRECT, vec![("tc_rst_sent", 1)]),
+            "{what}"
+        );
+        assert_bytes(what, &out, &rst6_frame(80, cport, seq, ack));
+    }
+    let rst = segment(40004, RST | ACK, 1000, b"");
+    let ((v, _), d) = l.counted(|| l.dp.run_tc(&rst, net.ifindex).unwrap());
+    assert_eq!(
+        (v, d),
+        (TC_ACT_SHOT, vec![("tc_drop_unknown_flow", 1)]),
+        "RST"
     );
 }
