@@ -216,6 +216,12 @@ impl XdpClass {
 
 /// The reference parser for frames reaching the balancer.
 pub fn parse_xdp(w: &World, f: &[u8]) -> XdpClass {
+    // IPv6 (docs/design.md "IPv6"): this world has no IPv6 service, so a
+    // frame with a whole IPv6 header passes as no service's; a shorter one
+    // is no IP packet. (The IPv6 rules: tests/ipv6_fixtures.rs.)
+    if f.len() >= 14 + 40 && be16(f, 12) == 0x86dd {
+        return XdpClass::NotService("IPv6, no IPv6 service in this world");
+    }
     if f.len() < 14 || be16(f, 12) != 0x0800 || f.len() < 34 {
         return XdpClass::NonIp;
     }
@@ -696,7 +702,24 @@ pub fn parse_tc(w: &World, f: &[u8]) -> TcClass {
         return Malformed("next hop index > N");
     }
     if g[1] == 41 {
-        return Unsupported("inner IPv6");
+        // IPv6 inside (docs/design.md "IPv6"): checked like IPv4; this
+        // world has no IPv6 VIP, so a well-formed inner packet is not a
+        // VIP's.
+        let gue_len = 8 + 4 * n;
+        if udp_len < 8 + gue_len + 40 {
+            return Malformed("inner IPv6 header beyond the UDP length");
+        }
+        let inner = &g[gue_len..udp_len - 8];
+        if inner[0] >> 4 != 6 {
+            return Malformed("inner IPv6 version");
+        }
+        if 40 + be16(inner, 4) as usize != inner.len() {
+            return Malformed("inner IPv6 length != UDP length - GUE");
+        }
+        if !ipv6_walk_ends_at_l4(inner) {
+            return Malformed("inner IPv6 extension headers");
+        }
+        return InnerNotVip;
     }
     if g[1] != 4 {
         return Malformed("inner protocol not 4");
@@ -965,25 +988,27 @@ pub fn tolerated(
                 "tolerated: tc: unknown_flow rst over the RST rate limit (dropped and counted)",
             ))
         }
-        Prog::Tc if class_label == "malformed (GUE header beyond the UDP length)" => {
-            let g = f.get(42..50)?;
-            let n = g[7] as usize;
-            if g[0] & 0xe0 == 0
-                && g[2..6] == [0, 0, 0, 0]
-                && n <= 8
-                && (g[0] & 0x1f) as usize == 1 + n
-                && g[6] as usize <= n
-                && g[1] == 41
-            {
-                return Some((
-                    outcome(TC_ACT_SHOT, &["tc_drop_unsupported"], Out::Any),
-                    "tolerated: tc: GUE header past the UDP length counted unsupported (inner IPv6 read from the padding), not malformed",
-                ));
-            }
-            None
-        }
         _ => None,
     }
+}
+
+/// Whether the extension headers of the IPv6 packet `p` (exactly its 40 +
+/// payload length bytes) lead to an L4 header: at most 4 hop-by-hop (0),
+/// routing (43) or destination options (60) headers, each within the
+/// payload, and no fragment header (44).
+fn ipv6_walk_ends_at_l4(p: &[u8]) -> bool {
+    let (mut nh, mut off) = (p[6], 40usize);
+    for _ in 0..4 {
+        if !matches!(nh, 0 | 43 | 60) {
+            break;
+        }
+        if off + 8 > p.len() {
+            return false;
+        }
+        nh = p[off];
+        off += (p[off + 1] as usize + 1) * 8;
+    }
+    !matches!(nh, 0 | 43 | 60 | 44) && off <= p.len()
 }
 
 /// Whether TC may send a second-chance packet on to `hop`: a unicast
