@@ -1210,7 +1210,15 @@ impl Validator {
         check: &HealthCheck,
         default: Option<bool>,
     ) -> bool {
+        let ipv6 = rs.vip.parse::<Ipv6Addr>().is_ok();
         match rs.encap_check {
+            Some(true) if ipv6 => {
+                self.report(
+                    format!("{sp}.encap_check"),
+                    "the encapsulated check sends an IPv4 SYN through GUE; an IPv6 service cannot have it (its regular check decides)",
+                );
+                false
+            }
             Some(true) if rs.protocol == Protocol::Udp => {
                 self.report(
                     format!("{sp}.encap_check"),
@@ -1223,6 +1231,7 @@ impl Validator {
                 default.unwrap_or(true)
                     && rs.protocol == Protocol::Tcp
                     && check.checker != Checker::None
+                    && !ipv6
             }
         }
     }
