@@ -136,7 +136,15 @@ struct xdp_hops {
 	/* The balancer's counters of the first hop (backend_stats[slot]),
 	 * bumped once the packet is on its way; NULL if the slot has none. */
 	struct nilb_backend_stats *stats;
+	/* Set by xdp_next_hop for an IPv6 packet too big for the wire (it
+	 * then returns XDP_NEXT_HOP_TOO_BIG6): the MTU it met. */
+	__u32 mtu;
 };
+
+/* xdp_next_hop's answer for an IPv6 packet too big for the wire (not an XDP
+ * verdict): the IPv6 program answers it with xdp_too_big6 from its own
+ * frame (three frames deep the stack would exceed the verifier's limit). */
+#define XDP_NEXT_HOP_TOO_BIG6 0x100
 
 /* Returns: the IPv4 address (network order) of backend slot `slot`, 0 if
  * the slot has none. */
@@ -489,7 +497,7 @@ static __always_inline int xdp_wire_too_big(struct xdp_md *ctx, __u32 len, __u32
  * Returns: the XDP verdict (counted).
  */
 static __always_inline int xdp_next_hop(struct xdp_md *ctx, struct ethhdr *eth,
-					const struct nilb_config *cfg, const struct xdp_hops *hops,
+					const struct nilb_config *cfg, struct xdp_hops *hops,
 					__u32 inner_len, __u32 what, const __u8 *macs)
 {
 	__u32 first = hops->first, in = ctx->ingress_ifindex;
@@ -599,9 +607,36 @@ wire:
 	verdict = bpf_redirect(hc->out_ifindex, 0);
 	return xdp_sent(hops, inner_len, what, C_XDP_ENCAP_REDIRECT, verdict);
 too_big:
-	if (what & WHAT_IPV6)
-		return xdp_too_big6(ctx, mtu, overhead, what & WHAT_ICMP, macs);
+	if (what & WHAT_IPV6) {
+		hops->mtu = mtu;
+		return XDP_NEXT_HOP_TOO_BIG6;
+	}
 	return xdp_too_big(ctx, mtu, overhead, what & WHAT_ICMP, macs);
+}
+
+/* Returns: non-zero if addr (four network-order words) is an IPv6 VIP.
+ * A subprogram for the IPv6 program's rare paths (a packet that fails a
+ * check): its key takes no room in that program's frame. */
+static __noinline int xdp_vip6(const __u32 *addr)
+{
+	return vip6_flags(addr) >= 0;
+}
+
+/* xdp_next_hop for the IPv6 program, as a subprogram: its FIB lookup
+ * argument and locals then take a frame of their own, not the IPv6
+ * program's, which leaves room under the verifier's 512 bytes for the
+ * QUIC-LB decoder's frame. Returns: as xdp_next_hop (for a packet too big,
+ * XDP_NEXT_HOP_TOO_BIG6 with hops->mtu set). */
+static __noinline int xdp_next_hop6(struct xdp_md *ctx, struct xdp_hops *hops,
+				    __u32 inner_len, __u32 what, const __u8 *macs)
+{
+	struct ethhdr *eth = (void *)(long)ctx->data;
+	/* An array lookup the verifier inlines (five arguments at most). */
+	struct nilb_config *cfg = get_config();
+
+	if (!cfg || (void *)(eth + 1) > (void *)(long)ctx->data_end)
+		return XDP_DROP; /* never: checked by the caller; for the verifier */
+	return xdp_next_hop(ctx, eth, cfg, hops, inner_len, what, macs);
 }
 
 /*
@@ -633,6 +668,7 @@ int nilb_xdp_balancer6(struct xdp_md *ctx)
 	__u16 sport, dport;
 	__u8 macs[2 * ETH_ALEN];
 	__u8 proto = 0, fproto;
+	int verdict;
 	void *l4;
 
 	if ((void *)(ip6 + 1) > data_end) {
@@ -658,12 +694,12 @@ int nilb_xdp_balancer6(struct xdp_md *ctx)
 	case IP6_L4:
 		break;
 	case IP6_FRAGMENT:
-		if (vip6_flags(daddr) < 0)
+		if (!xdp_vip6(daddr))
 			goto not_service;
 		count(C_XDP_DROP_FRAGMENT);
 		return XDP_DROP;
 	case IP6_TOO_MANY:
-		if (vip6_flags(daddr) < 0)
+		if (!xdp_vip6(daddr))
 			goto not_service;
 		count(C_XDP_DROP_IPV6_EXT);
 		return XDP_DROP;
@@ -730,18 +766,23 @@ int nilb_xdp_balancer6(struct xdp_md *ctx)
 	    (udp_len < sizeof(struct udphdr) || l4_off + udp_len > tot_len))
 		goto malformed;
 	hash = nilb_flow_hash6(saddr, daddr, sport, dport, fproto, cfg->hash_seed);
-	/* No QUIC-LB decoding for IPv6 services (the configuration refuses
-	 * quic_lb on one: xdp_quic_hops' stack on top of this program's is
-	 * over the verifier's limit): the bucket decides. */
-	if (xdp_bucket(table, hash, fproto == IPPROTO_UDP, &hops))
+	/* QUIC-LB (a UDP service with quic_lb): the backend the connection
+	 * ID names; else the bucket. */
+	if (!(proto == IPPROTO_UDP && (table->flags & NILB_SVC_F_QUIC_LB) &&
+	      xdp_quic_hops(ctx, table->service_index, (l4 - data) + sizeof(struct udphdr),
+			    (l4 - data) + udp_len, &hops) == 0) &&
+	    xdp_bucket(table, hash, fproto == IPPROTO_UDP, &hops))
 		return XDP_DROP;
 	eth = xdp_encap(ctx, eth, cfg, &hops, hash, tot_len, frame_len, macs, GUE_PROTO_IPV6);
 	if (!eth)
 		return XDP_DROP;
-	return xdp_next_hop(ctx, eth, cfg, &hops, tot_len, what, macs);
+	verdict = xdp_next_hop6(ctx, &hops, tot_len, what, macs);
+	if (verdict == XDP_NEXT_HOP_TOO_BIG6)
+		return xdp_too_big6(ctx, hops.mtu, hops.overhead, what & WHAT_ICMP, macs);
+	return verdict;
 
 malformed:
-	if (vip6_flags((__u32 *)&ip6->daddr) < 0)
+	if (!xdp_vip6((__u32 *)&ip6->daddr))
 		goto not_service;
 	count(C_XDP_DROP_MALFORMED);
 	return XDP_DROP;

@@ -606,3 +606,44 @@ fn tc_ipv6_unknown_flow_rst_answers_as_rfc_793_says() {
         "RST"
     );
 }
+
+#[test]
+fn xdp_ipv6_quic_lb_routes_by_server_id() {
+    require_root!("BPF, network namespace");
+    let net = TestNet::new();
+    let mut y = config(&[(B12, 1, "active")], "drop");
+    y += &format!(
+        "  - name: quic6\n    vip: \"{VIP6}\"\n    port: 443\n    protocol: udp\n    table_size: 256\n    quic_lb: {{codepoint: 1, server_id_len: 2, nonce_len: 6, algorithm: plaintext}}\n    backends:\n      - {{dip: 10.0.0.12, server_id: \"0a01\"}}\n      - {{dip: 10.0.0.13, server_id: \"0a02\", state: drained}}\n"
+    );
+    let l = load(&y, NODE);
+    let lb = nilb::quic_lb::Config::new(&nilb::quic_lb::ConfigSpec {
+        codepoint: 1,
+        server_id_len: 2,
+        nonce_len: 6,
+        key: None,
+        self_encode_length: false,
+    })
+    .unwrap();
+    let cid13 = lb.encode(&[0x0a, 0x02], &[1, 2, 3, 4, 5, 6]).unwrap();
+    // A short-header packet: first byte, the DCID, 24 bytes of the rest.
+    let mut quic = vec![0x41];
+    quic.extend_from_slice(cid13.as_bytes());
+    quic.extend_from_slice(&[0x5a; 24]);
+    for cport in [40000u16, 51234] {
+        let p = l3v6(client6(), vip6(), IPPROTO_UDP, &[], &udp(cport, 443, &quic));
+        let ((v, out), d) = l.counted(|| l.dp.run_xdp(&frame6(net.mac, &p), net.ifindex).unwrap());
+        assert_eq!(v, XDP_TX, "port {cport}");
+        // The drained .13 has no bucket: only its server ID leads there.
+        let sport = gue_sport(hash6(cport, 443, IPPROTO_UDP));
+        assert_bytes(
+            "routed to .13",
+            &out,
+            &encapsulated6(MAC13, net.mac, B13, sport, &p),
+        );
+        assert_eq!(
+            d,
+            vec![("xdp_encap_tx", 1), ("xdp_quic_routed", 1)],
+            "port {cport}"
+        );
+    }
+}

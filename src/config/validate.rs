@@ -1155,12 +1155,6 @@ impl Validator {
         let server_ids: Vec<Option<RawServerId>> =
             rs.backends.iter_mut().map(|b| b.server_id.take()).collect();
         let raw_quic = rs.quic_lb.take();
-        if vip.is_ipv6() && raw_quic.is_some() {
-            self.report(
-                format!("{sp}.quic_lb"),
-                "QUIC-LB routing is IPv4 only: an IPv6 service's QUIC packets are balanced by the bucket table (remove quic_lb)",
-            );
-        }
         if vip.is_ipv6()
             && rs.filters.as_ref().is_some_and(|f| {
                 f.allow.is_some() || !f.deny.is_empty() || !f.rate_limit.is_empty()
