@@ -791,8 +791,9 @@ not_service:
 	return XDP_PASS;
 }
 
-/* Slot 0: nilb_xdp_balancer6, filled by libbpf when the object loads. Not
- * pinned: each load's balancer tail-calls its own IPv6 program. */
+/* Slot 0: nilb_xdp_balancer6, filled by libbpf when the object loads (also
+ * into an adopted array). Pinned: the kernel empties a prog array when its
+ * last user reference goes, which would stop IPv6 while a daemon is down. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
 	__uint(max_entries, 1);

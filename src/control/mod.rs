@@ -418,6 +418,13 @@ pub struct ControlPlane {
     /// applied, so only the next reload gives them out again.
     retiring_slots: BTreeSet<u32>,
     retiring_indexes: BTreeSet<u32>,
+    /// Counter slots and stats indexes of tables an adopted data plane
+    /// holds for services the configuration no longer has ([`Self::adopt`]):
+    /// retiring during the update that removes those tables, so that no
+    /// new backend or service is given them while the tables still name
+    /// them (the plan installs before it removes).
+    orphan_slots: BTreeSet<u32>,
+    orphan_indexes: BTreeSet<u32>,
     /// QUIC-LB server IDs of backends that left the file (still draining
     /// out: their connections keep reaching them by server ID).
     quic_left: BTreeMap<(ServiceKey, Ipv4Addr), crate::quic_lb::ServerId>,
@@ -484,6 +491,8 @@ impl ControlPlane {
             used_slots: BTreeSet::new(),
             retiring_slots: BTreeSet::new(),
             retiring_indexes: BTreeSet::new(),
+            orphan_slots: BTreeSet::new(),
+            orphan_indexes: BTreeSet::new(),
             quic_left: BTreeMap::new(),
             filters: Arc::new(FilterSet::default()),
         }
@@ -604,8 +613,10 @@ impl ControlPlane {
             ..Plan::default()
         };
         // What earlier plans freed is no longer counted into: free again.
-        self.retiring_slots.clear();
-        self.retiring_indexes.clear();
+        // An adopted data plane's tables of services that are gone still
+        // name theirs until this plan removes them.
+        self.retiring_slots = std::mem::take(&mut self.orphan_slots);
+        self.retiring_indexes = std::mem::take(&mut self.orphan_indexes);
         let keys: HashSet<ServiceKey> = config.services.iter().map(Service::key).collect();
         plan.remove = self
             .services

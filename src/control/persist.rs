@@ -109,6 +109,12 @@ impl ControlPlane {
         let mut adopted_services = Vec::new();
         for (key, lt) in live {
             let Some(service) = config.service(&key) else {
+                // Gone from the file while no daemon ran: the plan removes
+                // its table after installing the others, which must not be
+                // given the slots and index it still names.
+                cp.orphan_slots
+                    .extend(lt.slots.values().copied().filter(|s| *s < OVERFLOW_SLOT));
+                cp.orphan_indexes.insert(lt.service_index);
                 continue;
             };
             if lt.chains.len() != service.table_size as usize

@@ -27,6 +27,12 @@ pub const VIPS6: &str = "vips6";
 /// `control_vip6`: the IPv6 VIP of each IPv6 service's `control_state`
 /// record.
 pub const CONTROL_VIP6: &str = "control_vip6";
+/// `ipv6_balancer`: the prog array the XDP balancer tail-calls for IPv6.
+/// Pinned so that it outlives the daemon: the kernel empties a prog array
+/// when its last user reference goes, and IPv6 would then stop being
+/// balanced while IPv4 goes on (fail-static). A new load puts its own
+/// IPv6 program into the adopted array.
+pub const IPV6_BALANCER: &str = "ipv6_balancer";
 /// `buckets`: the bucket pool (every service's buckets).
 pub const BUCKETS: &str = "buckets";
 /// `bucket_moved`: each bucket's last first-hop change (control plane only).
@@ -73,8 +79,9 @@ pub const NAT_FLOWS_RESIZING: &str = "nat_flows_resizing";
 
 /// Names of the maps pinned under the pin directory, as the BPF object
 /// names them.
-pub const PINNED_MAPS: [&str; 24] = [
+pub const PINNED_MAPS: [&str; 25] = [
     SERVICES,
+    IPV6_BALANCER,
     SERVICES6,
     VIPS6,
     CONTROL_VIP6,
@@ -103,8 +110,9 @@ pub const PINNED_MAPS: [&str; 24] = [
 /// Pinned maps a daemon may adopt the others without: pins of an older
 /// daemon that did not have them are completed with empty ones (the
 /// forwarding state, which is in the other maps, carries over).
-pub const ADOPT_WITHOUT: [&str; 15] = [
+pub const ADOPT_WITHOUT: [&str; 16] = [
     CONTROL_STATE,
+    IPV6_BALANCER,
     // IPv6: an older daemon had no IPv6 services.
     SERVICES6,
     VIPS6,

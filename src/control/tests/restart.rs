@@ -289,3 +289,45 @@ fn a_restart_keeps_a_failed_encapsulated_check() {
         );
     }
 }
+
+/// A service removed from the file while no daemon ran: its table is still
+/// in the adopted data plane until the plan removes it (after installing
+/// the others), so a service added at the same time gets none of the slots
+/// or the stats index it names (found by a hostile trial: the daemon could
+/// not start, "slot 1 is given to .. while 256 bucket entries of installed
+/// tables still name it").
+#[test]
+fn a_service_removed_while_down_keeps_its_slots_until_its_table_goes() {
+    let now = 1_000_000;
+    let mut cp = ControlPlane::new(three(0), now);
+    for d in [B11, B12, B13] {
+        pass(&mut cp, d, now);
+    }
+    let live = pinned(&cp);
+    let old_slots: BTreeSet<u32> = live[0].1.slots.values().copied().collect();
+    let old_index = live[0].1.service_index;
+    // `web` (10.0.0.100:80) removed, `web81` added with an old and a new
+    // backend.
+    let other = Config::parse(
+        "version: 1\ncluster: {balancers: [10.0.0.11], hash_seed: 7}\nservices:\n  - name: web81\n    vip: 10.0.0.100\n    port: 81\n    protocol: tcp\n    table_size: 1024\n    backends:\n      - {dip: 10.0.0.12}\n      - {dip: 10.0.0.14}\n",
+    )
+    .unwrap();
+    let (a, plan) = ControlPlane::adopt(other, live, cp.records(), now + 10_000);
+    assert!(plan.all_records, "a full plan: apply removes the old table");
+    for (k, st) in a.services() {
+        assert_ne!(
+            st.index, old_index,
+            "{k} got the removed service's stats index"
+        );
+        for (d, b) in &st.backends {
+            assert!(
+                !old_slots.contains(&b.slot),
+                "{k} {d} got slot {} which the removed table still names",
+                b.slot
+            );
+        }
+    }
+    let mut dp = FakeDataplane::default();
+    a.apply(&mut dp, NODE, &plan).unwrap();
+    assert!(dp.violations.is_empty(), "{:?}", dp.violations);
+}
