@@ -254,22 +254,44 @@ fn mtu_warning(mtu: u32, previous: u32, udp: bool) -> Option<String> {
     Some(s)
 }
 
+/// The warning for an interface MTU below what IPv6 clients need (`ipv6`:
+/// the config has an IPv6 service): every IPv6 link carries 1280 bytes
+/// (RFC 8200), and an ICMPv6 Packet Too Big cannot ask a client for less,
+/// so a cluster MTU under 1280 + GUE leaves IPv6 clients sending packets
+/// the balancer can only refuse, forever (path MTU discovery loops). None
+/// if it is large enough (or no IPv6 service).
+fn mtu_warning_ipv6(mtu: u32, previous: u32, udp: bool, ipv6: bool) -> Option<String> {
+    let need = 1280 + limits::gue_overhead(previous + udp as u32);
+    (ipv6 && mtu < need).then(|| {
+        format!(
+            "MTU {mtu} is below {need}, what IPv6 clients need (1280, the least an IPv6 link carries, plus GUE): larger IPv6 packets get a Packet Too Big that cannot report less than 1280, so their senders never fit; raise the MTU between nodes to at least {need}"
+        )
+    })
+}
+
 /// What decides the GUE overhead of a configuration: the previous owners a
 /// bucket keeps (`rebalance.previous_owners`: a TCP flow's packets list that
-/// many hops) and whether a UDP service exists (a UDP flow lists one more).
-fn gue_hops_of(config: &Config) -> (u32, bool) {
+/// many hops), whether a UDP service exists (a UDP flow lists one more) and
+/// whether an IPv6 service exists (its clients need 1280 + GUE).
+fn gue_hops_of(config: &Config) -> (u32, bool, bool) {
     let udp = config.services.iter().any(|s| s.protocol == Protocol::Udp);
-    (config.rebalance.previous_owners, udp)
+    let ipv6 = config.services.iter().any(|s| s.vip.is_ipv6());
+    (config.rebalance.previous_owners, udp, ipv6)
 }
 
 /// Warn (once per call) when `interface`'s MTU cannot carry a 1500-byte
-/// client packet with the GUE overhead of `previous` hops (+1 for `udp`).
-/// Called at start and after a reload that lengthens the hop list.
-fn check_mtu(interface: &str, previous: u32, udp: bool) {
+/// client packet with the GUE overhead of `previous` hops (+1 for `udp`),
+/// and, more loudly, when it is below what IPv6 clients need (`ipv6`).
+/// Called at start and after a reload that lengthens the hop list or adds
+/// the first IPv6 service.
+fn check_mtu(interface: &str, previous: u32, udp: bool, ipv6: bool) {
     if let Some(mtu) = std::fs::read_to_string(format!("/sys/class/net/{interface}/mtu"))
         .ok()
         .and_then(|m| m.trim().parse::<u32>().ok())
     {
+        if let Some(w) = mtu_warning_ipv6(mtu, previous, udp, ipv6) {
+            error!(interface, mtu, "{w}");
+        }
         if let Some(w) = mtu_warning(mtu, previous, udp) {
             warn!(interface, mtu, "{w}");
         }
@@ -403,13 +425,13 @@ fn check_nat_ports(config: &Config, node: Ipv4Addr) {
 
 /// Warnings about the interface that the operator must hear at start
 /// (`udp`: the config has a UDP service).
-fn check_interface(interface: &str, balancer: bool, previous: u32, udp: bool) {
+fn check_interface(interface: &str, balancer: bool, previous: u32, udp: bool, ipv6: bool) {
     let read = |p: String| {
         std::fs::read_to_string(p)
             .ok()
             .map(|s| s.trim().to_string())
     };
-    check_mtu(interface, previous, udp);
+    check_mtu(interface, previous, udp, ipv6);
     if balancer {
         if let Some("0") =
             read(format!("/proc/sys/net/ipv4/conf/{interface}/forwarding")).as_deref()
@@ -806,8 +828,8 @@ pub fn run(opts: &RunOptions) -> Result<()> {
     if !config.cluster_addresses().contains(&node) {
         warn!(%node, "this node is neither a balancer nor a backend in the config; GUE from it will be rejected by others");
     }
-    let (previous, udp) = gue_hops_of(&config);
-    check_interface(&opts.interface, balancer, previous, udp);
+    let (previous, udp, ipv6) = gue_hops_of(&config);
+    check_interface(&opts.interface, balancer, previous, udp, ipv6);
     check_nat_ports(&config, node);
     // Pins where a restarted daemon finds them (dataplane::pins).
     let placement = crate::dataplane::pins::prepare(&opts.pin_dir)?;
@@ -1877,8 +1899,15 @@ impl Daemon<'_, '_> {
         // A reload that lengthens the hop list (more previous owners, a
         // first UDP service) needs a larger MTU between nodes: say so now,
         // not at the next start.
-        if hops_after.0 + hops_after.1 as u32 > hops_before.0 + hops_before.1 as u32 {
-            check_mtu(&self.opts.interface, hops_after.0, hops_after.1);
+        if hops_after.0 + hops_after.1 as u32 > hops_before.0 + hops_before.1 as u32
+            || (hops_after.2 && !hops_before.2)
+        {
+            check_mtu(
+                &self.opts.interface,
+                hops_after.0,
+                hops_after.1,
+                hops_after.2,
+            );
         }
         match (was_balancer, self.xdp_running()) {
             (false, true) => info!(node = %self.node, "this node became a balancer: XDP attached"),
@@ -1934,7 +1963,10 @@ impl Daemon<'_, '_> {
 
 #[cfg(test)]
 mod tests {
-    use super::{listening_in, lock_pin_dir_in, mtu_warning, nat_ports_at_risk, port_reserved};
+    use super::{
+        listening_in, lock_pin_dir_in, mtu_warning, mtu_warning_ipv6, nat_ports_at_risk,
+        port_reserved,
+    };
 
     /// /proc/net/tcp lines: LISTEN sockets at the node's address or any.
     #[test]
@@ -2008,6 +2040,26 @@ mod tests {
         assert_eq!(mtu_warning(1544, 1, true), None);
         let w = mtu_warning(1500, 1, true).unwrap();
         assert!(w.contains("clamp the TCP MSS of the VIPs to 1420"), "{w}");
+    }
+
+    #[test]
+    fn mtu_warning_for_ipv6_clients_below_1280_plus_gue() {
+        // Found by the IPv6 hostile trial: at MTU 1300 clients learn 1280
+        // from Packet Too Big and still do not fit (1280 + 36 > 1300).
+        let w = mtu_warning_ipv6(1300, 1, false, true).unwrap();
+        assert!(
+            w.contains("raise the MTU between nodes to at least 1320"),
+            "{w}"
+        );
+        assert_eq!(mtu_warning_ipv6(1320, 1, false, true), None);
+        // A UDP service and three previous owners: 1280 + 36 + 16.
+        assert!(mtu_warning_ipv6(1331, 3, true, true).is_some());
+        assert_eq!(mtu_warning_ipv6(1332, 3, true, true), None);
+        assert_eq!(
+            mtu_warning_ipv6(1300, 1, false, false),
+            None,
+            "no IPv6 service"
+        );
     }
 
     #[test]
