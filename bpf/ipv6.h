@@ -7,7 +7,11 @@
  *   - the walk over extension headers to the L4 header: hop-by-hop
  *     options (0), routing (43) and destination options (60), at most
  *     NILB_IPV6_MAX_EXT of them; a fragment header (44) ends the walk
- *     (IPv6 fragments to a VIP are dropped, as IPv4 fragments are);
+ *     (IPv6 fragments to a VIP are dropped, as IPv4 fragments are); a
+ *     hop-by-hop header anywhere but first (RFC 8200 4.1) and a routing
+ *     header with segments left (the VIP is not the final destination;
+ *     type 0 is deprecated by RFC 5095) are malformed: the backend's stack
+ *     would drop them, so they are not carried there;
  *   - ICMPv6 to a VIP: an error (destination unreachable 1, packet too big
  *     2, time exceeded 3, parameter problem 4; RFC 4443) that quotes a
  *     TCP/UDP packet the VIP sent is about that flow, as for IPv4
@@ -122,7 +126,9 @@ enum ip6_walk {
  * Walk the extension headers of ip6 (its fixed header within the frame,
  * payload_len: the bytes its payload length says, checked against the
  * frame by the caller) to the L4 header.
- * Returns: enum ip6_walk; with IP6_L4, *l4_off is the L4 header's offset
+ * Returns: enum ip6_walk (IP6_MALFORMED also for a hop-by-hop header that
+ * is not first and a routing header with segments left); with IP6_L4,
+ * *l4_off is the L4 header's offset
  * from ip6 (at most 40 + NILB_IPV6_MAX_EXT x 2048, within 40 +
  * payload_len) and *proto its protocol (any value but 0, 43, 44, 60).
  */
@@ -137,9 +143,13 @@ static __always_inline enum ip6_walk ipv6_walk(struct ipv6hdr *ip6, void *data_e
 	for (int i = 0; i < NILB_IPV6_MAX_EXT; i++) {
 		if (nh != NEXTHDR_HOP && nh != NEXTHDR_ROUTING && nh != NEXTHDR_DEST)
 			break;
-		h = (void *)ip6 + off;
-		if ((void *)(h + 2) > data_end || off + 8 > sizeof(*ip6) + payload_len)
+		if (nh == NEXTHDR_HOP && i > 0)
 			return IP6_MALFORMED;
+		h = (void *)ip6 + off;
+		if ((void *)(h + 4) > data_end || off + 8 > sizeof(*ip6) + payload_len)
+			return IP6_MALFORMED;
+		if (nh == NEXTHDR_ROUTING && h[3] != 0)
+			return IP6_MALFORMED; /* segments left */
 		nh = h[0];
 		off += ((__u32)h[1] + 1) * 8;
 	}

@@ -159,6 +159,46 @@ fn xdp_ipv6_paths() {
         &encapsulated6(MAC12, net.mac, B12, sport, &with_ext),
     );
 
+    // 2b. A hop-by-hop header after another one, and a routing header with
+    // segments left (the VIP is not the final destination): malformed,
+    // dropped (the backend's stack would drop them). A routing header with
+    // 0 segments left is walked like any.
+    let mut late_hop = ext8(0);
+    late_hop.extend(ext8(IPPROTO_TCP));
+    let late_hop = l3v6(client6(), vip6(), 60, &late_hop, &tcp(40000, 80, SYN, b""));
+    let routed = l3v6(
+        client6(),
+        vip6(),
+        43,
+        &[IPPROTO_TCP, 0, 4, 1, 0, 0, 0, 0],
+        &tcp(40000, 80, SYN, b""),
+    );
+    for (what, p) in [
+        ("hop-by-hop not first", &late_hop),
+        ("routing, 1 segment left", &routed),
+    ] {
+        let ((v, _), d) = l.counted(|| l.dp.run_xdp(&frame6(net.mac, p), net.ifindex).unwrap());
+        assert_eq!(
+            (v, d),
+            (XDP_DROP, vec![("xdp_drop_malformed", 1)]),
+            "{what}"
+        );
+    }
+    let done = l3v6(
+        client6(),
+        vip6(),
+        43,
+        &[IPPROTO_TCP, 0, 4, 0, 0, 0, 0, 0],
+        &tcp(40000, 80, SYN, b""),
+    );
+    let (v, out) = l.dp.run_xdp(&frame6(net.mac, &done), net.ifindex).unwrap();
+    assert_eq!(v, XDP_TX, "routing, 0 segments left");
+    assert_bytes(
+        "routing, 0 segments left",
+        &out,
+        &encapsulated6(MAC12, net.mac, B12, sport, &done),
+    );
+
     // 3. More extension headers than NILB_IPV6_MAX_EXT (4): dropped.
     let mut ext5 = Vec::new();
     for _ in 0..4 {

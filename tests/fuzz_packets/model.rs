@@ -996,14 +996,15 @@ pub fn tolerated(
 /// Whether the extension headers of the IPv6 packet `p` (exactly its 40 +
 /// payload length bytes) lead to an L4 header: at most 4 hop-by-hop (0),
 /// routing (43) or destination options (60) headers, each within the
-/// payload, and no fragment header (44).
+/// payload, hop-by-hop only first, a routing header only with 0 segments
+/// left, and no fragment header (44).
 fn ipv6_walk_ends_at_l4(p: &[u8]) -> bool {
     let (mut nh, mut off) = (p[6], 40usize);
-    for _ in 0..4 {
+    for i in 0..4 {
         if !matches!(nh, 0 | 43 | 60) {
             break;
         }
-        if off + 8 > p.len() {
+        if (nh == 0 && i > 0) || off + 8 > p.len() || (nh == 43 && p[off + 3] != 0) {
             return false;
         }
         nh = p[off];
