@@ -10,7 +10,10 @@ use super::*;
 /// Services: web (TCP VIP:80, six backends reaching every XDP verdict: this
 /// node, two neighbours, one without neighbour entry, one behind nt2, one
 /// without route), dns (UDP VIP:53), empty (no backend), alt-dns (UDP,
-/// second hops after the reload), wild.
+/// second hops after the reload), wild; and on IPv6 VIPs (over the same
+/// IPv4 backends): web6 (TCP [VIP6]:80, web's backends), dns6 (UDP
+/// [VIP6]:53, second hops after the reload), empty6 ([VIP6B]:443, no
+/// backend), wild6 (TCP [VIP6B]:8080).
 /// `drained`: the reload that gives buckets a second hop. ICMP "too big"
 /// replies at 65535 per second per CPU: a run never meets the limit.
 pub fn fuzz_config(unknown_flow: &str, drained: bool) -> String {
@@ -65,6 +68,36 @@ services:
     protocol: tcp
     table_size: 64
     backends: [{{dip: 10.0.0.11}}, {{dip: 10.0.0.12, state: {s12}}}]
+  - name: web6
+    vip: \"2001:db8::100\"
+    port: 80
+    protocol: tcp
+    table_size: 256
+    backends:
+      - {{dip: 10.0.0.11}}
+      - {{dip: 10.0.0.12}}
+      - {{dip: 10.0.0.13, state: {s13}}}
+      - {{dip: 10.0.0.14}}
+      - {{dip: 10.1.0.5}}
+      - {{dip: 172.16.0.5}}
+  - name: dns6
+    vip: \"2001:db8::100\"
+    port: 53
+    protocol: udp
+    table_size: 64
+    backends: [{{dip: 10.0.0.13, state: {s13}}}, {{dip: 10.0.0.12}}, {{dip: 10.0.0.14}}]
+  - name: empty6
+    vip: \"2001:db8::101\"
+    port: 443
+    protocol: tcp
+    table_size: 16
+    backends: []
+  - name: wild6
+    vip: \"2001:db8::101\"
+    port: 8080
+    protocol: tcp
+    table_size: 64
+    backends: [{{dip: 10.0.0.11}}, {{dip: 10.0.0.12, state: {s12}}}]
 "
     )
 }
@@ -113,7 +146,7 @@ pub fn lengthen_chains(l: &mut Loaded) {
                 vec![a("10.1.0.5"), a("172.16.0.5"), a("10.0.0.14")],
                 vec![NODE, a("10.0.0.12")],
             ],
-            (53, IPPROTO_UDP) if key.vip == VIP => vec![
+            (53, IPPROTO_UDP) if key.vip == VIP || key.vip == VIP6 => vec![
                 vec![a("10.0.0.13"), a("10.0.0.12"), NODE],
                 vec![a("10.0.0.14"), a("10.0.0.12")],
                 vec![NODE, NODE, a("10.0.0.13")],
@@ -170,9 +203,12 @@ pub fn setup() -> Env {
     // The reload must have produced buckets with a second hop, and
     // lengthen_chains buckets with longer chains in a TCP and a UDP service.
     for (key, n) in [
-        ((VIP, 80, IPPROTO_TCP), 1),
-        ((VIP, 80, IPPROTO_TCP), 3),
-        ((VIP, 53, IPPROTO_UDP), 3),
+        ((VIP.into(), 80, IPPROTO_TCP), 1),
+        ((VIP.into(), 80, IPPROTO_TCP), 3),
+        ((VIP.into(), 53, IPPROTO_UDP), 3),
+        ((VIP6.into(), 80, IPPROTO_TCP), 1),
+        ((VIP6.into(), 80, IPPROTO_TCP), 3),
+        ((VIP6.into(), 53, IPPROTO_UDP), 3),
     ] {
         assert!(
             wa.services[&key].buckets.iter().any(|b| b.1.len() == n),

@@ -8,8 +8,9 @@ use nilb::config::UnknownFlow;
 use super::*;
 
 /// Independent structural check of an encapsulation the balancer produced
-/// (`out` without the mark): returns what is wrong, if anything.
-pub fn check_encapsulation(frame: &[u8], tot: usize, out: &[u8]) -> Option<String> {
+/// (`out` without the mark) of a packet of `tot` bytes whose GUE protocol
+/// must be `proto` (4 or 41): returns what is wrong, if anything.
+pub fn check_encapsulation(frame: &[u8], tot: usize, proto: u8, out: &[u8]) -> Option<String> {
     if out.len() < 14 + 36 + 20 {
         return Some("shorter than Ethernet + GUE + IPv4".into());
     }
@@ -35,7 +36,10 @@ pub fn check_encapsulation(frame: &[u8], tot: usize, out: &[u8]) -> Option<Strin
             n <= nilb::limits::MAX_PREVIOUS_OWNERS as usize + 1 && o[28] as usize == 1 + n,
             "GUE hlen/N",
         ),
-        (o[29..35] == [4, 0, 0, 0, 0, 0], "GUE proto/flags/type/next"),
+        (
+            o[29..35] == [proto, 0, 0, 0, 0, 0],
+            "GUE proto/flags/type/next",
+        ),
         (
             o.get(36 + 4 * n..) == Some(&frame[14..14 + tot]),
             "inner packet",
@@ -261,6 +265,15 @@ pub fn check_icmp_reply(w: &World, frame: &[u8], class: &XdpClass, out: &[u8]) -
 pub fn xdp_notes(frame: &[u8], flow: &Flow) -> Vec<&'static str> {
     let mut v = Vec::new();
     let ip = &frame[14..];
+    if flow.key.0.is_ipv6() {
+        // (The L4 header's offset: after the extension headers.)
+        if let super::model6::Walk::L4(off, IPPROTO_UDP) = super::model6::walk6(ip, flow.tot - 40) {
+            if !flow.icmp && (be16(ip, off + 4) as usize) < flow.tot - off {
+                v.push("note: xdp encapsulates IPv6 UDP shorter than its payload (legal: the stack trims the rest)");
+            }
+        }
+        return v;
+    }
     let ihl = (ip[0] & 15) as usize * 4;
     let l4 = &ip[ihl..flow.tot];
     if csum(&ip[..ihl]) != 0 {
@@ -287,6 +300,15 @@ pub fn tc_notes(w: &World, frame: &[u8], g: &Gue, verdict: u32) -> Vec<&'static 
             "note: tc decapsulates/forwards GUE whose outer IPv4 checksum is wrong (not verified)",
         );
     }
+    if verdict == TC_ACT_REDIRECT {
+        let hop = g.hops[g.next];
+        if !w.cluster.contains(&hop) {
+            v.push("note: tc second chance forwards to a unicast hop outside this node's cluster set (allowed: a backend being removed)");
+        }
+    }
+    if g.v6 {
+        return v;
+    }
     let inner = &frame[14 + g.hdr_len..];
     let iihl = (inner[0] & 15) as usize * 4;
     let itot = be16(inner, 2) as usize;
@@ -296,12 +318,6 @@ pub fn tc_notes(w: &World, frame: &[u8], g: &Gue, verdict: u32) -> Vec<&'static 
     }
     if inner[9] == IPPROTO_UDP && (be16(l4, 4) as usize) < l4.len() {
         v.push("note: tc accepts inner UDP shorter than its IP payload (legal: the stack trims the rest)");
-    }
-    if verdict == TC_ACT_REDIRECT {
-        let hop = g.hops[g.next];
-        if !w.cluster.contains(&hop) {
-            v.push("note: tc second chance forwards to a unicast hop outside this node's cluster set (allowed: a backend being removed)");
-        }
     }
     v
 }
@@ -347,8 +363,15 @@ pub fn check(
             // Hard: nothing malformed is encapsulated.
             let encap = match verdict {
                 // An ICMP reply (protocol 1) or an encapsulation (UDP).
-                XDP_TX if out.len() > 23 && out[23] == IPPROTO_ICMP => {
+                XDP_TX if out.len() > 23 && be16(out, 12) == 0x0800 && out[23] == IPPROTO_ICMP => {
                     if let Some(why) = check_icmp_reply(w, frame, &class, out) {
+                        bad.push(why);
+                    }
+                    None
+                }
+                // An ICMPv6 Packet Too Big (an encapsulation is IPv4).
+                XDP_TX if out.len() >= 14 && be16(out, 12) == 0x86dd => {
+                    if let Some(why) = super::model6::check_icmp6_reply(w, frame, &class, out) {
                         bad.push(why);
                     }
                     None
@@ -380,7 +403,8 @@ pub fn check(
                 bad.extend(checksum_problems(prog, frame, verdict, e, None));
                 match &class {
                     XdpClass::Balance(flow) => {
-                        if let Some(why) = check_encapsulation(frame, flow.tot, e) {
+                        let proto = if flow.key.0.is_ipv6() { 41 } else { 4 };
+                        if let Some(why) = check_encapsulation(frame, flow.tot, proto, e) {
                             bad.push(why);
                         }
                         observations.extend(xdp_notes(frame, flow));
@@ -409,7 +433,23 @@ pub fn check(
                     Some((g.hdr_len, g.next < g.n)),
                 ));
             }
-            if deltas.len() != 1 || deltas[0].1 != 1 || !deltas[0].0.starts_with("tc_") {
+            // One verdict counter; for inner IPv6 decapsulated or
+            // forwarded, tc_decap_ipv6 or tc_forward_ipv6 besides.
+            let v6_extra = |n: &str| n == "tc_decap_ipv6" || n == "tc_forward_ipv6";
+            let main: Vec<_> = deltas.iter().filter(|(n, _)| !v6_extra(n)).collect();
+            let extra: Vec<_> = deltas.iter().filter(|(n, _)| v6_extra(n)).collect();
+            let inner_v6 = matches!(&class, TcClass::Valid(g) if g.v6);
+            let extra_ok = match (&extra[..], main.first()) {
+                ([], _) => true,
+                ([("tc_decap_ipv6", 1)], Some((m, _))) => {
+                    inner_v6 && m.starts_with("tc_decap_") && verdict == TC_ACT_OK
+                }
+                ([("tc_forward_ipv6", 1)], Some((m, _))) => {
+                    inner_v6 && *m == "tc_forward" && verdict == TC_ACT_REDIRECT
+                }
+                _ => false,
+            };
+            if main.len() != 1 || main[0].1 != 1 || !main[0].0.starts_with("tc_") || !extra_ok {
                 bad.push(format!("counters do not add up to one verdict: {deltas:?}"));
             }
             match (verdict, &class) {
@@ -429,6 +469,7 @@ pub fn check(
                     // a RST from the VIP.
                     let o = out.get(14..).unwrap_or(&[]);
                     if w.unknown_flow != UnknownFlow::Rst
+                        || g.v6
                         || g.proto != IPPROTO_TCP
                         || o.len() != 40
                         || o[9] != IPPROTO_TCP
