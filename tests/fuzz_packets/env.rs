@@ -1,7 +1,7 @@
 //! The namespace every worker runs in: the fuzz configuration, the data
 //! planes loaded from it, and the sockets the TC program looks up.
 
-use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream, UdpSocket};
+use std::net::{Ipv4Addr, SocketAddrV4, SocketAddrV6, TcpListener, TcpStream, UdpSocket};
 
 use nilb::config::UnknownFlow;
 
@@ -110,6 +110,14 @@ pub struct Sockets {
     pub _server: TcpStream,
     pub _udp53: UdpSocket,
     pub _udpc: UdpSocket,
+    /// IPv6: a listener on [VIP6]:80 with an established connection from
+    /// [VIP6B]:EST_PORT, an unconnected UDP socket on [VIP6]:53 and one on
+    /// [VIP6]:5353 connected to [CLIENT6]:4444.
+    pub _listener6: TcpListener,
+    pub _client6: TcpStream,
+    pub _server6: TcpStream,
+    pub _udp53_6: UdpSocket,
+    pub _udpc6: UdpSocket,
 }
 
 /// A worker's namespace with the data planes loaded: `a` (unknown_flow:
@@ -223,6 +231,23 @@ pub fn setup() -> Env {
     let udp53 = UdpSocket::bind(SocketAddrV4::new(VIP, 53)).unwrap();
     let udpc = UdpSocket::bind(SocketAddrV4::new(VIP, UDP_CONN_PORT)).unwrap();
     udpc.connect(SocketAddrV4::new(B12, UDP_PEER_PORT)).unwrap();
+    // IPv6: the VIPs on lo, the clients' prefix on nt0 (a route for the
+    // connected UDP socket).
+    ip("-6 addr add 2001:db8::100/128 dev lo nodad");
+    ip("-6 addr add 2001:db8::101/128 dev lo nodad");
+    ip("-6 addr add 2001:db8:1::11/64 dev nt0 nodad");
+    let v6 = |a, p| SocketAddrV6::new(a, p, 0, 0);
+    let listener6 = TcpListener::bind(v6(VIP6, 80)).unwrap();
+    let client6 = {
+        let s = socket2::Socket::new(socket2::Domain::IPV6, socket2::Type::STREAM, None).unwrap();
+        s.bind(&v6(VIP6B, EST_PORT).into()).unwrap();
+        s.connect(&v6(VIP6, 80).into()).unwrap();
+        TcpStream::from(s)
+    };
+    let (server6, _) = listener6.accept().unwrap();
+    let udp53_6 = UdpSocket::bind(v6(VIP6, 53)).unwrap();
+    let udpc6 = UdpSocket::bind(v6(VIP6, UDP_CONN_PORT)).unwrap();
+    udpc6.connect(v6(CLIENT6, UDP_PEER_PORT)).unwrap();
     let last = [
         std::cell::RefCell::new(a.dp.counters().unwrap()),
         std::cell::RefCell::new(b.dp.counters().unwrap()),
@@ -244,6 +269,11 @@ pub fn setup() -> Env {
             _server: server,
             _udp53: udp53,
             _udpc: udpc,
+            _listener6: listener6,
+            _client6: client6,
+            _server6: server6,
+            _udp53_6: udp53_6,
+            _udpc6: udpc6,
         },
     }
 }

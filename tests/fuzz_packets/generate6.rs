@@ -80,7 +80,9 @@ impl Gen {
         };
         let code = if self.chance(0.8) { 0 } else { self.rng.gen() };
         let body = if (1..=4).contains(&ty) || self.chance(0.2) {
-            let (qs, qd, proto, sp, dp) = match self.below(8) {
+            let (qs, qd, proto, sp, dp) = match self.below(10) {
+                8 => (VIP6, VIP6B, IPPROTO_TCP, 80, EST_PORT),
+                9 => (VIP6, CLIENT6, IPPROTO_UDP, UDP_CONN_PORT, UDP_PEER_PORT),
                 0..=2 => (dst, CLIENT6, IPPROTO_TCP, 80, self.rng.gen()),
                 3 | 4 => (dst, CLIENT6, IPPROTO_UDP, 53, self.rng.gen()),
                 5 => (VIP6B, CLIENT6, IPPROTO_TCP, 8080, self.rng.gen()),
@@ -126,29 +128,36 @@ impl Gen {
 
     /// A random IPv6 packet (L3), biased towards the IPv6 services.
     pub fn l3_packet6(&mut self) -> Vec<u8> {
-        let src = if self.chance(0.6) {
-            CLIENT6
-        } else {
-            self.any_addr6()
+        let (src, dst, proto, sport, dport) = match self.below(20) {
+            // The flows of the namespace's IPv6 sockets.
+            0 => (VIP6B, VIP6, IPPROTO_TCP, EST_PORT, 80),
+            1 => (CLIENT6, VIP6, IPPROTO_UDP, UDP_PEER_PORT, UDP_CONN_PORT),
+            _ => {
+                let src = if self.chance(0.6) {
+                    CLIENT6
+                } else {
+                    self.any_addr6()
+                };
+                let dst = match self.below(10) {
+                    0..=4 => VIP6,
+                    5 | 6 => VIP6B,
+                    _ => self.any_addr6(),
+                };
+                let proto = match self.below(20) {
+                    0..=7 => IPPROTO_TCP,
+                    8..=12 => IPPROTO_UDP,
+                    13..=16 => NEXTHDR_ICMPV6,
+                    17 => 59,
+                    _ => self.rng.gen(),
+                };
+                let sport = if self.chance(0.7) {
+                    self.rng.gen_range(1024..=65535)
+                } else {
+                    self.port()
+                };
+                (src, dst, proto, sport, self.port())
+            }
         };
-        let dst = match self.below(10) {
-            0..=4 => VIP6,
-            5 | 6 => VIP6B,
-            _ => self.any_addr6(),
-        };
-        let proto = match self.below(20) {
-            0..=7 => IPPROTO_TCP,
-            8..=12 => IPPROTO_UDP,
-            13..=16 => NEXTHDR_ICMPV6,
-            17 => 59,
-            _ => self.rng.gen(),
-        };
-        let sport = if self.chance(0.7) {
-            self.rng.gen_range(1024..=65535)
-        } else {
-            self.port()
-        };
-        let dport = self.port();
         let l4 = match proto {
             IPPROTO_TCP => self.tcp_l4(sport, dport),
             IPPROTO_UDP => self.udp_l4(sport, dport),

@@ -16,9 +16,10 @@
 //! - TC: GUE protocol 41 after the outer checks of IPv4: the inner IPv6
 //!   header within the packet, version 6, 40 + payload length filling the
 //!   GUE payload, the extension walk ending at an L4 header; an inner IPv6
-//!   VIP; the L4 checks of XDP; no IPv6 socket in the worker's namespace
-//!   (only SYNs and echo requests are accepted at once), then second chance
-//!   as IPv4 (`tc_decap_ipv6` / `tc_forward_ipv6` counted besides).
+//!   VIP; the L4 checks of XDP; the IPv6 sockets of the worker's namespace
+//!   (`tcp_lookup6`, `udp_lookup6`), then second chance as IPv4
+//!   (`tc_decap_ipv6` / `tc_forward_ipv6` counted besides); unknown_flow
+//!   rst answers IPv4 only (IPv6 dropped as an unknown flow).
 
 use std::net::{IpAddr, Ipv6Addr};
 
@@ -305,6 +306,32 @@ pub fn check_icmp6_reply(w: &World, frame: &[u8], class: &XdpClass, out: &[u8]) 
         .map(|(_, what)| format!("bad ICMPv6 reply: {what}"))
 }
 
+/// TCP socket lookup for an incoming IPv6 packet in the worker's namespace
+/// (env.rs): the connection [VIP6B]:EST_PORT <-> [VIP6]:80, the listener on
+/// [VIP6]:80.
+pub fn tcp_lookup6(s: Ipv6Addr, d: Ipv6Addr, sp: u16, dp: u16) -> Sock {
+    if (s, sp, d, dp) == (VIP6B, EST_PORT, VIP6, 80)
+        || (s, sp, d, dp) == (VIP6, 80, VIP6B, EST_PORT)
+    {
+        Sock::Established
+    } else if d == VIP6 && dp == 80 {
+        Sock::Listen
+    } else {
+        Sock::None
+    }
+}
+
+/// UDP socket lookup: [VIP6]:5353 connected to [CLIENT6]:4444, [VIP6]:53.
+pub fn udp_lookup6(s: Ipv6Addr, d: Ipv6Addr, sp: u16, dp: u16) -> USock {
+    if (s, sp, d, dp) == (CLIENT6, UDP_PEER_PORT, VIP6, UDP_CONN_PORT) {
+        USock::Connected
+    } else if d == VIP6 && dp == 53 {
+        USock::Unconnected
+    } else {
+        USock::None
+    }
+}
+
 /// The TC reference for GUE protocol 41: `g` the GUE header and what
 /// follows it in the frame, the outer checks and the GUE header's already
 /// passed (`udp_len`, `n` hops, `next`).
@@ -330,7 +357,7 @@ pub fn parse_tc6(w: &World, g: &[u8], udp_len: usize, n: usize, next: usize) -> 
         Walk::TooMany => return Malformed("inner IPv6: too many extension headers"),
         Walk::Malformed(why) => return Malformed(why),
     };
-    let id = addr6(ip, 24);
+    let (is, id) = (addr6(ip, 8), addr6(ip, 24));
     if !w.is_vip6(id) {
         return InnerNotVip;
     }
@@ -345,11 +372,15 @@ pub fn parse_tc6(w: &World, g: &[u8], udp_len: usize, n: usize, next: usize) -> 
                 .services
                 .get(&(IpAddr::V6(id), be16(l4, 2), nh))
                 .map(|s| s.index);
-            // No IPv6 socket in the namespace: only a SYN is taken at once.
             if l4[13] & SYN != 0 && l4[13] & ACK == 0 {
                 Local::Syn
             } else {
-                Local::Unknown
+                match tcp_lookup6(is, id, be16(l4, 0), be16(l4, 2)) {
+                    Sock::Established => Local::Established,
+                    // A SYN-cookie ACK is never valid here (no recent
+                    // listen queue overflow).
+                    _ => Local::Unknown,
+                }
             }
         }
         IPPROTO_UDP => {
@@ -360,12 +391,29 @@ pub fn parse_tc6(w: &World, g: &[u8], udp_len: usize, n: usize, next: usize) -> 
                 .services
                 .get(&(IpAddr::V6(id), be16(l4, 2), nh))
                 .map(|s| s.index);
-            Local::Unknown
+            match udp_lookup6(is, id, be16(l4, 0), be16(l4, 2)) {
+                USock::Connected => Local::UdpConnected,
+                USock::Unconnected => Local::UdpListener,
+                USock::None => Local::Unknown,
+            }
         }
         NEXTHDR_ICMPV6 => match icmp6_quote(l4, id) {
-            Quote6::Flow((qs, _, qsp, _, qp)) => {
+            Quote6::Flow((qs, qd, qsp, qdp, qp)) => {
                 stats = w.services.get(&(IpAddr::V6(qs), qsp, qp)).map(|s| s.index);
-                Local::Unknown
+                // The flow in the client's direction.
+                if qp == IPPROTO_TCP {
+                    if tcp_lookup6(qd, qs, qdp, qsp) == Sock::Established {
+                        Local::IcmpKnown
+                    } else {
+                        Local::Unknown
+                    }
+                } else {
+                    match udp_lookup6(qd, qs, qdp, qsp) {
+                        USock::Connected => Local::IcmpKnown,
+                        USock::Unconnected => Local::IcmpUdpListener,
+                        USock::None => Local::Unknown,
+                    }
+                }
             }
             Quote6::Ping => Local::Ping,
             Quote6::NoFlow(why) => return Unsupported(why),

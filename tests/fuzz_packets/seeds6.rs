@@ -282,6 +282,15 @@ pub fn tc_seeds6(mac: [u8; 6]) -> Vec<(String, Vec<u8>)> {
     let frag = l3v6(CLIENT6, VIP6, first, &ext, &tcp(40003, 80, ACK, b"x"));
     let (first, ext) = ext_chain(&[0, 43, 60, 60, 43], &[], IPPROTO_TCP);
     let five = l3v6(CLIENT6, VIP6, first, &ext, &tcp(40004, 80, SYN, b""));
+    let est = |d: &[u8]| {
+        l3v6(
+            VIP6B,
+            VIP6,
+            IPPROTO_TCP,
+            &[],
+            &tcp(EST_PORT, 80, ACK | PSH, d),
+        )
+    };
     let not_vip = l3v6(CLIENT6, OTHER6, IPPROTO_TCP, &[], &tcp(1, 80, SYN, b""));
     vec![
         ("v6 syn no hop".into(), g(B12, 0, &[], &syn)),
@@ -338,6 +347,69 @@ pub fn tc_seeds6(mac: [u8; 6]) -> Vec<(String, Vec<u8>)> {
         (
             "v6 rst last hop".into(),
             g(B12, 1, &[B13], &t(40006, 80, RST, b"")),
+        ),
+        ("v6 established".into(), g(B12, 0, &[B13], &est(b"more"))),
+        (
+            "v6 established after extension headers".into(),
+            g(B12, 0, &[B13], &{
+                let (first, ext) = ext_chain(&[0, 60], &[0, 0], IPPROTO_TCP);
+                l3v6(VIP6B, VIP6, first, &ext, &tcp(EST_PORT, 80, ACK, b"m"))
+            }),
+        ),
+        (
+            "v6 udp connected".into(),
+            g(
+                B12,
+                0,
+                &[B13],
+                &l3v6(
+                    CLIENT6,
+                    VIP6,
+                    IPPROTO_UDP,
+                    &[],
+                    &udp(UDP_PEER_PORT, UDP_CONN_PORT, b"hi"),
+                ),
+            ),
+        ),
+        (
+            "v6 icmp6 about the established flow".into(),
+            g(
+                B12,
+                0,
+                &[B13],
+                &icmp6_error(2, 0, VIP6, VIP6, VIP6B, IPPROTO_TCP, 80, EST_PORT),
+            ),
+        ),
+        (
+            "v6 icmp6 about the connected udp flow".into(),
+            g(
+                B12,
+                0,
+                &[B13],
+                &icmp6_error(
+                    1,
+                    4,
+                    VIP6,
+                    VIP6,
+                    CLIENT6,
+                    IPPROTO_UDP,
+                    UDP_CONN_PORT,
+                    UDP_PEER_PORT,
+                ),
+            ),
+        ),
+        (
+            "v6 icmp6 about a udp listener's flow, last hop".into(),
+            g(
+                B12,
+                1,
+                &[B13],
+                &icmp6_error(1, 4, VIP6, VIP6, CLIENT6, IPPROTO_UDP, 53, 5353),
+            ),
+        ),
+        (
+            "v6 ack to the listener, last hop".into(),
+            g(B12, 1, &[B13], &t(40007, 80, ACK, b"")),
         ),
     ]
 }
