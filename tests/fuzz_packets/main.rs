@@ -37,7 +37,8 @@
 //!   NILB_FUZZ_PACKETS  packets per program (default 20000; sweeps included)
 //!   NILB_FUZZ_IPV6_PACKETS  IPv6 packets among them, at least (default half
 //!                      of NILB_FUZZ_PACKETS; IPv6 sweeps thinned to half of
-//!                      it when they are more)
+//!                      it when they are more); the filter test runs the
+//!                      rest (at least 20000)
 //!   NILB_FUZZ_THREADS  workers per program, each in its own netns (default 1)
 //!   NILB_FUZZ_SEED     base seed (default fixed, so plain `cargo test` is
 //!                      deterministic); printed with every failure
@@ -820,7 +821,12 @@ fn fuzz_xdp_balancer() {
 #[test]
 fn fuzz_xdp_filters() {
     require_root!("BPF, network namespaces");
+    // Filters are IPv4's: the IPv4 share of NILB_FUZZ_PACKETS, at least the
+    // default (a fifth of the random frames are IPv6 nonetheless).
     let packets = env_u64("NILB_FUZZ_PACKETS", DEFAULT_PACKETS);
+    let packets = packets
+        .saturating_sub(env_u64("NILB_FUZZ_IPV6_PACKETS", packets / 2))
+        .max(DEFAULT_PACKETS);
     let seed = env_u64("NILB_FUZZ_SEED", DEFAULT_SEED);
     let start = Instant::now();
     let t = filters::fuzz_filters(seed, packets);
@@ -1018,4 +1024,85 @@ fn checker_flags_tampered_results() {
     let small = big(0x4000, 1400);
     let bad = check(Prog::Xdp, w, &small, r.0, &r.1, &d).bad;
     assert!(bad.iter().any(|b| b.contains("fits")), "{bad:?}");
+
+    // IPv6: a SYN to [VIP6]:80 sent out; a flipped byte and a GUE
+    // protocol 4 instead of 41 are flagged.
+    let (syn6, v, out, d) = (42000..43000u16)
+        .find_map(|sport| {
+            let f = frame6(
+                mac,
+                &l3v6(CLIENT6, VIP6, IPPROTO_TCP, &[], &tcp(sport, 80, SYN, b"")),
+            );
+            let (r, d) = env.a.counted(|| env.a.dp.run_xdp(&f, env.ifindex).unwrap());
+            (r.0 == XDP_TX).then_some((f, r.0, r.1, d))
+        })
+        .expect("an IPv6 flow to a neighbour");
+    assert!(check(Prog::Xdp, w, &syn6, v, &out, &d).bad.is_empty());
+    let mut flipped = out.clone();
+    flipped[out.len() - 1] ^= 1;
+    assert!(!check(Prog::Xdp, w, &syn6, v, &flipped, &d).bad.is_empty());
+    let mut proto4 = out.clone();
+    proto4[14 + 29] = 4;
+    let bad = check(Prog::Xdp, w, &syn6, v, &proto4, &d).bad;
+    assert!(bad.iter().any(|b| b.contains("GUE proto")), "{bad:?}");
+    // ICMPv6 Packet Too Big: the real reply passes; a broken checksum, and
+    // the same reply to a multicast source, are flagged.
+    let big6 = |src: Ipv6Addr| {
+        frame6(
+            mac,
+            &l3v6(
+                src,
+                VIP6,
+                IPPROTO_TCP,
+                &[],
+                &tcp(50001, 80, ACK, &[0x55; 1420]),
+            ),
+        )
+    };
+    let ptb = big6(CLIENT6);
+    let (r, d) = env
+        .a
+        .counted(|| env.a.dp.run_xdp(&ptb, env.ifindex).unwrap());
+    assert_eq!((r.0, &d[..]), (XDP_TX, &[("xdp_icmp6_too_big", 1)][..]));
+    assert!(check(Prog::Xdp, w, &ptb, r.0, &r.1, &d).bad.is_empty());
+    let mut sum = r.1.clone();
+    sum[14 + 40 + 2] ^= 1;
+    let bad = check(Prog::Xdp, w, &ptb, r.0, &sum, &d).bad;
+    assert!(
+        bad.iter().any(|b| b.contains("bad ICMPv6 reply")),
+        "{bad:?}"
+    );
+    let mcast = big6("ff02::1".parse().unwrap());
+    let bad = check(Prog::Xdp, w, &mcast, r.0, &r.1, &d).bad;
+    assert!(bad.iter().any(|b| b.contains("multicast")), "{bad:?}");
+
+    // TC, GUE protocol 41: a SYN decapsulated with tc_decap_ipv6 passes;
+    // without it, with the EtherType left IPv4, or tc_decap_ipv6 on an
+    // IPv4 decapsulation, flagged.
+    let g6 = gue6(
+        mac,
+        B12,
+        0,
+        &[B13],
+        &l3v6(CLIENT6, VIP6, IPPROTO_TCP, &[], &tcp(40000, 80, SYN, b"")),
+    );
+    let (r, d) = env.a.counted(|| env.a.dp.run_tc(&g6, env.ifindex).unwrap());
+    assert_eq!(r.0, TC_ACT_OK);
+    assert!(check(Prog::Tc, w, &g6, r.0, &r.1, &d).bad.is_empty());
+    assert!(!check(Prog::Tc, w, &g6, r.0, &r.1, &[("tc_decap_syn", 1)])
+        .bad
+        .is_empty());
+    let mut v4type = r.1.clone();
+    v4type[12..14].copy_from_slice(&[8, 0]);
+    assert!(!check(Prog::Tc, w, &g6, r.0, &v4type, &d).bad.is_empty());
+    let bad = check(
+        Prog::Tc,
+        w,
+        &syn_gue,
+        TC_ACT_OK,
+        &decapsulated(&syn_gue, 40),
+        &[("tc_decap_syn", 1), ("tc_decap_ipv6", 1)],
+    )
+    .bad;
+    assert!(bad.iter().any(|b| b.contains("one verdict")), "{bad:?}");
 }
