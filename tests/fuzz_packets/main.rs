@@ -306,6 +306,8 @@ fn check_xdp_first(
     if x.verdict != XDP_PASS {
         bad.push(format!("backend XDP verdict {} (not PASS)", x.verdict));
     }
+    // (Inner IPv6, whose TC counters come with tc_decap_ipv6, is TC's
+    // alone: XDP passes it untouched, xdp_gue_to_tc.)
     let tc_accepts = match deltas {
         [("tc_decap_syn", 1)] => Some("xdp_decap_syn"),
         [("tc_decap_established", 1)] => Some("xdp_decap_established"),

@@ -575,7 +575,8 @@ pub fn expect_xdp(w: &World, f: &[u8], class: &XdpClass) -> Outcome {
 
 /// GUE for this node reaching XDP (either program): decapsulated exactly
 /// as TC would if TC's outcome is a SYN's or an established flow's
-/// decapsulation, else passed to TC untouched.
+/// decapsulation, else passed to TC untouched (inner IPv6 always: its TC
+/// counters come with tc_decap_ipv6).
 pub fn expect_xdp_receive(w: &World, f: &[u8]) -> Outcome {
     let tc = expect_tc(w, f, &parse_tc(w, f));
     let counter = match tc.counters[..] {
