@@ -532,7 +532,9 @@ pub fn check(
     let (ok, want_counters, out_ok) = matches(&want);
     // A reply the per-CPU rate limit held back instead.
     let limited = outcome(XDP_DROP, &["xdp_drop_too_big_limited"], Out::Any);
-    if !ok && want.counters.contains(&"xdp_icmp_too_big") && matches(&limited).0 {
+    let reply =
+        want.counters.contains(&"xdp_icmp_too_big") || want.counters.contains(&"xdp_icmp6_too_big");
+    if !ok && reply && matches(&limited).0 {
         observations.push("tolerated: xdp: an ICMP too-big reply held back by the rate limit");
     } else if !ok {
         match tolerated(prog, w, frame, &class_text.1) {
