@@ -3,12 +3,15 @@
 # mutated and swept frames through the XDP balancer and the TC second-chance
 # program with BPF_PROG_TEST_RUN, each checked against the test's reference
 # parser (verdicts, "nothing malformed is encapsulated, decapsulated or
-# forwarded", counters, exact output bytes, per-service/backend statistics).
-# Prints the packets per program, the verdict and counter totals, and every
-# violation; exits non-zero on any violation. Needs root.
+# forwarded", counters, exact output bytes, per-service/backend statistics),
+# IPv4 and IPv6 (client frames to IPv6 VIPs for XDP, GUE protocol 41 for TC).
+# Prints the packets per program and the IPv6 ones among them, the verdict
+# and counter totals, and every violation; exits non-zero on any violation.
+# Needs root.
 #
-#   scripts/fuzz.sh                               # 1,000,000 packets per program
-#   NILB_FUZZ_PACKETS=200000 NILB_FUZZ_SEED=42 scripts/fuzz.sh
+#   scripts/fuzz.sh              # 2,000,000 packets per program, 1,000,000 of them IPv6
+#   NILB_FUZZ_PACKETS=200000 NILB_FUZZ_SEED=42 scripts/fuzz.sh   # half IPv6
+#   NILB_FUZZ_PACKETS=300000 NILB_FUZZ_IPV6_PACKETS=100000 scripts/fuzz.sh
 #   NILB_FUZZ_THREADS=4 scripts/fuzz.sh           # workers per program (default: CPUs)
 #
 # A failure prints the seed and each failing frame as hex; to rerun one frame:
@@ -20,14 +23,15 @@ if [ "$(id -u)" -ne 0 ]; then
   exit 1
 fi
 
-export NILB_FUZZ_PACKETS="${NILB_FUZZ_PACKETS:-1000000}"
+export NILB_FUZZ_PACKETS="${NILB_FUZZ_PACKETS:-2000000}"
+export NILB_FUZZ_IPV6_PACKETS="${NILB_FUZZ_IPV6_PACKETS:-$((NILB_FUZZ_PACKETS / 2))}"
 export NILB_FUZZ_THREADS="${NILB_FUZZ_THREADS:-$(nproc)}"
 export NILB_FUZZ_SEED="${NILB_FUZZ_SEED:-$(od -An -N6 -tu8 /dev/urandom | tr -d ' ')}"
 
 echo "== building tests/fuzz_packets/"
 cargo test --test fuzz_packets --no-run 2>&1 | tail -n 2
 
-echo "== fuzzing: $NILB_FUZZ_PACKETS packets per program, $NILB_FUZZ_THREADS worker(s) each, seed $NILB_FUZZ_SEED"
+echo "== fuzzing: $NILB_FUZZ_PACKETS packets per program ($NILB_FUZZ_IPV6_PACKETS of them IPv6), $NILB_FUZZ_THREADS worker(s) each, seed $NILB_FUZZ_SEED"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 start=$(date +%s)

@@ -687,3 +687,57 @@ fn xdp_ipv6_quic_lb_routes_by_server_id() {
         );
     }
 }
+
+/// ICMPv6 Packet Too Big (bpf/too_big.h) for an IPv6 packet that no longer
+/// fits the 1500-byte wire with GUE, with no hop listed (36 bytes of GUE
+/// overhead: fewer than the 48 bytes of IPv6 + ICMPv6 header the reply puts
+/// before its quote). Built here field by field: MACs swapped; IPv6 from
+/// the VIP to the client (class and label 0, next header 58, hop limit
+/// 64); type 2, code 0, checksum over the pseudo-header, MTU 1500 - 36;
+/// the packet's first 184 bytes. From a multicast source: dropped, counted
+/// as too big.
+#[test]
+fn xdp_ipv6_packet_too_big_without_hops() {
+    require_root!("BPF, network namespace");
+    let net = TestNet::new();
+    let l = load(&config6(&[B12]), NODE);
+    let big = l3v6(
+        client6(),
+        vip6(),
+        IPPROTO_TCP,
+        &[],
+        &tcp(40000, 80, ACK, &[0x42; 1420]),
+    );
+    assert_eq!(big.len(), 1480);
+    let input = frame6(net.mac, &big);
+    let ((v, out), d) = l.counted(|| l.dp.run_xdp(&input, net.ifindex).unwrap());
+
+    let mut msg = vec![2, 0, 0, 0];
+    msg.extend_from_slice(&(1500u32 - 36).to_be_bytes());
+    msg.extend_from_slice(&big[..184]);
+    let mut pseudo = vip6().octets().to_vec();
+    pseudo.extend_from_slice(&client6().octets());
+    pseudo.extend_from_slice(&(msg.len() as u32).to_be_bytes());
+    pseudo.extend_from_slice(&[0, 0, 0, NEXTHDR_ICMPV6]);
+    pseudo.extend_from_slice(&msg);
+    let c = csum(&pseudo);
+    msg[2..4].copy_from_slice(&c.to_be_bytes());
+    let mut want = eth(CLIENT_MAC, net.mac, 0x86dd);
+    want.extend_from_slice(&ipv6(vip6(), client6(), NEXTHDR_ICMPV6, msg.len()));
+    want.extend_from_slice(&msg);
+    assert_eq!(
+        (v, &d[..]),
+        (XDP_TX, &[("xdp_icmp6_too_big", 1)][..]),
+        "packet too big, no hop listed"
+    );
+    assert_bytes("ICMPv6 Packet Too Big", &out, &want);
+
+    let mut mcast = big.clone();
+    mcast[8..24].copy_from_slice(&"ff02::1".parse::<Ipv6Addr>().unwrap().octets());
+    let ((v, _), d) = l.counted(|| l.dp.run_xdp(&frame6(net.mac, &mcast), net.ifindex).unwrap());
+    assert_eq!(
+        (v, &d[..]),
+        (XDP_DROP, &[("xdp_drop_too_big", 1)][..]),
+        "too big from a multicast source"
+    );
+}

@@ -1,7 +1,7 @@
 //! The namespace every worker runs in: the fuzz configuration, the data
 //! planes loaded from it, and the sockets the TC program looks up.
 
-use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream, UdpSocket};
+use std::net::{Ipv4Addr, SocketAddrV4, SocketAddrV6, TcpListener, TcpStream, UdpSocket};
 
 use nilb::config::UnknownFlow;
 
@@ -10,7 +10,10 @@ use super::*;
 /// Services: web (TCP VIP:80, six backends reaching every XDP verdict: this
 /// node, two neighbours, one without neighbour entry, one behind nt2, one
 /// without route), dns (UDP VIP:53), empty (no backend), alt-dns (UDP,
-/// second hops after the reload), wild.
+/// second hops after the reload), wild; and on IPv6 VIPs (over the same
+/// IPv4 backends): web6 (TCP [VIP6]:80, web's backends), dns6 (UDP
+/// [VIP6]:53, second hops after the reload), empty6 ([VIP6B]:443, no
+/// backend), wild6 (TCP [VIP6B]:8080).
 /// `drained`: the reload that gives buckets a second hop. ICMP "too big"
 /// replies at 65535 per second per CPU: a run never meets the limit.
 pub fn fuzz_config(unknown_flow: &str, drained: bool) -> String {
@@ -65,6 +68,36 @@ services:
     protocol: tcp
     table_size: 64
     backends: [{{dip: 10.0.0.11}}, {{dip: 10.0.0.12, state: {s12}}}]
+  - name: web6
+    vip: \"2001:db8::100\"
+    port: 80
+    protocol: tcp
+    table_size: 256
+    backends:
+      - {{dip: 10.0.0.11}}
+      - {{dip: 10.0.0.12}}
+      - {{dip: 10.0.0.13, state: {s13}}}
+      - {{dip: 10.0.0.14}}
+      - {{dip: 10.1.0.5}}
+      - {{dip: 172.16.0.5}}
+  - name: dns6
+    vip: \"2001:db8::100\"
+    port: 53
+    protocol: udp
+    table_size: 64
+    backends: [{{dip: 10.0.0.13, state: {s13}}}, {{dip: 10.0.0.12}}, {{dip: 10.0.0.14}}]
+  - name: empty6
+    vip: \"2001:db8::101\"
+    port: 443
+    protocol: tcp
+    table_size: 16
+    backends: []
+  - name: wild6
+    vip: \"2001:db8::101\"
+    port: 8080
+    protocol: tcp
+    table_size: 64
+    backends: [{{dip: 10.0.0.11}}, {{dip: 10.0.0.12, state: {s12}}}]
 "
     )
 }
@@ -77,6 +110,14 @@ pub struct Sockets {
     pub _server: TcpStream,
     pub _udp53: UdpSocket,
     pub _udpc: UdpSocket,
+    /// IPv6: a listener on [VIP6]:80 with an established connection from
+    /// [VIP6B]:EST_PORT, an unconnected UDP socket on [VIP6]:53 and one on
+    /// [VIP6]:5353 connected to [CLIENT6]:4444.
+    pub _listener6: TcpListener,
+    pub _client6: TcpStream,
+    pub _server6: TcpStream,
+    pub _udp53_6: UdpSocket,
+    pub _udpc6: UdpSocket,
 }
 
 /// A worker's namespace with the data planes loaded: `a` (unknown_flow:
@@ -113,7 +154,7 @@ pub fn lengthen_chains(l: &mut Loaded) {
                 vec![a("10.1.0.5"), a("172.16.0.5"), a("10.0.0.14")],
                 vec![NODE, a("10.0.0.12")],
             ],
-            (53, IPPROTO_UDP) if key.vip == VIP => vec![
+            (53, IPPROTO_UDP) if key.vip == VIP || key.vip == VIP6 => vec![
                 vec![a("10.0.0.13"), a("10.0.0.12"), NODE],
                 vec![a("10.0.0.14"), a("10.0.0.12")],
                 vec![NODE, NODE, a("10.0.0.13")],
@@ -170,9 +211,12 @@ pub fn setup() -> Env {
     // The reload must have produced buckets with a second hop, and
     // lengthen_chains buckets with longer chains in a TCP and a UDP service.
     for (key, n) in [
-        ((VIP, 80, IPPROTO_TCP), 1),
-        ((VIP, 80, IPPROTO_TCP), 3),
-        ((VIP, 53, IPPROTO_UDP), 3),
+        ((VIP.into(), 80, IPPROTO_TCP), 1),
+        ((VIP.into(), 80, IPPROTO_TCP), 3),
+        ((VIP.into(), 53, IPPROTO_UDP), 3),
+        ((VIP6.into(), 80, IPPROTO_TCP), 1),
+        ((VIP6.into(), 80, IPPROTO_TCP), 3),
+        ((VIP6.into(), 53, IPPROTO_UDP), 3),
     ] {
         assert!(
             wa.services[&key].buckets.iter().any(|b| b.1.len() == n),
@@ -187,6 +231,23 @@ pub fn setup() -> Env {
     let udp53 = UdpSocket::bind(SocketAddrV4::new(VIP, 53)).unwrap();
     let udpc = UdpSocket::bind(SocketAddrV4::new(VIP, UDP_CONN_PORT)).unwrap();
     udpc.connect(SocketAddrV4::new(B12, UDP_PEER_PORT)).unwrap();
+    // IPv6: the VIPs on lo, the clients' prefix on nt0 (a route for the
+    // connected UDP socket).
+    ip("-6 addr add 2001:db8::100/128 dev lo nodad");
+    ip("-6 addr add 2001:db8::101/128 dev lo nodad");
+    ip("-6 addr add 2001:db8:1::11/64 dev nt0 nodad");
+    let v6 = |a, p| SocketAddrV6::new(a, p, 0, 0);
+    let listener6 = TcpListener::bind(v6(VIP6, 80)).unwrap();
+    let client6 = {
+        let s = socket2::Socket::new(socket2::Domain::IPV6, socket2::Type::STREAM, None).unwrap();
+        s.bind(&v6(VIP6B, EST_PORT).into()).unwrap();
+        s.connect(&v6(VIP6, 80).into()).unwrap();
+        TcpStream::from(s)
+    };
+    let (server6, _) = listener6.accept().unwrap();
+    let udp53_6 = UdpSocket::bind(v6(VIP6, 53)).unwrap();
+    let udpc6 = UdpSocket::bind(v6(VIP6, UDP_CONN_PORT)).unwrap();
+    udpc6.connect(v6(CLIENT6, UDP_PEER_PORT)).unwrap();
     let last = [
         std::cell::RefCell::new(a.dp.counters().unwrap()),
         std::cell::RefCell::new(b.dp.counters().unwrap()),
@@ -208,6 +269,11 @@ pub fn setup() -> Env {
             _server: server,
             _udp53: udp53,
             _udpc: udpc,
+            _listener6: listener6,
+            _client6: client6,
+            _server6: server6,
+            _udp53_6: udp53_6,
+            _udpc6: udpc6,
         },
     }
 }

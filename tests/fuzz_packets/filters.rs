@@ -10,7 +10,10 @@
 //!   reaches a backend;
 //! - every other frame comes out of `f` exactly as out of `a` (verdict,
 //!   bytes, counters), dry-run rules and cluster exemptions counted aside;
-//! - at the end every rule's counters equal what the reference expected.
+//! - at the end every rule's counters equal what the reference expected;
+//! - IPv6 frames (one in five of the random ones, and the IPv6 seeds), also
+//!   from IPv4-mapped addresses of denied sources: filters are IPv4 only
+//!   (docs/config.md "Edge filters"), so they come out as without filters.
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
@@ -214,14 +217,21 @@ pub fn fuzz_filters(seed: u64, packets: u64) -> FilterTally {
     let mac = env.wa.nt0_mac;
     let seeds = xdp_seeds(mac);
     let sweeps = xdp_sweeps(&seeds);
+    let seeds6 = xdp_seeds6(mac);
     let mut g = Gen::new(seed ^ 0xf117_e125);
     let mut frames: Vec<Vec<u8>> = seeds
         .iter()
         .chain(&sweeps)
+        .chain(&seeds6)
         .map(|(_, f)| f.clone())
         .collect();
     while (frames.len() as u64) < packets {
-        frames.push(g.xdp_frame(&seeds).1);
+        let f = if g.below(5) == 0 {
+            g.xdp_frame6(&seeds6).1
+        } else {
+            g.xdp_frame(&seeds).1
+        };
+        frames.push(f);
     }
     for (i, frame) in frames.iter().enumerate() {
         let mut variants = vec![frame.clone()];
@@ -229,6 +239,12 @@ pub fn fuzz_filters(seed: u64, packets: u64) -> FilterTally {
             let mut v = frame.clone();
             v[26..30].copy_from_slice(&SOURCES[g.below(SOURCES.len())]);
             fix_ip_csum(&mut v, 14);
+            variants.push(v);
+        }
+        if frame.len() >= 54 && be16(frame, 12) == 0x86dd {
+            let s = SOURCES[g.below(SOURCES.len())];
+            let mut v = frame.clone();
+            v[14 + 8..14 + 24].copy_from_slice(&Ipv4Addr::from(s).to_ipv6_mapped().octets());
             variants.push(v);
         }
         for frame in &variants {

@@ -710,6 +710,12 @@ impl Gen {
                     f[50 + 4 * k..54 + 4 * k].copy_from_slice(&a.octets());
                 }
             }
+            13 if len >= 50 && f[43] == 41 => {
+                // An inner IPv6 field (lengths repaired there).
+                let at = 50 + 4 * f[49] as usize;
+                self.mutate6(f, at);
+                repair = false;
+            }
             13 => {
                 // An inner IPv4 field.
                 if let Some(at) = inner_at(f) {
@@ -763,7 +769,8 @@ pub fn fix_ip_lengths(f: &mut [u8]) {
 }
 
 /// Make outer, UDP and inner lengths consistent with the frame (assuming an
-/// outer header without options and no padding), checksums valid.
+/// outer header without options and no padding), checksums valid; an inner
+/// IPv6 packet (GUE protocol 41) gets its payload length.
 pub fn fix_gue_lengths(f: &mut [u8]) {
     if f.len() < 50 || f.len() - 14 > 0xffff {
         return;
@@ -773,6 +780,12 @@ pub fn fix_gue_lengths(f: &mut [u8]) {
     put16(f, 38, (tot - 20) as u16);
     fix_ip_csum(f, 14);
     let at = 50 + 4 * f[49] as usize;
+    if f[43] == 41 {
+        if at + 40 <= f.len() {
+            put16(f, at + 4, (f.len() - at - 40) as u16);
+        }
+        return;
+    }
     if at + 20 <= f.len() {
         put16(f, at + 2, (f.len() - at) as u16);
         fix_ip_csum(f, at);

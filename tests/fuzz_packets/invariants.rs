@@ -8,8 +8,9 @@ use nilb::config::UnknownFlow;
 use super::*;
 
 /// Independent structural check of an encapsulation the balancer produced
-/// (`out` without the mark): returns what is wrong, if anything.
-pub fn check_encapsulation(frame: &[u8], tot: usize, out: &[u8]) -> Option<String> {
+/// (`out` without the mark) of a packet of `tot` bytes whose GUE protocol
+/// must be `proto` (4 or 41): returns what is wrong, if anything.
+pub fn check_encapsulation(frame: &[u8], tot: usize, proto: u8, out: &[u8]) -> Option<String> {
     if out.len() < 14 + 36 + 20 {
         return Some("shorter than Ethernet + GUE + IPv4".into());
     }
@@ -35,7 +36,10 @@ pub fn check_encapsulation(frame: &[u8], tot: usize, out: &[u8]) -> Option<Strin
             n <= nilb::limits::MAX_PREVIOUS_OWNERS as usize + 1 && o[28] as usize == 1 + n,
             "GUE hlen/N",
         ),
-        (o[29..35] == [4, 0, 0, 0, 0, 0], "GUE proto/flags/type/next"),
+        (
+            o[29..35] == [proto, 0, 0, 0, 0, 0],
+            "GUE proto/flags/type/next",
+        ),
         (
             o.get(36 + 4 * n..) == Some(&frame[14..14 + tot]),
             "inner packet",
@@ -58,6 +62,9 @@ pub struct Sums {
 }
 
 pub fn sums(p: &[u8]) -> Option<Sums> {
+    if p.len() >= 40 && p[0] >> 4 == 6 {
+        return sums6(p);
+    }
     if p.len() < 20 || p[0] >> 4 != 4 {
         return None;
     }
@@ -86,6 +93,32 @@ pub fn sums(p: &[u8]) -> Option<Sums> {
     Some(Sums { ip, l4 })
 }
 
+/// [`sums`] of an IPv6 packet (no header checksum: `ip` is true): the L4
+/// checksum over the RFC 8200 pseudo-header when TCP, UDP (non-zero) or
+/// ICMPv6 follows the IPv6 header directly; None if the payload length runs
+/// past the bytes.
+fn sums6(p: &[u8]) -> Option<Sums> {
+    let plen = be16(p, 4) as usize;
+    if 40 + plen > p.len() {
+        return None;
+    }
+    let l4 = &p[40..40 + plen];
+    let pseudo = |proto: u8| {
+        let mut v = p[8..40].to_vec();
+        v.extend_from_slice(&(l4.len() as u32).to_be_bytes());
+        v.extend_from_slice(&[0, 0, 0, proto]);
+        v.extend_from_slice(l4);
+        csum(&v) == 0
+    };
+    let l4 = match p[6] {
+        IPPROTO_TCP if l4.len() >= 20 => Some(pseudo(IPPROTO_TCP)),
+        IPPROTO_UDP if l4.len() >= 8 && be16(l4, 6) != 0 => Some(pseudo(IPPROTO_UDP)),
+        58 if l4.len() >= 8 => Some(pseudo(58)),
+        _ => None,
+    };
+    Some(Sums { ip: true, l4 })
+}
+
 /// Checksums of a packet a program sent (`out`, Ethernet frame, without
 /// XDP metadata) given the frame it received: every header it rewrote keeps
 /// each checksum valid that was valid, and every header it built has valid
@@ -96,7 +129,7 @@ pub fn sums(p: &[u8]) -> Option<Sums> {
 /// - TC forward: outer IPv4 and UDP (zero stays zero) valid exactly when
 ///   they were; the inner packet untouched.
 /// - TC decapsulation: the inner packet with the checksums it came with.
-/// - TC reply (unknown_flow: rst): IPv4 and TCP valid.
+/// - TC reply (unknown_flow: rst): IPv4 (or IPv6) and TCP valid.
 ///
 /// `tc`: for TC, the GUE overhead of the received frame and whether a hop
 /// was left (a redirect is then a forward, else a reply).
@@ -261,6 +294,15 @@ pub fn check_icmp_reply(w: &World, frame: &[u8], class: &XdpClass, out: &[u8]) -
 pub fn xdp_notes(frame: &[u8], flow: &Flow) -> Vec<&'static str> {
     let mut v = Vec::new();
     let ip = &frame[14..];
+    if flow.key.0.is_ipv6() {
+        // (The L4 header's offset: after the extension headers.)
+        if let super::model6::Walk::L4(off, IPPROTO_UDP) = super::model6::walk6(ip, flow.tot - 40) {
+            if !flow.icmp && (be16(ip, off + 4) as usize) < flow.tot - off {
+                v.push("note: xdp encapsulates IPv6 UDP shorter than its payload (legal: the stack trims the rest)");
+            }
+        }
+        return v;
+    }
     let ihl = (ip[0] & 15) as usize * 4;
     let l4 = &ip[ihl..flow.tot];
     if csum(&ip[..ihl]) != 0 {
@@ -287,6 +329,15 @@ pub fn tc_notes(w: &World, frame: &[u8], g: &Gue, verdict: u32) -> Vec<&'static 
             "note: tc decapsulates/forwards GUE whose outer IPv4 checksum is wrong (not verified)",
         );
     }
+    if verdict == TC_ACT_REDIRECT {
+        let hop = g.hops[g.next];
+        if !w.cluster.contains(&hop) {
+            v.push("note: tc second chance forwards to a unicast hop outside this node's cluster set (allowed: a backend being removed)");
+        }
+    }
+    if g.v6 {
+        return v;
+    }
     let inner = &frame[14 + g.hdr_len..];
     let iihl = (inner[0] & 15) as usize * 4;
     let itot = be16(inner, 2) as usize;
@@ -296,12 +347,6 @@ pub fn tc_notes(w: &World, frame: &[u8], g: &Gue, verdict: u32) -> Vec<&'static 
     }
     if inner[9] == IPPROTO_UDP && (be16(l4, 4) as usize) < l4.len() {
         v.push("note: tc accepts inner UDP shorter than its IP payload (legal: the stack trims the rest)");
-    }
-    if verdict == TC_ACT_REDIRECT {
-        let hop = g.hops[g.next];
-        if !w.cluster.contains(&hop) {
-            v.push("note: tc second chance forwards to a unicast hop outside this node's cluster set (allowed: a backend being removed)");
-        }
     }
     v
 }
@@ -347,8 +392,15 @@ pub fn check(
             // Hard: nothing malformed is encapsulated.
             let encap = match verdict {
                 // An ICMP reply (protocol 1) or an encapsulation (UDP).
-                XDP_TX if out.len() > 23 && out[23] == IPPROTO_ICMP => {
+                XDP_TX if out.len() > 23 && be16(out, 12) == 0x0800 && out[23] == IPPROTO_ICMP => {
                     if let Some(why) = check_icmp_reply(w, frame, &class, out) {
+                        bad.push(why);
+                    }
+                    None
+                }
+                // An ICMPv6 Packet Too Big (an encapsulation is IPv4).
+                XDP_TX if out.len() >= 14 && be16(out, 12) == 0x86dd => {
+                    if let Some(why) = super::model6::check_icmp6_reply(w, frame, &class, out) {
                         bad.push(why);
                     }
                     None
@@ -380,7 +432,8 @@ pub fn check(
                 bad.extend(checksum_problems(prog, frame, verdict, e, None));
                 match &class {
                     XdpClass::Balance(flow) => {
-                        if let Some(why) = check_encapsulation(frame, flow.tot, e) {
+                        let proto = if flow.key.0.is_ipv6() { 41 } else { 4 };
+                        if let Some(why) = check_encapsulation(frame, flow.tot, proto, e) {
                             bad.push(why);
                         }
                         observations.extend(xdp_notes(frame, flow));
@@ -409,7 +462,23 @@ pub fn check(
                     Some((g.hdr_len, g.next < g.n)),
                 ));
             }
-            if deltas.len() != 1 || deltas[0].1 != 1 || !deltas[0].0.starts_with("tc_") {
+            // One verdict counter; for inner IPv6 decapsulated or
+            // forwarded, tc_decap_ipv6 or tc_forward_ipv6 besides.
+            let v6_extra = |n: &str| n == "tc_decap_ipv6" || n == "tc_forward_ipv6";
+            let main: Vec<_> = deltas.iter().filter(|(n, _)| !v6_extra(n)).collect();
+            let extra: Vec<_> = deltas.iter().filter(|(n, _)| v6_extra(n)).collect();
+            let inner_v6 = matches!(&class, TcClass::Valid(g) if g.v6);
+            let extra_ok = match (&extra[..], main.first()) {
+                ([], _) => true,
+                ([("tc_decap_ipv6", 1)], Some((m, _))) => {
+                    inner_v6 && m.starts_with("tc_decap_") && verdict == TC_ACT_OK
+                }
+                ([("tc_forward_ipv6", 1)], Some((m, _))) => {
+                    inner_v6 && *m == "tc_forward" && verdict == TC_ACT_REDIRECT
+                }
+                _ => false,
+            };
+            if main.len() != 1 || main[0].1 != 1 || !main[0].0.starts_with("tc_") || !extra_ok {
                 bad.push(format!("counters do not add up to one verdict: {deltas:?}"));
             }
             match (verdict, &class) {
@@ -428,13 +497,20 @@ pub fn check(
                     // No hop left: only unknown_flow: rst sends something,
                     // a RST from the VIP.
                     let o = out.get(14..).unwrap_or(&[]);
-                    if w.unknown_flow != UnknownFlow::Rst
-                        || g.proto != IPPROTO_TCP
-                        || o.len() != 40
-                        || o[9] != IPPROTO_TCP
-                        || o[20 + 13] & RST == 0
-                        || !w.is_vip(addr(o, 12))
-                    {
+                    let rst = if g.v6 {
+                        o.len() == 60
+                            && o[0] >> 4 == 6
+                            && o[6] == IPPROTO_TCP
+                            && o[40 + 13] & RST != 0
+                            && <[u8; 16]>::try_from(&o[8..24])
+                                .is_ok_and(|a| w.is_vip6(Ipv6Addr::from(a)))
+                    } else {
+                        o.len() == 40
+                            && o[9] == IPPROTO_TCP
+                            && o[20 + 13] & RST != 0
+                            && w.is_vip(addr(o, 12))
+                    };
+                    if w.unknown_flow != UnknownFlow::Rst || g.proto != IPPROTO_TCP || !rst {
                         bad.push(format!(
                             "redirected something other than a RST at the last hop: {g:?}"
                         ));
@@ -491,7 +567,9 @@ pub fn check(
     let (ok, want_counters, out_ok) = matches(&want);
     // A reply the per-CPU rate limit held back instead.
     let limited = outcome(XDP_DROP, &["xdp_drop_too_big_limited"], Out::Any);
-    if !ok && want.counters.contains(&"xdp_icmp_too_big") && matches(&limited).0 {
+    let reply =
+        want.counters.contains(&"xdp_icmp_too_big") || want.counters.contains(&"xdp_icmp6_too_big");
+    if !ok && reply && matches(&limited).0 {
         observations.push("tolerated: xdp: an ICMP too-big reply held back by the rate limit");
     } else if !ok {
         match tolerated(prog, w, frame, &class_text.1) {

@@ -25,8 +25,20 @@
 //!   rewrite), and at the end of each worker the per-service and per-backend
 //!   statistics summed over the run.
 //!
+//! IPv6 (`model6.rs`, `seeds6.rs`, `generate6.rs`): the configuration has
+//! IPv6 services over the same IPv4 backends; client frames to the IPv6
+//! VIPs (extension header chains, fragments, ICMPv6 errors and echo
+//! requests, sizes around the MTU) for XDP, GUE protocol 41 frames for TC,
+//! all under the same invariants (the documented extras: `tc_decap_ipv6`
+//! and `tc_forward_ipv6` besides TC's verdict counter) and the same exact
+//! model. An IPv6 packet: EtherType 0x86DD (XDP), GUE protocol 41 (TC).
+//!
 //! Environment:
 //!   NILB_FUZZ_PACKETS  packets per program (default 20000; sweeps included)
+//!   NILB_FUZZ_IPV6_PACKETS  IPv6 packets among them, at least (default half
+//!                      of NILB_FUZZ_PACKETS; IPv6 sweeps thinned to half of
+//!                      it when they are more); the filter test runs the
+//!                      rest (at least 20000)
 //!   NILB_FUZZ_THREADS  workers per program, each in its own netns (default 1)
 //!   NILB_FUZZ_SEED     base seed (default fixed, so plain `cargo test` is
 //!                      deterministic); printed with every failure
@@ -45,20 +57,24 @@
 //! tests, the constants and the byte helpers every file uses); `env.rs`
 //! builds a worker's namespace and data planes; `seeds.rs` (valid seeds and
 //! systematic sweeps) and `generate.rs` (random frames and mutations) make
-//! the packets; `model.rs` is the reference parser with the outcome it
-//! expects; `invariants.rs` checks one run against both.
+//! the packets, `seeds6.rs` and `generate6.rs` the IPv6 ones; `model.rs`
+//! is the reference parser with the outcome it expects, `model6.rs` its
+//! IPv6 part; `invariants.rs` checks one run against both.
 
 #[path = "../common/mod.rs"]
 mod common;
 mod env;
 mod filters;
 mod generate;
+mod generate6;
 mod invariants;
 mod model;
+mod model6;
 mod seeds;
+mod seeds6;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::Instant;
 
 use common::*;
@@ -68,6 +84,7 @@ use invariants::*;
 use model::*;
 use nilb::dataplane::abi::COUNTER_NAMES;
 use seeds::*;
+use seeds6::*;
 
 /// MTU of nt0 and nt2.
 pub const MTU: usize = 1500;
@@ -86,6 +103,13 @@ pub const OUTSIDER: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 99);
 pub const OTHER: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 50);
 pub const ROUTER: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 1);
 pub const MAC_R5: [u8; 6] = [0x02, 0, 0, 0, 0x01, 0x05];
+/// IPv6 VIPs (web6, dns6; empty6, wild6), a client, a router sending
+/// ICMPv6 errors, an address that is no VIP.
+pub const VIP6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0x100);
+pub const VIP6B: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0x101);
+pub const CLIENT6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 1);
+pub const ROUTER6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0xff, 0, 0, 0, 0, 1);
+pub const OTHER6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0x200);
 /// Sockets in every worker's namespace: an established TCP connection
 /// NODE:EST_PORT -> VIP:80 (listener on VIP:80), a wildcard listener on 8080,
 /// an unconnected UDP socket on VIP:53 and a UDP socket VIP:5353 connected to
@@ -143,6 +167,10 @@ pub enum Prog {
 #[derive(Default)]
 struct Tally {
     packets: u64,
+    /// IPv6 packets among them (`is_ipv6`).
+    ipv6: u64,
+    /// IPv6 seeds and sweeps run, and how many there are.
+    sweeps6: (u64, u64),
     verdicts: BTreeMap<u32, u64>,
     counters: BTreeMap<&'static str, u64>,
     /// Reference classes seen (coverage).
@@ -162,6 +190,9 @@ struct Tally {
 impl Tally {
     fn merge(&mut self, o: Tally) {
         self.packets += o.packets;
+        self.ipv6 += o.ipv6;
+        self.sweeps6.0 += o.sweeps6.0;
+        self.sweeps6.1 += o.sweeps6.1;
         for (k, v) in o.verdicts {
             *self.verdicts.entry(k).or_default() += v;
         }
@@ -275,9 +306,14 @@ fn check_xdp_first(
     if x.verdict != XDP_PASS {
         bad.push(format!("backend XDP verdict {} (not PASS)", x.verdict));
     }
+    // (Inner IPv6 too: TC counts tc_decap_ipv6 besides.)
     let tc_accepts = match deltas {
-        [("tc_decap_syn", 1)] => Some("xdp_decap_syn"),
-        [("tc_decap_established", 1)] => Some("xdp_decap_established"),
+        [("tc_decap_syn", 1)] | [("tc_decap_syn", 1), ("tc_decap_ipv6", 1)] => {
+            Some("xdp_decap_syn")
+        }
+        [("tc_decap_established", 1)] | [("tc_decap_established", 1), ("tc_decap_ipv6", 1)] => {
+            Some("xdp_decap_established")
+        }
         _ => None,
     };
     let gue_for_node = frame.len() >= 14 + 28
@@ -364,6 +400,7 @@ fn run_one(env: &Env, ctx: &Ctx, t: &mut Tally, index: u64, origin: &str, frame:
         }
         Err(e) => {
             t.packets += 1;
+            t.ipv6 += is_ipv6(ctx.prog, frame) as u64;
             t.violation(format!(
                 "{:?} seed {:#x} worker {} packet {index} ({origin}): test run failed: {e:#}\nframe ({} bytes):\n{}",
                 ctx.prog, ctx.seed, ctx.worker, frame.len(), short_hex(frame)
@@ -372,6 +409,7 @@ fn run_one(env: &Env, ctx: &Ctx, t: &mut Tally, index: u64, origin: &str, frame:
         }
     };
     t.packets += 1;
+    t.ipv6 += is_ipv6(ctx.prog, frame) as u64;
     *t.verdicts.entry(verdict).or_default() += 1;
     for (n, v) in &deltas {
         *t.counters.entry(n).or_default() += v;
@@ -457,6 +495,22 @@ fn run_one(env: &Env, ctx: &Ctx, t: &mut Tally, index: u64, origin: &str, frame:
     }
 }
 
+/// An IPv6 packet for `prog`: EtherType 0x86DD for XDP; for TC, IPv4/UDP
+/// whose GUE header says protocol 41.
+pub fn is_ipv6(prog: Prog, f: &[u8]) -> bool {
+    match prog {
+        Prog::Xdp => f.len() >= 14 && be16(f, 12) == 0x86dd,
+        Prog::Tc => {
+            let ihl = f.get(14).map(|b| (b & 15) as usize * 4).unwrap_or(0);
+            f.len() > 14 + ihl + 9
+                && ihl >= 20
+                && be16(f, 12) == 0x0800
+                && f[23] == IPPROTO_UDP
+                && f[14 + ihl + 9] == 41
+        }
+    }
+}
+
 /// Frames `BPF_PROG_TEST_RUN` of a TC program rejects with EINVAL.
 fn kernel_refuses_tc(f: &[u8]) -> bool {
     match be16(f, 12) {
@@ -532,7 +586,8 @@ fn env_u64(name: &str, default: u64) -> u64 {
     }
 }
 
-fn worker(prog: Prog, seed: u64, w: usize, share: u64) -> Tally {
+/// One worker: `share` packets, of them at least `share6` IPv6.
+fn worker(prog: Prog, seed: u64, w: usize, share: u64, share6: u64) -> Tally {
     let env = setup();
     let ctx = Ctx {
         prog,
@@ -546,6 +601,10 @@ fn worker(prog: Prog, seed: u64, w: usize, share: u64) -> Tally {
         Prog::Xdp => xdp_seeds(mac).into_iter().chain(tc_seeds(mac)).collect(),
         Prog::Tc => tc_seeds(mac),
     };
+    let seeds6: Vec<(String, Vec<u8>)> = match prog {
+        Prog::Xdp => xdp_seeds6(mac).into_iter().chain(tc_seeds6(mac)).collect(),
+        Prog::Tc => tc_seeds6(mac),
+    };
     let mut index = 0u64;
     if w == 0 {
         // Seeds as they are, then the sweeps.
@@ -557,16 +616,40 @@ fn worker(prog: Prog, seed: u64, w: usize, share: u64) -> Tally {
             run_one(&env, &ctx, &mut t, index, name, f);
             index += 1;
         }
+        // The IPv6 ones, every k-th when they are more than half of the
+        // IPv6 share (short runs).
+        let sweeps6 = match prog {
+            Prog::Xdp => xdp_sweeps6(mac, &seeds6),
+            Prog::Tc => tc_sweeps6(mac, &seeds6),
+        };
+        let all: Vec<&(String, Vec<u8>)> = seeds6.iter().chain(sweeps6.iter()).collect();
+        let k = (all.len() as u64).div_ceil((share6 / 2).max(1)).max(1) as usize;
+        t.sweeps6.1 = all.len() as u64;
+        for (name, f) in all.into_iter().step_by(k) {
+            run_one(&env, &ctx, &mut t, index, name, f);
+            t.sweeps6.0 += 1;
+            index += 1;
+        }
     }
     let salt = match prog {
         Prog::Xdp => 0x1111_0000,
         Prog::Tc => 0x2222_0000,
     };
     let mut g = Gen::new(seed ^ salt ^ (w as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
-    while index < share {
+    // IPv4 (and whatever the IPv4 generator makes) up to the share without
+    // the IPv6 one, then IPv6 until there are share6 IPv6 packets.
+    while index < share.saturating_sub(share6) {
         let (origin, f) = match prog {
             Prog::Xdp => g.xdp_frame(&seeds),
             Prog::Tc => g.tc_frame(&seeds),
+        };
+        run_one(&env, &ctx, &mut t, index, &origin, &f);
+        index += 1;
+    }
+    while t.ipv6 < share6 {
+        let (origin, f) = match prog {
+            Prog::Xdp => g.xdp_frame6(&seeds6),
+            Prog::Tc => g.tc_frame6(&seeds6),
         };
         run_one(&env, &ctx, &mut t, index, &origin, &f);
         index += 1;
@@ -591,6 +674,10 @@ fn fuzz(prog: Prog) {
         "xdp_drop_too_big",
         "xdp_icmp_too_big",
         "xdp_drop_too_big_limited",
+        "xdp_drop_ipv6_ext",
+        "xdp_icmp6_too_big",
+        "tc_decap_ipv6",
+        "tc_forward_ipv6",
         "tc_pass_other",
         "tc_decap_syn",
         "tc_decap_established",
@@ -631,18 +718,23 @@ fn fuzz(prog: Prog) {
     }
 
     let packets = env_u64("NILB_FUZZ_PACKETS", DEFAULT_PACKETS);
+    let packets6 = env_u64("NILB_FUZZ_IPV6_PACKETS", packets / 2);
     let threads = env_u64("NILB_FUZZ_THREADS", 1).max(1) as usize;
     let seed = env_u64("NILB_FUZZ_SEED", DEFAULT_SEED);
     let start = Instant::now();
     let per = packets / threads as u64;
+    let per6 = packets6 / threads as u64;
     let handles: Vec<_> = (0..threads)
         .map(|w| {
-            let share = if w == 0 {
-                packets - per * (threads as u64 - 1)
+            let (share, share6) = if w == 0 {
+                (
+                    packets - per * (threads as u64 - 1),
+                    packets6 - per6 * (threads as u64 - 1),
+                )
             } else {
-                per
+                (per, per6)
             };
-            std::thread::spawn(move || worker(prog, seed, w, share))
+            std::thread::spawn(move || worker(prog, seed, w, share, share6))
         })
         .collect();
     let mut total = Tally::default();
@@ -662,8 +754,11 @@ fn fuzz(prog: Prog) {
         .map(|(c, n)| format!("{c} {n}"))
         .collect();
     println!(
-        "\nfuzz {name}: {} packets, seed {seed:#x}, {threads} worker(s), {secs:.1} s ({:.1} us/packet/worker){}",
+        "\nfuzz {name}: {} packets, of them {} IPv6 (IPv6 seeds and sweeps: {} of {}), seed {seed:#x}, {threads} worker(s), {secs:.1} s ({:.1} us/packet/worker){}",
         total.packets,
+        total.ipv6,
+        total.sweeps6.0,
+        total.sweeps6.1,
         secs * 1e6 * threads as f64 / total.packets.max(1) as f64,
         if total.refused > 0 {
             format!(
@@ -731,7 +826,12 @@ fn fuzz_xdp_balancer() {
 #[test]
 fn fuzz_xdp_filters() {
     require_root!("BPF, network namespaces");
+    // Filters are IPv4's: the IPv4 share of NILB_FUZZ_PACKETS, at least the
+    // default (a fifth of the random frames are IPv6 nonetheless).
     let packets = env_u64("NILB_FUZZ_PACKETS", DEFAULT_PACKETS);
+    let packets = packets
+        .saturating_sub(env_u64("NILB_FUZZ_IPV6_PACKETS", packets / 2))
+        .max(DEFAULT_PACKETS);
     let seed = env_u64("NILB_FUZZ_SEED", DEFAULT_SEED);
     let start = Instant::now();
     let t = filters::fuzz_filters(seed, packets);
@@ -929,4 +1029,85 @@ fn checker_flags_tampered_results() {
     let small = big(0x4000, 1400);
     let bad = check(Prog::Xdp, w, &small, r.0, &r.1, &d).bad;
     assert!(bad.iter().any(|b| b.contains("fits")), "{bad:?}");
+
+    // IPv6: a SYN to [VIP6]:80 sent out; a flipped byte and a GUE
+    // protocol 4 instead of 41 are flagged.
+    let (syn6, v, out, d) = (42000..43000u16)
+        .find_map(|sport| {
+            let f = frame6(
+                mac,
+                &l3v6(CLIENT6, VIP6, IPPROTO_TCP, &[], &tcp(sport, 80, SYN, b"")),
+            );
+            let (r, d) = env.a.counted(|| env.a.dp.run_xdp(&f, env.ifindex).unwrap());
+            (r.0 == XDP_TX).then_some((f, r.0, r.1, d))
+        })
+        .expect("an IPv6 flow to a neighbour");
+    assert!(check(Prog::Xdp, w, &syn6, v, &out, &d).bad.is_empty());
+    let mut flipped = out.clone();
+    flipped[out.len() - 1] ^= 1;
+    assert!(!check(Prog::Xdp, w, &syn6, v, &flipped, &d).bad.is_empty());
+    let mut proto4 = out.clone();
+    proto4[14 + 29] = 4;
+    let bad = check(Prog::Xdp, w, &syn6, v, &proto4, &d).bad;
+    assert!(bad.iter().any(|b| b.contains("GUE proto")), "{bad:?}");
+    // ICMPv6 Packet Too Big: the real reply passes; a broken checksum, and
+    // the same reply to a multicast source, are flagged.
+    let big6 = |src: Ipv6Addr| {
+        frame6(
+            mac,
+            &l3v6(
+                src,
+                VIP6,
+                IPPROTO_TCP,
+                &[],
+                &tcp(50001, 80, ACK, &[0x55; 1420]),
+            ),
+        )
+    };
+    let ptb = big6(CLIENT6);
+    let (r, d) = env
+        .a
+        .counted(|| env.a.dp.run_xdp(&ptb, env.ifindex).unwrap());
+    assert_eq!((r.0, &d[..]), (XDP_TX, &[("xdp_icmp6_too_big", 1)][..]));
+    assert!(check(Prog::Xdp, w, &ptb, r.0, &r.1, &d).bad.is_empty());
+    let mut sum = r.1.clone();
+    sum[14 + 40 + 2] ^= 1;
+    let bad = check(Prog::Xdp, w, &ptb, r.0, &sum, &d).bad;
+    assert!(
+        bad.iter().any(|b| b.contains("bad ICMPv6 reply")),
+        "{bad:?}"
+    );
+    let mcast = big6("ff02::1".parse().unwrap());
+    let bad = check(Prog::Xdp, w, &mcast, r.0, &r.1, &d).bad;
+    assert!(bad.iter().any(|b| b.contains("multicast")), "{bad:?}");
+
+    // TC, GUE protocol 41: a SYN decapsulated with tc_decap_ipv6 passes;
+    // without it, with the EtherType left IPv4, or tc_decap_ipv6 on an
+    // IPv4 decapsulation, flagged.
+    let g6 = gue6(
+        mac,
+        B12,
+        0,
+        &[B13],
+        &l3v6(CLIENT6, VIP6, IPPROTO_TCP, &[], &tcp(40000, 80, SYN, b"")),
+    );
+    let (r, d) = env.a.counted(|| env.a.dp.run_tc(&g6, env.ifindex).unwrap());
+    assert_eq!(r.0, TC_ACT_OK);
+    assert!(check(Prog::Tc, w, &g6, r.0, &r.1, &d).bad.is_empty());
+    assert!(!check(Prog::Tc, w, &g6, r.0, &r.1, &[("tc_decap_syn", 1)])
+        .bad
+        .is_empty());
+    let mut v4type = r.1.clone();
+    v4type[12..14].copy_from_slice(&[8, 0]);
+    assert!(!check(Prog::Tc, w, &g6, r.0, &v4type, &d).bad.is_empty());
+    let bad = check(
+        Prog::Tc,
+        w,
+        &syn_gue,
+        TC_ACT_OK,
+        &decapsulated(&syn_gue, 40),
+        &[("tc_decap_syn", 1), ("tc_decap_ipv6", 1)],
+    )
+    .bad;
+    assert!(bad.iter().any(|b| b.contains("one verdict")), "{bad:?}");
 }

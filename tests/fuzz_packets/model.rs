@@ -3,7 +3,7 @@
 //! output bytes, statistics) it predicts; plus the tolerated deviations.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use nilb::config::UnknownFlow;
 
@@ -24,8 +24,10 @@ pub struct World {
     /// Interface indexes of nt0 (where frames come in) and nt2.
     pub nt0_ifindex: u32,
     pub nt2_ifindex: u32,
-    pub services: HashMap<(Ipv4Addr, u16, u8), Svc>,
+    /// IPv4 and IPv6 services by (VIP, port, protocol).
+    pub services: HashMap<(IpAddr, u16, u8), Svc>,
     pub vips: HashSet<Ipv4Addr>,
+    pub vips6: HashSet<Ipv6Addr>,
     pub cluster: HashSet<Ipv4Addr>,
     pub unknown_flow: UnknownFlow,
 }
@@ -47,12 +49,8 @@ impl World {
     ) -> World {
         let mut services = HashMap::new();
         for (k, t) in l.dp.live_tables().expect("live tables") {
-            // The model covers IPv4 (IPv6: tests/ipv6_fixtures.rs).
-            let std::net::IpAddr::V4(vip) = k.vip else {
-                continue;
-            };
             services.insert(
-                (vip, k.port, k.protocol.number()),
+                (k.vip, k.port, k.protocol.number()),
                 Svc {
                     index: t.service_index,
                     buckets: t.chains.clone(),
@@ -71,8 +69,16 @@ impl World {
                 .vips()
                 .into_iter()
                 .filter_map(|v| match v {
-                    std::net::IpAddr::V4(v) => Some(v),
-                    std::net::IpAddr::V6(_) => None,
+                    IpAddr::V4(v) => Some(v),
+                    IpAddr::V6(_) => None,
+                })
+                .collect(),
+            vips6: cfg
+                .vips()
+                .into_iter()
+                .filter_map(|v| match v {
+                    IpAddr::V4(_) => None,
+                    IpAddr::V6(v) => Some(v),
                 })
                 .collect(),
             cluster: cfg.cluster_addresses().into_iter().collect(),
@@ -82,6 +88,10 @@ impl World {
 
     pub fn is_vip(&self, a: Ipv4Addr) -> bool {
         self.vips.contains(&a)
+    }
+
+    pub fn is_vip6(&self, a: Ipv6Addr) -> bool {
+        self.vips6.contains(&a)
     }
 
     /// The netns of `Env`: 10.0.0.0/24 on nt0 with neighbours .12 and .13,
@@ -161,8 +171,10 @@ pub fn outcome(verdict: u32, counters: &[&'static str], out: Out) -> Outcome {
 /// A flow the balancer must encapsulate.
 #[derive(Clone, Debug)]
 pub struct Flow {
-    pub key: (Ipv4Addr, u16, u8),
-    pub tuple: (Ipv4Addr, Ipv4Addr, u16, u16, u8),
+    /// (VIP, port, protocol) of the service.
+    pub key: (IpAddr, u16, u8),
+    /// (client, VIP, client port, service port, protocol).
+    pub tuple: (IpAddr, IpAddr, u16, u16, u8),
     pub tot: usize,
     pub syn: bool,
     pub icmp: bool,
@@ -179,6 +191,8 @@ pub enum XdpClass {
     Fragment {
         vip: bool,
     },
+    /// IPv6 to a VIP with more than NILB_IPV6_MAX_EXT extension headers.
+    TooManyExt,
     NotService(&'static str),
     /// ICMP to a VIP whose headers or quote are broken, or whose quote is
     /// not from that VIP.
@@ -200,11 +214,13 @@ impl XdpClass {
             XdpClass::Fragment { vip } => {
                 format!("fragment{}", if *vip { " to VIP" } else { "" })
             }
+            XdpClass::TooManyExt => "IPv6: too many extension headers".into(),
             XdpClass::NotService(why) => format!("not a service ({why})"),
             XdpClass::IcmpMalformed(why) => format!("ICMP malformed ({why})"),
             XdpClass::GueForNode => "GUE for this node".into(),
             XdpClass::Balance(f) => format!(
-                "balance {}:{}/{}{}",
+                "balance {}{}:{}/{}{}",
+                if f.key.0.is_ipv6() { "IPv6 " } else { "" },
                 f.key.0,
                 f.key.1,
                 f.key.2,
@@ -216,11 +232,8 @@ impl XdpClass {
 
 /// The reference parser for frames reaching the balancer.
 pub fn parse_xdp(w: &World, f: &[u8]) -> XdpClass {
-    // IPv6 (docs/design.md "IPv6"): this world has no IPv6 service, so a
-    // frame with a whole IPv6 header passes as no service's; a shorter one
-    // is no IP packet. (The IPv6 rules: tests/ipv6_fixtures.rs.)
-    if f.len() >= 14 + 40 && be16(f, 12) == 0x86dd {
-        return XdpClass::NotService("IPv6, no IPv6 service in this world");
+    if f.len() >= 14 && be16(f, 12) == 0x86dd {
+        return super::model6::parse_xdp6(w, f);
     }
     if f.len() < 14 || be16(f, 12) != 0x0800 || f.len() < 34 {
         return XdpClass::NonIp;
@@ -266,7 +279,7 @@ pub fn parse_xdp(w: &World, f: &[u8]) -> XdpClass {
             if proto == IPPROTO_UDP && daddr == NODE && dport == GUE_PORT {
                 return XdpClass::GueForNode;
             }
-            let key = (daddr, dport, proto);
+            let key = (daddr.into(), dport, proto);
             if !w.services.contains_key(&key) {
                 return XdpClass::NotService("no such (VIP, port, protocol)");
             }
@@ -277,7 +290,7 @@ pub fn parse_xdp(w: &World, f: &[u8]) -> XdpClass {
             let syn = proto == IPPROTO_TCP && l4[13] & SYN != 0 && l4[13] & ACK == 0;
             XdpClass::Balance(Flow {
                 key,
-                tuple: (saddr, daddr, sport, dport, proto),
+                tuple: (saddr.into(), daddr.into(), sport, dport, proto),
                 tot,
                 syn,
                 icmp: false,
@@ -293,13 +306,13 @@ pub fn parse_xdp(w: &World, f: &[u8]) -> XdpClass {
                 IcmpQuote::NoFlow(why) => return XdpClass::NotService(why),
                 IcmpQuote::Malformed(why) => return XdpClass::IcmpMalformed(why),
             };
-            let key = (esaddr, esport, eproto);
+            let key = (esaddr.into(), esport, eproto);
             if !w.services.contains_key(&key) {
                 return XdpClass::NotService("embedded flow of no service");
             }
             XdpClass::Balance(Flow {
                 key,
-                tuple: (edaddr, esaddr, edport, esport, eproto),
+                tuple: (edaddr.into(), esaddr.into(), edport, esport, eproto),
                 tot,
                 syn: false,
                 icmp: true,
@@ -380,23 +393,39 @@ pub fn listed_hops(first: Ipv4Addr, previous: &[Ipv4Addr], proto: u8) -> Vec<Ipv
     hops
 }
 
-/// Ethernet + outer IPv4 + UDP + GUE listing `hops` + `inner`, as the README
-/// specifies.
+/// Ethernet + outer IPv4 + UDP + GUE (inner protocol `proto`: 4 or 41)
+/// listing `hops` + `inner`, as the README specifies.
 pub fn encapsulation(
     dmac: &[u8],
     smac: &[u8],
     first: Ipv4Addr,
     hops: &[Ipv4Addr],
     hash: u32,
+    proto: u8,
     inner: &[u8],
 ) -> Vec<u8> {
-    encapsulated(
+    let mut gi = gue_header(proto, 0, hops);
+    gi.extend_from_slice(inner);
+    let mut f = eth(
         dmac[..6].try_into().unwrap(),
         smac[..6].try_into().unwrap(),
-        first,
-        hops,
-        gue_sport(hash),
-        inner,
+        0x0800,
+    );
+    f.extend_from_slice(&gue_outer(NODE, first, gue_sport(hash), GUE_PORT, &gi));
+    f
+}
+
+/// The flow hash (src/hash.rs, either family) with `HASH_SEED`.
+pub fn hash_ip(t: (IpAddr, IpAddr, u16, u16, u8)) -> u32 {
+    nilb::hash::flow_hash(
+        &nilb::hash::FlowTuple {
+            saddr: t.0,
+            daddr: t.1,
+            sport: t.2,
+            dport: t.3,
+            proto: t.4,
+        },
+        HASH_SEED,
     )
 }
 
@@ -407,13 +436,16 @@ pub fn expect_xdp(w: &World, f: &[u8], class: &XdpClass) -> Outcome {
             outcome(XDP_DROP, &["xdp_drop_malformed"], Out::Any)
         }
         XdpClass::Fragment { vip: true } => outcome(XDP_DROP, &["xdp_drop_fragment"], Out::Any),
+        XdpClass::TooManyExt => outcome(XDP_DROP, &["xdp_drop_ipv6_ext"], Out::Any),
         XdpClass::Malformed { vip: false, .. }
         | XdpClass::Fragment { vip: false }
         | XdpClass::NotService(_) => outcome(XDP_PASS, &["xdp_pass_not_service"], Out::Unchanged),
         XdpClass::GueForNode => expect_xdp_receive(w, f),
         XdpClass::Balance(flow) => {
             let svc = &w.services[&flow.key];
-            let hash = hash_of(flow.tuple);
+            let v6 = flow.key.0.is_ipv6();
+            let gue_proto = if v6 { 41 } else { 4 };
+            let hash = hash_ip(flow.tuple);
             let (first, previous) = &svc.buckets[(hash as usize) & (svc.buckets.len() - 1)];
             let first = *first;
             let Some(first) = first else {
@@ -432,6 +464,17 @@ pub fn expect_xdp(w: &World, f: &[u8], class: &XdpClass) -> Outcome {
             let too_big = flow.tot + overhead > MTU;
             let refused = || {
                 let ip = &f[14..];
+                if v6 {
+                    // IPv6: always answered (no DF), but not about an
+                    // ICMPv6 error nor to a multicast or unspecified source.
+                    let src = super::model6::addr6(ip, 8);
+                    if !flow.icmp && ip[8] != 0xff && !src.is_unspecified() {
+                        let mtu = (MTU - overhead).max(1280) as u32;
+                        let reply = super::model6::icmp6_too_big_reply(f, mtu);
+                        return (XDP_TX, "xdp_icmp6_too_big", Out::Exact(reply));
+                    }
+                    return (XDP_DROP, "xdp_drop_too_big", Out::Any);
+                }
                 let src = ip[12];
                 if !flow.icmp && be16(ip, 6) & 0x4000 != 0 && src != 0 && src != 127 && src < 224 {
                     let reply = icmp_frag_needed_reply(f, (MTU - overhead) as u16);
@@ -441,9 +484,15 @@ pub fn expect_xdp(w: &World, f: &[u8], class: &XdpClass) -> Outcome {
                 }
             };
             let (s, d, sp, dp, proto) = flow.tuple;
-            let accepted_here = proto == IPPROTO_TCP
-                && !flow.icmp
-                && (flow.syn || tcp_lookup(s, d, sp, dp) == Sock::Established);
+            // (IPv6 is TC's: never passed without GUE.)
+            let accepted_here = match (s, d) {
+                (IpAddr::V4(s), IpAddr::V4(d)) => {
+                    proto == IPPROTO_TCP
+                        && !flow.icmp
+                        && (flow.syn || tcp_lookup(s, d, sp, dp) == Sock::Established)
+                }
+                _ => false,
+            };
             if first == NODE && accepted_here {
                 // TC would only take the GUE off again: no GUE at all (the
                 // Ethernet padding trimmed, as for the encapsulation).
@@ -463,22 +512,33 @@ pub fn expect_xdp(w: &World, f: &[u8], class: &XdpClass) -> Outcome {
                 if !hops.is_empty() && too_big {
                     refused()
                 } else {
-                    let e = encapsulation(&f[0..6], &f[6..12], first, &hops, hash, inner);
+                    let e =
+                        encapsulation(&f[0..6], &f[6..12], first, &hops, hash, gue_proto, inner);
                     (XDP_PASS, "xdp_encap_local", Out::Exact(marked(&e)))
                 }
             } else {
                 match w.route(first) {
                     _ if too_big && !matches!(w.route(first), Route::Unroutable) => refused(),
                     Route::Tx(mac) => {
-                        let e = encapsulation(&mac, &w.nt0_mac, first, &hops, hash, inner);
+                        let e =
+                            encapsulation(&mac, &w.nt0_mac, first, &hops, hash, gue_proto, inner);
                         (XDP_TX, "xdp_encap_tx", Out::Exact(e))
                     }
                     Route::Redirect(mac) => {
-                        let e = encapsulation(&mac, &w.nt2_mac, first, &hops, hash, inner);
+                        let e =
+                            encapsulation(&mac, &w.nt2_mac, first, &hops, hash, gue_proto, inner);
                         (XDP_REDIRECT, "xdp_encap_redirect", Out::Exact(e))
                     }
                     Route::NoNeigh(ifindex) => {
-                        let e = encapsulation(&f[0..6], &f[6..12], first, &hops, hash, inner);
+                        let e = encapsulation(
+                            &f[0..6],
+                            &f[6..12],
+                            first,
+                            &hops,
+                            hash,
+                            gue_proto,
+                            inner,
+                        );
                         (
                             XDP_PASS,
                             "xdp_encap_slow_path",
@@ -515,12 +575,14 @@ pub fn expect_xdp(w: &World, f: &[u8], class: &XdpClass) -> Outcome {
 
 /// GUE for this node reaching XDP (either program): decapsulated exactly
 /// as TC would if TC's outcome is a SYN's or an established flow's
-/// decapsulation, else passed to TC untouched.
+/// decapsulation (inner IPv4 or IPv6), else passed to TC untouched.
 pub fn expect_xdp_receive(w: &World, f: &[u8]) -> Outcome {
     let tc = expect_tc(w, f, &parse_tc(w, f));
     let counter = match tc.counters[..] {
-        ["tc_decap_syn"] => "xdp_decap_syn",
-        ["tc_decap_established"] => "xdp_decap_established",
+        ["tc_decap_syn"] | ["tc_decap_syn", "tc_decap_ipv6"] => "xdp_decap_syn",
+        ["tc_decap_established"] | ["tc_decap_established", "tc_decap_ipv6"] => {
+            "xdp_decap_established"
+        }
         _ => return outcome(XDP_PASS, &["xdp_gue_to_tc"], Out::Unchanged),
     };
     Outcome {
@@ -557,6 +619,8 @@ pub struct Gue {
     pub local: Local,
     /// The inner packet's protocol.
     pub proto: u8,
+    /// The inner packet is IPv6 (GUE protocol 41).
+    pub v6: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -582,7 +646,8 @@ impl TcClass {
             TcClass::Unsupported(why) => format!("unsupported ({why})"),
             TcClass::InnerNotVip => "inner not VIP".into(),
             TcClass::Valid(g) => format!(
-                "valid {:?}, {}",
+                "valid {}{:?}, {}",
+                if g.v6 { "IPv6 " } else { "" },
                 g.local,
                 if g.next < g.n {
                     "hop left"
@@ -702,24 +767,7 @@ pub fn parse_tc(w: &World, f: &[u8]) -> TcClass {
         return Malformed("next hop index > N");
     }
     if g[1] == 41 {
-        // IPv6 inside (docs/design.md "IPv6"): checked like IPv4; this
-        // world has no IPv6 VIP, so a well-formed inner packet is not a
-        // VIP's.
-        let gue_len = 8 + 4 * n;
-        if udp_len < 8 + gue_len + 40 {
-            return Malformed("inner IPv6 header beyond the UDP length");
-        }
-        let inner = &g[gue_len..udp_len - 8];
-        if inner[0] >> 4 != 6 {
-            return Malformed("inner IPv6 version");
-        }
-        if 40 + be16(inner, 4) as usize != inner.len() {
-            return Malformed("inner IPv6 length != UDP length - GUE");
-        }
-        if !ipv6_walk_ends_at_l4(inner) {
-            return Malformed("inner IPv6 extension headers");
-        }
-        return InnerNotVip;
+        return super::model6::parse_tc6(w, g, udp_len, n, next);
     }
     if g[1] != 4 {
         return Malformed("inner protocol not 4");
@@ -754,7 +802,9 @@ pub fn parse_tc(w: &World, f: &[u8]) -> TcClass {
     let proto = inner[9];
     let l4 = &inner[iihl..itot];
     let mut stats = if (proto == IPPROTO_TCP || proto == IPPROTO_UDP) && l4.len() >= 4 {
-        w.services.get(&(id, be16(l4, 2), proto)).map(|s| s.index)
+        w.services
+            .get(&(id.into(), be16(l4, 2), proto))
+            .map(|s| s.index)
     } else {
         None
     };
@@ -797,13 +847,14 @@ pub fn parse_tc(w: &World, f: &[u8]) -> TcClass {
                         stats: None,
                         local: Local::Ping,
                         proto,
+                        v6: false,
                     })
                 }
                 IcmpQuote::NoFlow(why) => return Unsupported(why),
                 IcmpQuote::Malformed(why) => return Malformed(why),
             };
             // Counted for the quoted flow's service.
-            stats = w.services.get(&(es, esp, eproto)).map(|s| s.index);
+            stats = w.services.get(&(es.into(), esp, eproto)).map(|s| s.index);
             if eproto == IPPROTO_TCP {
                 if tcp_lookup(ed, es, edp, esp) == Sock::Established {
                     Local::IcmpKnown
@@ -828,11 +879,18 @@ pub fn parse_tc(w: &World, f: &[u8]) -> TcClass {
         stats,
         local,
         proto,
+        v6: false,
     })
 }
 
+/// A GUE frame without its outer headers (`hdr_len` bytes after
+/// Ethernet); a frame whose GUE header (after 20 bytes of outer IPv4 and
+/// the UDP header) says protocol 41 becomes IPv6 (Ethernet type 0x86DD).
 pub fn decapsulated(f: &[u8], hdr_len: usize) -> Vec<u8> {
     let mut v = f[..14].to_vec();
+    if f.get(14 + 28 + 1) == Some(&41) {
+        v[12..14].copy_from_slice(&0x86ddu16.to_be_bytes());
+    }
     v.extend_from_slice(&f[14 + hdr_len..]);
     v
 }
@@ -847,9 +905,14 @@ pub fn expect_tc(w: &World, f: &[u8], class: &TcClass) -> Outcome {
         TcClass::Unsupported(_) => shot("tc_drop_unsupported"),
         TcClass::InnerNotVip => shot("tc_drop_inner_not_vip"),
         TcClass::Valid(g) => {
+            // Inner IPv6: counted once more as such.
             let decap = |c: &'static str| Outcome {
                 verdict: TC_ACT_OK,
-                counters: vec![c],
+                counters: if g.v6 {
+                    vec![c, "tc_decap_ipv6"]
+                } else {
+                    vec![c]
+                },
                 out: Out::Exact(decapsulated(f, g.hdr_len)),
                 stat: Stat::TcDecap(g.stats),
             };
@@ -882,7 +945,11 @@ pub fn expect_tc(w: &World, f: &[u8], class: &TcClass) -> Outcome {
                 }
                 return Outcome {
                     verdict: TC_ACT_REDIRECT,
-                    counters: vec!["tc_forward"],
+                    counters: if g.v6 {
+                        vec!["tc_forward", "tc_forward_ipv6"]
+                    } else {
+                        vec!["tc_forward"]
+                    },
                     out: Out::Rewritten(v, had_valid_csum),
                     stat: Stat::TcForward(g.stats),
                 };
@@ -897,7 +964,12 @@ pub fn expect_tc(w: &World, f: &[u8], class: &TcClass) -> Outcome {
                 return decap("tc_decap_unknown_local");
             }
             if w.unknown_flow == UnknownFlow::Rst && g.proto == IPPROTO_TCP {
-                if let Some(reply) = rst_reply(f, g.hdr_len) {
+                let reply = if g.v6 {
+                    rst_reply6(f, g.hdr_len)
+                } else {
+                    rst_reply(f, g.hdr_len)
+                };
+                if let Some(reply) = reply {
                     return Outcome {
                         verdict: TC_ACT_REDIRECT,
                         counters: vec!["tc_rst_sent"],
@@ -961,20 +1033,64 @@ pub fn rst_reply(f: &[u8], hdr_len: usize) -> Option<Vec<u8>> {
     Some(out)
 }
 
+/// The RST `unknown_flow: rst` sends for the inner IPv6 TCP segment of GUE
+/// frame `f` (outer headers `hdr_len` bytes): the frame's Ethernet header
+/// with type 0x86DD, IPv6 VIP -> client (class and label 0, hop limit 64),
+/// TCP without options, window 0, the checksum over the IPv6 pseudo-header;
+/// RFC 793's numbers as for IPv4. None for a RST (not answered).
+pub fn rst_reply6(f: &[u8], hdr_len: usize) -> Option<Vec<u8>> {
+    let inner = &f[14 + hdr_len..];
+    let plen = be16(inner, 4) as usize;
+    let super::model6::Walk::L4(off, IPPROTO_TCP) = super::model6::walk6(inner, plen) else {
+        return None;
+    };
+    let t = &inner[off..40 + plen];
+    let flags = t[13];
+    if flags & RST != 0 {
+        return None;
+    }
+    let (seq, ack, out_flags) = if flags & ACK != 0 {
+        (u32::from_be_bytes([t[8], t[9], t[10], t[11]]), 0u32, RST)
+    } else {
+        let data = t.len().saturating_sub((t[12] >> 4) as usize * 4) as u32;
+        let seq = u32::from_be_bytes([t[4], t[5], t[6], t[7]]);
+        let len = data + (flags & SYN != 0) as u32 + (flags & FIN != 0) as u32;
+        (0, seq.wrapping_add(len), RST | ACK)
+    };
+    let (client, vip) = (&inner[8..24], &inner[24..40]);
+    let mut tcp_h = Vec::with_capacity(20);
+    tcp_h.extend_from_slice(&t[2..4]);
+    tcp_h.extend_from_slice(&t[0..2]);
+    tcp_h.extend_from_slice(&seq.to_be_bytes());
+    tcp_h.extend_from_slice(&ack.to_be_bytes());
+    tcp_h.extend_from_slice(&[0x50, out_flags, 0, 0, 0, 0, 0, 0]);
+    let mut pseudo = vip.to_vec();
+    pseudo.extend_from_slice(client);
+    pseudo.extend_from_slice(&[0, 0, 0, 20, 0, 0, 0, IPPROTO_TCP]);
+    pseudo.extend_from_slice(&tcp_h);
+    let c = csum(&pseudo);
+    put16(&mut tcp_h, 16, c);
+    let mut out = f[..12].to_vec();
+    out.extend_from_slice(&[0x86, 0xdd, 0x60, 0, 0, 0, 0, 20, IPPROTO_TCP, 64]);
+    out.extend_from_slice(vip);
+    out.extend_from_slice(client);
+    out.extend_from_slice(&tcp_h);
+    Some(out)
+}
+
 // ---- tolerated deviations ---------------------------------------------------------------------
 
 /// Where nilb may differ from the reference without forwarding anything it
 /// should not, the outcome it produces instead and a name for the deviation
 /// (reported as an observation with an example, not as a violation): a RST
-/// over the rate limit (the outcome depends on time). (A GUE header past the
-/// UDP length with protocol 41 used to be counted unsupported; the IPv6
-/// checks now call it malformed, as the reference does. ICMP quotes are
-/// read within the ICMP message's length only, in both programs: no
-/// deviation.) `_frame`: the frame, for rules that need its bytes.
+/// over the rate limit (the outcome depends on time). (ICMP quotes are read
+/// within the ICMP message's length only, in both programs: no deviation. A
+/// GUE header past the UDP length, in the Ethernet padding, is malformed
+/// whatever its protocol: no deviation either.)
 pub fn tolerated(
     prog: Prog,
     w: &World,
-    _frame: &[u8],
+    _f: &[u8],
     class_label: &str,
 ) -> Option<(Outcome, &'static str)> {
     match prog {
@@ -991,26 +1107,6 @@ pub fn tolerated(
         }
         _ => None,
     }
-}
-
-/// Whether the extension headers of the IPv6 packet `p` (exactly its 40 +
-/// payload length bytes) lead to an L4 header: at most 4 hop-by-hop (0),
-/// routing (43) or destination options (60) headers, each within the
-/// payload, hop-by-hop only first, a routing header only with 0 segments
-/// left, and no fragment header (44).
-fn ipv6_walk_ends_at_l4(p: &[u8]) -> bool {
-    let (mut nh, mut off) = (p[6], 40usize);
-    for i in 0..4 {
-        if !matches!(nh, 0 | 43 | 60) {
-            break;
-        }
-        if (nh == 0 && i > 0) || off + 8 > p.len() || (nh == 43 && p[off + 3] != 0) {
-            return false;
-        }
-        nh = p[off];
-        off += (p[off + 1] as usize + 1) * 8;
-    }
-    !matches!(nh, 0 | 43 | 60 | 44) && off <= p.len()
 }
 
 /// Whether TC may send a second-chance packet on to `hop`: a unicast
