@@ -7,22 +7,23 @@ use std::collections::{HashMap, HashSet};
 use std::net::Ipv4Addr;
 
 use super::model::{
-    assigned_server_id, Backend, Checker, Cluster, Config, DynamicWeight, Filters, HealthCheck,
-    ListFile, LoadSource, NatSettings, PrefixRule, QuicLb, QuicServerId, Rate, RateRule, Rebalance,
-    Routing, Scheme, Service, ServiceFilters, TlsOptions,
+    assigned_server_id, Backend, Checker, Cluster, Config, DynamicWeight, Etcd, Filters,
+    HealthCheck, ListFile, LoadSource, NatSettings, PrefixRule, QuicLb, QuicServerId, Rate,
+    RateRule, Rebalance, Routing, Scheme, Service, ServiceFilters, TlsOptions,
 };
 use super::raw::{
-    RawBackend, RawCluster, RawConfig, RawDefaults, RawDynamicWeight, RawFilters, RawHealthCheck,
-    RawHttp, RawNat, RawNone, RawPrefixRule, RawQuicLb, RawRateRule, RawRebalance, RawRouting,
-    RawServerId, RawService, RawServiceFilters, RawTcp, RawTiming,
+    RawBackend, RawCluster, RawConfig, RawDefaults, RawDynamicWeight, RawEtcd, RawFilters,
+    RawHealthCheck, RawHttp, RawNat, RawNone, RawPrefixRule, RawQuicLb, RawRateRule, RawRebalance,
+    RawRouting, RawServerId, RawService, RawServiceFilters, RawTcp, RawTiming,
 };
 use super::{
-    Position, Problem, DEFAULT_BIRDC, DEFAULT_BIRD_SOCKET, DEFAULT_DRAIN_FILE, DEFAULT_GUE_PORT,
-    DEFAULT_ICMP_TOO_BIG_RATE, DEFAULT_INTERVAL_MS, DEFAULT_PANIC_THRESHOLD_PERCENT,
-    DEFAULT_RATE_LIMIT_SOURCES, DEFAULT_RISE_FALL, DEFAULT_ROUTES_FILE, DEFAULT_TABLE_SIZE,
-    DEFAULT_TIMEOUT_MS, DEFAULT_WEIGHT, DEFAULT_WITHDRAW_GRACE_MS, MAX_RATE_LIMIT_SOURCES,
-    MAX_RATE_PER_SECOND, MAX_RULE_NAME, MAX_TOTAL_BUCKETS, MAX_WITHDRAW_GRACE_MS,
-    MIN_BUCKETS_PER_BACKEND, MIN_INTERVAL_MS, MIN_RATE_LIMIT_SOURCES, MIN_TABLE_SIZE,
+    Position, Problem, DEFAULT_BIRDC, DEFAULT_BIRD_SOCKET, DEFAULT_DRAIN_FILE,
+    DEFAULT_ETCD_LEASE_TTL_MS, DEFAULT_ETCD_PREFIX, DEFAULT_GUE_PORT, DEFAULT_ICMP_TOO_BIG_RATE,
+    DEFAULT_INTERVAL_MS, DEFAULT_PANIC_THRESHOLD_PERCENT, DEFAULT_RATE_LIMIT_SOURCES,
+    DEFAULT_RISE_FALL, DEFAULT_ROUTES_FILE, DEFAULT_TABLE_SIZE, DEFAULT_TIMEOUT_MS, DEFAULT_WEIGHT,
+    DEFAULT_WITHDRAW_GRACE_MS, MAX_RATE_LIMIT_SOURCES, MAX_RATE_PER_SECOND, MAX_RULE_NAME,
+    MAX_TOTAL_BUCKETS, MAX_WITHDRAW_GRACE_MS, MIN_BUCKETS_PER_BACKEND, MIN_INTERVAL_MS,
+    MIN_RATE_LIMIT_SOURCES, MIN_TABLE_SIZE,
 };
 use crate::limits;
 use crate::prefix::SourcePrefix;
@@ -954,6 +955,7 @@ impl Validator {
             None => DEFAULT_ICMP_TOO_BIG_RATE,
         };
         let nat = self.nat(raw.nat.as_ref());
+        let etcd = raw.etcd.as_ref().map(|e| self.etcd(e));
         Cluster {
             hash_seed: raw.hash_seed,
             balancers,
@@ -961,6 +963,58 @@ impl Validator {
             unknown_flow: raw.unknown_flow,
             icmp_too_big_rate,
             nat,
+            etcd,
+        }
+    }
+
+    /// `cluster.etcd`: at least one `http://ADDRESS:PORT` endpoint, a key
+    /// prefix starting with `/`, a lease between 2 s and 60 s.
+    fn etcd(&mut self, raw: &RawEtcd) -> Etcd {
+        if raw.endpoints.is_empty() {
+            self.report(
+                "cluster.etcd.endpoints",
+                "at least one endpoint (http://ADDRESS:PORT) is required",
+            );
+        }
+        let mut endpoints = Vec::new();
+        for (i, e) in raw.endpoints.iter().enumerate() {
+            let path = format!("cluster.etcd.endpoints[{i}]");
+            match etcd_endpoint(e) {
+                Ok(u) => endpoints.push(u),
+                Err(why) => self.report(&path, format!("`{e}`: {why}")),
+            }
+        }
+        let prefix = raw
+            .prefix
+            .clone()
+            .unwrap_or_else(|| DEFAULT_ETCD_PREFIX.to_string());
+        if !prefix.starts_with('/')
+            || prefix.len() < 2
+            || prefix.ends_with('/')
+            || prefix.chars().any(|c| c.is_whitespace() || c.is_control())
+        {
+            self.report(
+                "cluster.etcd.prefix",
+                format!("`{prefix}` is not a key prefix like /nilb/site1 (starts with /, no trailing /, no spaces)"),
+            );
+        }
+        let lease_ttl_ms = match raw.lease_ttl_ms {
+            Some(t) if !(2_000..=60_000).contains(&t) => {
+                self.report(
+                    "cluster.etcd.lease_ttl_ms",
+                    format!(
+                        "{t} ms is outside 2000-60000 (etcd leases are whole seconds, at least 2)"
+                    ),
+                );
+                DEFAULT_ETCD_LEASE_TTL_MS
+            }
+            Some(t) => t,
+            None => DEFAULT_ETCD_LEASE_TTL_MS,
+        };
+        Etcd {
+            endpoints,
+            prefix,
+            lease_ttl_ms,
         }
     }
 
@@ -1631,5 +1685,24 @@ impl Validator {
                 ),
             );
         }
+    }
+}
+
+/// An etcd endpoint as nilb uses it: `http://ADDRESS:PORT` with an IPv4
+/// literal (nilb resolves no host names; TLS to etcd is not supported), no
+/// path. Returns the URL without a trailing slash.
+pub(crate) fn etcd_endpoint(e: &str) -> Result<String, String> {
+    let rest = e
+        .strip_prefix("http://")
+        .ok_or("not an http:// URL (nilb talks to etcd's client port over plain HTTP)")?;
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
+    let (host, port) = rest
+        .rsplit_once(':')
+        .ok_or("no port (http://ADDRESS:PORT, e.g. http://10.0.0.5:2379)")?;
+    host.parse::<Ipv4Addr>()
+        .map_err(|_| format!("`{host}` is not an IPv4 address (nilb resolves no host names)"))?;
+    match port.parse::<u16>() {
+        Ok(p) if p > 0 => Ok(format!("http://{host}:{p}")),
+        _ => Err(format!("`{port}` is not a port")),
     }
 }
