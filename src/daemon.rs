@@ -680,6 +680,9 @@ struct ClusterHook {
     updates: u64,
     /// Leader: a publication asked for and not yet acknowledged, since.
     publishing_since: Option<Instant>,
+    /// What the state file last showed of the task (connected, leader,
+    /// an error): a change is written at the next tick.
+    shown: (bool, Option<Ipv4Addr>, bool),
 }
 
 /// One state file to write: what [`Status::of`] reads.
@@ -1407,8 +1410,16 @@ impl Daemon<'_, '_> {
 
     /// Start, restart or stop the etcd task to match `cluster.etcd` of the
     /// running config (docs/design.md "Several balancers").
+    /// Only balancers take part: a node that is only a backend runs no
+    /// health checks and forwards no VIP traffic, so it must never lead.
     fn update_cluster(&mut self) {
-        let wanted = self.cp.config().cluster.etcd.clone();
+        let wanted = self
+            .cp
+            .config()
+            .cluster
+            .etcd
+            .clone()
+            .filter(|_| self.is_balancer());
         if self.cluster.as_ref().map(|h| &h.sync.config) == wanted.as_ref() {
             return;
         }
@@ -1438,6 +1449,7 @@ impl Daemon<'_, '_> {
                     lag_ms: None,
                     updates: 0,
                     publishing_since: None,
+                    shown: (false, None, false),
                 });
             }
             Err(e) => error!("cannot start the etcd client: {e:#}; tables are not shared"),
@@ -1698,6 +1710,14 @@ impl Daemon<'_, '_> {
         self.apply(&plan, "paced step");
         self.publish_metrics(false);
         self.update_routing(false);
+        if let Some(hook) = self.cluster.as_mut() {
+            let t = hook.sync.status();
+            let shown = (t.connected, t.leader, t.error.is_some());
+            if shown != hook.shown {
+                hook.shown = shown;
+                self.state_dirty = true;
+            }
+        }
         if self.state_dirty || self.state_written.elapsed() >= Duration::from_secs(5) {
             self.write_state();
         }

@@ -46,7 +46,7 @@ fn unb64(v: &Value) -> Vec<u8> {
 }
 
 /// An int64 of the gateway's JSON (a string, or absent for 0).
-fn int(v: &Value) -> i64 {
+pub(super) fn int(v: &Value) -> i64 {
     match v {
         Value::String(s) => s.parse().unwrap_or(0),
         Value::Number(n) => n.as_i64().unwrap_or(0),
@@ -89,7 +89,7 @@ pub struct RangeResult {
     pub revision: i64,
 }
 
-fn kvs_of(v: &Value) -> Vec<Kv> {
+pub(super) fn kvs_of(v: &Value) -> Vec<Kv> {
     v["kvs"]
         .as_array()
         .map(|a| {

@@ -176,3 +176,30 @@ fn the_status_prints_role_revision_and_errors() {
     let json = serde_json::to_value(&s).unwrap();
     assert_eq!(json["role"], "follower");
 }
+
+#[test]
+fn the_gateways_answers_are_read_as_etcd_3_4_writes_them() {
+    // Answers of etcd 3.4's JSON gateway, as received: int64 as strings,
+    // keys and values base64, absent fields for zero and false.
+    let range: serde_json::Value = serde_json::from_str(
+        r#"{"header":{"cluster_id":"14841639068965178418","member_id":"10276657743932975437","revision":"3","raft_term":"2"},"kvs":[{"key":"L25pbGIvdC90YWJsZXMvYQ==","create_revision":"3","mod_revision":"3","version":"1","value":"bWU="}],"count":"1"}"#,
+    )
+    .unwrap();
+    let kvs = etcd::kvs_of(&range);
+    assert_eq!(kvs.len(), 1);
+    assert_eq!(kvs[0].key, b"/nilb/t/tables/a");
+    assert_eq!(kvs[0].value, b"me");
+    assert_eq!((kvs[0].mod_revision, kvs[0].lease), (3, 0));
+    assert_eq!(etcd::int(&range["header"]["revision"]), 3);
+    // min_mod_revision filtered everything out: no `kvs`, a count anyway.
+    let empty: serde_json::Value =
+        serde_json::from_str(r#"{"header":{"revision":"3"},"count":"1"}"#).unwrap();
+    assert!(etcd::kvs_of(&empty).is_empty());
+    // A keepalive of a revoked lease: no TTL (0: etcd does not know it).
+    let gone: serde_json::Value = serde_json::from_str(
+        r#"{"result":{"header":{"revision":"4"},"ID":"7587899276270269191"}}"#,
+    )
+    .unwrap();
+    assert_eq!(etcd::int(&gone["result"]["TTL"]), 0);
+    assert_eq!(etcd::int(&gone["result"]["ID"]), 7587899276270269191);
+}
