@@ -2120,9 +2120,18 @@ impl Daemon<'_, '_> {
             );
         }
         let now = self.now_ms();
+        // A follower's reload installs the published tables, not its own
+        // steps (a service the leader has not published yet keeps its own).
+        let following = self
+            .cluster
+            .as_ref()
+            .filter(|h| h.role != crate::cluster::Role::Leader && !h.followed.is_empty())
+            .map(|h| h.followed.clone());
+        let (boot, wall) = self.clock_offsets();
+        let from_unix = move |u: u64| boot.saturating_sub(wall.saturating_sub(u)).min(boot);
         let probes = &mut self.probes;
         let mut times = ReloadTimes::default();
-        let result = self.cp.reload_with_filters(
+        let result = self.cp.reload_adjusted(
             config,
             Some(filters),
             now,
@@ -2130,6 +2139,10 @@ impl Daemon<'_, '_> {
             self.node,
             &mut |cp| probes.sync(cp),
             &mut times,
+            &mut |next| match &following {
+                Some(f) => next.follow(f, &from_unix, now),
+                None => Plan::default(),
+            },
         );
         let live_us = started.elapsed().as_micros() as u64;
         let plan = match result {

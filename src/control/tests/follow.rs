@@ -202,3 +202,60 @@ fn a_leader_that_follows_its_own_publication_changes_nothing() {
     assert!(plan.install.is_empty(), "{plan:?}");
     assert!(table(&l).changed_from(&before).is_empty());
 }
+
+#[test]
+fn a_followers_reload_writes_the_published_buckets_only() {
+    // New weights arrive by SIGHUP on every balancer at once: the leader
+    // steps its table and publishes it; a follower's reload must not put its
+    // own step into the data plane, even for a moment.
+    use super::fake::FakeDataplane;
+    let node = Ipv4Addr::new(10, 0, 0, 11);
+    let c1 = cfg_with(
+        &[(11, 1, "active"), (12, 1, "active"), (13, 2, "active")],
+        1024,
+        (0, 100, 0),
+    );
+    let mut f = ControlPlane::new(c1.clone(), 0);
+    for d in [B11, B12, B13] {
+        pass(&mut f, d, 10);
+    }
+    let mut dp = FakeDataplane::default();
+    f.apply(&mut dp, node, &f.full_plan()).unwrap();
+    let published_before = published(&f, 0);
+    // What the follower's own step would do with the new weights.
+    let c2 = cfg_with(
+        &[(11, 3, "active"), (12, 1, "active"), (13, 2, "active")],
+        1024,
+        (0, 100, 0),
+    );
+    let mut own = f.clone();
+    own.update(c2.clone(), 20_000);
+    assert_ne!(
+        table(&own).buckets(),
+        table(&f).buckets(),
+        "its own step moves buckets"
+    );
+    let (next, _) = f
+        .reload_adjusted(
+            c2,
+            None,
+            20_000,
+            &mut dp,
+            node,
+            &mut |_| Ok(()),
+            &mut ReloadTimes::default(),
+            &mut |n| n.follow(&published_before, &|u| u, 20_000),
+        )
+        .unwrap();
+    // The leader has not published the new weights yet: the maps hold the
+    // last published table, bucket for bucket.
+    let differing = |a: &[crate::table::Bucket], b: &[crate::table::Bucket]| {
+        a.iter().zip(b).filter(|(x, y)| x != y).count()
+    };
+    assert_eq!(
+        differing(&dp.services[&key()].buckets, &table(&f).buckets()),
+        0,
+        "buckets of the maps that are not the published ones"
+    );
+    assert_eq!(differing(&table(&next).buckets(), &table(&f).buckets()), 0);
+}
