@@ -379,14 +379,14 @@ impl ClusterSync {
         if let Some(stop) = self.stop.take() {
             let (ack, done) = tokio::sync::oneshot::channel();
             if stop.send(ack).is_ok() {
-                let _ = futures_wait(done, timeout);
+                let _ = wait_blocking(done, timeout);
             }
         }
     }
 }
 
 /// Wait for a oneshot from a thread that is not in the task's runtime.
-fn futures_wait(rx: tokio::sync::oneshot::Receiver<()>, timeout: Duration) -> bool {
+fn wait_blocking(rx: tokio::sync::oneshot::Receiver<()>, timeout: Duration) -> bool {
     let deadline = Instant::now() + timeout;
     let mut rx = rx;
     loop {
