@@ -683,6 +683,10 @@ struct ClusterHook {
     /// What the state file last showed of the task (connected, leader,
     /// an error): a change is written at the next tick.
     shown: (bool, Option<Ipv4Addr>, bool),
+    /// Follower: the revision of each published table the data plane
+    /// holds. A plan of this node's own logic (a health result, a paced
+    /// step) that the published table overrides writes nothing for it.
+    installed: BTreeMap<ServiceKey, i64>,
 }
 
 /// One state file to write: what [`Status::of`] reads.
@@ -1366,10 +1370,20 @@ impl Daemon<'_, '_> {
         // A follower installs the published tables, whatever its own
         // logic just did to them.
         let followed;
-        let plan = match self.follow_plan() {
+        let following = self.follow_plan();
+        let is_following = following.is_some();
+        let plan = match following {
             Some(extra) => {
                 let mut p = plan.clone();
                 p.merge(extra);
+                // Tables the data plane already holds as published: this
+                // node's own step was undone in the state, nothing to write
+                // (no map writes and no log line per tick while its own
+                // verdicts differ from the leader's).
+                for key in self.installed_as_published() {
+                    p.install.remove(&key);
+                    p.changed.remove(&key);
+                }
                 followed = p;
                 &followed
             }
@@ -1397,11 +1411,16 @@ impl Daemon<'_, '_> {
         for (key, dip) in &plan.removed_backends {
             info!(service = %self.service_name(key), %dip, "removed backend drained out and dropped");
         }
+        let mut written = true;
         if let Err(e) = self.cp.apply(&mut self.dp, self.node, plan) {
             error!("applying table changes ({why}) failed: {e:#}; re-installing the running state");
             if let Err(e) = self.cp.apply(&mut self.dp, self.node, &self.cp.full_plan()) {
                 error!("re-installing failed too: {e:#}");
+                written = false;
             }
+        }
+        if written && is_following {
+            self.note_installed();
         }
         self.publish(plan.install.keys().copied().collect(), &plan.remove);
         self.log_installs(plan, why);
@@ -1450,6 +1469,7 @@ impl Daemon<'_, '_> {
                     updates: 0,
                     publishing_since: None,
                     shown: (false, None, false),
+                    installed: BTreeMap::new(),
                 });
             }
             Err(e) => error!("cannot start the etcd client: {e:#}; tables are not shared"),
@@ -1473,6 +1493,51 @@ impl Daemon<'_, '_> {
         let from_unix = move |u: u64| boot.saturating_sub(wall.saturating_sub(u)).min(boot);
         let now = self.now_ms();
         Some(self.cp.follow(&hook.followed, &from_unix, now))
+    }
+
+    /// Follower: the services whose published table (of a size this
+    /// config runs, so [`ControlPlane::follow`] took it) is in the data
+    /// plane already, at the revision seen last.
+    fn installed_as_published(&self) -> Vec<ServiceKey> {
+        let Some(hook) = self.cluster.as_ref() else {
+            return Vec::new();
+        };
+        hook.published
+            .iter()
+            .filter(|(key, (rev, _))| hook.installed.get(*key) == Some(rev) && self.follows(key))
+            .map(|(key, _)| *key)
+            .collect()
+    }
+
+    /// Whether the published table of `key` is the one in force here (it
+    /// was seen, and its size is the one the config asks for).
+    fn follows(&self, key: &ServiceKey) -> bool {
+        let Some(hook) = self.cluster.as_ref() else {
+            return false;
+        };
+        let size = self.cp.service_config(key).map(|s| s.table_size as usize);
+        self.cp.service(key).is_some()
+            && hook
+                .followed
+                .get(key)
+                .is_some_and(|f| Some(f.buckets.len()) == size)
+    }
+
+    /// Follower: the data plane now holds every followed table.
+    fn note_installed(&mut self) {
+        let keys: Vec<(ServiceKey, i64)> = match self.cluster.as_ref() {
+            Some(hook) => hook
+                .published
+                .iter()
+                .map(|(k, (rev, _))| (*k, *rev))
+                .collect(),
+            None => return,
+        };
+        let keys: Vec<(ServiceKey, i64)> =
+            keys.into_iter().filter(|(k, _)| self.follows(k)).collect();
+        if let Some(hook) = self.cluster.as_mut() {
+            hook.installed = keys.into_iter().collect();
+        }
     }
 
     /// Leader: publish the tables of `keys` (those that differ from what
@@ -1535,6 +1600,7 @@ impl Daemon<'_, '_> {
                 if all {
                     hook.published.clear();
                     hook.followed.clear();
+                    hook.installed.clear();
                 }
                 let wall = self.clock.wall_ms();
                 let mut newest: Option<(i64, u64)> = None;
@@ -1571,6 +1637,7 @@ impl Daemon<'_, '_> {
             }
             Event::Role(role) => {
                 hook.role = role;
+                hook.installed.clear();
                 self.state_dirty = true;
                 match role {
                     Role::Leader => {
