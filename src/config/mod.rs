@@ -41,10 +41,12 @@ use std::path::{Path, PathBuf};
 /// Service keys and protocols live in [`crate::types`]; re-exported because
 /// a [`Service`] is named by them.
 pub use crate::types::{Protocol, ServiceKey};
+/// `cluster.etcd` (tables shared through etcd).
+pub use model::Etcd;
 pub use model::{
-    assigned_server_id, Backend, BackendState, Checker, Cluster, Config, DynamicWeight, Etcd,
-    Filters, HealthCheck, ListFile, LoadSource, PrefixRule, QuicLb, QuicServerId, Rate, RatePer,
-    RateRule, Rebalance, Routing, Scheme, Service, ServiceFilters, TlsOptions, UnknownFlow,
+    assigned_server_id, Backend, BackendState, Checker, Cluster, Config, DynamicWeight, Filters,
+    HealthCheck, ListFile, LoadSource, PrefixRule, QuicLb, QuicServerId, Rate, RatePer, RateRule,
+    Rebalance, Routing, Scheme, Service, ServiceFilters, TlsOptions, UnknownFlow,
 };
 pub use yaml::Position;
 

@@ -7,23 +7,22 @@ use std::collections::{HashMap, HashSet};
 use std::net::Ipv4Addr;
 
 use super::model::{
-    assigned_server_id, Backend, Checker, Cluster, Config, DynamicWeight, Etcd, Filters,
-    HealthCheck, ListFile, LoadSource, NatSettings, PrefixRule, QuicLb, QuicServerId, Rate,
-    RateRule, Rebalance, Routing, Scheme, Service, ServiceFilters, TlsOptions,
+    assigned_server_id, Backend, Checker, Cluster, Config, DynamicWeight, Filters, HealthCheck,
+    ListFile, LoadSource, NatSettings, PrefixRule, QuicLb, QuicServerId, Rate, RateRule, Rebalance,
+    Routing, Scheme, Service, ServiceFilters, TlsOptions,
 };
 use super::raw::{
-    RawBackend, RawCluster, RawConfig, RawDefaults, RawDynamicWeight, RawEtcd, RawFilters,
-    RawHealthCheck, RawHttp, RawNat, RawNone, RawPrefixRule, RawQuicLb, RawRateRule, RawRebalance,
-    RawRouting, RawServerId, RawService, RawServiceFilters, RawTcp, RawTiming,
+    RawBackend, RawCluster, RawConfig, RawDefaults, RawDynamicWeight, RawFilters, RawHealthCheck,
+    RawHttp, RawNat, RawNone, RawPrefixRule, RawQuicLb, RawRateRule, RawRebalance, RawRouting,
+    RawServerId, RawService, RawServiceFilters, RawTcp, RawTiming,
 };
 use super::{
-    Position, Problem, DEFAULT_BIRDC, DEFAULT_BIRD_SOCKET, DEFAULT_DRAIN_FILE,
-    DEFAULT_ETCD_LEASE_TTL_MS, DEFAULT_ETCD_PREFIX, DEFAULT_GUE_PORT, DEFAULT_ICMP_TOO_BIG_RATE,
-    DEFAULT_INTERVAL_MS, DEFAULT_PANIC_THRESHOLD_PERCENT, DEFAULT_RATE_LIMIT_SOURCES,
-    DEFAULT_RISE_FALL, DEFAULT_ROUTES_FILE, DEFAULT_TABLE_SIZE, DEFAULT_TIMEOUT_MS, DEFAULT_WEIGHT,
-    DEFAULT_WITHDRAW_GRACE_MS, MAX_RATE_LIMIT_SOURCES, MAX_RATE_PER_SECOND, MAX_RULE_NAME,
-    MAX_TOTAL_BUCKETS, MAX_WITHDRAW_GRACE_MS, MIN_BUCKETS_PER_BACKEND, MIN_INTERVAL_MS,
-    MIN_RATE_LIMIT_SOURCES, MIN_TABLE_SIZE,
+    Position, Problem, DEFAULT_BIRDC, DEFAULT_BIRD_SOCKET, DEFAULT_DRAIN_FILE, DEFAULT_GUE_PORT,
+    DEFAULT_ICMP_TOO_BIG_RATE, DEFAULT_INTERVAL_MS, DEFAULT_PANIC_THRESHOLD_PERCENT,
+    DEFAULT_RATE_LIMIT_SOURCES, DEFAULT_RISE_FALL, DEFAULT_ROUTES_FILE, DEFAULT_TABLE_SIZE,
+    DEFAULT_TIMEOUT_MS, DEFAULT_WEIGHT, DEFAULT_WITHDRAW_GRACE_MS, MAX_RATE_LIMIT_SOURCES,
+    MAX_RATE_PER_SECOND, MAX_RULE_NAME, MAX_TOTAL_BUCKETS, MAX_WITHDRAW_GRACE_MS,
+    MIN_BUCKETS_PER_BACKEND, MIN_INTERVAL_MS, MIN_RATE_LIMIT_SOURCES, MIN_TABLE_SIZE,
 };
 use crate::limits;
 use crate::prefix::SourcePrefix;
@@ -969,7 +968,7 @@ impl Validator {
 
     /// `cluster.etcd`: at least one `http://ADDRESS:PORT` endpoint, a key
     /// prefix starting with `/`, a lease between 2 s and 60 s.
-    fn etcd(&mut self, raw: &RawEtcd) -> Etcd {
+    fn etcd(&mut self, raw: &super::raw::RawEtcd) -> super::model::Etcd {
         if raw.endpoints.is_empty() {
             self.report(
                 "cluster.etcd.endpoints",
@@ -987,7 +986,7 @@ impl Validator {
         let prefix = raw
             .prefix
             .clone()
-            .unwrap_or_else(|| DEFAULT_ETCD_PREFIX.to_string());
+            .unwrap_or_else(|| super::DEFAULT_ETCD_PREFIX.to_string());
         if !prefix.starts_with('/')
             || prefix.len() < 2
             || prefix.ends_with('/')
@@ -1006,12 +1005,12 @@ impl Validator {
                         "{t} ms is outside 2000-60000 (etcd leases are whole seconds, at least 2)"
                     ),
                 );
-                DEFAULT_ETCD_LEASE_TTL_MS
+                super::DEFAULT_ETCD_LEASE_TTL_MS
             }
             Some(t) => t,
-            None => DEFAULT_ETCD_LEASE_TTL_MS,
+            None => super::DEFAULT_ETCD_LEASE_TTL_MS,
         };
-        Etcd {
+        super::model::Etcd {
             endpoints,
             prefix,
             lease_ttl_ms,
