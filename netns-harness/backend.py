@@ -29,6 +29,7 @@ times from these.
 """
 
 import argparse
+import os
 import signal
 import socket
 import sys
@@ -53,7 +54,7 @@ class Server6(Server):
         super().server_bind()
 
 
-def make_handler(name, idle_timeout):
+def make_handler(name, idle_timeout, sick_file=None):
     body = (name + "\n").encode()
 
     class Handler(BaseHTTPRequestHandler):
@@ -63,11 +64,14 @@ def make_handler(name, idle_timeout):
         timeout = idle_timeout  # idle keep-alive connections are closed after this
 
         def _reply(self, send_body, received=None):
+            code = 200
             if self.path.split("?", 1)[0] == "/healthz":
                 payload = b"ok\n"
+                if sick_file and os.path.exists(sick_file):
+                    code, payload = 503, b"sick\n"
             else:
                 payload = body
-            self.send_response(200)
+            self.send_response(code)
             self.send_header("Content-Type", "text/plain")
             self.send_header("Content-Length", str(len(payload)))
             self.send_header("X-Backend", name)
@@ -114,10 +118,12 @@ def main():
     ap.add_argument("--bind", default="0.0.0.0", help="address to bind (default 0.0.0.0)")
     ap.add_argument("--bind6", default="::", help="IPv6 address to bind as well (default ::; '' for none)")
     ap.add_argument("--idle-timeout", type=float, default=300.0, help="close idle keep-alive connections after S seconds")
+    ap.add_argument("--sick-file", help="while this file exists /healthz answers 503 (other paths and "
+                    "open connections are served as usual): a health event without a reset")
     args = ap.parse_args()
     ports = args.port or [80]
 
-    handler = make_handler(args.name, args.idle_timeout)
+    handler = make_handler(args.name, args.idle_timeout, args.sick_file)
     servers = []
     for port in ports:
         srv = Server((args.bind, port), handler)

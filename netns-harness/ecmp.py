@@ -9,10 +9,18 @@
                                                          hop, the same on all; one SUMMARY line; exit 0/1
     ecmp.py balancer-shares STATS_BEFORE,STATS_AFTER ... packets each balancer's XDP program balanced between
                                                          two `nilb stats --json` (xdp_encap_*), as shares
+    ecmp.py watch-agree --nilb BIN --stop-file F --out FILE PIN_DIR...
+                                                         read every balancer's live table (`nilb tables --json`,
+                                                         all at once) in rounds until F exists; a round where
+                                                         any two differ (first or second hop of a bucket) opens
+                                                         a disagreement, the next round where all agree closes
+                                                         it; writes {"rounds", "round_ms_max", "disagreements",
+                                                         "max_disagree_s", "open_at_end", "changes", "intervals"}
 """
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -43,6 +51,62 @@ def counters(path):
     return {k: (v.get("total", 0) if isinstance(v, dict) else v) for k, v in c.items()}
 
 
+def signature(doc):
+    """Every service's (first hop, second hop) per bucket."""
+    return tuple(sorted(
+        (s["key"], tuple((b.get("first_hop"), b.get("second_hop")) for b in s.get("buckets") or []))
+        for s in doc.get("services") or []))
+
+
+def watch_agree(args):
+    t0 = time.monotonic()
+    rounds = 0
+    round_max = 0.0
+    opened = None
+    intervals = []
+    changes = 0
+    last = None
+    errors = 0
+    while not os.path.exists(args.stop_file) and time.monotonic() - t0 < args.max_seconds:
+        r0 = time.monotonic()
+        procs = [subprocess.Popen([args.nilb, "tables", "--json", "--pin-dir", d],
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                 for d in args.pin_dirs]
+        sigs = []
+        for p in procs:
+            try:
+                out, _ = p.communicate(timeout=5)
+                sigs.append(signature(json.loads(out)) if p.returncode == 0 else None)
+            except (subprocess.TimeoutExpired, ValueError):
+                p.kill()
+                sigs.append(None)
+        r1 = time.monotonic()
+        if any(x is None for x in sigs):
+            errors += 1
+            continue
+        rounds += 1
+        round_max = max(round_max, r1 - r0)
+        if sigs[0] != last:
+            changes += last is not None
+            last = sigs[0]
+        agree = all(x == sigs[0] for x in sigs[1:])
+        # a disagreement starts when the first read of the round began and
+        # ends when the round that agrees again was read
+        if not agree and opened is None:
+            opened = r0
+        elif agree and opened is not None:
+            intervals.append(round(r1 - opened, 3))
+            opened = None
+        time.sleep(args.interval)
+    res = {"rounds": rounds, "errors": errors, "round_ms_max": round(round_max * 1000, 1),
+           "disagreements": len(intervals), "max_disagree_s": max(intervals, default=0.0),
+           "open_at_end": None if opened is None else round(time.monotonic() - opened, 3),
+           "changes": changes, "intervals": intervals[-200:]}
+    with open(args.out, "w") as f:
+        json.dump(res, f)
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -58,7 +122,16 @@ def main():
     a.add_argument("dumps", nargs="+")
     a = sub.add_parser("balancer-shares")
     a.add_argument("pairs", nargs="+")
+    a = sub.add_parser("watch-agree")
+    a.add_argument("--nilb", required=True)
+    a.add_argument("--stop-file", required=True)
+    a.add_argument("--out", required=True)
+    a.add_argument("--interval", type=float, default=0.02)
+    a.add_argument("--max-seconds", type=float, default=180)
+    a.add_argument("pin_dirs", nargs="+")
     args = ap.parse_args()
+    if args.cmd == "watch-agree":
+        return watch_agree(args)
 
     if args.cmd == "nexthops":
         print(" ".join(nexthops(args.netns, args.prefix)) or "none")

@@ -159,7 +159,8 @@ start_backends() {
   for n in "${NH_NODES[@]}"; do
     extra=()
     [[ $n == node1 ]] && extra=(--port 8080)
-    nh_bg "backend $n" "$NH_OUT/backend-$n.log" "$n" "$NH_PY" "$HERE/backend.py" --name "$n" --port 80 "${extra[@]}"
+    nh_bg "backend $n" "$NH_OUT/backend-$n.log" "$n" "$NH_PY" "$HERE/backend.py" --name "$n" --port 80 "${extra[@]}" \
+      --sick-file "$NH_OUT/sick-$n"
     BACKEND_PID[$n]=$NH_BG_PID
     BACKEND_LOG[$n]=$NH_OUT/backend-$n.log
   done
@@ -181,7 +182,8 @@ start_backend() {
   local n=$1 log=$NH_OUT/backend-$1${2:+-$2}.log extra=() want=1
   # node1's backend also serves 8080, as start_backends starts it ((c) uses it)
   [[ $n == node1 ]] && extra=(--port 8080) && want=2
-  nh_bg "backend $n" "$log" "$n" "$NH_PY" "$HERE/backend.py" --name "$n" --port 80 "${extra[@]}"
+  nh_bg "backend $n" "$log" "$n" "$NH_PY" "$HERE/backend.py" --name "$n" --port 80 "${extra[@]}" \
+    --sick-file "$NH_OUT/sick-$n"
   BACKEND_PID[$n]=$NH_BG_PID
   BACKEND_LOG[$n]=$log
   if ! nh_wait_until 10 test_listening "$log" "$want"; then

@@ -9,6 +9,7 @@
 #   tests: iproute2 ethtool tcpdump iputils-ping procps util-linux python3 curl iperf3
 #          file (static check), gnuplot-nox (dynamic-weights plot),
 #          wrk nginx-light (harness scenario chain: HTTP load through weight changes)
+#          bird2 etcd-server (harness ecmp scenarios: BGP router, shared tables)
 set -euo pipefail
 
 if [ "$(id -u)" -ne 0 ]; then
@@ -24,6 +25,10 @@ PACKAGES=(
   # the ecmp harness scenarios: BIRD on the router and on every balancer
   # (Debian's bird2 service, if started, runs its own harmless default config)
   bird2
+  # the ecmp harness scenarios: one etcd member the balancers share their
+  # tables through (cluster.etcd; Debian's etcd-server service, if started,
+  # listens on localhost only and is not used)
+  etcd-server
 )
 
 missing=()

@@ -635,6 +635,11 @@ struct Daemon<'a, 'obj> {
     /// VIP announcements through BIRD (`routing:`; docs/design.md "Several
     /// balancers").
     routing: Option<RoutingHook>,
+    /// Tables shared through etcd (`cluster.etcd`; docs/design.md
+    /// "Several balancers").
+    cluster: Option<ClusterHook>,
+    /// Where the etcd task sends its events.
+    cluster_events: mpsc::UnboundedSender<crate::cluster::etcd::Event>,
     /// Where the reload thread sends what it read.
     reload_reads: mpsc::Sender<(u64, ReloadRead, Instant)>,
     /// Number of the latest reload read (an abandoned one's result is
@@ -683,6 +688,29 @@ struct RoutingHook {
     applies: (u64, u64),
 }
 
+/// The etcd task of `cluster.etcd` and what this balancer follows.
+struct ClusterHook {
+    sync: crate::cluster::etcd::ClusterSync,
+    role: crate::cluster::Role,
+    /// The published tables seen, by service, with their mod revisions.
+    published: crate::cluster::Published,
+    /// The same, decoded (what [`ControlPlane::follow`] installs).
+    followed: BTreeMap<ServiceKey, crate::cluster::FollowedTable>,
+    /// Newest revision of the tables in force here.
+    revision: i64,
+    lag_ms: Option<u64>,
+    updates: u64,
+    /// Leader: a publication asked for and not yet acknowledged, since.
+    publishing_since: Option<Instant>,
+    /// What the state file last showed of the task (connected, leader,
+    /// an error): a change is written at the next tick.
+    shown: (bool, Option<Ipv4Addr>, bool),
+    /// Follower: the revision of each published table the data plane
+    /// holds. A plan of this node's own logic (a health result, a paced
+    /// step) that the published table overrides writes nothing for it.
+    installed: BTreeMap<ServiceKey, i64>,
+}
+
 /// One state file to write: what [`Status::of`] reads.
 struct StateJob {
     cp: ControlPlane,
@@ -692,6 +720,7 @@ struct StateJob {
     last_reload: Option<ReloadStatus>,
     filters: Option<FiltersStatus>,
     routing: Option<crate::routing::RoutingStatus>,
+    cluster: Option<crate::cluster::ClusterStatus>,
     /// After writing, give the allocator's free memory back to the system
     /// (after a reload: the replaced state's tables are free by then).
     trim: bool,
@@ -727,6 +756,7 @@ impl StateWriter {
                             Status::of(&job.cp, job.node, job.role, &job.config, job.last_reload);
                         status.filters = job.filters;
                         status.routing = job.routing;
+                        status.cluster = job.cluster;
                         status.write(&path)
                     };
                     match written {
@@ -995,6 +1025,7 @@ async fn serve(
     let (load_tx, mut load_rx) = mpsc::channel::<LoadResult>(4096);
     let (encap_tx, mut encap_rx) = mpsc::channel::<EncapResult>(4096);
     let (reload_tx, mut reload_rx) = mpsc::channel::<(u64, ReloadRead, Instant)>(2);
+    let (cluster_tx, mut cluster_rx) = mpsc::unbounded_channel::<crate::cluster::etcd::Event>();
     let shared = metrics::Shared::default();
     if let Some(addr) = opts.metrics_address {
         shared.set_source(std::sync::Arc::new(dp.stats_maps()?));
@@ -1031,6 +1062,8 @@ async fn serve(
         state_writer: StateWriter::start(opts.state_file.clone()),
         filters_compile_ms,
         routing: None,
+        cluster: None,
+        cluster_events: cluster_tx,
         reload_reads: reload_tx,
         reload_seq: 0,
         reload_reading: None,
@@ -1065,6 +1098,7 @@ async fn serve(
         }
     );
     d.update_routing(false);
+    d.update_cluster();
 
     let mut tick = tokio::time::interval(Duration::from_millis(200));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -1093,6 +1127,12 @@ async fn serve(
                     d.on_load(r);
                 }
             }
+            Some(first) = cluster_rx.recv() => {
+                d.on_cluster_event(first);
+                while let Ok(e) = cluster_rx.try_recv() {
+                    d.on_cluster_event(e);
+                }
+            }
             _ = tick.tick() => d.on_tick(),
         }
     }
@@ -1102,6 +1142,11 @@ async fn serve(
     d.probes.encap = None;
     if !opts.keep_dataplane {
         d.withdraw_for_stop();
+    }
+    // A leader hands over at once (its lease revoked) rather than after
+    // the lease runs out.
+    if let Some(hook) = d.cluster.take() {
+        hook.sync.stop(Duration::from_secs(2));
     }
     // Queued state writes finish first: the last state file below must
     // not be overwritten, nor a removed one written again.
@@ -1344,6 +1389,28 @@ impl Daemon<'_, '_> {
 
     /// Apply `plan`; on failure re-install the full running state.
     fn apply(&mut self, plan: &Plan, why: &str) {
+        // A follower installs the published tables, whatever its own
+        // logic just did to them.
+        let followed;
+        let following = self.follow_plan();
+        let is_following = following.is_some();
+        let plan = match following {
+            Some(extra) => {
+                let mut p = plan.clone();
+                p.merge(extra);
+                // Tables the data plane already holds as published: this
+                // node's own step was undone in the state, nothing to write
+                // (no map writes and no log line per tick while its own
+                // verdicts differ from the leader's).
+                for key in self.installed_as_published() {
+                    p.install.remove(&key);
+                    p.changed.remove(&key);
+                }
+                followed = p;
+                &followed
+            }
+            None => plan,
+        };
         if plan.is_idle() {
             return;
         }
@@ -1366,14 +1433,304 @@ impl Daemon<'_, '_> {
         for (key, dip) in &plan.removed_backends {
             info!(service = %self.service_name(key), %dip, "removed backend drained out and dropped");
         }
+        let mut written = true;
         if let Err(e) = self.cp.apply(&mut self.dp, self.node, plan) {
             error!("applying table changes ({why}) failed: {e:#}; re-installing the running state");
             if let Err(e) = self.cp.apply(&mut self.dp, self.node, &self.cp.full_plan()) {
                 error!("re-installing failed too: {e:#}");
+                written = false;
             }
         }
+        if written && is_following {
+            self.note_installed();
+        }
+        self.publish(plan.install.keys().copied().collect(), &plan.remove);
         self.log_installs(plan, why);
         self.state_dirty = true;
+    }
+
+    /// Start, restart or stop the etcd task to match `cluster.etcd` of the
+    /// running config (docs/design.md "Several balancers").
+    /// Only balancers take part: a node that is only a backend runs no
+    /// health checks and forwards no VIP traffic, so it must never lead.
+    fn update_cluster(&mut self) {
+        let wanted = self
+            .cp
+            .config()
+            .cluster
+            .etcd
+            .clone()
+            .filter(|_| self.is_balancer());
+        if self.cluster.as_ref().map(|h| &h.sync.config) == wanted.as_ref() {
+            return;
+        }
+        if let Some(old) = self.cluster.take() {
+            info!("cluster.etcd changed: leaving the cluster");
+            old.sync.stop(Duration::from_secs(2));
+        }
+        let Some(config) = wanted else { return };
+        match crate::cluster::etcd::ClusterSync::start(
+            self.probes.runtime,
+            config.clone(),
+            self.node,
+            self.cluster_events.clone(),
+        ) {
+            Ok(sync) => {
+                info!(
+                    endpoints = %config.endpoints.join(","),
+                    prefix = %config.prefix,
+                    "sharing tables through etcd: the elected leader publishes, the others follow"
+                );
+                self.cluster = Some(ClusterHook {
+                    sync,
+                    role: crate::cluster::Role::Unknown,
+                    published: BTreeMap::new(),
+                    followed: BTreeMap::new(),
+                    revision: 0,
+                    lag_ms: None,
+                    updates: 0,
+                    publishing_since: None,
+                    shown: (false, None, false),
+                    installed: BTreeMap::new(),
+                });
+            }
+            Err(e) => error!("cannot start the etcd client: {e:#}; tables are not shared"),
+        }
+        self.state_dirty = true;
+    }
+
+    /// Wall-clock ms of a move time of the control plane's clock, and back.
+    fn clock_offsets(&self) -> (u64, u64) {
+        (self.clock.boot_ms(), self.clock.wall_ms())
+    }
+
+    /// The plan that installs the published tables over this state's
+    /// (None: not a follower, or nothing published).
+    fn follow_plan(&mut self) -> Option<Plan> {
+        let hook = self.cluster.as_ref()?;
+        if hook.role == crate::cluster::Role::Leader || hook.followed.is_empty() {
+            return None;
+        }
+        let (boot, wall) = self.clock_offsets();
+        let from_unix = move |u: u64| boot.saturating_sub(wall.saturating_sub(u)).min(boot);
+        let now = self.now_ms();
+        Some(self.cp.follow(&hook.followed, &from_unix, now))
+    }
+
+    /// Follower: the services whose published table (of a size this
+    /// config runs, so [`ControlPlane::follow`] took it) is in the data
+    /// plane already, at the revision seen last.
+    fn installed_as_published(&self) -> Vec<ServiceKey> {
+        let Some(hook) = self.cluster.as_ref() else {
+            return Vec::new();
+        };
+        hook.published
+            .iter()
+            .filter(|(key, (rev, _))| hook.installed.get(*key) == Some(rev) && self.follows(key))
+            .map(|(key, _)| *key)
+            .collect()
+    }
+
+    /// Whether the published table of `key` is the one in force here (it
+    /// was seen, and its size is the one the config asks for).
+    fn follows(&self, key: &ServiceKey) -> bool {
+        let Some(hook) = self.cluster.as_ref() else {
+            return false;
+        };
+        let size = self.cp.service_config(key).map(|s| s.table_size as usize);
+        self.cp.service(key).is_some()
+            && hook
+                .followed
+                .get(key)
+                .is_some_and(|f| Some(f.buckets.len()) == size)
+    }
+
+    /// Follower: the data plane now holds every followed table.
+    fn note_installed(&mut self) {
+        let keys: Vec<(ServiceKey, i64)> = match self.cluster.as_ref() {
+            Some(hook) => hook
+                .published
+                .iter()
+                .map(|(k, (rev, _))| (*k, *rev))
+                .collect(),
+            None => return,
+        };
+        let keys: Vec<(ServiceKey, i64)> =
+            keys.into_iter().filter(|(k, _)| self.follows(k)).collect();
+        if let Some(hook) = self.cluster.as_mut() {
+            hook.installed = keys.into_iter().collect();
+        }
+    }
+
+    /// Leader: publish the tables of `keys` (those that differ from what
+    /// is published) and delete the keys of `removed` services.
+    fn publish(&mut self, keys: Vec<ServiceKey>, removed: &[ServiceKey]) {
+        let Some(hook) = self.cluster.as_mut() else {
+            return;
+        };
+        if hook.role != crate::cluster::Role::Leader {
+            return;
+        }
+        let (boot, wall) = (self.clock.boot_ms(), self.clock.wall_ms());
+        let to_unix = move |m: u64| wall.saturating_sub(boot.saturating_sub(m));
+        let mut tables = Vec::new();
+        for key in keys {
+            let Some(st) = self.cp.service(&key) else {
+                continue;
+            };
+            let t =
+                crate::cluster::PublishedTable::encode(&key, &st.table, self.node, wall, &to_unix);
+            if hook
+                .published
+                .get(&key)
+                .is_some_and(|(_, p)| p.same_table(&t))
+            {
+                continue;
+            }
+            if let Ok(f) = t.decode() {
+                hook.followed.insert(key, f);
+            }
+            hook.published.insert(key, (hook.revision, t.clone()));
+            tables.push(t);
+        }
+        let removed: Vec<ServiceKey> = removed
+            .iter()
+            .filter(|k| hook.published.remove(k).is_some())
+            .copied()
+            .collect();
+        for k in &removed {
+            hook.followed.remove(k);
+        }
+        if tables.is_empty() && removed.is_empty() {
+            return;
+        }
+        hook.publishing_since.get_or_insert_with(Instant::now);
+        hook.sync.publish(tables, removed);
+    }
+
+    fn on_cluster_event(&mut self, e: crate::cluster::etcd::Event) {
+        use crate::cluster::{etcd::Event, Role};
+        let Some(hook) = self.cluster.as_mut() else {
+            return;
+        };
+        match e {
+            Event::Tables {
+                tables,
+                all,
+                revision: _,
+            } => {
+                if all {
+                    hook.published.clear();
+                    hook.followed.clear();
+                    hook.installed.clear();
+                }
+                let wall = self.clock.wall_ms();
+                let mut newest: Option<(i64, u64)> = None;
+                for (rev, t) in tables {
+                    let Some(key) = t.service_key() else { continue };
+                    if hook.published.get(&key).is_some_and(|(r, _)| *r > rev) {
+                        continue;
+                    }
+                    match t.decode() {
+                        Ok(f) => {
+                            hook.followed.insert(key, f);
+                        }
+                        Err(e) => {
+                            warn!(%key, error = %e, "a published table does not decode; ignored");
+                            continue;
+                        }
+                    }
+                    if newest.is_none_or(|(r, _)| rev > r) {
+                        newest = Some((rev, t.at_ms));
+                    }
+                    hook.published.insert(key, (rev, t));
+                }
+                if let Some((rev, at)) = newest {
+                    hook.revision = hook.revision.max(rev);
+                    if hook.role != Role::Leader {
+                        hook.lag_ms = Some(wall.saturating_sub(at));
+                        hook.updates += 1;
+                    }
+                }
+                if hook.role != Role::Leader {
+                    self.apply(&Plan::default(), "published by the cluster's leader");
+                }
+                self.state_dirty = true;
+            }
+            Event::Role(role) => {
+                hook.role = role;
+                hook.installed.clear();
+                self.state_dirty = true;
+                match role {
+                    Role::Leader => {
+                        info!("cluster leader: computing and publishing the tables (starting from the published ones)");
+                        // The snapshot came first: install it, then go on
+                        // from it and publish whatever differs.
+                        hook.role = Role::Follower;
+                        self.apply(&Plan::default(), "published by the previous leader");
+                        if let Some(h) = self.cluster.as_mut() {
+                            h.role = Role::Leader;
+                        }
+                        let keys = self.cp.services().keys().copied().collect();
+                        let gone: Vec<ServiceKey> = self
+                            .cluster
+                            .as_ref()
+                            .map(|h| {
+                                h.published
+                                    .keys()
+                                    .filter(|k| self.cp.service(k).is_none())
+                                    .copied()
+                                    .collect()
+                            })
+                            .unwrap_or_default();
+                        self.publish(keys, &gone);
+                    }
+                    _ => {
+                        info!(
+                            role = role.name(),
+                            "cluster follower: installing the tables the leader publishes"
+                        );
+                        self.apply(&Plan::default(), "published by the cluster's leader");
+                    }
+                }
+            }
+            Event::Published(revision) => {
+                hook.revision = hook.revision.max(revision);
+                if let Some(since) = hook.publishing_since.take() {
+                    hook.lag_ms = Some(since.elapsed().as_millis() as u64);
+                }
+                hook.updates += 1;
+                self.state_dirty = true;
+            }
+        }
+    }
+
+    /// `cluster` of the state file.
+    fn cluster_status(&self) -> Option<crate::cluster::ClusterStatus> {
+        let hook = self.cluster.as_ref()?;
+        let task = hook.sync.status();
+        let pending = match hook.role {
+            crate::cluster::Role::Leader => usize::from(hook.publishing_since.is_some()),
+            _ => self
+                .cp
+                .services()
+                .keys()
+                .filter(|k| !hook.followed.contains_key(k))
+                .count(),
+        };
+        Some(crate::cluster::ClusterStatus {
+            endpoints: hook.sync.config.endpoints.clone(),
+            prefix: hook.sync.config.prefix.clone(),
+            connected: task.connected,
+            role: hook.role,
+            leader: task.leader,
+            revision: hook.revision,
+            pending,
+            lag_ms: hook.lag_ms,
+            last_contact: task.last_contact.map(rfc3339),
+            error: task.error,
+            updates: hook.updates,
+        })
     }
 
     fn service_name(&self, key: &ServiceKey) -> String {
@@ -1442,6 +1799,14 @@ impl Daemon<'_, '_> {
         self.apply(&plan, "paced step");
         self.publish_metrics(false);
         self.update_routing(false);
+        if let Some(hook) = self.cluster.as_mut() {
+            let t = hook.sync.status();
+            let shown = (t.connected, t.leader, t.error.is_some());
+            if shown != hook.shown {
+                hook.shown = shown;
+                self.state_dirty = true;
+            }
+        }
         if self.state_dirty || self.state_written.elapsed() >= Duration::from_secs(5) {
             self.write_state();
         }
@@ -1664,6 +2029,7 @@ impl Daemon<'_, '_> {
             last_reload: self.last_reload.clone(),
             filters,
             routing: self.routing_status(),
+            cluster: self.cluster_status(),
             trim: false,
         });
         self.state_dirty = false;
@@ -1851,9 +2217,18 @@ impl Daemon<'_, '_> {
             );
         }
         let now = self.now_ms();
+        // A follower's reload installs the published tables, not its own
+        // steps (a service the leader has not published yet keeps its own).
+        let following = self
+            .cluster
+            .as_ref()
+            .filter(|h| h.role != crate::cluster::Role::Leader && !h.followed.is_empty())
+            .map(|h| h.followed.clone());
+        let (boot, wall) = self.clock_offsets();
+        let from_unix = move |u: u64| boot.saturating_sub(wall.saturating_sub(u)).min(boot);
         let probes = &mut self.probes;
         let mut times = ReloadTimes::default();
-        let result = self.cp.reload_with_filters(
+        let result = self.cp.reload_adjusted(
             config,
             Some(filters),
             now,
@@ -1861,6 +2236,10 @@ impl Daemon<'_, '_> {
             self.node,
             &mut |cp| probes.sync(cp),
             &mut times,
+            &mut |next| match &following {
+                Some(f) => next.follow(f, &from_unix, now),
+                None => Plan::default(),
+            },
         );
         let live_us = started.elapsed().as_micros() as u64;
         let plan = match result {
@@ -1870,6 +2249,12 @@ impl Daemon<'_, '_> {
                 // hand-over of the metrics.
                 self.cp = next;
                 self.publish_metrics(true);
+                // Shared tables: start or stop the etcd task; a follower
+                // puts the published tables back over what the reload
+                // stepped, a leader publishes what it changed.
+                self.update_cluster();
+                self.apply(&Plan::default(), "published by the cluster's leader");
+                self.publish(plan.install.keys().copied().collect(), &plan.remove);
                 plan
             }
             Err(e) => {

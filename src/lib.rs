@@ -30,6 +30,7 @@
 
 pub mod abi_sys;
 pub mod clock;
+pub mod cluster;
 pub mod config;
 pub mod control;
 pub mod daemon;

@@ -175,6 +175,10 @@ pub struct Status {
     /// VIP announcements and BIRD's sessions (None: no `routing:`).
     #[serde(default)]
     pub routing: Option<crate::routing::RoutingStatus>,
+    /// Tables shared through etcd: role, revision, lag (None: no
+    /// `cluster.etcd`).
+    #[serde(default)]
+    pub cluster: Option<crate::cluster::ClusterStatus>,
 }
 
 /// The edge filters in force.
@@ -383,6 +387,7 @@ impl Status {
             services,
             filters: None,
             routing: None,
+            cluster: None,
         }
     }
 
@@ -478,6 +483,9 @@ impl Status {
         }
         if let Some(r) = &self.routing {
             r.print(out)?;
+        }
+        if let Some(c) = &self.cluster {
+            c.print(out)?;
         }
         if let Some(f) = &self.filters {
             writeln!(
@@ -643,6 +651,7 @@ mod tests {
                 bytes: Some(33_554_432),
             }),
             routing: None,
+            cluster: None,
         }
     }
 

@@ -253,6 +253,19 @@ fn sample_status() -> Status {
             poll_error: None,
         },
     });
+    s.cluster = Some(nilb::cluster::ClusterStatus {
+        endpoints: vec!["http://10.0.0.5:2379".into()],
+        prefix: "/nilb".into(),
+        connected: true,
+        role: nilb::cluster::Role::Follower,
+        leader: Some(Ipv4Addr::new(10, 0, 0, 11)),
+        revision: 42,
+        pending: 0,
+        lag_ms: Some(120),
+        last_contact: Some("2025-01-01T00:00:00Z".into()),
+        error: None,
+        updates: 7,
+    });
     s
 }
 
@@ -385,6 +398,11 @@ fn documented_defaults_are_the_loaders() {
     let s = &c.services[0];
     let dw = s.dynamic_weight.as_ref().unwrap();
     let r = c.routing.as_ref().unwrap();
+    let etcd_config = Config::parse(
+        "version: 1\ncluster: {balancers: [10.0.0.11], etcd: {endpoints: [http://10.0.0.5:2379]}}\n",
+    )
+    .unwrap();
+    let etcd = etcd_config.cluster.etcd.as_ref().unwrap();
     let quic_config = Config::parse(
         "version: 1\ncluster: {balancers: [10.0.0.11]}\nservices:\n  - {name: q, vip: 10.0.0.100, port: 443, protocol: udp, quic_lb: {codepoint: 0, server_id_len: 1, nonce_len: 4, algorithm: plaintext}, backends: [{dip: 10.0.0.12}]}\n",
     )
@@ -402,6 +420,8 @@ fn documented_defaults_are_the_loaders() {
             "cluster.gue_port" => c.cluster.gue_port.to_string(),
             "cluster.unknown_flow" => format!("{:?}", c.cluster.unknown_flow).to_lowercase(),
             "cluster.icmp_too_big_rate" => c.cluster.icmp_too_big_rate.to_string(),
+            "cluster.etcd.prefix" => etcd.prefix.clone(),
+            "cluster.etcd.lease_ttl_ms" => etcd.lease_ttl_ms.to_string(),
             "defaults.table_size" => s.table_size.to_string(),
             "defaults.health_check.interval_ms" => s.health_check.interval_ms.to_string(),
             "defaults.health_check.timeout_ms" => s.health_check.timeout_ms.to_string(),

@@ -7,7 +7,8 @@
 # router. Checks: every balancer announces the VIP (router: 3 next hops), 300
 # new connections from distinct source ports are spread over the balancers by
 # the router and over the backends by weight (chi-square as in (a)), and the
-# live tables of the three balancers are identical bucket for bucket. Then,
+# live tables of the three balancers are identical bucket for bucket (they share
+# them through etcd, started by the harness: one leader, two followers). Then,
 # with `withdraw_on_fail_open`, every backend's server stopped: all balancers
 # withdraw (the router has no route), and announce again once they are back.
 # Then
@@ -23,6 +24,67 @@ ECMP_HOLD=${NH_ECMP_HOLD:-3}
 ECMP_ROUTER_IP=10.77.0.1
 ECMP_UP=0
 declare -A BIRD_PID=()
+# etcd: one member in a namespace of its own on the switch, started by the
+# harness (data under the run's output dir); every balancer shares its tables
+# through it (`cluster.etcd`): the elected leader publishes, the others follow.
+ECMP_ETCD_IP=10.77.0.5
+ECMP_ETCD_URL=http://$ECMP_ETCD_IP:2379
+ETCD_PID=""
+
+# ecmp_etcd_start [KEEP]: etcd in its namespace (created once), data in
+# $NH_OUT/etcd (wiped first unless KEEP: a restart keeps what was published);
+# waits until it answers
+ecmp_etcd_start() {
+  local et
+  command -v etcd >/dev/null || { ECMP_WHY="etcd not installed (scripts/setup.sh: etcd-server)"; return 1; }
+  et=$(nh_ns etcd)
+  if [[ ! -e /run/netns/$et ]]; then
+    nh_netns_add etcd || return 1
+    nh_run ip -n "$(nh_ns sw)" link add to-etcd mtu "$NH_NODE_MTU" type veth peer name eth0 mtu "$NH_NODE_MTU" netns "$et" || return 1
+    nh_run ip -n "$(nh_ns sw)" link set to-etcd master br0 || return 1
+    nh_run ip -n "$(nh_ns sw)" link set to-etcd up || return 1
+    nh_run ip -n "$et" addr add "$ECMP_ETCD_IP/$NH_PREFIX_LEN" dev eth0 || return 1
+    nh_run ip -n "$et" link set eth0 up || return 1
+    nh_run ip -n "$et" link set lo up || return 1
+  fi
+  [[ -n $ETCD_PID ]] && nh_alive "$ETCD_PID" && return 0
+  [[ -n ${1:-} ]] || rm -rf "$NH_OUT/etcd"
+  nh_bg "etcd" "$NH_OUT/etcd.log" etcd etcd --name nh --data-dir "$NH_OUT/etcd" \
+    --listen-client-urls "$ECMP_ETCD_URL" --advertise-client-urls "$ECMP_ETCD_URL" \
+    --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
+    --initial-cluster nh=http://127.0.0.1:2380
+  ETCD_PID=$NH_BG_PID
+  if ! nh_wait_until 15 ecmp_etcd_answers; then
+    ECMP_WHY="etcd does not answer on $ECMP_ETCD_URL after 15 s: $(tail -n 3 "$NH_OUT/etcd.log" | tr '\n' ' ')"
+    return 1
+  fi
+}
+
+ecmp_etcd_answers() {
+  ip netns exec "$(nh_ns etcd)" curl -s -m 1 -X POST "$ECMP_ETCD_URL/v3/kv/range" -d '{"key":"AA=="}' 2>/dev/null | grep -q revision
+}
+
+# ecmp_etcd_stop: etcd stopped (SIGTERM)
+ecmp_etcd_stop() {
+  [[ -n $ETCD_PID ]] && nh_stop "$ETCD_PID" TERM 10
+  ETCD_PID=""
+}
+
+# ecmp_roles: every node's cluster role, e.g. "leader follower follower"
+ecmp_roles() {
+  local n out=""
+  for n in "${NH_NODES[@]}"; do
+    out+="${out:+ }$(st get "$(state_of "$n")" "(d.get('cluster') or {}).get('role', '-')" 2>/dev/null)"
+  done
+  echo "$out"
+}
+
+# ecmp_one_leader: one leader, every other node a follower, all connected
+ecmp_one_leader() {
+  local r
+  r=$(ecmp_roles)
+  [[ $(grep -o leader <<<"$r" | wc -l) == 1 && $(grep -o follower <<<"$r" | wc -l) == $((${#NH_NODES[@]} - 1)) ]]
+}
 
 # ecmp_bird_conf NODE: BIRD's config for a balancer (the same shape as
 # deploy/bird-balancer.conf)
@@ -136,7 +198,9 @@ ecmp_up() {
     ECMP_WHY="the router's BGP sessions are not all Established after 20 s: $(birdc -s "$NH_OUT/bird-rt.ctl" show protocols 2>&1 | grep BGP | tr -s ' ' | paste -sd ';')"
     return 1
   fi
+  ecmp_etcd_start || return 1
   ecmp_routing_yaml
+  CLUSTER_EXTRA="  etcd: {endpoints: [$ECMP_ETCD_URL], prefix: /nilb/harness, lease_ttl_ms: 3000}"
   write_config "${BASE_WEIGHTS[@]}"
   hup_all
   local t0=$HUP_T
@@ -156,6 +220,10 @@ ecmp_up() {
       return 1
     fi
   done
+  if ! nh_wait_until 10 ecmp_one_leader; then
+    ECMP_WHY="cluster roles after 10 s: $(ecmp_roles) (want one leader, the others followers)"
+    return 1
+  fi
 }
 
 # ecmp_down: routing out of the config (each nilb withdraws), BIRD stopped,
@@ -168,6 +236,7 @@ ecmp_down() {
     [[ -n ${BIRD_PID[$n]:-} ]] && nh_stop "${BIRD_PID[$n]}" TERM 5
     unset "BIRD_PID[$n]"
   done
+  ecmp_etcd_stop
   ip -n "$(nh_ns client)" route replace "$NH_VIP/32" via "${NH_NODE_IP[node1]}" >>"$NH_OUT/setup.log" 2>&1
   for n in "${NH_NODES[@]:1}"; do
     nh_sysctl "$n" net.ipv4.conf.eth0.forwarding=0
@@ -225,6 +294,9 @@ scenario_ecmp() {
     ok=0
     nums+=" (a balancer got nothing)"
   fi
+  echo "  cluster roles (node1 node2 node3): $(ecmp_roles)"
+  status_table node2 | grep -E 'cluster|revision'
+  nums+="; roles $(ecmp_roles | tr ' ' '/')"
   if ecmp_tables ecmp; then
     nums+="; tables: ${ECMP_AGREE#SUMMARY PASS }"
   else

@@ -41,6 +41,8 @@ use std::path::{Path, PathBuf};
 /// Service keys and protocols live in [`crate::types`]; re-exported because
 /// a [`Service`] is named by them.
 pub use crate::types::{Protocol, ServiceKey};
+/// `cluster.etcd` (tables shared through etcd).
+pub use model::Etcd;
 pub use model::{
     assigned_server_id, Backend, BackendState, Checker, Cluster, Config, DynamicWeight, Filters,
     HealthCheck, ListFile, LoadSource, PrefixRule, QuicLb, QuicServerId, Rate, RatePer, RateRule,
@@ -106,6 +108,10 @@ pub const DEFAULT_DRAIN_FILE: &str = "/run/nilb/drain";
 pub const DEFAULT_BIRDC: &str = "/usr/sbin/birdc";
 /// Default `routing.withdraw_grace_ms`.
 pub const DEFAULT_WITHDRAW_GRACE_MS: u64 = 2_000;
+/// Default `cluster.etcd.prefix`.
+pub const DEFAULT_ETCD_PREFIX: &str = "/nilb";
+/// Default `cluster.etcd.lease_ttl_ms`.
+pub const DEFAULT_ETCD_LEASE_TTL_MS: u64 = 3_000;
 /// Largest `routing.withdraw_grace_ms`.
 pub const MAX_WITHDRAW_GRACE_MS: u64 = 60_000;
 /// Largest `filters.rate_limit_sources` (about 100 bytes each in the kernel).

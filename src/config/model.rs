@@ -351,6 +351,25 @@ pub struct Cluster {
     pub icmp_too_big_rate: u16,
     /// NAT-mode flow table of every node (`cluster.nat`).
     pub nat: NatSettings,
+    /// Tables shared through etcd (`cluster.etcd`; None: every balancer
+    /// builds its own tables).
+    pub etcd: Option<Etcd>,
+}
+
+/// `cluster.etcd:` (docs/config.md "Cluster", docs/design.md "Several
+/// balancers"): one elected balancer computes the tables and publishes
+/// them under `prefix`; the others install exactly what it published.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Etcd {
+    /// Client URLs of the etcd members (`http://host:port`, addresses as
+    /// literals: nilb resolves no host names).
+    pub endpoints: Vec<String>,
+    /// Key prefix of this cluster (no trailing slash): `PREFIX/leader`,
+    /// `PREFIX/tables/<service key>`.
+    pub prefix: String,
+    /// Lease of the leader key, ms: how long a balancer that stopped
+    /// without revoking it (SIGKILL, host down) stays leader.
+    pub lease_ttl_ms: u64,
 }
 
 /// `cluster.nat:` (docs/config.md "NAT mode"): the per-node table of

@@ -99,6 +99,17 @@ pub(super) struct RawCluster {
     pub(super) unknown_flow: UnknownFlow,
     pub(super) icmp_too_big_rate: Option<u32>,
     pub(super) nat: Option<RawNat>,
+    pub(super) etcd: Option<RawEtcd>,
+}
+
+/// `cluster.etcd:` (tables shared through etcd, docs/config.md "Cluster").
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawEtcd {
+    #[serde(default)]
+    pub(super) endpoints: Vec<String>,
+    pub(super) prefix: Option<String>,
+    pub(super) lease_ttl_ms: Option<u64>,
 }
 
 /// `cluster.nat:` (NAT-mode flow table of every node).

@@ -1003,6 +1003,7 @@ impl Validator {
             None => DEFAULT_ICMP_TOO_BIG_RATE,
         };
         let nat = self.nat(raw.nat.as_ref());
+        let etcd = raw.etcd.as_ref().map(|e| self.etcd(e));
         Cluster {
             hash_seed: raw.hash_seed,
             balancers,
@@ -1010,6 +1011,58 @@ impl Validator {
             unknown_flow: raw.unknown_flow,
             icmp_too_big_rate,
             nat,
+            etcd,
+        }
+    }
+
+    /// `cluster.etcd`: at least one `http://ADDRESS:PORT` endpoint, a key
+    /// prefix starting with `/`, a lease between 2 s and 60 s.
+    fn etcd(&mut self, raw: &super::raw::RawEtcd) -> super::model::Etcd {
+        if raw.endpoints.is_empty() {
+            self.report(
+                "cluster.etcd.endpoints",
+                "at least one endpoint (http://ADDRESS:PORT) is required",
+            );
+        }
+        let mut endpoints = Vec::new();
+        for (i, e) in raw.endpoints.iter().enumerate() {
+            let path = format!("cluster.etcd.endpoints[{i}]");
+            match etcd_endpoint(e) {
+                Ok(u) => endpoints.push(u),
+                Err(why) => self.report(&path, format!("`{e}`: {why}")),
+            }
+        }
+        let prefix = raw
+            .prefix
+            .clone()
+            .unwrap_or_else(|| super::DEFAULT_ETCD_PREFIX.to_string());
+        if !prefix.starts_with('/')
+            || prefix.len() < 2
+            || prefix.ends_with('/')
+            || prefix.chars().any(|c| c.is_whitespace() || c.is_control())
+        {
+            self.report(
+                "cluster.etcd.prefix",
+                format!("`{prefix}` is not a key prefix like /nilb/site1 (starts with /, no trailing /, no spaces)"),
+            );
+        }
+        let lease_ttl_ms = match raw.lease_ttl_ms {
+            Some(t) if !(2_000..=60_000).contains(&t) => {
+                self.report(
+                    "cluster.etcd.lease_ttl_ms",
+                    format!(
+                        "{t} ms is outside 2000-60000 (etcd leases are whole seconds, at least 2)"
+                    ),
+                );
+                super::DEFAULT_ETCD_LEASE_TTL_MS
+            }
+            Some(t) => t,
+            None => super::DEFAULT_ETCD_LEASE_TTL_MS,
+        };
+        super::model::Etcd {
+            endpoints,
+            prefix,
+            lease_ttl_ms,
         }
     }
 
@@ -1717,5 +1770,24 @@ impl Validator {
                 ),
             );
         }
+    }
+}
+
+/// An etcd endpoint as nilb uses it: `http://ADDRESS:PORT` with an IPv4
+/// literal (nilb resolves no host names; TLS to etcd is not supported), no
+/// path. Returns the URL without a trailing slash.
+pub(crate) fn etcd_endpoint(e: &str) -> Result<String, String> {
+    let rest = e
+        .strip_prefix("http://")
+        .ok_or("not an http:// URL (nilb talks to etcd's client port over plain HTTP)")?;
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
+    let (host, port) = rest
+        .rsplit_once(':')
+        .ok_or("no port (http://ADDRESS:PORT, e.g. http://10.0.0.5:2379)")?;
+    host.parse::<Ipv4Addr>()
+        .map_err(|_| format!("`{host}` is not an IPv4 address (nilb resolves no host names)"))?;
+    match port.parse::<u16>() {
+        Ok(p) if p > 0 => Ok(format!("http://{host}:{p}")),
+        _ => Err(format!("`{port}` is not a port")),
     }
 }

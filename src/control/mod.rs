@@ -46,6 +46,7 @@
 //!   with every plan that changes it.
 
 mod apply;
+mod follow;
 mod persist;
 mod reload;
 mod targets;
@@ -381,7 +382,9 @@ impl Plan {
         }
     }
 
-    fn merge(&mut self, other: Plan) {
+    /// Add what `other` does to this plan (tables installed by either are
+    /// written from the state the plans lead to).
+    pub fn merge(&mut self, other: Plan) {
         for (key, moves) in other.install {
             let changed = other.changed.get(&key).cloned();
             self.add_install(key, moves, changed);

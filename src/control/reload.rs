@@ -138,9 +138,39 @@ impl ControlPlane {
         checks: &mut dyn FnMut(&ControlPlane) -> Result<()>,
         times: &mut ReloadTimes,
     ) -> Result<(ControlPlane, Plan), ReloadError> {
+        self.reload_adjusted(
+            config,
+            filters,
+            now_ms,
+            dp,
+            node,
+            checks,
+            times,
+            &mut |_| Plan::default(),
+        )
+    }
+
+    /// [`Self::reload_with_filters`] with `adjust` run on the next state
+    /// after the update and before anything is written, its plan merged:
+    /// a follower of a cluster's leader puts the published tables back
+    /// there ([`ControlPlane::follow`]), so its own steps never reach the
+    /// data plane.
+    #[allow(clippy::too_many_arguments)]
+    pub fn reload_adjusted(
+        &self,
+        config: Config,
+        filters: Option<Arc<FilterSet>>,
+        now_ms: u64,
+        dp: &mut dyn DataplaneOps,
+        node: Ipv4Addr,
+        checks: &mut dyn FnMut(&ControlPlane) -> Result<()>,
+        times: &mut ReloadTimes,
+        adjust: &mut dyn FnMut(&mut ControlPlane) -> Plan,
+    ) -> Result<(ControlPlane, Plan), ReloadError> {
         let t = Instant::now();
         let mut next = self.clone();
         let (mut plan, helper_cpu_us) = next.update_timed(config, now_ms);
+        plan.merge(adjust(&mut next));
         times.helper_cpu_us = helper_cpu_us;
         if let Some(f) = filters {
             plan.filters |= next.set_filters(f);

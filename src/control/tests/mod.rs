@@ -6,6 +6,7 @@ mod apply;
 mod clock;
 mod encap;
 mod fake;
+mod follow;
 mod modes;
 mod reload;
 mod restart;

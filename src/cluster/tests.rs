@@ -1,0 +1,224 @@
+//! The published encoding, the keys and the election's rules (no etcd, no
+//! root).
+
+use super::*;
+use crate::table::Target;
+
+const A: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 11);
+const B: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 12);
+const C: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 13);
+const LEADER: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
+
+fn key() -> ServiceKey {
+    ServiceKey {
+        vip: std::net::IpAddr::V4(Ipv4Addr::new(10, 0, 0, 100)),
+        port: 443,
+        protocol: crate::types::Protocol::Udp,
+    }
+}
+
+/// A table with previous owners and move times: three backends, then C
+/// taken out and B re-weighted (every bucket that moved remembers where it
+/// was).
+fn table_with_history() -> Table {
+    let t = Table::build(
+        256,
+        &[
+            Target { dip: A, weight: 1 },
+            Target { dip: B, weight: 1 },
+            Target { dip: C, weight: 2 },
+        ],
+    );
+    let rules_keep = |_: Ipv4Addr| true;
+    let rules_out = |d: Ipv4Addr| d == C;
+    let rules_down = |d: Ipv4Addr| d == C;
+    let rules = crate::table::Rules {
+        keep: &rules_keep,
+        forced_out: &rules_out,
+        down: &rules_down,
+    };
+    let (t, m) = t.rebalance(
+        &[Target { dip: A, weight: 1 }, Target { dip: B, weight: 3 }],
+        &rules,
+        5_000_000,
+        crate::table::StepLimits::NONE,
+    );
+    assert!(m.moved > 0);
+    t
+}
+
+#[test]
+fn a_published_table_decodes_to_the_same_buckets_and_move_times() {
+    let t = table_with_history();
+    // The leader's control clock is 1e9 ms behind the wall clock; the
+    // follower's 0.5e9 ms: the move times travel as Unix time.
+    let p = PublishedTable::encode(&key(), &t, LEADER, 7, &|m| m + 1_000_000_000);
+    assert_eq!(p.service_key(), Some(key()));
+    let json = serde_json::to_string(&p).unwrap();
+    let back: PublishedTable = serde_json::from_str(&json).unwrap();
+    assert_eq!(back, p);
+    let f = back.decode().unwrap();
+    assert_eq!(f.buckets, t.buckets());
+    assert_eq!(f.previous, t.previous_owners());
+    let follower = f.to_table(1, &|u| u - 500_000_000);
+    assert_eq!(follower.buckets(), t.buckets(), "bucket for bucket");
+    for i in 0..t.size() as usize {
+        match (t.moved_at(i), follower.moved_at(i)) {
+            (None, None) => {}
+            (Some(a), Some(b)) => {
+                let a_wall = a + 1_000_000_000;
+                let b_wall = b + 500_000_000;
+                assert!(
+                    a_wall.abs_diff(b_wall) <= 1000,
+                    "bucket {i}: {a_wall} vs {b_wall}"
+                );
+            }
+            other => panic!("bucket {i}: {other:?}"),
+        }
+    }
+    // Encoding the decoded table again gives the same publication (what
+    // a new leader compares before publishing: no needless revision).
+    let again = PublishedTable::encode(&key(), &follower, C, 9, &|m| m + 500_000_000);
+    assert!(again.same_table(&p));
+    assert_ne!(again, p, "leader and time differ");
+}
+
+#[test]
+fn a_damaged_publication_is_refused() {
+    let t = table_with_history();
+    let good = PublishedTable::encode(&key(), &t, LEADER, 7, &|m| m);
+    let mut p = good.clone();
+    p.format = 2;
+    assert!(p.decode().unwrap_err().contains("format 2"));
+    let mut p = good.clone();
+    p.size = 255;
+    assert!(p.decode().unwrap_err().contains("power of two"));
+    let mut p = good.clone();
+    p.size = 512;
+    assert!(p.decode().unwrap_err().contains("for 512 buckets"));
+    let mut p = good.clone();
+    p.hops.pop();
+    assert!(p.decode().unwrap_err().contains("names no hop"));
+    let mut p = good.clone();
+    p.buckets = "***".into();
+    assert!(p.decode().unwrap_err().contains("buckets"));
+    assert!(!good.same_table(&p));
+}
+
+#[test]
+fn keys_and_leader_values() {
+    assert_eq!(leader_key("/nilb/s1"), "/nilb/s1/leader");
+    assert_eq!(
+        table_key("/nilb/s1", &key()),
+        "/nilb/s1/tables/10.0.0.100:443/udp"
+    );
+    assert_eq!(parse_service_key("10.0.0.100:443/udp"), Some(key()));
+    assert_eq!(parse_service_key("10.0.0.100:443/sctp"), None);
+    assert_eq!(parse_service_key("10.0.0.100/tcp"), None);
+    let v = leader_value(A, 7587899276270269191);
+    assert_eq!(v, "10.0.0.11 7587899276270269191");
+    assert_eq!(leader_node(&v), Some(A));
+    assert_eq!(leader_node("garbage"), None);
+    assert_eq!(etcd::prefix_end("/nilb/tables/"), b"/nilb/tables0".to_vec());
+    assert_eq!(etcd::prefix_end("a\u{7f}"), b"a\x80".to_vec());
+}
+
+#[test]
+fn a_leader_stops_acting_before_its_lease_can_run_out() {
+    let mut e = Election::new(3000);
+    assert!(!e.is_leader(0), "no lease");
+    e.granted(42, 1000);
+    assert!(!e.is_leader(1000), "a lease but not the key");
+    e.holds_key = true;
+    assert!(e.is_leader(1000));
+    assert!(!e.keepalive_due(1999));
+    assert!(e.keepalive_due(2000), "a third of the TTL");
+    // etcd unreachable: no keepalive answers. Leadership ends at two
+    // thirds of the TTL, before etcd can let another balancer win.
+    assert!(e.is_leader(2999));
+    assert!(!e.is_leader(3000));
+    // Back: a keepalive that finds the lease alive restores it.
+    e.kept_alive(2000, 3500);
+    assert!(e.is_leader(3500));
+    // A keepalive that finds it gone (expired while unreachable).
+    e.kept_alive(0, 4000);
+    assert_eq!(e.lease, None);
+    assert!(!e.is_leader(4000) && !e.holds_key);
+}
+
+#[test]
+fn the_status_prints_role_revision_and_errors() {
+    let s = ClusterStatus {
+        endpoints: vec!["http://10.0.0.5:2379".into()],
+        prefix: "/nilb".into(),
+        connected: false,
+        role: Role::Follower,
+        leader: Some(A),
+        revision: 17,
+        pending: 0,
+        lag_ms: Some(42),
+        last_contact: None,
+        error: Some("connection refused".into()),
+        updates: 3,
+    };
+    let mut out = Vec::new();
+    s.print(&mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    assert!(
+        text.contains("NOT CONNECTED, role follower, leader 10.0.0.11"),
+        "{text}"
+    );
+    assert!(
+        text.contains("revision 17, 0 pending, lag 42 ms, 3 installs"),
+        "{text}"
+    );
+    assert!(text.contains("connection refused"), "{text}");
+    let json = serde_json::to_value(&s).unwrap();
+    assert_eq!(json["role"], "follower");
+}
+
+#[test]
+fn the_gateways_answers_are_read_as_etcd_3_4_writes_them() {
+    // Answers of etcd 3.4's JSON gateway, as received: int64 as strings,
+    // keys and values base64, absent fields for zero and false.
+    let range: serde_json::Value = serde_json::from_str(
+        r#"{"header":{"cluster_id":"14841639068965178418","member_id":"10276657743932975437","revision":"3","raft_term":"2"},"kvs":[{"key":"L25pbGIvdC90YWJsZXMvYQ==","create_revision":"3","mod_revision":"3","version":"1","value":"bWU="}],"count":"1"}"#,
+    )
+    .unwrap();
+    let kvs = etcd::kvs_of(&range);
+    assert_eq!(kvs.len(), 1);
+    assert_eq!(kvs[0].key, b"/nilb/t/tables/a");
+    assert_eq!(kvs[0].value, b"me");
+    assert_eq!((kvs[0].mod_revision, kvs[0].lease), (3, 0));
+    assert_eq!(etcd::int(&range["header"]["revision"]), 3);
+    // min_mod_revision filtered everything out: no `kvs`, a count anyway.
+    let empty: serde_json::Value =
+        serde_json::from_str(r#"{"header":{"revision":"3"},"count":"1"}"#).unwrap();
+    assert!(etcd::kvs_of(&empty).is_empty());
+    // A keepalive of a revoked lease: no TTL (0: etcd does not know it).
+    let gone: serde_json::Value = serde_json::from_str(
+        r#"{"result":{"header":{"revision":"4"},"ID":"7587899276270269191"}}"#,
+    )
+    .unwrap();
+    assert_eq!(etcd::int(&gone["result"]["TTL"]), 0);
+    assert_eq!(etcd::int(&gone["result"]["ID"]), 7587899276270269191);
+}
+
+#[test]
+fn service_keys_of_both_families_round_trip_through_their_table_keys() {
+    for k in [
+        ServiceKey {
+            vip: "10.0.0.100".parse().unwrap(),
+            port: 80,
+            protocol: crate::types::Protocol::Tcp,
+        },
+        ServiceKey {
+            vip: "2001:db8::80".parse().unwrap(),
+            port: 443,
+            protocol: crate::types::Protocol::Udp,
+        },
+    ] {
+        assert_eq!(super::parse_service_key(&k.to_string()), Some(k), "{k}");
+    }
+    assert_eq!(super::parse_service_key("2001:db8::80:443/udp"), None);
+}
