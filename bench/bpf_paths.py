@@ -48,19 +48,26 @@ def elf_sections(blob):
 
 def load_program(path, section):
     """Instructions of `section` followed by those of .text (subprograms),
-    map relocations by instruction index, and subprogram call targets."""
+    map relocations by instruction index, subprogram call targets, and the
+    instruction index of every function symbol of `section` (a section may
+    hold several programs: SEC("xdp") has the balancer and its IPv6
+    program)."""
     blob = open(path, "rb").read()
     secs = elf_sections(blob)
     by_name = {s["name"]: s for s in secs}
     symtab = by_name[".symtab"]
     strtab = secs[symtab["link"]]
     syms = []
+    entries = {}
+    sec_index = secs.index(by_name[section]) if section in by_name else -1
     for i in range(symtab["size"] // 24):
         st_name, info, other, shndx, value, size = struct.unpack_from("<IBBHQQ", blob, symtab["off"] + 24 * i)
         end = blob.index(b"\0", strtab["off"] + st_name)
         name = blob[strtab["off"] + st_name:end].decode()
         if not name and (info & 0xF) == 3:  # section symbol: the section's name
             name = secs[shndx]["name"]
+        if (info & 0xF) == 2 and shndx == sec_index:  # a function of `section`
+            entries[name] = value // 8
         syms.append((name, value))
     insns, relocs, calls = [], {}, {}
     bases = {}
@@ -86,7 +93,7 @@ def load_program(path, section):
     for idx, (name, value) in calls.items():
         sec = name if name in bases else ".text"
         targets[idx] = bases.get(sec, 0) + value // 8 + insns[idx][3] + 1
-    return insns, relocs, targets
+    return insns, relocs, targets, entries
 
 
 # ---------------------------------------------------------------- machine
@@ -247,13 +254,13 @@ class Run:
             return 1
         raise Fault(f"helper {hid} not modelled")
 
-    def run(self, ctx_addr, limit=100000):
+    def run(self, ctx_addr, limit=100000, entry=0):
         r = [0] * 11
         r[1] = ctx_addr
         stack = self.mem.add(bytearray(512), "stack")
         r[10] = stack + 512
         frames = []
-        pc = 0
+        pc = entry
         ins = self.insns
         while True:
             if self.count > limit:
@@ -504,7 +511,9 @@ def run_one(obj, kind, frame, extra):
     # the backend XDP program (xdp.frags) runs on the TC program's node
     sc = dict(XDP_BASE if kind == "xdp" else TC_BASE)
     sc.update(extra)
-    insns, relocs, targets = load_program(obj, kind)
+    insns, relocs, targets, entries = load_program(obj, kind)
+    program = {"xdp": "nilb_xdp_balancer", "xdp.frags": "nilb_xdp_backend", "tc": "nilb_tc_second_chance"}
+    entry = entries.get(program.get(kind, ""), 0)
     m = Run(insns, relocs, sc, targets)
     for n in range(2):
         m.count, m.helpers, m.lookups, m.counters, m.pcs = 0, {}, {}, [], {}
@@ -524,7 +533,7 @@ def run_one(obj, kind, frame, extra):
             struct.pack_into("<II", ctx, 76, data, end)
             struct.pack_into("<I", ctx, 140, data)
         ctx_addr = m.mem.add(ctx, "ctx", 0x08000000 + n * 0x100000)
-        ret = m.run(ctx_addr)
+        ret = m.run(ctx_addr, entry=entry)
     return ret, m
 
 
