@@ -177,20 +177,26 @@ _Static_assert(__builtin_offsetof(struct flow4, saddr) ==
 	       "flow4 starts like bpf_sock_tuple.ipv4");
 
 /* Returns: non-zero if a local TCP socket in an owning state (not a
- * listener, not TIME_WAIT or CLOSE) has flow f (client -> VIP, or the
- * translated tuple of a NAT service). ctx: an XDP or TC context. */
-static __always_inline int tcp_flow_owned(void *ctx, struct flow4 *f)
+ * listener, not TIME_WAIT or CLOSE) has the flow `tuple` (client -> VIP, or
+ * the translated tuple of a NAT service: a struct bpf_sock_tuple of
+ * tuple_len bytes, IPv4 or IPv6). ctx: an XDP or TC context. */
+static __always_inline int tcp_tuple_owned(void *ctx, void *tuple, __u32 tuple_len)
 {
 	struct bpf_sock *sk;
 	__u32 state;
 
-	sk = bpf_skc_lookup_tcp(ctx, (struct bpf_sock_tuple *)f,
-				sizeof(((struct bpf_sock_tuple *)0)->ipv4), BPF_F_CURRENT_NETNS, 0);
+	sk = bpf_skc_lookup_tcp(ctx, tuple, tuple_len, BPF_F_CURRENT_NETNS, 0);
 	if (!sk)
 		return 0;
 	state = sk->state;
 	bpf_sk_release(sk);
 	return state < 32 && ((1u << state) & TCP_OWNING_STATES);
+}
+
+/* tcp_tuple_owned of an IPv4 flow f. Returns: as said. */
+static __always_inline int tcp_flow_owned(void *ctx, struct flow4 *f)
+{
+	return tcp_tuple_owned(ctx, f, sizeof(((struct bpf_sock_tuple *)0)->ipv4));
 }
 
 #endif /* NILB_COMMON_H */

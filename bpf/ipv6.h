@@ -97,20 +97,10 @@ static __always_inline struct nilb_service *service6_of(const __u32 *vip, __u16 
 	return bpf_map_lookup_elem(&services6, &key);
 }
 
-/* Returns: non-zero if a local TCP socket in an owning state has the IPv6
- * flow f (tcp_flow_owned for IPv6). ctx: an XDP or TC context. */
+/* tcp_tuple_owned (common.h) of an IPv6 flow f. Returns: as said. */
 static __always_inline int tcp_flow_owned6(void *ctx, struct flow6 *f)
 {
-	struct bpf_sock *sk;
-	__u32 state;
-
-	sk = bpf_skc_lookup_tcp(ctx, (struct bpf_sock_tuple *)f, SOCK_TUPLE6_LEN,
-				BPF_F_CURRENT_NETNS, 0);
-	if (!sk)
-		return 0;
-	state = sk->state;
-	bpf_sk_release(sk);
-	return state < 32 && ((1u << state) & TCP_OWNING_STATES);
+	return tcp_tuple_owned(ctx, f, SOCK_TUPLE6_LEN);
 }
 
 /* Result of ipv6_walk. */

@@ -1052,28 +1052,29 @@ enum local_miss {
 /* TCP_OWNING_STATES and the flow4/bpf_sock_tuple layout: bpf/common.h. */
 
 /*
- * What the local TCP socket of flow f (client -> VIP) makes of a packet:
+ * What the local TCP socket of the flow `tuple` (client -> VIP, a struct
+ * bpf_sock_tuple of tuple_len bytes: IPv4 or IPv6) makes of a packet:
  * owned by an established or handshake socket (returns `owned`); a valid
- * SYN-cookie ACK for a listener (th: the segment, NULL for an ICMP error;
- * returns C_TC_DECAP_SYNCOOKIE); a socket that no longer owns packets
- * (LOCAL_CLOSED); or nothing (LOCAL_UNKNOWN, a listener alone included).
+ * SYN-cookie ACK for a listener (ip, ip_len: the packet's IP header; th: the
+ * segment, NULL for an ICMP error; returns C_TC_DECAP_SYNCOOKIE); a socket
+ * that no longer owns packets (LOCAL_CLOSED); or nothing (LOCAL_UNKNOWN, a
+ * listener alone included).
  * Returns: as said.
  */
-static __always_inline int tc_tcp_socket(struct __sk_buff *skb, struct flow4 *f, int owned,
-					 struct iphdr *in, struct tcphdr *th)
+static __always_inline int tc_tcp_lookup(struct __sk_buff *skb, void *tuple, __u32 tuple_len,
+					 int owned, void *ip, __u32 ip_len, struct tcphdr *th)
 {
 	struct bpf_sock *sk;
 	__u32 state;
 	int cookie;
 
-	sk = bpf_skc_lookup_tcp(skb, (struct bpf_sock_tuple *)f, sizeof(((struct bpf_sock_tuple *)0)->ipv4),
-				BPF_F_CURRENT_NETNS, 0);
+	sk = bpf_skc_lookup_tcp(skb, tuple, tuple_len, BPF_F_CURRENT_NETNS, 0);
 	if (!sk)
 		return LOCAL_UNKNOWN;
 	state = sk->state;
 	if (state == BPF_TCP_LISTEN) {
 		cookie = th && th->ack && !th->syn && !th->rst &&
-			 bpf_tcp_check_syncookie(sk, in, sizeof(*in), th, sizeof(*th)) == 0;
+			 bpf_tcp_check_syncookie(sk, ip, ip_len, th, sizeof(*th)) == 0;
 		bpf_sk_release(sk);
 		return cookie ? C_TC_DECAP_SYNCOOKIE : LOCAL_UNKNOWN;
 	}
@@ -1083,22 +1084,37 @@ static __always_inline int tc_tcp_socket(struct __sk_buff *skb, struct flow4 *f,
 	return LOCAL_CLOSED;
 }
 
-/* What the local UDP socket of flow f (client -> VIP) makes of a packet:
- * owned by a connected socket (returns `owned`), only an unconnected one
+/* tc_tcp_lookup of an IPv4 flow (in: its IPv4 header). Returns: as said. */
+static __always_inline int tc_tcp_socket(struct __sk_buff *skb, struct flow4 *f, int owned,
+					 struct iphdr *in, struct tcphdr *th)
+{
+	return tc_tcp_lookup(skb, f, sizeof(((struct bpf_sock_tuple *)0)->ipv4), owned, in,
+			     sizeof(*in), th);
+}
+
+/* What the local UDP socket of the flow `tuple` (client -> VIP, a struct
+ * bpf_sock_tuple of tuple_len bytes) makes of a packet: owned by a
+ * connected socket (returns `owned`), only an unconnected one
  * (LOCAL_UDP_LISTENER), or none (LOCAL_UNKNOWN).
  * Returns: as said. */
-static __always_inline int tc_udp_socket(struct __sk_buff *skb, struct flow4 *f, int owned)
+static __always_inline int tc_udp_lookup(struct __sk_buff *skb, void *tuple, __u32 tuple_len,
+					 int owned)
 {
 	struct bpf_sock *sk;
 	int connected;
 
-	sk = bpf_sk_lookup_udp(skb, (struct bpf_sock_tuple *)f, sizeof(((struct bpf_sock_tuple *)0)->ipv4),
-			       BPF_F_CURRENT_NETNS, 0);
+	sk = bpf_sk_lookup_udp(skb, tuple, tuple_len, BPF_F_CURRENT_NETNS, 0);
 	if (!sk)
 		return LOCAL_UNKNOWN;
 	connected = sk->dst_port != 0;
 	bpf_sk_release(sk);
 	return connected ? owned : LOCAL_UDP_LISTENER;
+}
+
+/* tc_udp_lookup of an IPv4 flow. Returns: as said. */
+static __always_inline int tc_udp_socket(struct __sk_buff *skb, struct flow4 *f, int owned)
+{
+	return tc_udp_lookup(skb, f, sizeof(((struct bpf_sock_tuple *)0)->ipv4), owned);
 }
 
 /* The service of a flow TC looks at, and its NAT translation here. */
@@ -1296,6 +1312,43 @@ static __always_inline int tc_rst_allowed(void)
 }
 
 /*
+ * The RST's numbers for segment th (l4_len: its TCP bytes, header
+ * included), as RFC 793 says for a segment of no connection: with ACK, a RST
+ * whose sequence number is the segment's acknowledgment number; without, a
+ * RST+ACK acknowledging its sequence number plus its length (data, SYN,
+ * FIN); *flags the RST's TCP flags. A RST is never answered, and RSTs are
+ * rate-limited (tc_rst_allowed).
+ * Returns: 0 with *seq, *ack (network order) and *flags set, or non-zero
+ * if no RST goes out (counted: C_TC_DROP_UNKNOWN_FLOW for a RST,
+ * C_TC_DROP_RST_LIMITED over the rate).
+ */
+static __always_inline int tc_rst_numbers(const struct tcphdr *th, __u32 l4_len, __u32 *seq,
+					  __u32 *ack, __u16 *flags)
+{
+	__u32 data_len;
+
+	if (th->rst) {
+		count(C_TC_DROP_UNKNOWN_FLOW);
+		return 1;
+	}
+	if (!tc_rst_allowed()) {
+		count(C_TC_DROP_RST_LIMITED);
+		return 1;
+	}
+	if (th->ack) {
+		*seq = th->ack_seq;
+		*ack = 0;
+		*flags = 0x04; /* RST */
+	} else {
+		data_len = l4_len > th->doff * 4 ? l4_len - th->doff * 4 : 0;
+		*seq = 0;
+		*ack = bpf_htonl(bpf_ntohl(th->seq) + data_len + th->syn + th->fin);
+		*flags = 0x14; /* RST, ACK */
+	}
+	return 0;
+}
+
+/*
  * unknown_flow: rst. Answer the inner TCP segment `in` (checked header,
  * hdr_len bytes of outer headers before it) as RFC 793 says for a segment
  * of no connection: with ACK, a RST whose sequence number is the segment's
@@ -1313,28 +1366,14 @@ static __always_inline int tc_reset(struct __sk_buff *skb, struct iphdr *in, voi
 {
 	struct tcphdr *th = (void *)in + in->ihl * 4;
 	__u32 l4_len = bpf_ntohs(in->tot_len) - in->ihl * 4;
-	__u32 saddr, daddr, addrs, seq = 0, ack = 0, data_len, sum;
+	__u32 saddr, daddr, addrs, seq = 0, ack = 0, sum;
 	struct tc_rst r;
 	__u16 flags;
 
 	if ((void *)(th + 1) > data_end)
 		return TC_ACT_SHOT; /* checked before; the verifier needs it */
-	if (th->rst) {
-		count(C_TC_DROP_UNKNOWN_FLOW);
+	if (tc_rst_numbers(th, l4_len, &seq, &ack, &flags))
 		return TC_ACT_SHOT;
-	}
-	if (!tc_rst_allowed()) {
-		count(C_TC_DROP_RST_LIMITED);
-		return TC_ACT_SHOT;
-	}
-	if (th->ack) {
-		seq = th->ack_seq;
-		flags = 0x04; /* RST */
-	} else {
-		data_len = l4_len > th->doff * 4 ? l4_len - th->doff * 4 : 0;
-		ack = bpf_htonl(bpf_ntohl(th->seq) + data_len + th->syn + th->fin);
-		flags = 0x14; /* RST, ACK */
-	}
 	saddr = in->daddr;
 	daddr = in->saddr;
 	addrs = (saddr & 0xffff) + (saddr >> 16) + (daddr & 0xffff) + (daddr >> 16);
@@ -1401,45 +1440,12 @@ static __always_inline __u32 tc_slow_path_ifindex(struct __sk_buff *skb, void *m
 
 /* ---- TC second chance, IPv6 inside GUE ------------------------------------ */
 
-/* tc_tcp_socket for an IPv6 flow (in6, th: the packet's headers; th NULL
- * for an ICMPv6 error). Returns: as tc_tcp_socket. */
+/* tc_tcp_lookup of an IPv6 flow (in6: its IPv6 header; th NULL for an
+ * ICMPv6 error). Returns: as tc_tcp_lookup. */
 static __always_inline int tc_tcp_socket6(struct __sk_buff *skb, struct flow6 *f, int owned,
 					  struct ipv6hdr *in6, struct tcphdr *th)
 {
-	struct bpf_sock *sk;
-	__u32 state;
-	int cookie;
-
-	sk = bpf_skc_lookup_tcp(skb, (struct bpf_sock_tuple *)f, SOCK_TUPLE6_LEN,
-				BPF_F_CURRENT_NETNS, 0);
-	if (!sk)
-		return LOCAL_UNKNOWN;
-	state = sk->state;
-	if (state == BPF_TCP_LISTEN) {
-		cookie = th && th->ack && !th->syn && !th->rst &&
-			 bpf_tcp_check_syncookie(sk, in6, sizeof(*in6), th, sizeof(*th)) == 0;
-		bpf_sk_release(sk);
-		return cookie ? C_TC_DECAP_SYNCOOKIE : LOCAL_UNKNOWN;
-	}
-	bpf_sk_release(sk);
-	if (state < 32 && ((1u << state) & TCP_OWNING_STATES))
-		return owned;
-	return LOCAL_CLOSED;
-}
-
-/* tc_udp_socket for an IPv6 flow. Returns: as tc_udp_socket. */
-static __always_inline int tc_udp_socket6(struct __sk_buff *skb, struct flow6 *f, int owned)
-{
-	struct bpf_sock *sk;
-	int connected;
-
-	sk = bpf_sk_lookup_udp(skb, (struct bpf_sock_tuple *)f, SOCK_TUPLE6_LEN,
-			       BPF_F_CURRENT_NETNS, 0);
-	if (!sk)
-		return LOCAL_UNKNOWN;
-	connected = sk->dst_port != 0;
-	bpf_sk_release(sk);
-	return connected ? owned : LOCAL_UDP_LISTENER;
+	return tc_tcp_lookup(skb, f, SOCK_TUPLE6_LEN, owned, in6, sizeof(*in6), th);
 }
 
 /*
@@ -1485,7 +1491,7 @@ static __always_inline int tc_local_match6(struct __sk_buff *skb, struct ipv6hdr
 		f->sport = uh->source;
 		f->dport = uh->dest;
 		f->proto = IPPROTO_UDP;
-		return tc_udp_socket6(skb, f, C_TC_DECAP_UDP);
+		return tc_udp_lookup(skb, f, SOCK_TUPLE6_LEN, C_TC_DECAP_UDP);
 	}
 	case NEXTHDR_ICMPV6: {
 		struct ipv6hdr *emb = NULL;
@@ -1505,7 +1511,7 @@ static __always_inline int tc_local_match6(struct __sk_buff *skb, struct ipv6hdr
 		icmp6_flow(emb, f);
 		if (f->proto == IPPROTO_TCP)
 			return tc_tcp_socket6(skb, f, C_TC_DECAP_ICMP, in6, NULL);
-		return tc_udp_socket6(skb, f, C_TC_DECAP_ICMP);
+		return tc_udp_lookup(skb, f, SOCK_TUPLE6_LEN, C_TC_DECAP_ICMP);
 	}
 	default:
 		return LOCAL_UNSUPPORTED;
@@ -1555,27 +1561,13 @@ static __always_inline int tc_reset6(struct __sk_buff *skb, struct ipv6hdr *in6,
 				     struct tcphdr *th, __u32 l4_len, __u32 hdr_len)
 {
 	__u16 type = bpf_htons(ETH_P_IPV6);
-	__u32 seq = 0, ack = 0, data_len, *w;
+	__u32 seq = 0, ack = 0, *w;
 	struct tc_rst6 r;
 	__u16 flags;
 	__u64 sum;
 
-	if (th->rst) {
-		count(C_TC_DROP_UNKNOWN_FLOW);
+	if (tc_rst_numbers(th, l4_len, &seq, &ack, &flags))
 		return TC_ACT_SHOT;
-	}
-	if (!tc_rst_allowed()) {
-		count(C_TC_DROP_RST_LIMITED);
-		return TC_ACT_SHOT;
-	}
-	if (th->ack) {
-		seq = th->ack_seq;
-		flags = 0x04; /* RST */
-	} else {
-		data_len = l4_len > th->doff * 4 ? l4_len - th->doff * 4 : 0;
-		ack = bpf_htonl(bpf_ntohl(th->seq) + data_len + th->syn + th->fin);
-		flags = 0x14; /* RST, ACK */
-	}
 	__builtin_memset(&r, 0, sizeof(r));
 	*(__u32 *)&r.ip = bpf_htonl(0x60000000); /* version 6, class 0, label 0 */
 	r.ip.payload_len = bpf_htons(sizeof(r.tcp));
