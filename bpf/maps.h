@@ -78,6 +78,15 @@ struct {
 	__type(value, struct nilb_addr_info);
 } cluster_nodes SEC(".maps");
 
+/* Addresses allowed to send GUE to this node over an IPv6 cluster network
+ * (NILB_F_CLUSTER_IPV6; empty otherwise). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, NILB_MAX_CLUSTER_NODES);
+	__type(key, struct nilb_addr6);
+	__type(value, struct nilb_addr_info);
+} cluster_nodes6 SEC(".maps");
+
 /* Every configured VIP address. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -101,6 +110,16 @@ struct {
 	__type(key, __u32);
 	__type(value, struct nilb_config);
 } nilb_config SEC(".maps");
+
+/* Key 0: struct nilb_config6, this node's IPv6 cluster address (all zero
+ * on an IPv4 cluster network). A map of its own: nilb_config keeps the
+ * layout older pins have. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct nilb_config6);
+} config6 SEC(".maps");
 
 /* enum nilb_counter -> packets, per CPU. */
 struct {

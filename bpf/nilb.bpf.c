@@ -536,7 +536,7 @@ static __always_inline int xdp_next_hop(struct xdp_md *ctx, struct ethhdr *eth,
 		count(C_XDP_DROP_NO_ROUTE);
 		return XDP_DROP;
 	}
-	if (hc->hop == first && hc->in_ifindex == in && hc->expires_ns > now) {
+	if (hc->hop[0] == first && hc->in_ifindex == in && hc->expires_ns > now) {
 		if (out_len <= hc->max_len)
 			goto wire;
 		if (hc->mtu) {
@@ -556,7 +556,7 @@ static __always_inline int xdp_next_hop(struct xdp_md *ctx, struct ethhdr *eth,
 	case BPF_FIB_LKUP_RET_SUCCESS:
 		/* A fresh entry for the hop held a smaller max_len (else it had
 		 * answered): this length is the new one. */
-		hc->hop = first;
+		hc->hop[0] = first;
 		hc->in_ifindex = in;
 		hc->out_ifindex = fib.ifindex;
 		hc->max_len = out_len;
@@ -585,7 +585,7 @@ static __always_inline int xdp_next_hop(struct xdp_md *ctx, struct ethhdr *eth,
 		/* Longer than the route's MTU: a fresh entry remembers it, so
 		 * that the next such packets are answered without the FIB. */
 		mtu = fib.mtu_result;
-		if (hc->hop == first && hc->in_ifindex == in && hc->expires_ns > now) {
+		if (hc->hop[0] == first && hc->in_ifindex == in && hc->expires_ns > now) {
 			hc->mtu = mtu;
 			hc->max_len = mtu;
 		}

@@ -72,6 +72,16 @@ enum nilb_wire {
 	/* Outer IPv4 (20) + UDP (8) + GUE base header and private word (8),
 	 * whatever the inner packet (IPv4, or IPv6 as GUE protocol 41). */
 	NILB_GUE_BASE_OVERHEAD = 36,
+	/* The same over an IPv6 cluster network (NILB_F_CLUSTER_IPV6): outer
+	 * IPv6 (40) + UDP (8) + GUE base header and private word (8); each
+	 * hop listed then takes NILB_GUE6_HOP_LEN bytes instead of 4. */
+	NILB_GUE6_BASE_OVERHEAD = 56,
+	/* Bytes of one hop of the GUE hop list when the outer header is IPv6:
+	 * an IPv6 address, network order (docs/design.md "GUE wire format"). */
+	NILB_GUE6_HOP_LEN = 16,
+	/* Hops a received GUE header with outer IPv6 may list: GUE's 5-bit
+	 * hlen counts 32-bit words, 1 + 4 per hop <= 31. */
+	NILB_MAX_GUE_HOPS6 = 7,
 	/* Smallest MTU an IPv6 link may have (RFC 8200): the lowest MTU the
 	 * balancer's ICMPv6 Packet Too Big reports. */
 	NILB_MIN_IPV6_MTU = 1280,
@@ -91,10 +101,12 @@ enum nilb_wire {
 	/* Largest cluster.icmp_too_big_rate (a 16-bit field). */
 	NILB_ICMP_TOO_BIG_RATE_MAX = 65535,
 	/* Bytes of headers the TC program reads, made linear before it reads
-	 * them: Ethernet 14, outer IPv4 20, UDP 8, GUE 8 + 4 x NILB_MAX_GUE_HOPS,
-	 * inner IPv4 with options 60, then the larger of TCP (20) and an ICMP
-	 * error (8) quoting IPv4 with options (60) and its ports (4). */
-	NILB_TC_HEADERS_LEN = 14 + 20 + 8 + 8 + 4 * NILB_MAX_GUE_HOPS + 60 + 8 + 60 + 4,
+	 * them: Ethernet 14, the larger outer headers (IPv6 40, UDP 8, GUE 8 +
+	 * 16 x NILB_MAX_GUE_HOPS6; outer IPv4 takes 20 + 8 + 8 + 4 x
+	 * NILB_MAX_GUE_HOPS), inner IPv4 with options 60, then the larger of
+	 * TCP (20) and an ICMP error (8) quoting IPv4 with options (60) and its
+	 * ports (4). */
+	NILB_TC_HEADERS_LEN = 14 + 40 + 8 + 8 + 16 * NILB_MAX_GUE_HOPS6 + 60 + 8 + 60 + 4,
 	/* unknown_flow: rst: per CPU, at most one RST per NILB_RST_INTERVAL_NS
 	 * on average (1000/s), in bursts of up to NILB_RST_BURST. */
 	NILB_RST_INTERVAL_NS = 1000000,
@@ -125,6 +137,14 @@ enum nilb_config_flags {
 	 * and XDP checks direct packets to this node for NAT collisions
 	 * (`nat_ports`, `nat_flows`). Without it neither looks at a packet. */
 	NILB_F_NAT = 0x2000,
+	/* The cluster network is IPv6 (docs/design.md "IPv6 cluster network"):
+	 * GUE travels in IPv6/UDP, hops are listed as 16-byte addresses,
+	 * `backends` holds IPv6 addresses, this node's address is in `config6`
+	 * (node_addr here is 0) and GUE senders are checked against
+	 * `cluster_nodes6`. The daemon attaches the XDP programs built for it
+	 * (nilb_xdp_balancer_c6 and its IPv6 twin); the TC and backend XDP
+	 * programs read the outer family of each packet. */
+	NILB_F_CLUSTER_IPV6 = 0x4000,
 };
 
 /*
@@ -345,6 +365,13 @@ struct nilb_config {
 	__u32 outer_csum_base;
 };
 
+/* The only element of the `config6` map (ARRAY, key 0): what an IPv6
+ * cluster network adds to struct nilb_config (which keeps its layout, so
+ * that old pins stay adoptable). All zero on an IPv4 cluster network. */
+struct nilb_config6 {
+	__u8 node_addr[16];   /* this node's IPv6 address, network order */
+};
+
 /* Value of the `service_stats` map (PERCPU_ARRAY, key service index):
  * what happened to a service's packets on this node beyond balancing. */
 struct nilb_service_stats {
@@ -370,7 +397,8 @@ struct nilb_backend_stats {
  * interface. */
 struct nilb_hop_cache {
 	__u64 expires_ns;   /* bpf_ktime_get_coarse_ns() deadline */
-	__u32 hop;          /* IPv4 network order this answer is for */
+	__u32 hop[4];       /* address this answer is for, network order (IPv4:
+			     * hop[0], the rest 0; as struct nilb_backend) */
 	__u32 in_ifindex;   /* interface the packets came in on */
 	__u32 out_ifindex;  /* interface the FIB chose */
 	__u32 max_len;      /* outer lengths up to this are known to fit */
@@ -395,7 +423,8 @@ struct nilb_icmp_limit {
 			    * 1e9 / icmp_too_big_rate ns of it */
 };
 
-/* Value of the `cluster_nodes` and `vips` maps (HASH, key IPv4 __u32). */
+/* Value of the `cluster_nodes` and `vips` maps (HASH, key IPv4 __u32) and
+ * of `cluster_nodes6` and `vips6` (key struct nilb_addr6). */
 struct nilb_addr_info {
 	__u32 flags;     /* enum nilb_addr_flags */
 };

@@ -41,6 +41,10 @@ pub const BUCKET_MOVED: &str = "bucket_moved";
 pub const BACKENDS: &str = "backends";
 /// `cluster_nodes`: addresses allowed to send GUE.
 pub const CLUSTER_NODES: &str = "cluster_nodes";
+/// GUE senders of an IPv6 cluster network (key: 16-byte address).
+pub const CLUSTER_NODES6: &str = "cluster_nodes6";
+/// This node's IPv6 cluster address (`struct nilb_config6`).
+pub const CONFIG6: &str = "config6";
 /// `vips`: the VIP addresses.
 pub const VIPS: &str = "vips";
 /// `nilb_config`: this node's settings.
@@ -79,7 +83,7 @@ pub const NAT_FLOWS_RESIZING: &str = "nat_flows_resizing";
 
 /// Names of the maps pinned under the pin directory, as the BPF object
 /// names them.
-pub const PINNED_MAPS: [&str; 25] = [
+pub const PINNED_MAPS: [&str; 27] = [
     SERVICES,
     IPV6_BALANCER,
     SERVICES6,
@@ -89,8 +93,10 @@ pub const PINNED_MAPS: [&str; 25] = [
     BUCKET_MOVED,
     BACKENDS,
     CLUSTER_NODES,
+    CLUSTER_NODES6,
     VIPS,
     CONFIG,
+    CONFIG6,
     COUNTERS,
     SERVICE_STATS,
     BACKEND_STATS,
@@ -110,13 +116,16 @@ pub const PINNED_MAPS: [&str; 25] = [
 /// Pinned maps a daemon may adopt the others without: pins of an older
 /// daemon that did not have them are completed with empty ones (the
 /// forwarding state, which is in the other maps, carries over).
-pub const ADOPT_WITHOUT: [&str; 16] = [
+pub const ADOPT_WITHOUT: [&str; 18] = [
     CONTROL_STATE,
     IPV6_BALANCER,
     // IPv6: an older daemon had no IPv6 services.
     SERVICES6,
     VIPS6,
     CONTROL_VIP6,
+    // IPv6 cluster network: an older daemon had an IPv4 one.
+    CLUSTER_NODES6,
+    CONFIG6,
     // Counters restart from zero when an upgrade adds some.
     COUNTERS,
     // Resized by copying (Dataplane::load_pinned_sized); an older daemon
