@@ -4,8 +4,9 @@
 //! `hash_seed` over a 16-byte key: source address (4), destination address
 //! (4), source port (2), destination port (2), protocol (1), three zero bytes;
 //! addresses and ports in network byte order, exactly as on the wire. An
-//! IPv6 flow's key is 40 bytes: source address (16), destination address
-//! (16), then the same 8 bytes (`nilb_flow_hash6`). The
+//! IPv6 flow's key is the same 16 bytes with each address folded to 4: the
+//! XOR of its four 4-byte groups (`nilb_flow_hash6`; 6 MurmurHash3 blocks
+//! fewer than the 40 bytes of the whole addresses, docs/design.md "Hash"). The
 //! bucket of a flow is `hash & (table_size - 1)`; the outer UDP source port
 //! of its GUE packets is `0x8000 | (hash & 0x7fff)`.
 //!
@@ -36,11 +37,12 @@ pub struct FlowTuple {
 }
 
 impl FlowTuple {
-    /// The hash key, as laid out in `bpf/hash.h`: 16 bytes for IPv4, 40
-    /// for IPv6 (an IPv4 address in an IPv6 flow, which the data plane
-    /// never sees, counts as its IPv4-mapped IPv6 address).
+    /// The hash key, as laid out in `bpf/hash.h`: 16 bytes, IPv6 addresses
+    /// folded to 4 bytes each by [`fold6`] (an IPv4 address in an IPv6
+    /// flow, which the data plane never sees, counts as its IPv4-mapped
+    /// IPv6 address).
     pub fn key_bytes(&self) -> Vec<u8> {
-        let mut k = Vec::with_capacity(40);
+        let mut k = Vec::with_capacity(16);
         match (self.saddr, self.daddr) {
             (IpAddr::V4(s), IpAddr::V4(d)) => {
                 k.extend_from_slice(&s.octets());
@@ -51,8 +53,8 @@ impl FlowTuple {
                     IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
                     IpAddr::V6(a) => a.octets(),
                 };
-                k.extend_from_slice(&v6(s));
-                k.extend_from_slice(&v6(d));
+                k.extend_from_slice(&fold6(&v6(s)));
+                k.extend_from_slice(&fold6(&v6(d)));
             }
         }
         k.extend_from_slice(&self.sport.to_be_bytes());
@@ -60,6 +62,18 @@ impl FlowTuple {
         k.extend_from_slice(&[self.proto, 0, 0, 0]);
         k
     }
+}
+
+/// An IPv6 address (16 bytes, network order) folded to the 4 bytes of the
+/// hash key: the bytewise XOR of its four 4-byte groups, which is the XOR of
+/// the four 32-bit words the BPF program loads (XOR works byte by byte, so
+/// byte order does not matter).
+pub fn fold6(a: &[u8; 16]) -> [u8; 4] {
+    let mut f = [0u8; 4];
+    for (i, b) in a.iter().enumerate() {
+        f[i % 4] ^= b;
+    }
+    f
 }
 
 #[inline]
@@ -125,7 +139,7 @@ mod tests {
     }
 
     #[test]
-    fn ipv6_key_is_40_bytes_as_on_the_wire() {
+    fn ipv6_key_folds_each_address_to_4_bytes() {
         let flow = FlowTuple {
             saddr: "2001:db8::1".parse::<Ipv6Addr>().unwrap().into(),
             daddr: "2001:db8:100::80".parse::<Ipv6Addr>().unwrap().into(),
@@ -134,9 +148,12 @@ mod tests {
             proto: IPPROTO_TCP,
         };
         let k = flow.key_bytes();
-        assert_eq!(k.len(), 40);
-        assert_eq!(&k[..4], &[0x20, 0x01, 0x0d, 0xb8]);
-        assert_eq!(&k[32..], &[0x9c, 0x40, 0x01, 0xbb, 6, 0, 0, 0]);
+        assert_eq!(k.len(), 16);
+        // 20 01 0d b8 ^ 00 00 00 00 ^ 00 00 00 00 ^ 00 00 00 01
+        assert_eq!(&k[..4], &[0x20, 0x01, 0x0d, 0xb9]);
+        // 20 01 0d b8 ^ 01 00 00 00 ^ 00 00 00 00 ^ 00 00 00 80
+        assert_eq!(&k[4..8], &[0x21, 0x01, 0x0d, 0x38]);
+        assert_eq!(&k[8..], &[0x9c, 0x40, 0x01, 0xbb, 6, 0, 0, 0]);
         for seed in [0u32, 0x5eed_1234] {
             let want = murmur3::murmur3_32(&mut &k[..], seed).unwrap();
             assert_eq!(flow_hash(&flow, seed), want, "seed {seed:#x}");
