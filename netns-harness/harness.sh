@@ -852,7 +852,7 @@ wire_bg() {
     -s 128 -c 200000 -w "$WIRE_PCAP" \
     "ip or (ip6 and udp port 19523) or (ip6 and tcp port 80 and host ${NH_NODE_IP6[node1]})"
   WIRE_PID=$NH_BG_PID
-  nh_wait_until 10 grep -q 'listening on' "$log"
+  nh_wait_until 10 grep -qs 'listening on' "$log"
 }
 # wire_count FILTER: packets in the last wire_bg's capture that match FILTER
 wire_count() { tcpdump -nn -r "$WIRE_PCAP" "$1" 2>/dev/null | wc -l; }
