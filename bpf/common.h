@@ -44,16 +44,29 @@ static __always_inline void count(__u32 idx)
 
 /* Returns: this node's configuration, or NULL while the daemon has not
  * written it (an ARRAY element always exists: unwritten, it is zeros, and
- * no node has address 0.0.0.0). */
+ * the GUE port is never 0; node_addr is 0 on an IPv6 cluster network,
+ * whose config6 is written before). */
 static __always_inline struct nilb_config *get_config(void)
 {
 	struct nilb_config *cfg;
 	__u32 zero = 0;
 
 	cfg = bpf_map_lookup_elem(&nilb_config, &zero);
-	if (cfg && !cfg->node_addr)
+	if (cfg && !cfg->gue_port)
 		return NULL;
 	return cfg;
+}
+
+/* Returns: this node's IPv6 cluster address (four network-order words;
+ * all zero on an IPv4 cluster network), or NULL (never: an ARRAY element;
+ * for the verifier). */
+static __always_inline __u32 *get_node6(void)
+{
+	struct nilb_config6 *c;
+	__u32 zero = 0;
+
+	c = bpf_map_lookup_elem(&config6, &zero);
+	return c ? (__u32 *)c->node_addr : NULL;
 }
 
 /* Returns: non-zero if addr (network order) is a configured VIP. */

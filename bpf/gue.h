@@ -15,11 +15,26 @@
  *                owners, newest first, and for a UDP flow the first hop
  *                again after them
  *   inner IPv4 or IPv6 packet
+ *
+ * Over an IPv6 cluster network (NILB_F_CLUSTER_IPV6; docs/design.md "IPv6
+ * cluster network") the outer header is IPv6 instead and each hop 16 bytes:
+ *
+ *   outer IPv6   40 bytes, no extension headers, traffic class 0, flow
+ *                label the low 20 bits of the flow hash (RFC 6438), hop
+ *                limit NILB_OUTER_TTL, next header UDP
+ *   UDP          as above; checksum 0 (RFC 6935 and 6936: a tunnel whose
+ *                receivers are nilb's own programs, which check every GUE
+ *                field and the inner lengths; the inner packet carries its
+ *                own transport checksum end to end); a received non-zero
+ *                checksum is kept valid when forwarding
+ *   GUE          as above with hlen 1 + 4N
+ *   hops         N IPv6 addresses, network order, the same hops
  */
 #ifndef NILB_GUE_H
 #define NILB_GUE_H
 
 #include "common.h"
+#include "ipv6.h"
 
 #define GUE_PROTO_IPV4 4
 #define GUE_PROTO_IPV6 41
@@ -40,6 +55,13 @@ struct gue_hdr {
 static __always_inline __u32 gue_overhead(__u32 nhops)
 {
 	return NILB_GUE_BASE_OVERHEAD + 4 * nhops;
+}
+
+/* Returns: the bytes outer headers + UDP + GUE take with nhops hops listed,
+ * over an IPv4 (c6 0) or IPv6 (c6 non-zero) cluster network. */
+static __always_inline __u32 gue_overhead_of(__u32 nhops, int c6)
+{
+	return c6 ? NILB_GUE6_BASE_OVERHEAD + NILB_GUE6_HOP_LEN * nhops : gue_overhead(nhops);
 }
 
 /*
@@ -96,6 +118,81 @@ static __always_inline void gue_write(struct ethhdr *eth, const struct nilb_conf
 		gue->hops[3] = list[3];
 }
 
+/* Copy the IPv6 address of backend slot `slot` to dst (packet memory).
+ * Returns: 0, or -1 if the slot has no IPv6 address (never for a slot
+ * xdp_bucket listed). */
+static __always_inline int gue_slot_addr6(__u32 *dst, __u32 slot)
+{
+	struct nilb_backend *be = bpf_map_lookup_elem(&backends, &slot);
+
+	if (!be || be->family != NILB_FAMILY_IPV6)
+		return -1;
+	addr6_copy(dst, be->addr);
+	return 0;
+}
+
+/*
+ * gue_write over an IPv6 cluster network: Ethernet type, outer IPv6 (node6
+ * -> daddr, both four network-order words), UDP and GUE in front of an
+ * inner packet of inner_len bytes, listing the IPv6 addresses of the first
+ * nhops (at most NILB_TX_HOPS) backend slots of `slots`. The caller has
+ * checked that the outer headers and GUE base header lie within the
+ * packet (data_end); each hop is checked here (a short inner packet leaves
+ * no room for hops not listed). The MACs are the caller's.
+ * Returns: 0, or -1 if a hop does not fit or a slot has no IPv6 address
+ * (neither happens: the verifier needs the checks).
+ */
+static __always_inline int gue_write6(struct ethhdr *eth, void *data_end,
+				      const struct nilb_config *cfg, const __u32 *node6,
+				      const __u32 *daddr, const __u32 *slots, __u32 nhops,
+				      __u32 hash, __u32 inner_len, __u8 inner_proto)
+{
+	struct ipv6hdr *oip6 = (void *)(eth + 1);
+	struct udphdr *udp = (void *)(oip6 + 1);
+	struct gue_hdr *gue = (void *)(udp + 1);
+	__u32 *hop = gue->hops;
+	/* UDP header, GUE base header and hops, inner packet. */
+	__u32 len = inner_len + gue_overhead_of(nhops, 1) - sizeof(*oip6);
+
+	_Static_assert(NILB_TX_HOPS == 4, "gue_write6 lists up to four hops");
+	eth->h_proto = bpf_htons(ETH_P_IPV6);
+	/* Version 6, traffic class 0, flow label from the flow hash. */
+	*(__u32 *)oip6 = bpf_htonl(0x60000000 | (hash & 0xfffff));
+	oip6->payload_len = bpf_htons(len);
+	oip6->nexthdr = IPPROTO_UDP;
+	oip6->hop_limit = NILB_OUTER_TTL;
+	addr6_copy((__u32 *)&oip6->saddr, node6);
+	addr6_copy((__u32 *)&oip6->daddr, daddr);
+
+	udp->source = bpf_htons(0x8000 | (hash & 0x7fff));
+	udp->dest = cfg->gue_port;
+	udp->len = bpf_htons(len);
+	udp->check = 0;
+
+	((__u32 *)gue)[0] = bpf_htonl(((1 + 4 * nhops) << 24) | ((__u32)inner_proto << 16));
+	((__u32 *)gue)[1] = bpf_htonl(nhops);
+	if (nhops > 0) {
+		if ((void *)(hop + 4) > data_end || gue_slot_addr6(hop, slots[0]))
+			return -1;
+		hop += 4;
+	}
+	if (nhops > 1) {
+		if ((void *)(hop + 4) > data_end || gue_slot_addr6(hop, slots[1]))
+			return -1;
+		hop += 4;
+	}
+	if (nhops > 2) {
+		if ((void *)(hop + 4) > data_end || gue_slot_addr6(hop, slots[2]))
+			return -1;
+		hop += 4;
+	}
+	if (nhops > 3) {
+		if ((void *)(hop + 4) > data_end || gue_slot_addr6(hop, slots[3]))
+			return -1;
+	}
+	return 0;
+}
+
 /* Result of gue_parse. */
 enum gue_parse_result {
 	/* A valid GUE packet; *inner is set. */
@@ -116,6 +213,49 @@ static __always_inline struct gue_hdr *gue_of(struct iphdr *oip)
 }
 
 /*
+ * The GUE header gue and what follows it, in a UDP payload of payload_len
+ * bytes (lying within the frame: checked by the caller): the GUE header as
+ * glb-director and nilb write it, with up to max_hops hops of hop_len bytes
+ * (4 under outer IPv4, NILB_GUE6_HOP_LEN under outer IPv6: hlen counts
+ * hop_len / 4 words per hop), and for protocol 4 an unfragmented inner
+ * IPv4 packet filling the rest exactly.
+ * Returns: enum gue_parse_result (*inner is set only with GUE_OK: the
+ * inner IPv4 header, its 20 bytes within the packet).
+ */
+static __always_inline enum gue_parse_result gue_parse_payload(struct gue_hdr *gue,
+								__u32 payload_len, __u32 max_hops,
+								__u32 hop_len, void *data_end,
+								struct iphdr **inner)
+{
+	struct iphdr *in;
+	__u32 gue_len;
+	__u8 hlen, nhops, next;
+
+	if ((void *)(gue + 1) > data_end)
+		return GUE_MALFORMED;
+	hlen = gue->hlen & 0x1f;
+	nhops = gue->hop_count;
+	next = gue->next_hop;
+	if ((gue->hlen & 0xe0) || gue->flags || gue->priv_type || nhops > max_hops ||
+	    hlen != 1 + nhops * (hop_len / 4) || next > nhops)
+		return GUE_MALFORMED;
+	if (gue->proto == GUE_PROTO_IPV6)
+		return GUE_INNER_IPV6;
+	if (gue->proto != GUE_PROTO_IPV4)
+		return GUE_MALFORMED;
+	gue_len = sizeof(*gue) + hop_len * (__u32)nhops;
+	in = (void *)gue + gue_len;
+	if ((void *)(in + 1) > data_end)
+		return GUE_MALFORMED;
+	if (in->version != 4 || in->ihl < 5 || is_fragment(in) ||
+	    bpf_ntohs(in->tot_len) != payload_len - gue_len ||
+	    bpf_ntohs(in->tot_len) < in->ihl * 4)
+		return GUE_MALFORMED;
+	*inner = in;
+	return GUE_OK;
+}
+
+/*
  * Validate a received GUE packet: outer IPv4 header oip (20 bytes, no
  * options, both checked by the caller) and UDP to the GUE port, the GUE
  * header as glb-director and nilb write it, and an unfragmented inner IPv4
@@ -129,10 +269,7 @@ static __always_inline enum gue_parse_result gue_parse(struct iphdr *oip, void *
 							struct iphdr **inner)
 {
 	struct udphdr *udp = (void *)(oip + 1);
-	struct gue_hdr *gue = gue_of(oip);
-	struct iphdr *in;
-	__u32 tot_len, udp_len, gue_len;
-	__u8 hlen, nhops, next;
+	__u32 tot_len, udp_len;
 
 	if ((void *)(udp + 1) > data_end)
 		return GUE_MALFORMED;
@@ -141,28 +278,39 @@ static __always_inline enum gue_parse_result gue_parse(struct iphdr *oip, void *
 	if (oip->version != 4 || is_fragment(oip) || udp_len != tot_len - sizeof(*oip) ||
 	    sizeof(struct ethhdr) + tot_len > frame_len)
 		return GUE_MALFORMED;
-	if ((void *)(gue + 1) > data_end)
+	return gue_parse_payload(gue_of(oip), udp_len - sizeof(*udp), NILB_MAX_GUE_HOPS, 4,
+				 data_end, inner);
+}
+
+/* Returns: the GUE header of a packet whose outer header is IPv6 without
+ * extension headers (oip6; the UDP header comes between them). */
+static __always_inline struct gue_hdr *gue_of6(struct ipv6hdr *oip6)
+{
+	return (void *)(oip6 + 1) + sizeof(struct udphdr);
+}
+
+/*
+ * gue_parse under outer IPv6 (an IPv6 cluster network): oip6 (40 bytes
+ * within the frame, next header UDP: checked by the caller, so no
+ * extension headers, which nilb never sends) and UDP to the GUE port
+ * filling its payload exactly, then gue_parse_payload with 16-byte hops.
+ * Returns: as gue_parse.
+ */
+static __always_inline enum gue_parse_result gue_parse6(struct ipv6hdr *oip6, void *data_end,
+							 __u32 frame_len, struct iphdr **inner)
+{
+	struct udphdr *udp = (void *)(oip6 + 1);
+	__u32 payload_len, udp_len;
+
+	if ((void *)(udp + 1) > data_end)
 		return GUE_MALFORMED;
-	hlen = gue->hlen & 0x1f;
-	nhops = gue->hop_count;
-	next = gue->next_hop;
-	if ((gue->hlen & 0xe0) || gue->flags || gue->priv_type ||
-	    nhops > NILB_MAX_GUE_HOPS || hlen != 1 + nhops || next > nhops)
+	payload_len = bpf_ntohs(oip6->payload_len);
+	udp_len = bpf_ntohs(udp->len);
+	if (oip6->version != 6 || udp_len != payload_len || udp_len < sizeof(*udp) ||
+	    sizeof(struct ethhdr) + sizeof(*oip6) + payload_len > frame_len)
 		return GUE_MALFORMED;
-	if (gue->proto == GUE_PROTO_IPV6)
-		return GUE_INNER_IPV6;
-	if (gue->proto != GUE_PROTO_IPV4)
-		return GUE_MALFORMED;
-	gue_len = sizeof(*gue) + 4 * (__u32)nhops;
-	in = (void *)gue + gue_len;
-	if ((void *)(in + 1) > data_end)
-		return GUE_MALFORMED;
-	if (in->version != 4 || in->ihl < 5 || is_fragment(in) ||
-	    bpf_ntohs(in->tot_len) != udp_len - sizeof(*udp) - gue_len ||
-	    bpf_ntohs(in->tot_len) < in->ihl * 4)
-		return GUE_MALFORMED;
-	*inner = in;
-	return GUE_OK;
+	return gue_parse_payload(gue_of6(oip6), udp_len - sizeof(*udp), NILB_MAX_GUE_HOPS6,
+				 NILB_GUE6_HOP_LEN, data_end, inner);
 }
 
 /* Returns: the bytes outer IPv4 + UDP + GUE take in a packet gue_parse
@@ -170,6 +318,29 @@ static __always_inline enum gue_parse_result gue_parse(struct iphdr *oip, void *
 static __always_inline __u32 gue_encap_len(const struct gue_hdr *gue)
 {
 	return gue_overhead(gue->hop_count);
+}
+
+/* The outer headers of a frame that may carry GUE over an IPv6 cluster
+ * network: Ethernet, IPv6 whose next header is UDP, the UDP header within
+ * the frame (outer_udp4's twin; nilb sends no outer extension headers, so
+ * a frame with any is not nilb's GUE).
+ * Returns: the IPv6 header, with the UDP header in *udp; NULL if the frame
+ * is anything else. */
+static __always_inline struct ipv6hdr *outer_udp6(void *data, void *data_end,
+						  struct udphdr **udp)
+{
+	struct ethhdr *eth = data;
+	struct ipv6hdr *oip6;
+
+	if ((void *)(eth + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_IPV6))
+		return NULL;
+	oip6 = (void *)(eth + 1);
+	if ((void *)(oip6 + 1) > data_end || oip6->nexthdr != IPPROTO_UDP)
+		return NULL;
+	*udp = (void *)(oip6 + 1);
+	if ((void *)(*udp + 1) > data_end)
+		return NULL;
+	return oip6;
 }
 
 /* The outer headers of a frame that may carry GUE: Ethernet, IPv4 with a
@@ -208,6 +379,33 @@ static __always_inline __u32 *gue_hop(struct gue_hdr *gue, __u32 idx, void *data
 	if (idx >= NILB_MAX_GUE_HOPS || (void *)(hop + 1) > data_end)
 		return NULL;
 	return hop;
+}
+
+/* gue_hop under outer IPv6: where hop `idx` (16 bytes) lies, or NULL if
+ * beyond NILB_MAX_GUE_HOPS6 or the packet. */
+static __always_inline __u32 *gue_hop6(struct gue_hdr *gue, __u32 idx, void *data_end)
+{
+	__u32 *hop = gue->hops + 4 * idx;
+
+	if (idx >= NILB_MAX_GUE_HOPS6 || (void *)(hop + 4) > data_end)
+		return NULL;
+	return hop;
+}
+
+/* gue_hop_relayable for an IPv6 hop (four network-order words): refused
+ * are ::/96 (the unspecified address, ::1, IPv4-compatible), ::ffff:0:0/96
+ * (IPv4-mapped), fe80::/10 (link-local), ff00::/8 (multicast) and any
+ * configured IPv6 VIP; the same reasons as for IPv4.
+ * Returns: non-zero if the packet may be relayed to `hop`. */
+static __always_inline int gue_hop_relayable6(const __u32 *hop)
+{
+	__u32 w0 = bpf_ntohl(hop[0]);
+
+	if ((w0 >> 24) == 0xff || (w0 >> 22) == 0x3fa)
+		return 0;
+	if (!hop[0] && !hop[1] && (!hop[2] || hop[2] == bpf_htonl(0xffff)))
+		return 0;
+	return vip6_flags(hop) < 0;
 }
 
 /* Whether a second-chance packet may be sent on to `hop` (network order).
@@ -257,6 +455,39 @@ static __always_inline void gue_forward(struct iphdr *oip, struct gue_hdr *gue, 
 	if (check) {
 		check = csum_replace4(check, saddr, node);
 		check = csum_replace4(check, daddr, hop);
+		check = csum_replace2(check, old_word, *word);
+		/* A computed zero is sent as all ones (RFC 768). */
+		udp->check = check ? check : 0xffff;
+	}
+}
+
+/* gue_forward under outer IPv6: readdress oip6 from this node (node6) to
+ * `hop` (both four network-order words; hop may lie in the packet's hop
+ * list) and move the next-hop index past `next`; a non-zero UDP checksum
+ * is updated incrementally (RFC 1624), a zero one stays zero.
+ * Returns: nothing. */
+static __always_inline void gue_forward6(struct ipv6hdr *oip6, struct gue_hdr *gue, __u8 next,
+					 const __u32 *node6, const __u32 *hop)
+{
+	struct udphdr *udp = (void *)(oip6 + 1);
+	__u32 *s = (__u32 *)&oip6->saddr, *d = (__u32 *)&oip6->daddr;
+	__u16 *word = (__u16 *)&gue->next_hop;
+	__u16 old_word = *word, check = udp->check;
+
+	if (check) {
+		check = csum_replace4(check, s[0], node6[0]);
+		check = csum_replace4(check, s[1], node6[1]);
+		check = csum_replace4(check, s[2], node6[2]);
+		check = csum_replace4(check, s[3], node6[3]);
+		check = csum_replace4(check, d[0], hop[0]);
+		check = csum_replace4(check, d[1], hop[1]);
+		check = csum_replace4(check, d[2], hop[2]);
+		check = csum_replace4(check, d[3], hop[3]);
+	}
+	addr6_copy(s, node6);
+	addr6_copy(d, hop);
+	gue->next_hop = next + 1;
+	if (check) {
 		check = csum_replace2(check, old_word, *word);
 		/* A computed zero is sent as all ones (RFC 768). */
 		udp->check = check ? check : 0xffff;

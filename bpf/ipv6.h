@@ -24,6 +24,7 @@
 #include "icmp.h"
 
 #define ETH_P_IPV6 0x86DD
+#define AF_INET6 10
 #define NEXTHDR_HOP 0
 #define NEXTHDR_ROUTING 43
 #define NEXTHDR_FRAGMENT 44

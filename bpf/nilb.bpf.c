@@ -122,17 +122,20 @@ static __always_inline struct nilb_service *xdp_l4_service(const struct iphdr *i
 	return xdp_flow_service(&flow, seed, hash);
 }
 
-/* The hops a bucket gives a flow. */
+/* The hops a bucket gives a flow. A hop is named by its IPv4 address
+ * (network order) on an IPv4 cluster network, by its backend slot on an
+ * IPv6 one (c6: the programs built for it), whose 16-byte address gue_write6
+ * reads from `backends`. */
 struct xdp_hops {
-	__u32 first;     /* IPv4 network order, non-zero */
-	/* Hops listed in GUE, IPv4 network order: the bucket's previous owners
+	__u32 first;     /* the first hop, non-zero */
+	/* Hops listed in GUE: the bucket's previous owners
 	 * newest first (without the first hop, each once), and for UDP, when
 	 * any is listed, the first hop again after them (docs/design.md
 	 * "Second chance (TC)"). */
 	__u32 list[NILB_TX_HOPS];
 	__u32 nhops;     /* entries of list used */
 	__u32 slot;      /* backend slot of (service, first hop) */
-	__u32 overhead;  /* GUE bytes with the hops listed: gue_overhead(nhops) */
+	__u32 overhead;  /* GUE bytes with the hops listed: gue_overhead_of(nhops, c6) */
 	/* The balancer's counters of the first hop (backend_stats[slot]),
 	 * bumped once the packet is on its way; NULL if the slot has none. */
 	struct nilb_backend_stats *stats;
@@ -146,16 +149,19 @@ struct xdp_hops {
  * frame (three frames deep the stack would exceed the verifier's limit). */
 #define XDP_NEXT_HOP_TOO_BIG6 0x100
 
-/* Returns: the IPv4 address (network order) of backend slot `slot`, 0 if
- * the slot has none. */
-static __always_inline __u32 backend_addr(__u32 slot)
+/* Returns: the name of backend slot `slot` as a hop (struct xdp_hops): its
+ * IPv4 address (network order), or on an IPv6 cluster network (c6) the
+ * slot itself if it has an IPv6 address; 0 if the slot has no address. */
+static __always_inline __u32 backend_addr(__u32 slot, int c6)
 {
 	struct nilb_backend *be = bpf_map_lookup_elem(&backends, &slot);
 
+	if (c6)
+		return be && be->family == NILB_FAMILY_IPV6 ? slot : 0;
 	return be ? be->addr[0] : 0;
 }
 
-/* Add `prev` (an address, 0: none) to the hops listed in *l (l[0..2],
+/* Add `prev` (a hop, 0: none) to the hops listed in *l (l[0..2],
  * filled in order, 0 after the last) unless it is 0, the first hop or
  * listed already. Constant indexes only: the verifier refuses a stack
  * write at a variable offset of this shape. */
@@ -180,7 +186,7 @@ static __always_inline void list_once(__u32 *l, __u32 first, __u32 prev)
  * Fills hops->list, nhops and overhead.
  */
 static __always_inline void xdp_previous_owners(__u64 chain, __u32 first, __u8 udp,
-						struct xdp_hops *hops)
+						struct xdp_hops *hops, int c6)
 {
 	__u32 *l = hops->list;
 	__u32 s, n;
@@ -189,13 +195,13 @@ static __always_inline void xdp_previous_owners(__u64 chain, __u32 first, __u8 u
 	_Static_assert(NILB_MAX_OWNERS == 4, "three previous owners");
 	s = chain & 0xffff;
 	if (s) {
-		list_once(l, first, backend_addr(s));
+		list_once(l, first, backend_addr(s, c6));
 		s = (chain >> 16) & 0xffff;
 		if (s) {
-			list_once(l, first, backend_addr(s));
+			list_once(l, first, backend_addr(s, c6));
 			s = (chain >> 32) & 0xffff;
 			if (s)
-				list_once(l, first, backend_addr(s));
+				list_once(l, first, backend_addr(s, c6));
 		}
 	}
 	n = !!l[0] + !!l[1] + !!l[2];
@@ -209,7 +215,7 @@ static __always_inline void xdp_previous_owners(__u64 chain, __u32 first, __u8 u
 		n++;
 	}
 	hops->nhops = n;
-	hops->overhead = gue_overhead(n);
+	hops->overhead = gue_overhead_of(n, c6);
 }
 
 /*
@@ -222,7 +228,7 @@ static __always_inline void xdp_previous_owners(__u64 chain, __u32 first, __u8 u
  * C_XDP_DROP_NO_BACKEND and the service's xdp_drops).
  */
 static __always_inline int xdp_bucket(const struct nilb_service *svc, __u32 hash, __u8 udp,
-				      struct xdp_hops *hops)
+				      struct xdp_hops *hops, int c6)
 {
 	struct nilb_bucket *b;
 	__u32 idx, first, slot;
@@ -232,7 +238,7 @@ static __always_inline int xdp_bucket(const struct nilb_service *svc, __u32 hash
 	b = bpf_map_lookup_elem(&buckets, &idx);
 	chain = b ? *(volatile __u64 *)b : 0;
 	slot = chain & 0xffff;
-	first = slot ? backend_addr(slot) : 0;
+	first = slot ? backend_addr(slot, c6) : 0;
 	if (!first) {
 		struct nilb_service_stats *st = service_stats_of(svc);
 
@@ -247,9 +253,9 @@ static __always_inline int xdp_bucket(const struct nilb_service *svc, __u32 hash
 	if (!chain) {
 		/* The common case: a bucket that never moved lists no hop. */
 		hops->nhops = 0;
-		hops->overhead = gue_overhead(0);
+		hops->overhead = gue_overhead_of(0, c6);
 	} else {
-		xdp_previous_owners(chain, first, udp, hops);
+		xdp_previous_owners(chain, first, udp, hops, c6);
 	}
 	hops->stats = bpf_map_lookup_elem(&backend_stats, &hops->slot);
 	return 0;
@@ -260,15 +266,17 @@ static __always_inline int xdp_bucket(const struct nilb_service *svc, __u32 hash
  * packet to a service with `quic_lb` (idx: its service index; the UDP
  * payload at [off, end) of the frame), the backend whose server ID the QUIC
  * destination connection ID carries, whatever the packet's 4-tuple.
+ * c6: an IPv6 cluster network (the hop is the backend's slot).
  * Returns: 0 with *hops filled (no other hop listed: the server ID names
  * the one backend that knows the connection; counted C_XDP_QUIC_ROUTED),
  * else -1: the bucket table decides, as for any UDP packet (counted by
  * outcome, nothing for a service without quic_lb).
- * Not inlined: its locals would push the balancer's stack, with the edge
- * filters' calls, over the verifier's 512 bytes.
+ * Called through xdp_quic_hops, not inlined: its locals would push the
+ * balancer's stack, with the edge filters' calls, over the verifier's 512
+ * bytes.
  */
-static __noinline int xdp_quic_hops(struct xdp_md *ctx, __u32 idx, __u32 off, __u32 end,
-				    struct xdp_hops *hops)
+static __always_inline int xdp_quic_hops_of(struct xdp_md *ctx, __u32 idx, __u32 off,
+					    __u32 end, struct xdp_hops *hops, const int c6)
 {
 	struct nilb_quic_backend *b;
 	struct quic_lb_scratch *s;
@@ -305,11 +313,11 @@ static __noinline int xdp_quic_hops(struct xdp_md *ctx, __u32 idx, __u32 off, __
 		goto unknown;
 	s->key.service_index = idx;
 	b = bpf_map_lookup_elem(&quic_servers, &s->key);
-	if (!b || !b->dip)
+	if (!b || !(c6 ? backend_addr(b->slot, 1) : b->dip))
 		goto unknown;
-	hops->first = b->dip;
+	hops->first = c6 ? b->slot : b->dip;
 	hops->nhops = 0;
-	hops->overhead = gue_overhead(0);
+	hops->overhead = gue_overhead_of(0, c6);
 	hops->slot = b->slot;
 	hops->stats = bpf_map_lookup_elem(&backend_stats, &hops->slot);
 	count(C_XDP_QUIC_ROUTED);
@@ -319,13 +327,36 @@ unknown:
 	return -1;
 }
 
+/* xdp_quic_hops_of as a subprogram (over an IPv4 cluster network, or with
+ * c6 over an IPv6 one: a subprogram takes five arguments at most). */
+static __noinline int xdp_quic_hops4(struct xdp_md *ctx, __u32 idx, __u32 off, __u32 end,
+				     struct xdp_hops *hops)
+{
+	return xdp_quic_hops_of(ctx, idx, off, end, hops, 0);
+}
+
+static __noinline int xdp_quic_hops6(struct xdp_md *ctx, __u32 idx, __u32 off, __u32 end,
+				     struct xdp_hops *hops)
+{
+	return xdp_quic_hops_of(ctx, idx, off, end, hops, 1);
+}
+
+/* Returns: as xdp_quic_hops_of, through the subprogram for c6. */
+static __always_inline int xdp_quic_hops(struct xdp_md *ctx, __u32 idx, __u32 off, __u32 end,
+					 struct xdp_hops *hops, const int c6)
+{
+	return c6 ? xdp_quic_hops6(ctx, idx, off, end, hops)
+		  : xdp_quic_hops4(ctx, idx, off, end, hops);
+}
+
 /*
  * Encapsulation: cut Ethernet padding so that the inner packet is exactly
  * inner_len bytes (frame_len: the frame as received, eth its checked
  * Ethernet header), make room in front and write outer IPv4, UDP and GUE to
  * hops->first, listing hops->nhops hops (gue_write). macs
  * receives the frame's destination and source MACs.
- * inner_proto: GUE_PROTO_IPV4 or GUE_PROTO_IPV6.
+ * inner_proto: GUE_PROTO_IPV4 or GUE_PROTO_IPV6. c6: an IPv6 cluster
+ * network: outer IPv6 from this node's config6 address (gue_write6).
  * Returns: the new Ethernet header (MACs still to write), or NULL if the
  * packet could not be resized (counted: C_XDP_DROP_ADJUST_FAILED).
  */
@@ -333,9 +364,11 @@ static __always_inline struct ethhdr *xdp_encap(struct xdp_md *ctx, struct ethhd
 						const struct nilb_config *cfg,
 						const struct xdp_hops *hops, __u32 hash,
 						__u32 inner_len, __u32 frame_len, __u8 *macs,
-						__u8 inner_proto)
+						__u8 inner_proto, int c6)
 {
+	struct nilb_backend *be;
 	void *data_end;
+	__u32 *node6;
 
 	copy_macs(macs, eth);
 	if (frame_len > sizeof(*eth) + inner_len &&
@@ -349,6 +382,20 @@ static __always_inline struct ethhdr *xdp_encap(struct xdp_md *ctx, struct ethhd
 	}
 	eth = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;
+	if (c6) {
+		/* The hops are checked one by one: with 16 bytes each, a short
+		 * inner packet leaves no room for those not listed. */
+		node6 = get_node6();
+		be = bpf_map_lookup_elem(&backends, &hops->slot);
+		if (!node6 || !be ||
+		    (void *)eth + sizeof(*eth) + NILB_GUE6_BASE_OVERHEAD > data_end ||
+		    gue_write6(eth, data_end, cfg, node6, be->addr, hops->list, hops->nhops, hash,
+			       inner_len, inner_proto)) {
+			count(C_XDP_DROP_ADJUST_FAILED);
+			return NULL;
+		}
+		return eth;
+	}
 	/* Outer headers + GUE with NILB_TX_HOPS hops: always there after
 	 * adjust_head succeeded (the inner packet has at least 20 bytes of
 	 * IPv4 and 8 of L4, more than the 4 of each hop not listed). Only the
@@ -420,7 +467,7 @@ static __always_inline int xdp_local_direct(struct xdp_md *ctx, __u32 overhead, 
 	struct iphdr *in;
 	int nat, verdict;
 
-	if (overhead > gue_overhead(NILB_TX_HOPS))
+	if (overhead > gue_overhead_of(NILB_TX_HOPS, 1))
 		return -1; /* never: the verifier needs the bound */
 	in = data + sizeof(struct ethhdr) + overhead;
 	/* IPv6 is TC's (tc_gue_ipv6). */
@@ -493,23 +540,40 @@ static __always_inline int xdp_wire_too_big(struct xdp_md *ctx, __u32 len, __u32
  * receiving interface's where our TC sends it on (forwarding off; a local
  * first hop with a hop listed, which TC may forward). Too big: xdp_too_big.
  * Sent packets count for their first hop (backend_stats) and, if ICMP, in
- * C_XDP_ICMP_FORWARDED; what: enum xdp_what bits.
+ * C_XDP_ICMP_FORWARDED; what: enum xdp_what bits. c6: an IPv6 cluster
+ * network (hops are slots; the hop's address, the cache's check and the
+ * FIB lookup are IPv6).
  * Returns: the XDP verdict (counted).
  */
 static __always_inline int xdp_next_hop(struct xdp_md *ctx, struct ethhdr *eth,
 					const struct nilb_config *cfg, struct xdp_hops *hops,
-					__u32 inner_len, __u32 what, const __u8 *macs)
+					__u32 inner_len, __u32 what, const __u8 *macs, int c6)
 {
 	__u32 first = hops->first, in = ctx->ingress_ifindex;
 	__u32 overhead = hops->overhead;
 	__u32 out_len = inner_len + overhead;
 	__u32 counter, mtu = 0, out;
+	__u32 *addr6 = NULL, *node6 = NULL;
 	struct bpf_fib_lookup fib;
 	struct nilb_hop_cache *hc;
-	int verdict;
+	int verdict, local;
 	__u64 now;
 
-	if (first == cfg->node_addr) {
+	if (c6) {
+		struct nilb_backend *be = bpf_map_lookup_elem(&backends, &hops->slot);
+
+		node6 = get_node6();
+		if (!be || !node6) {
+			/* Never: slots lie within the map; for the verifier. */
+			count(C_XDP_DROP_NO_ROUTE);
+			return XDP_DROP;
+		}
+		addr6 = be->addr;
+		local = addr6_eq(addr6, node6);
+	} else {
+		local = first == cfg->node_addr;
+	}
+	if (local) {
 		/* This node is the first hop: a packet TC would accept at once
 		 * goes to the stack as it came; else hand the GUE packet to our
 		 * own TC program, which applies second chance like on any
@@ -536,7 +600,8 @@ static __always_inline int xdp_next_hop(struct xdp_md *ctx, struct ethhdr *eth,
 		count(C_XDP_DROP_NO_ROUTE);
 		return XDP_DROP;
 	}
-	if (hc->hop[0] == first && hc->in_ifindex == in && hc->expires_ns > now) {
+	if ((c6 ? addr6_eq(hc->hop, addr6) : hc->hop[0] == first) && hc->in_ifindex == in &&
+	    hc->expires_ns > now) {
 		if (out_len <= hc->max_len)
 			goto wire;
 		if (hc->mtu) {
@@ -546,17 +611,26 @@ static __always_inline int xdp_next_hop(struct xdp_md *ctx, struct ethhdr *eth,
 	}
 
 	__builtin_memset(&fib, 0, sizeof(fib));
-	fib.family = AF_INET;
 	fib.l4_protocol = IPPROTO_UDP;
 	fib.tot_len = out_len;
-	fib.ipv4_src = cfg->node_addr;
-	fib.ipv4_dst = first;
 	fib.ifindex = in;
+	if (c6) {
+		fib.family = AF_INET6;
+		addr6_copy(fib.ipv6_src, node6);
+		addr6_copy(fib.ipv6_dst, addr6);
+	} else {
+		fib.family = AF_INET;
+		fib.ipv4_src = cfg->node_addr;
+		fib.ipv4_dst = first;
+	}
 	switch (bpf_fib_lookup(ctx, &fib, sizeof(fib), 0)) {
 	case BPF_FIB_LKUP_RET_SUCCESS:
 		/* A fresh entry for the hop held a smaller max_len (else it had
 		 * answered): this length is the new one. */
-		hc->hop[0] = first;
+		if (c6)
+			addr6_copy(hc->hop, addr6);
+		else
+			hc->hop[0] = first;
 		hc->in_ifindex = in;
 		hc->out_ifindex = fib.ifindex;
 		hc->max_len = out_len;
@@ -585,7 +659,8 @@ static __always_inline int xdp_next_hop(struct xdp_md *ctx, struct ethhdr *eth,
 		/* Longer than the route's MTU: a fresh entry remembers it, so
 		 * that the next such packets are answered without the FIB. */
 		mtu = fib.mtu_result;
-		if (hc->hop[0] == first && hc->in_ifindex == in && hc->expires_ns > now) {
+		if ((c6 ? addr6_eq(hc->hop, addr6) : hc->hop[0] == first) &&
+		    hc->in_ifindex == in && hc->expires_ns > now) {
 			hc->mtu = mtu;
 			hc->max_len = mtu;
 		}
@@ -627,8 +702,8 @@ static __noinline int xdp_vip6(const __u32 *addr)
  * program's, which leaves room under the verifier's 512 bytes for the
  * QUIC-LB decoder's frame. Returns: as xdp_next_hop (for a packet too big,
  * XDP_NEXT_HOP_TOO_BIG6 with hops->mtu set). */
-static __noinline int xdp_next_hop6(struct xdp_md *ctx, struct xdp_hops *hops,
-				    __u32 inner_len, __u32 what, const __u8 *macs)
+static __always_inline int xdp_next_hop6_of(struct xdp_md *ctx, struct xdp_hops *hops,
+					    __u32 inner_len, __u32 what, const __u8 *macs, int c6)
 {
 	struct ethhdr *eth = (void *)(long)ctx->data;
 	/* An array lookup the verifier inlines (five arguments at most). */
@@ -636,7 +711,21 @@ static __noinline int xdp_next_hop6(struct xdp_md *ctx, struct xdp_hops *hops,
 
 	if (!cfg || (void *)(eth + 1) > (void *)(long)ctx->data_end)
 		return XDP_DROP; /* never: checked by the caller; for the verifier */
-	return xdp_next_hop(ctx, eth, cfg, hops, inner_len, what, macs);
+	return xdp_next_hop(ctx, eth, cfg, hops, inner_len, what, macs, c6);
+}
+
+/* xdp_next_hop6_of over an IPv4 cluster network. */
+static __noinline int xdp_next_hop6(struct xdp_md *ctx, struct xdp_hops *hops,
+				    __u32 inner_len, __u32 what, const __u8 *macs)
+{
+	return xdp_next_hop6_of(ctx, hops, inner_len, what, macs, 0);
+}
+
+/* xdp_next_hop6_of over an IPv6 cluster network. */
+static __noinline int xdp_next_hop6_c6(struct xdp_md *ctx, struct xdp_hops *hops,
+				       __u32 inner_len, __u32 what, const __u8 *macs)
+{
+	return xdp_next_hop6_of(ctx, hops, inner_len, what, macs, 1);
 }
 
 /*
@@ -650,11 +739,12 @@ static __noinline int xdp_next_hop6(struct xdp_md *ctx, struct xdp_hops *hops,
  * look at IPv6 (docs/config.md "Edge filters"). A program of its own,
  * which nilb_xdp_balancer tail-calls for IPv6 frames (ipv6_balancer): its
  * stack is its own (a subprogram's would add to the IPv4 path's, over the
- * verifier's 512 bytes), and IPv4 packets never enter it.
+ * verifier's 512 bytes), and IPv4 packets never enter it. c6: built for
+ * an IPv6 cluster network (nilb_xdp_balancer6_c6): GUE in outer IPv6, and
+ * GUE for this node's IPv6 address taken in (xdp_gue_receive_o6).
  * Returns: the XDP verdict (counted).
  */
-SEC("xdp")
-int nilb_xdp_balancer6(struct xdp_md *ctx)
+static __always_inline int xdp_balancer6(struct xdp_md *ctx, const int c6)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
@@ -734,6 +824,14 @@ int nilb_xdp_balancer6(struct xdp_md *ctx)
 		sport = uh->source;
 		dport = uh->dest;
 		fproto = IPPROTO_UDP;
+		/* GUE for this node over an IPv6 cluster network: decapsulated
+		 * before GRO if XDP can decide it, else TC's (xdp_decap.h). */
+		if (c6 && dport == cfg->gue_port && l4_off == sizeof(*ip6)) {
+			__u32 *node6 = get_node6();
+
+			if (node6 && addr6_eq(daddr, node6))
+				return xdp_gue_receive_o6(ctx);
+		}
 		break;
 	}
 	case NEXTHDR_ICMPV6:
@@ -770,13 +868,16 @@ int nilb_xdp_balancer6(struct xdp_md *ctx)
 	 * ID names; else the bucket. */
 	if (!(proto == IPPROTO_UDP && (table->flags & NILB_SVC_F_QUIC_LB) &&
 	      xdp_quic_hops(ctx, table->service_index, (l4 - data) + sizeof(struct udphdr),
-			    (l4 - data) + udp_len, &hops) == 0) &&
-	    xdp_bucket(table, hash, fproto == IPPROTO_UDP, &hops))
+			    (l4 - data) + udp_len, &hops, c6) == 0) &&
+	    xdp_bucket(table, hash, fproto == IPPROTO_UDP, &hops, c6))
 		return XDP_DROP;
-	eth = xdp_encap(ctx, eth, cfg, &hops, hash, tot_len, frame_len, macs, GUE_PROTO_IPV6);
+	eth = xdp_encap(ctx, eth, cfg, &hops, hash, tot_len, frame_len, macs, GUE_PROTO_IPV6, c6);
 	if (!eth)
 		return XDP_DROP;
-	verdict = xdp_next_hop6(ctx, &hops, tot_len, what, macs);
+	if (c6)
+		verdict = xdp_next_hop6_c6(ctx, &hops, tot_len, what, macs);
+	else
+		verdict = xdp_next_hop6(ctx, &hops, tot_len, what, macs);
 	if (verdict == XDP_NEXT_HOP_TOO_BIG6)
 		return xdp_too_big6(ctx, hops.mtu, hops.overhead, what & WHAT_ICMP, macs);
 	return verdict;
@@ -791,9 +892,26 @@ not_service:
 	return XDP_PASS;
 }
 
+/* xdp_balancer6 over an IPv4 cluster network. */
+SEC("xdp")
+int nilb_xdp_balancer6(struct xdp_md *ctx)
+{
+	return xdp_balancer6(ctx, 0);
+}
+
+/* xdp_balancer6 over an IPv6 cluster network (NILB_F_CLUSTER_IPV6): the
+ * daemon puts it into ipv6_balancer in place of nilb_xdp_balancer6. */
+SEC("xdp")
+int nilb_xdp_balancer6_c6(struct xdp_md *ctx)
+{
+	return xdp_balancer6(ctx, 1);
+}
+
 /* Slot 0: nilb_xdp_balancer6, filled by libbpf when the object loads (also
- * into an adopted array). Pinned: the kernel empties a prog array when its
- * last user reference goes, which would stop IPv6 while a daemon is down. */
+ * into an adopted array); on an IPv6 cluster network the daemon replaces it
+ * with nilb_xdp_balancer6_c6 before it attaches the balancer. Pinned: the
+ * kernel empties a prog array when its last user reference goes, which
+ * would stop IPv6 while a daemon is down. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
 	__uint(max_entries, 1);
@@ -805,8 +923,13 @@ struct {
 	.values = { [0] = (void *)&nilb_xdp_balancer6 },
 };
 
-SEC("xdp")
-int nilb_xdp_balancer(struct xdp_md *ctx)
+/*
+ * The balancer (see the top of this file): IPv4 here, IPv6 frames
+ * tail-called into ipv6_balancer. c6: built for an IPv6 cluster network
+ * (nilb_xdp_balancer_c6): GUE in outer IPv6 to hops named by slot.
+ * Returns: the XDP verdict (counted).
+ */
+static __always_inline int xdp_balancer(struct xdp_md *ctx, const int c6)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
@@ -905,7 +1028,8 @@ int nilb_xdp_balancer(struct xdp_md *ctx)
 			goto malformed;
 		/* GUE for this node (it may be a backend too): decapsulated
 		 * before GRO if XDP can decide it, else TC's (xdp_decap.h). */
-		if (iph->daddr == cfg->node_addr && ((struct udphdr *)l4)->dest == cfg->gue_port)
+		if (!c6 && iph->daddr == cfg->node_addr &&
+		    ((struct udphdr *)l4)->dest == cfg->gue_port)
 			return xdp_gue_receive(ctx, cfg, iph);
 		table = xdp_l4_service(iph, l4, IPPROTO_UDP, cfg->hash_seed, &hash);
 		/* A service's datagram (the node's own traffic pays nothing):
@@ -956,13 +1080,13 @@ int nilb_xdp_balancer(struct xdp_md *ctx)
 	 * names; else the bucket. */
 	if (!(udp && (table->flags & NILB_SVC_F_QUIC_LB) && iph->protocol == IPPROTO_UDP &&
 	      xdp_quic_hops(ctx, table->service_index, (l4 - data) + sizeof(struct udphdr),
-			    (l4 - data) + bpf_ntohs(((struct udphdr *)l4)->len), &hops) == 0) &&
-	    xdp_bucket(table, hash, udp, &hops))
+			    (l4 - data) + bpf_ntohs(((struct udphdr *)l4)->len), &hops, c6) == 0) &&
+	    xdp_bucket(table, hash, udp, &hops, c6))
 		return XDP_DROP;
-	eth = xdp_encap(ctx, eth, cfg, &hops, hash, tot_len, frame_len, macs, GUE_PROTO_IPV4);
+	eth = xdp_encap(ctx, eth, cfg, &hops, hash, tot_len, frame_len, macs, GUE_PROTO_IPV4, c6);
 	if (!eth)
 		return XDP_DROP;
-	return xdp_next_hop(ctx, eth, cfg, &hops, tot_len, what, macs);
+	return xdp_next_hop(ctx, eth, cfg, &hops, tot_len, what, macs, c6);
 
 malformed:
 	if (is_vip_only(iph->daddr)) {
@@ -976,6 +1100,21 @@ not_service:
 		return XDP_DROP;
 	count(C_XDP_PASS_NOT_SERVICE);
 	return XDP_PASS;
+}
+
+/* The balancer over an IPv4 cluster network. */
+SEC("xdp")
+int nilb_xdp_balancer(struct xdp_md *ctx)
+{
+	return xdp_balancer(ctx, 0);
+}
+
+/* The balancer over an IPv6 cluster network (NILB_F_CLUSTER_IPV6): the
+ * daemon attaches it in place of nilb_xdp_balancer. */
+SEC("xdp")
+int nilb_xdp_balancer_c6(struct xdp_md *ctx)
+{
+	return xdp_balancer(ctx, 1);
 }
 
 /* ---- XDP on backends ----------------------------------------------------- */
@@ -1004,8 +1143,18 @@ int nilb_xdp_backend(struct xdp_md *ctx)
 		count(C_XDP_PASS_NO_CONFIG);
 		return XDP_PASS;
 	}
-	if (oip && oip->daddr == cfg->node_addr && udp->dest == cfg->gue_port)
-		return xdp_gue_receive(ctx, cfg, oip);
+	if (oip) {
+		if (oip->daddr == cfg->node_addr && udp->dest == cfg->gue_port)
+			return xdp_gue_receive(ctx, cfg, oip);
+	} else if (cfg->flags & NILB_F_CLUSTER_IPV6) {
+		/* An IPv6 cluster network: GUE in outer IPv6 for this node. */
+		struct ipv6hdr *oip6 = outer_udp6(data, data_end, &udp);
+		__u32 *node6 = get_node6();
+
+		if (oip6 && node6 && udp->dest == cfg->gue_port &&
+		    addr6_eq((__u32 *)&oip6->daddr, node6))
+			return xdp_gue_receive_o6(ctx);
+	}
 	/* NAT mode: a direct packet to this node must not join a translated
 	 * flow of the same 4-tuple (bpf/nat.h). */
 	if (cfg->flags & NILB_F_NAT) {
@@ -1221,14 +1370,31 @@ static __always_inline int tc_local_match(struct __sk_buff *skb, struct iphdr *i
 	}
 }
 
-/* Remove outer IPv4 + UDP + GUE (hdr_len bytes after Ethernet) and count
- * the packet as `counter` (and in st's tc_decap if st).
+/* Take off hdr_len bytes after Ethernet in front of an inner IPv4 packet:
+ * outer IPv4 + UDP + GUE, or with o6 outer IPv6 + UDP + GUE (the packet
+ * then changes family: skb->protocol and the Ethernet type become IPv4).
+ * Returns: 0, or the kernel's error. */
+static __always_inline int tc_strip4(struct __sk_buff *skb, __u32 hdr_len, const int o6)
+{
+	__u16 type = bpf_htons(ETH_P_IP);
+
+	if (!o6)
+		return bpf_skb_adjust_room(skb, -(__s32)hdr_len, BPF_ADJ_ROOM_MAC, 0);
+	return bpf_skb_adjust_room(skb, -(__s32)hdr_len, BPF_ADJ_ROOM_MAC,
+				   BPF_F_ADJ_ROOM_DECAP_L3_IPV4) ||
+	       bpf_skb_store_bytes(skb, __builtin_offsetof(struct ethhdr, h_proto), &type,
+				   sizeof(type), 0);
+}
+
+/* Remove the outer headers + GUE (hdr_len bytes after Ethernet; o6: outer
+ * IPv6, tc_strip4) and count the packet as `counter` (and in st's tc_decap
+ * if st).
  * Returns: TC_ACT_OK, or TC_ACT_SHOT if the kernel refused (counted:
  * C_TC_DROP_ADJUST_FAILED). */
 static __always_inline int tc_decap(struct __sk_buff *skb, __u32 hdr_len, __u32 counter,
-				    struct nilb_service_stats *st)
+				    struct nilb_service_stats *st, const int o6)
 {
-	if (bpf_skb_adjust_room(skb, -(__s32)hdr_len, BPF_ADJ_ROOM_MAC, 0)) {
+	if (tc_strip4(skb, hdr_len, o6)) {
 		count(C_TC_DROP_ADJUST_FAILED);
 		return TC_ACT_SHOT;
 	}
@@ -1244,12 +1410,13 @@ static __always_inline int tc_decap(struct __sk_buff *skb, __u32 hdr_len, __u32 
  * track it (nat_track) and then rewrite the decapsulated packet's
  * destination (TCP, UDP) or, for an ICMP error about the flow, its outer
  * destination and quoted source (bpf/nat.h).
+ * o6: the outer header is IPv6 (tc_decap).
  * Returns: TC_ACT_OK, or TC_ACT_SHOT (counted: a NAT collision or full
  * nat_flows, or C_TC_DROP_ADJUST_FAILED if the kernel refused a change).
  */
 static __always_inline int tc_accept(struct __sk_buff *skb, __u32 hdr_len, __u32 counter,
 				     struct nilb_service_stats *st, const struct tc_nat *n,
-				     const struct flow4 *f)
+				     const struct flow4 *f, const int o6)
 {
 	void *data, *data_end;
 	struct iphdr *ip;
@@ -1263,7 +1430,7 @@ static __always_inline int tc_accept(struct __sk_buff *skb, __u32 hdr_len, __u32
 	if (n->is_nat && !n->active && counter != C_TC_DECAP_ICMP &&
 	    nat_direct_check(skb, (struct flow4 *)f, n->syn))
 		return TC_ACT_SHOT;
-	verdict = tc_decap(skb, hdr_len, counter, st);
+	verdict = tc_decap(skb, hdr_len, counter, st, o6);
 	if (verdict != TC_ACT_OK || !n->active)
 		return verdict;
 	data = (void *)(long)skb->data;
@@ -1350,7 +1517,7 @@ static __always_inline int tc_rst_numbers(const struct tcphdr *th, __u32 l4_len,
 
 /*
  * unknown_flow: rst. Answer the inner TCP segment `in` (checked header,
- * hdr_len bytes of outer headers before it) as RFC 793 says for a segment
+ * hdr_len bytes of outer headers before it, outer IPv6 with o6) as RFC 793 says for a segment
  * of no connection: with ACK, a RST whose sequence number is the segment's
  * acknowledgment number; without, a RST+ACK acknowledging the segment's
  * sequence number plus its length (data, SYN, FIN). A RST is never
@@ -1362,7 +1529,7 @@ static __always_inline int tc_rst_numbers(const struct tcphdr *th, __u32 l4_len,
  * C_TC_DROP_ADJUST_FAILED if the kernel refused a change).
  */
 static __always_inline int tc_reset(struct __sk_buff *skb, struct iphdr *in, void *data_end,
-				    __u32 hdr_len)
+				    __u32 hdr_len, const int o6)
 {
 	struct tcphdr *th = (void *)in + in->ihl * 4;
 	__u32 l4_len = bpf_ntohs(in->tot_len) - in->ihl * 4;
@@ -1400,7 +1567,7 @@ static __always_inline int tc_reset(struct __sk_buff *skb, struct iphdr *in, voi
 	      ((__u16 *)&r.tcp)[6];
 	r.tcp.check = csum_fold32(sum);
 
-	if (bpf_skb_adjust_room(skb, -(__s32)hdr_len, BPF_ADJ_ROOM_MAC, 0) ||
+	if (tc_strip4(skb, hdr_len, o6) ||
 	    bpf_skb_change_tail(skb, sizeof(struct ethhdr) + sizeof(r), 0) ||
 	    bpf_skb_store_bytes(skb, sizeof(struct ethhdr), &r, sizeof(r), BPF_F_RECOMPUTE_CSUM)) {
 		count(C_TC_DROP_ADJUST_FAILED);
@@ -1436,6 +1603,56 @@ static __always_inline __u32 tc_slow_path_ifindex(struct __sk_buff *skb, void *m
 	if ((void *)(m + 1) <= data && m->ifindex)
 		return m->ifindex;
 	return skb->ifindex;
+}
+
+/* What tc_next_hop did with a packet no local socket owns. */
+enum tc_hop {
+	HOP_FORWARDED, /* readdressed to the next listed hop: redirect it */
+	HOP_SELF,      /* the next hop is this node: accept it (loop guard) */
+	HOP_MALFORMED, /* the hop lies beyond the packet or is all zero */
+	HOP_REFUSED,   /* a hop no node may relay to (gue_hop_relayable*) */
+};
+
+/*
+ * Second chance: the listed hop `next` (< hop count) of GUE header gue,
+ * checked and, unless it is this node, written as the outer destination
+ * with this node as the source (outer: the outer IPv4 header, or with o6
+ * the outer IPv6 header, 16-byte hops; node: this node's IPv4 address,
+ * the IPv6 one comes from config6).
+ * Returns: enum tc_hop.
+ */
+static __always_inline int tc_next_hop(void *outer, struct gue_hdr *gue, __u8 next,
+				       void *data_end, __u32 node, const int o6)
+{
+	__u32 hop, *hop_at;
+
+	if (o6) {
+		__u32 *node6 = get_node6();
+
+		hop_at = gue_hop6(gue, next, data_end);
+		if (!hop_at || !node6)
+			return HOP_MALFORMED;
+		if (addr6_eq(hop_at, node6))
+			return HOP_SELF;
+		if (!(hop_at[0] | hop_at[1] | hop_at[2] | hop_at[3]))
+			return HOP_MALFORMED;
+		if (!gue_hop_relayable6(hop_at))
+			return HOP_REFUSED;
+		gue_forward6(outer, gue, next, node6, hop_at);
+		return HOP_FORWARDED;
+	}
+	hop_at = gue_hop(gue, next, data_end);
+	if (!hop_at)
+		return HOP_MALFORMED;
+	hop = *hop_at;
+	if (hop == node)
+		return HOP_SELF;
+	if (!hop)
+		return HOP_MALFORMED;
+	if (!gue_hop_relayable(hop))
+		return HOP_REFUSED;
+	gue_forward(outer, gue, next, node, hop);
+	return HOP_FORWARDED;
 }
 
 /* ---- TC second chance, IPv6 inside GUE ------------------------------------ */
@@ -1609,31 +1826,36 @@ static __always_inline int tc_reset6(struct __sk_buff *skb, struct ipv6hdr *in6,
  * checked (version, its length filling the GUE payload, extension headers
  * walked, no fragment), must be for an IPv6 VIP, and is kept, forwarded
  * or, at the last hop, judged by the same rules as IPv4 (unknown_flow: rst
- * with tc_reset6). A subprogram: IPv4 never enters it.
+ * with tc_reset6). o6: the outer header is IPv6 (16-byte hops), else IPv4
+ * without options.
  * Returns: the TC verdict (counted).
  */
-static __noinline int tc_gue_ipv6(struct __sk_buff *skb, __u32 node, __u32 flags)
+static __always_inline int tc_gue_ipv6_of(struct __sk_buff *skb, __u32 node, __u32 flags,
+					  const int o6)
 {
 	void *data = (void *)(long)skb->data;
 	void *data_end = (void *)(long)skb->data_end;
 	struct nilb_service_stats *st = NULL;
 	struct nilb_service *svc;
 	struct ipv6hdr *in6;
-	struct iphdr *oip;
+	void *oip;
 	struct udphdr *udp;
 	struct gue_hdr *gue;
 	struct flow6 f;
-	__u32 gue_len, hdr_len, in_len, l4_off = 0, hop, *hop_at;
+	__u32 ip_len = o6 ? sizeof(struct ipv6hdr) : sizeof(struct iphdr);
+	__u32 hop_len = o6 ? NILB_GUE6_HOP_LEN : 4;
+	__u32 gue_len, hdr_len, in_len, l4_off = 0;
 	__u8 proto = 0, next;
 	int verdict;
 
 	oip = data + sizeof(struct ethhdr);
-	udp = (void *)(oip + 1);
+	udp = oip + ip_len;
 	gue = (void *)(udp + 1);
-	if ((void *)(gue + 1) > data_end || gue->hop_count > NILB_MAX_GUE_HOPS)
+	if ((void *)(gue + 1) > data_end ||
+	    gue->hop_count > (o6 ? NILB_MAX_GUE_HOPS6 : NILB_MAX_GUE_HOPS))
 		goto malformed; /* checked by gue_parse; the verifier needs it */
-	gue_len = sizeof(*gue) + 4 * (__u32)gue->hop_count;
-	hdr_len = gue_encap_len(gue);
+	gue_len = sizeof(*gue) + hop_len * (__u32)gue->hop_count;
+	hdr_len = ip_len + sizeof(*udp) + gue_len;
 	in6 = (void *)gue + gue_len;
 	if ((void *)(in6 + 1) > data_end)
 		goto malformed;
@@ -1664,19 +1886,17 @@ static __noinline int tc_gue_ipv6(struct __sk_buff *skb, __u32 node, __u32 flags
 	/* Not owned here: second chance if a hop is left. */
 	next = gue->next_hop;
 	if (next < gue->hop_count) {
-		hop_at = gue_hop(gue, next, data_end);
-		if (!hop_at)
-			goto malformed;
-		hop = *hop_at;
-		if (hop == node)
+		switch (tc_next_hop(oip, gue, next, data_end, node, o6)) {
+		case HOP_FORWARDED:
+			break;
+		case HOP_SELF:
 			return tc_decap6(skb, hdr_len, C_TC_DECAP_LOOP_GUARD, st);
-		if (!hop)
-			goto malformed;
-		if (!gue_hop_relayable(hop)) {
+		case HOP_REFUSED:
 			count(C_TC_DROP_BAD_NEXT_HOP);
 			return TC_ACT_SHOT;
+		default:
+			goto malformed;
 		}
-		gue_forward(oip, gue, next, node, hop);
 		count(C_TC_FORWARD);
 		count(C_TC_FORWARD_IPV6);
 		if (st)
@@ -1708,28 +1928,204 @@ malformed:
 	return TC_ACT_SHOT;
 }
 
+/* tc_gue_ipv6_of under outer IPv4; a subprogram: IPv4 never enters it. */
+static __noinline int tc_gue_ipv6(struct __sk_buff *skb, __u32 node, __u32 flags)
+{
+	return tc_gue_ipv6_of(skb, node, flags, 0);
+}
+
+/* tc_gue_ipv6_of under outer IPv6. */
+static __noinline int tc_gue_ipv6_o6(struct __sk_buff *skb, __u32 flags)
+{
+	return tc_gue_ipv6_of(skb, 0, flags, 1);
+}
+
+/*
+ * Second chance for an inner IPv4 packet (in: its header, accepted by
+ * gue_parse or gue_parse6) of GUE for this node whose outer checks passed
+ * (cluster source, not forged from this node, the GUE header gue): kept
+ * if it opens or belongs to a local connection, else forwarded to the
+ * next listed hop; at the last hop, unknown_flow decides (docs/design.md
+ * "Second chance (TC)"). outer: the outer IPv4 header, or with o6 the
+ * outer IPv6 one (an IPv6 cluster network).
+ * Returns: the TC verdict (counted).
+ */
+static __always_inline int tc_gue_in4(struct __sk_buff *skb, const struct nilb_config *cfg,
+				      void *outer, struct gue_hdr *gue, struct iphdr *in,
+				      void *data_end, const int o6)
+{
+	struct nilb_service_stats *st;
+	struct tc_nat n;
+	struct flow4 f;
+	__u32 node = cfg->node_addr, hdr_len;
+	__u8 next;
+	int verdict, vflags;
+
+	vflags = vip_flags(in->daddr);
+	if (vflags < 0) {
+		count(C_TC_DROP_INNER_NOT_VIP);
+		return TC_ACT_SHOT;
+	}
+	hdr_len = gue_overhead_of(gue->hop_count, o6);
+
+	__builtin_memset(&n, 0, sizeof(n));
+	n.node = node;
+	verdict = tc_local_match(skb, in, data_end, &f, &n);
+	if (verdict == LOCAL_MALFORMED)
+		goto malformed;
+	if (verdict == LOCAL_UNSUPPORTED) {
+		count(C_TC_DROP_UNSUPPORTED);
+		return TC_ACT_SHOT;
+	}
+	/* No backend holds a NAT-only address: only a NAT service's packets,
+	 * translated, may reach the stack. */
+	if ((vflags & NILB_ADDR_F_NAT_ONLY) && !n.is_nat) {
+		count(C_TC_DROP_INNER_NOT_VIP);
+		return TC_ACT_SHOT;
+	}
+	st = n.svc ? service_stats_of(n.svc) : NULL;
+	if (verdict >= 0)
+		return tc_accept(skb, hdr_len, verdict, st, &n, &f, o6);
+
+	/* Not owned here (LOCAL_UNKNOWN, _UDP_LISTENER or _CLOSED): second
+	 * chance if a hop is left. */
+	next = gue->next_hop;
+	if (next < gue->hop_count) {
+		switch (tc_next_hop(outer, gue, next, data_end, node, o6)) {
+		case HOP_FORWARDED:
+			break;
+		case HOP_SELF:
+			return tc_accept(skb, hdr_len, C_TC_DECAP_LOOP_GUARD, st, &n, &f, o6);
+		case HOP_REFUSED:
+			count(C_TC_DROP_BAD_NEXT_HOP);
+			return TC_ACT_SHOT;
+		default:
+			goto malformed;
+		}
+		count(C_TC_FORWARD);
+		if (st)
+			st->tc_forward++;
+		return bpf_redirect_neigh(skb->ifindex, NULL, 0, 0);
+	}
+	/* The last hop: a UDP listener serves what no connected socket owns;
+	 * the stack has what a closed TCP socket still matches. */
+	if (verdict == LOCAL_UDP_LISTENER || verdict == LOCAL_CLOSED)
+		return tc_accept(skb, hdr_len,
+				 in->protocol == IPPROTO_ICMP	    ? C_TC_DECAP_ICMP
+				 : verdict == LOCAL_UDP_LISTENER ? C_TC_DECAP_UDP
+								 : C_TC_DECAP_TIME_WAIT,
+				 st, &n, &f, o6);
+	if (cfg->flags & NILB_F_UNKNOWN_FLOW_LOCAL)
+		return tc_accept(skb, hdr_len, C_TC_DECAP_UNKNOWN_LOCAL, st, &n, &f, o6);
+	if (st)
+		st->tc_drops++;
+	if ((cfg->flags & NILB_F_UNKNOWN_FLOW_RST) && in->protocol == IPPROTO_TCP)
+		return tc_reset(skb, in, data_end, hdr_len, o6);
+	count(C_TC_DROP_UNKNOWN_FLOW);
+	return TC_ACT_SHOT;
+
+malformed:
+	count(C_TC_DROP_MALFORMED);
+	return TC_ACT_SHOT;
+}
+
+/* tc_gue_o6's answer for inner IPv6 (not a TC verdict). */
+#define TC_GUE_INNER_IPV6 0x100
+
+/*
+ * nilb_tc_second_chance for a frame in outer IPv6 (an IPv6 cluster
+ * network: oip6 its IPv6 header, next header UDP to cfg->gue_port, udp its
+ * UDP header): our own XDP balancer's marked slow path (from this node's
+ * config6 address to elsewhere) is sent on; GUE for this node from a
+ * cluster_nodes6 address gets the IPv4 rules (no outer extension headers,
+ * gue_parse6 with 16-byte hops) and then tc_gue_in4; anything else
+ * passes. A subprogram: IPv4 frames never enter it.
+ * Returns: the TC verdict (counted), or TC_GUE_INNER_IPV6 for valid outer
+ * headers around an inner IPv6 packet: the caller calls tc_gue_ipv6_o6
+ * (from here its frame would add to this one's, over 512 bytes).
+ */
+static __noinline int tc_gue_o6(struct __sk_buff *skb)
+{
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	void *meta = (void *)(long)skb->data_meta;
+	struct ethhdr *eth = data;
+	struct ipv6hdr *oip6 = (void *)(eth + 1);
+	struct nilb_config *cfg = get_config();
+	__u32 *node6 = get_node6();
+	struct nilb_addr6 key;
+	struct iphdr *in;
+	int marked;
+
+	if (!cfg || !node6 || (void *)(oip6 + 1) > data_end)
+		goto pass; /* never: checked by the caller; for the verifier */
+	marked = meta + sizeof(__u32) <= data && *(__u32 *)meta == NILB_XDP_MARK;
+	if (!addr6_eq((__u32 *)&oip6->daddr, node6)) {
+		/* Our own XDP balancer's slow path (tc's IPv4 twin). */
+		if (marked && addr6_eq((__u32 *)&oip6->saddr, node6)) {
+			__u32 out = tc_slow_path_ifindex(skb, meta, data);
+
+			count(C_TC_SLOW_PATH_SENT);
+			return bpf_redirect_neigh(out, NULL, 0, 0);
+		}
+		goto pass;
+	}
+	/* GUE for this node: from here on nothing passes untouched. */
+	addr6_copy((__u32 *)key.addr, (__u32 *)&oip6->saddr);
+	if (!bpf_map_lookup_elem(&cluster_nodes6, &key)) {
+		count(C_TC_DROP_NOT_CLUSTER);
+		return TC_ACT_SHOT;
+	}
+	if (!marked && addr6_eq((__u32 *)&oip6->saddr, node6)) {
+		count(C_TC_DROP_SELF_UNMARKED);
+		return TC_ACT_SHOT;
+	}
+	switch (gue_parse6(oip6, data_end, skb->len, &in)) {
+	case GUE_OK:
+		break;
+	case GUE_INNER_IPV6:
+		return TC_GUE_INNER_IPV6;
+	default:
+		count(C_TC_DROP_MALFORMED);
+		return TC_ACT_SHOT;
+	}
+	return tc_gue_in4(skb, cfg, oip6, gue_of6(oip6), in, data_end, 1);
+pass:
+	count(C_TC_PASS_OTHER);
+	return TC_ACT_OK;
+}
+
 SEC("tc")
 int nilb_tc_second_chance(struct __sk_buff *skb)
 {
-	struct nilb_service_stats *st;
 	struct nilb_config *cfg;
 	void *data, *data_end, *meta;
 	struct iphdr *oip, *in;
 	struct udphdr *udp;
-	struct gue_hdr *gue;
-	struct tc_nat n;
-	struct flow4 f;
-	__u32 node, saddr, ihl_len, hdr_len, hop, *hop_at;
-	__u8 next;
-	int verdict, marked, vflags;
+	__u32 node, saddr, ihl_len;
+	int marked;
 
 	tc_linearize_headers(skb);
 	data = (void *)(long)skb->data;
 	data_end = (void *)(long)skb->data_end;
 
 	oip = outer_udp4(data, data_end, &udp, &ihl_len);
-	if (!oip)
-		goto pass;
+	if (!oip) {
+		/* An IPv6 cluster network's GUE (outer IPv6, UDP to the GUE
+		 * port): tc_gue_o6. */
+		struct ipv6hdr *oip6 = outer_udp6(data, data_end, &udp);
+		int verdict;
+
+		if (!oip6)
+			goto pass;
+		cfg = get_config();
+		if (!cfg || !(cfg->flags & NILB_F_CLUSTER_IPV6) || udp->dest != cfg->gue_port)
+			goto pass;
+		verdict = tc_gue_o6(skb);
+		if (verdict == TC_GUE_INNER_IPV6)
+			return tc_gue_ipv6_o6(skb, cfg->flags);
+		return verdict;
+	}
 	cfg = get_config();
 	if (!cfg) {
 		count(C_TC_PASS_NO_CONFIG);
@@ -1776,71 +2172,7 @@ int nilb_tc_second_chance(struct __sk_buff *skb)
 	default:
 		goto malformed;
 	}
-	vflags = vip_flags(in->daddr);
-	if (vflags < 0) {
-		count(C_TC_DROP_INNER_NOT_VIP);
-		return TC_ACT_SHOT;
-	}
-	gue = gue_of(oip);
-	hdr_len = gue_encap_len(gue);
-
-	__builtin_memset(&n, 0, sizeof(n));
-	n.node = node;
-	verdict = tc_local_match(skb, in, data_end, &f, &n);
-	if (verdict == LOCAL_MALFORMED)
-		goto malformed;
-	if (verdict == LOCAL_UNSUPPORTED) {
-		count(C_TC_DROP_UNSUPPORTED);
-		return TC_ACT_SHOT;
-	}
-	/* No backend holds a NAT-only address: only a NAT service's packets,
-	 * translated, may reach the stack. */
-	if ((vflags & NILB_ADDR_F_NAT_ONLY) && !n.is_nat) {
-		count(C_TC_DROP_INNER_NOT_VIP);
-		return TC_ACT_SHOT;
-	}
-	st = n.svc ? service_stats_of(n.svc) : NULL;
-	if (verdict >= 0)
-		return tc_accept(skb, hdr_len, verdict, st, &n, &f);
-
-	/* Not owned here (LOCAL_UNKNOWN, _UDP_LISTENER or _CLOSED): second
-	 * chance if a hop is left. */
-	next = gue->next_hop;
-	if (next < gue->hop_count) {
-		hop_at = gue_hop(gue, next, data_end);
-		if (!hop_at)
-			goto malformed;
-		hop = *hop_at;
-		if (hop == node)
-			return tc_accept(skb, hdr_len, C_TC_DECAP_LOOP_GUARD, st, &n, &f);
-		if (!hop)
-			goto malformed;
-		if (!gue_hop_relayable(hop)) {
-			count(C_TC_DROP_BAD_NEXT_HOP);
-			return TC_ACT_SHOT;
-		}
-		gue_forward(oip, gue, next, node, hop);
-		count(C_TC_FORWARD);
-		if (st)
-			st->tc_forward++;
-		return bpf_redirect_neigh(skb->ifindex, NULL, 0, 0);
-	}
-	/* The last hop: a UDP listener serves what no connected socket owns;
-	 * the stack has what a closed TCP socket still matches. */
-	if (verdict == LOCAL_UDP_LISTENER || verdict == LOCAL_CLOSED)
-		return tc_accept(skb, hdr_len,
-				 in->protocol == IPPROTO_ICMP	    ? C_TC_DECAP_ICMP
-				 : verdict == LOCAL_UDP_LISTENER ? C_TC_DECAP_UDP
-								 : C_TC_DECAP_TIME_WAIT,
-				 st, &n, &f);
-	if (cfg->flags & NILB_F_UNKNOWN_FLOW_LOCAL)
-		return tc_accept(skb, hdr_len, C_TC_DECAP_UNKNOWN_LOCAL, st, &n, &f);
-	if (st)
-		st->tc_drops++;
-	if ((cfg->flags & NILB_F_UNKNOWN_FLOW_RST) && in->protocol == IPPROTO_TCP)
-		return tc_reset(skb, in, data_end, hdr_len);
-	count(C_TC_DROP_UNKNOWN_FLOW);
-	return TC_ACT_SHOT;
+	return tc_gue_in4(skb, cfg, oip, gue_of(oip), in, data_end, 0);
 
 malformed:
 	count(C_TC_DROP_MALFORMED);

@@ -69,20 +69,21 @@ static __always_inline int xdp_tcp_accepts(struct xdp_md *ctx, const struct iphd
  * options, the GUE header): decapsulated here if the inner packet is a
  * whole IPv6 packet filling the GUE payload, its extension headers walk to
  * TCP, its destination is an IPv6 VIP, and it is a SYN without ACK or a
- * segment of a local owning socket; else TC's. A subprogram, so that its
- * stack does not add to the IPv4 path's.
+ * segment of a local owning socket; else TC's. o6: the outer header is
+ * IPv6 (an IPv6 cluster network: 16-byte hops), else IPv4 without options.
  * Returns: XDP_PASS (counted: C_XDP_DECAP_SYN or C_XDP_DECAP_ESTABLISHED
  * and the service's tc_decap, or C_XDP_GUE_TO_TC).
  */
-static __noinline int xdp_gue_receive6(struct xdp_md *ctx)
+static __always_inline int xdp_gue_receive6_of(struct xdp_md *ctx, const int o6)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	struct nilb_service_stats *st = NULL;
 	struct nilb_service *svc;
 	struct ethhdr *eth = data;
-	struct iphdr *oip = (void *)(eth + 1);
-	struct udphdr *udp = (void *)(oip + 1);
+	__u32 ip_len = o6 ? sizeof(struct ipv6hdr) : sizeof(struct iphdr);
+	__u32 hop_len = o6 ? NILB_GUE6_HOP_LEN : 4;
+	struct udphdr *udp = (void *)(eth + 1) + ip_len;
 	struct gue_hdr *gue = (void *)(udp + 1);
 	struct ipv6hdr *in6;
 	struct tcphdr *th;
@@ -92,10 +93,11 @@ static __noinline int xdp_gue_receive6(struct xdp_md *ctx)
 	__u8 proto = 0;
 	int syn;
 
-	if ((void *)(gue + 1) > data_end || gue->hop_count > NILB_MAX_GUE_HOPS)
+	if ((void *)(gue + 1) > data_end ||
+	    gue->hop_count > (o6 ? NILB_MAX_GUE_HOPS6 : NILB_MAX_GUE_HOPS))
 		goto to_tc;
-	gue_len = sizeof(*gue) + 4 * (__u32)gue->hop_count;
-	hdr_len = gue_encap_len(gue);
+	gue_len = sizeof(*gue) + hop_len * (__u32)gue->hop_count;
+	hdr_len = ip_len + sizeof(*udp) + gue_len;
 	in6 = (void *)gue + gue_len;
 	if ((void *)(in6 + 1) > data_end)
 		goto to_tc;
@@ -141,46 +143,41 @@ to_tc:
 	return XDP_PASS;
 }
 
+/* xdp_gue_receive6_of under outer IPv4: a subprogram, so that its stack
+ * does not add to the IPv4 path's. */
+static __noinline int xdp_gue_receive6(struct xdp_md *ctx)
+{
+	return xdp_gue_receive6_of(ctx, 0);
+}
+
+/* xdp_gue_receive6_of under outer IPv6. */
+static __noinline int xdp_gue_receive6_o6(struct xdp_md *ctx)
+{
+	return xdp_gue_receive6_of(ctx, 1);
+}
+
 /*
- * GUE addressed to this node (oip: its outer IPv4 header, 20 bytes within
- * the frame, protocol UDP, destination cfg->node_addr; the UDP destination
- * port is cfg->gue_port): decapsulate it here if TC would accept it at
- * once (a SYN, or a local socket owns the flow), else leave it to TC. A
- * NAT-mode service's segment is translated as it is decapsulated.
- * Returns: XDP_PASS in both cases; decapsulated: counted
- * C_XDP_DECAP_SYN or C_XDP_DECAP_ESTABLISHED (and the service's
- * tc_decap; C_NAT_IN if translated); untouched: C_XDP_GUE_TO_TC; or
- * XDP_DROP for a NAT collision or a full nat_flows (counted).
+ * The inner IPv4 packet (in: its header, gue_parse* accepted it) of GUE
+ * addressed to this node whose outer rules passed, hdr_len the bytes in
+ * front of it after Ethernet: decapsulated here if TC would accept it at
+ * once (xdp_gue_receive's rules from the inner destination on). node: this
+ * node's IPv4 address (0 on an IPv6 cluster network, where no service is
+ * in NAT mode).
+ * Returns: as xdp_gue_receive.
  */
-static __always_inline int xdp_gue_receive(struct xdp_md *ctx, const struct nilb_config *cfg,
-					   struct iphdr *oip)
+static __always_inline int xdp_gue_receive_in4(struct xdp_md *ctx, struct iphdr *in,
+					       __u32 hdr_len, __u32 node)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	struct nilb_service_stats *st = NULL;
 	struct nilb_service *svc;
-	__u32 saddr = oip->saddr, hdr_len, l4_len;
-	struct iphdr *in;
+	__u32 l4_len;
 	struct tcphdr *th;
 	struct ethhdr *eth;
 	__u8 macs[2 * ETH_ALEN];
 	int counter, nat, vflags;
 
-	/* TC's rules before it decapsulates, in its order. A packet from
-	 * this node's own address is TC's to judge (our XDP's are marked and
-	 * never pass here; anything else is forged). */
-	if (saddr == cfg->node_addr || !bpf_map_lookup_elem(&cluster_nodes, &saddr))
-		goto to_tc;
-	if (oip->ihl != 5)
-		goto to_tc;
-	switch (gue_parse(oip, data_end, data_end - data, &in)) {
-	case GUE_OK:
-		break;
-	case GUE_INNER_IPV6:
-		return xdp_gue_receive6(ctx);
-	default:
-		goto to_tc;
-	}
 	vflags = vip_flags(in->daddr);
 	if (in->protocol != IPPROTO_TCP || vflags < 0)
 		goto to_tc;
@@ -193,18 +190,19 @@ static __always_inline int xdp_gue_receive(struct xdp_md *ctx, const struct nilb
 	/* A NAT-only address without its NAT service: TC drops it. */
 	if ((vflags & NILB_ADDR_F_NAT_ONLY) && !(svc && (svc->flags & NILB_SVC_F_NAT)))
 		goto to_tc;
-	counter = xdp_tcp_accepts(ctx, in, th, svc, cfg->node_addr, &nat);
+	counter = xdp_tcp_accepts(ctx, in, th, svc, node, &nat);
 	if (counter == -2)
 		return XDP_DROP;
 	if (counter < 0)
 		goto to_tc;
 	if (svc)
 		st = service_stats_of(svc);
-	hdr_len = gue_encap_len(gue_of(oip));
 
-	/* Keep the Ethernet header (type IPv4, as before) and drop outer
-	 * IPv4, UDP and GUE behind it. */
+	/* Keep the Ethernet header (type IPv4) and drop the outer IP header,
+	 * UDP and GUE behind it. */
 	eth = data;
+	if ((void *)(eth + 1) > data_end)
+		goto to_tc; /* checked by the caller; the verifier needs it */
 	copy_macs(macs, eth);
 	if (bpf_xdp_adjust_head(ctx, (int)hdr_len))
 		goto to_tc; /* never seen: the inner packet is longer than Ethernet */
@@ -222,13 +220,96 @@ static __always_inline int xdp_gue_receive(struct xdp_md *ctx, const struct nilb
 		th = (void *)in + in->ihl * 4;
 		if ((void *)(th + 1) > data_end)
 			return XDP_PASS;
-		nat_xdp_tcp_in(in, th, cfg->node_addr, svc->nat_port);
+		nat_xdp_tcp_in(in, th, node, svc->nat_port);
 		count(C_NAT_IN);
 	}
 	count(counter);
 	if (st)
 		st->tc_decap++;
 	return XDP_PASS;
+to_tc:
+	count(C_XDP_GUE_TO_TC);
+	return XDP_PASS;
+}
+
+/*
+ * GUE addressed to this node (oip: its outer IPv4 header, 20 bytes within
+ * the frame, protocol UDP, destination cfg->node_addr; the UDP destination
+ * port is cfg->gue_port): decapsulate it here if TC would accept it at
+ * once (a SYN, or a local socket owns the flow), else leave it to TC. A
+ * NAT-mode service's segment is translated as it is decapsulated.
+ * Returns: XDP_PASS in both cases; decapsulated: counted
+ * C_XDP_DECAP_SYN or C_XDP_DECAP_ESTABLISHED (and the service's
+ * tc_decap; C_NAT_IN if translated); untouched: C_XDP_GUE_TO_TC; or
+ * XDP_DROP for a NAT collision or a full nat_flows (counted).
+ */
+static __always_inline int xdp_gue_receive(struct xdp_md *ctx, const struct nilb_config *cfg,
+					   struct iphdr *oip)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u32 saddr = oip->saddr;
+	struct iphdr *in;
+
+	/* TC's rules before it decapsulates, in its order. A packet from
+	 * this node's own address is TC's to judge (our XDP's are marked and
+	 * never pass here; anything else is forged). */
+	if (saddr == cfg->node_addr || !bpf_map_lookup_elem(&cluster_nodes, &saddr))
+		goto to_tc;
+	if (oip->ihl != 5)
+		goto to_tc;
+	switch (gue_parse(oip, data_end, data_end - data, &in)) {
+	case GUE_OK:
+		break;
+	case GUE_INNER_IPV6:
+		return xdp_gue_receive6(ctx);
+	default:
+		goto to_tc;
+	}
+	return xdp_gue_receive_in4(ctx, in, gue_encap_len(gue_of(oip)), cfg->node_addr);
+to_tc:
+	count(C_XDP_GUE_TO_TC);
+	return XDP_PASS;
+}
+
+/*
+ * xdp_gue_receive over an IPv6 cluster network: GUE in outer IPv6 (no
+ * extension headers, next header UDP to cfg->gue_port) addressed to this
+ * node's config6 address. The same rules (source in cluster_nodes6 and not
+ * this node, gue_parse6, then the inner packet's), hops of 16 bytes. A
+ * subprogram: IPv4 frames never enter it.
+ * Returns: as xdp_gue_receive.
+ */
+static __noinline int xdp_gue_receive_o6(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	struct ipv6hdr *oip6 = (void *)(eth + 1);
+	struct nilb_addr6 key;
+	struct gue_hdr *gue;
+	struct iphdr *in;
+	__u32 *node6 = get_node6();
+
+	if (!node6 || (void *)(oip6 + 1) > data_end)
+		goto to_tc; /* never: checked by the caller; for the verifier */
+	if (addr6_eq((__u32 *)&oip6->saddr, node6))
+		goto to_tc;
+	addr6_copy((__u32 *)key.addr, (__u32 *)&oip6->saddr);
+	if (!bpf_map_lookup_elem(&cluster_nodes6, &key))
+		goto to_tc;
+	switch (gue_parse6(oip6, data_end, data_end - data, &in)) {
+	case GUE_OK:
+		break;
+	case GUE_INNER_IPV6:
+		return xdp_gue_receive6_o6(ctx);
+	default:
+		goto to_tc;
+	}
+	gue = gue_of6(oip6);
+	if ((void *)(gue + 1) > data_end)
+		goto to_tc; /* checked by gue_parse6; for the verifier */
+	return xdp_gue_receive_in4(ctx, in, gue_overhead_of(gue->hop_count, 1), 0);
 to_tc:
 	count(C_XDP_GUE_TO_TC);
 	return XDP_PASS;
