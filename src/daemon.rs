@@ -32,7 +32,7 @@
 
 use std::collections::BTreeMap;
 use std::mem::MaybeUninit;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -66,8 +66,10 @@ pub struct RunOptions {
     pub config: PathBuf,
     /// Interface to attach to.
     pub interface: String,
-    /// This node's address; default: the interface's first IPv4 address.
-    pub node_address: Option<Ipv4Addr>,
+    /// This node's address, of the cluster network's family; default: the
+    /// interface's first IPv4 address, or its first global IPv6 address on
+    /// an IPv6 cluster network.
+    pub node_address: Option<IpAddr>,
     /// XDP attach mode.
     pub xdp_mode: XdpMode,
     /// Directory (on bpffs) for the pinned maps.
@@ -83,30 +85,96 @@ pub struct RunOptions {
     pub keep_dataplane: bool,
 }
 
-/// The first IPv4 address of `interface`.
-pub fn interface_address(interface: &str) -> Result<Ipv4Addr> {
+/// The address of `interface` nilb uses as this node's: its first IPv4
+/// address, or (`ipv6`: an IPv6 cluster network) its first global or
+/// unique-local IPv6 address ([`node_address6`]).
+pub fn interface_address(interface: &str, ipv6: bool) -> Result<IpAddr> {
     let addrs = nix::ifaddrs::getifaddrs().context("listing interface addresses")?;
+    let mut v6 = Vec::new();
     for a in addrs {
         if a.interface_name != interface {
             continue;
         }
-        if let Some(sin) = a.address.as_ref().and_then(|s| s.as_sockaddr_in()) {
-            return Ok(sin.ip());
+        let Some(s) = a.address.as_ref() else {
+            continue;
+        };
+        if let (false, Some(sin)) = (ipv6, s.as_sockaddr_in()) {
+            return Ok(IpAddr::V4(sin.ip()));
         }
+        if let (true, Some(sin6)) = (ipv6, s.as_sockaddr_in6()) {
+            v6.push(sin6.ip());
+        }
+    }
+    if let Some(a) = node_address6(&v6) {
+        return Ok(IpAddr::V6(a));
+    }
+    if ipv6 {
+        bail!("interface {interface} has no global IPv6 address (the cluster network is IPv6); pass --node-address")
     }
     bail!("interface {interface} has no IPv4 address; pass --node-address")
 }
 
+/// The first of an interface's IPv6 addresses that can be a node's address
+/// on an IPv6 cluster network: global unicast or unique local (not
+/// link-local, loopback, multicast or IPv4-mapped). Pure.
+pub fn node_address6(addrs: &[Ipv6Addr]) -> Option<Ipv6Addr> {
+    addrs.iter().copied().find(|a| {
+        let s = a.segments();
+        !a.is_unspecified()
+            && !a.is_loopback()
+            && !a.is_multicast()
+            && s[0] & 0xffc0 != 0xfe80
+            && s[..6] != [0; 6]
+            && !(s[..5] == [0; 5] && s[5] == 0xffff)
+    })
+}
+
 /// Whether `addr` is assigned to any interface of this network namespace.
-fn is_local_address(addr: Ipv4Addr) -> bool {
+fn is_local_address(addr: IpAddr) -> bool {
     nix::ifaddrs::getifaddrs().is_ok_and(|mut it| {
         it.any(|a| {
-            a.address
-                .as_ref()
-                .and_then(|s| s.as_sockaddr_in())
-                .is_some_and(|sin| sin.ip() == addr)
+            a.address.as_ref().is_some_and(|s| {
+                s.as_sockaddr_in()
+                    .is_some_and(|sin| IpAddr::V4(sin.ip()) == addr)
+                    || s.as_sockaddr_in6()
+                        .is_some_and(|sin6| IpAddr::V6(sin6.ip()) == addr)
+            })
         })
     })
+}
+
+/// Why this node's address does not fit the configuration's cluster
+/// network (None: it fits): every cluster address is of one family
+/// (docs/config.md "IPv6 cluster network"). Pure.
+pub fn node_family_problem(config: &Config, node: IpAddr) -> Option<String> {
+    let cluster_v6 = config.cluster.is_ipv6();
+    (node.is_ipv6() != cluster_v6).then(|| {
+        let (have, want) = if cluster_v6 {
+            ("IPv4", "IPv6")
+        } else {
+            ("IPv6", "IPv4")
+        };
+        format!(
+            "this node's address {node} is {have} but the configuration's cluster network (cluster.balancers, backend DIPs) is {want}: give --node-address an {want} address of this node"
+        )
+    })
+}
+
+/// Why pins of a data plane whose node address was `pinned` cannot be
+/// adopted by a daemon with node address `node` (None: they can): a
+/// cluster network never changes family in place. Pure.
+pub fn pinned_family_problem(pinned: IpAddr, node: IpAddr, pin_dir: &Path) -> Option<String> {
+    if pinned.is_unspecified() || pinned.is_ipv6() == node.is_ipv6() {
+        return None;
+    }
+    let family = |a: IpAddr| if a.is_ipv6() { "IPv6" } else { "IPv4" };
+    Some(format!(
+        "the pinned maps in {} belong to a data plane of an {} cluster network (node address {pinned}) and this configuration's is {}: nilb does not adopt them across a change of family. Stop the old data plane and remove its pins (`ip link set dev IF xdp off`, then `rm -r {}`), then start again: tables are rebuilt and flows through this node are rebalanced",
+        pin_dir.display(),
+        family(pinned),
+        family(node),
+        pin_dir.display()
+    ))
 }
 
 /// Whether `a` and `b` name the same existing file (same device and inode,
@@ -306,7 +374,7 @@ fn check_mtu(interface: &str, previous: u32, udp: bool, ipv6: bool) {
 /// the service's. Pure: the caller reads the sysctls.
 pub fn nat_ports_at_risk(
     config: &Config,
-    node: Ipv4Addr,
+    node: IpAddr,
     (low, high): (u16, u16),
     reserved: &dyn Fn(u16) -> bool,
 ) -> Vec<(String, u16)> {
@@ -337,8 +405,12 @@ pub fn mode_changes(
 /// Ports some socket of this host listens on (TCP LISTEN in /proc/net/tcp,
 /// bound UDP in /proc/net/udp) at `node` or at any address, as (protocol,
 /// port) with protocol 6 or 17. Lines that do not parse are skipped.
-fn own_listening_ports(node: Ipv4Addr) -> std::collections::BTreeSet<(u8, u16)> {
+fn own_listening_ports(node: IpAddr) -> std::collections::BTreeSet<(u8, u16)> {
     let mut out = std::collections::BTreeSet::new();
+    // NAT services (what this is for) need an IPv4 cluster network.
+    let IpAddr::V4(node) = node else {
+        return out;
+    };
     for (file, proto) in [("/proc/net/tcp", 6u8), ("/proc/net/udp", 17u8)] {
         let Ok(text) = std::fs::read_to_string(file) else {
             continue;
@@ -387,7 +459,7 @@ fn port_reserved(list: &str, port: u16) -> bool {
 
 /// Warn about NAT services on this node's own address whose port the
 /// kernel may give its own outgoing connections ([`nat_ports_at_risk`]).
-fn check_nat_ports(config: &Config, node: Ipv4Addr) {
+fn check_nat_ports(config: &Config, node: IpAddr) {
     let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
         .ok()
         .and_then(|r| {
@@ -446,7 +518,7 @@ fn check_interface(interface: &str, balancer: bool, previous: u32, udp: bool, ip
 
 /// The periodic probes of a balancer: health checks and load scrapes.
 struct Probes<'a> {
-    node: Ipv4Addr,
+    node: IpAddr,
     ifindex: i32,
     checkers: Option<Checkers>,
     scrapers: Option<Scrapers>,
@@ -499,6 +571,12 @@ impl Probes<'_> {
     fn sync_encap(&mut self, cp: &ControlPlane) {
         let targets = cp.encap_targets();
         let gue_port = cp.config().cluster.gue_port;
+        // The configuration gives no service of an IPv6 cluster network
+        // the check (its probe is GUE over outer IPv4).
+        let IpAddr::V4(node) = self.node else {
+            self.encap = None;
+            return;
+        };
         if targets.is_empty() {
             self.encap = None;
             return;
@@ -506,12 +584,12 @@ impl Probes<'_> {
         if !self
             .encap
             .as_ref()
-            .is_some_and(|e| e.matches(self.node, gue_port))
+            .is_some_and(|e| e.matches(node, gue_port))
         {
             self.encap = None;
             match EncapCheckers::new(
                 self.runtime.handle().clone(),
-                self.node,
+                node,
                 gue_port,
                 self.ifindex,
                 self.encap_results.clone(),
@@ -612,7 +690,7 @@ fn adopted_rule_ids(dp: &Dataplane<'_>, cp: &ControlPlane) -> BTreeMap<RuleIdent
 /// Everything the control loop owns.
 struct Daemon<'a, 'obj> {
     opts: &'a RunOptions,
-    node: Ipv4Addr,
+    node: IpAddr,
     clock: SystemClock,
     dp: Dataplane<'obj>,
     cp: ControlPlane,
@@ -704,7 +782,7 @@ struct ClusterHook {
     publishing_since: Option<Instant>,
     /// What the state file last showed of the task (connected, leader,
     /// an error): a change is written at the next tick.
-    shown: (bool, Option<Ipv4Addr>, bool),
+    shown: (bool, Option<IpAddr>, bool),
     /// Follower: the revision of each published table the data plane
     /// holds. A plan of this node's own logic (a health result, a paced
     /// step) that the published table overrides writes nothing for it.
@@ -714,7 +792,7 @@ struct ClusterHook {
 /// One state file to write: what [`Status::of`] reads.
 struct StateJob {
     cp: ControlPlane,
-    node: Ipv4Addr,
+    node: IpAddr,
     role: crate::status::Role,
     config: PathBuf,
     last_reload: Option<ReloadStatus>,
@@ -839,8 +917,11 @@ pub fn run(opts: &RunOptions) -> Result<()> {
         as i32;
     let node = match opts.node_address {
         Some(a) => a,
-        None => interface_address(&opts.interface)?,
+        None => interface_address(&opts.interface, config.cluster.is_ipv6())?,
     };
+    if let Some(problem) = node_family_problem(&config, node) {
+        bail!("{problem}");
+    }
     if !is_local_address(node) {
         bail!("--node-address {node} is not an address of this host; GUE sent to it would never arrive here");
     }
@@ -896,7 +977,7 @@ async fn serve(
     opts: &RunOptions,
     config: Config,
     ifindex: i32,
-    node: Ipv4Addr,
+    node: IpAddr,
     checks: &tokio::runtime::Runtime,
 ) -> Result<()> {
     // Signals first, so that a SIGTERM during start-up still detaches.
@@ -911,6 +992,13 @@ async fn serve(
     // largest (a resize), in whole chunks; adopted pins that are smaller
     // grow, larger ones keep their size (docs/design.md "Maps").
     let pool = crate::dataplane::pool_buckets(&config);
+    if let Some(problem) = crate::dataplane::PinnedMaps::open(&opts.pin_dir)
+        .ok()
+        .and_then(|p| p.settings().ok())
+        .and_then(|s| pinned_family_problem(s.node, node, &opts.pin_dir))
+    {
+        bail!("{problem}");
+    }
     let mut dp = Dataplane::load_pinned_sized(
         &mut storage,
         Some(&opts.pin_dir),
@@ -961,7 +1049,7 @@ async fn serve(
     let (filters, filters_compile_ms) = lists::prepare(
         cp.config(),
         &opts.config,
-        &cp.cluster_addresses(),
+        &crate::config::ipv4_only(&cp.cluster_addresses()),
         balancer,
         None,
         &prev,
@@ -1269,7 +1357,7 @@ impl Daemon<'_, '_> {
 
     /// Every hop in the tables (first hops and previous owners), but this
     /// node.
-    fn hops(&self) -> std::collections::BTreeSet<Ipv4Addr> {
+    fn hops(&self) -> std::collections::BTreeSet<IpAddr> {
         let mut hops = std::collections::BTreeSet::new();
         for st in self.cp.services().values() {
             hops.extend(st.table.hops());
@@ -2103,7 +2191,7 @@ impl Daemon<'_, '_> {
                         match lists::prepare(
                             &config,
                             &path,
-                            &cluster,
+                            &crate::config::ipv4_only(&cluster),
                             is_balancer,
                             Some(&running),
                             &prev,

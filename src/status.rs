@@ -8,7 +8,7 @@
 //! always present in both forms.
 
 use std::io::Write;
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::path::Path;
 use std::time::SystemTime;
 
@@ -37,7 +37,7 @@ pub struct ReloadStatus {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct BackendStatus {
     /// Backend address.
-    pub dip: Ipv4Addr,
+    pub dip: IpAddr,
     /// Name from the config.
     #[serde(default)]
     pub hostname: Option<String>,
@@ -144,7 +144,7 @@ pub struct ServiceStatus {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Status {
     /// This node's address.
-    pub node: Ipv4Addr,
+    pub node: IpAddr,
     /// Whether this node runs the XDP balancer (our program attached, as
     /// the kernel reports it).
     pub balancer: bool,
@@ -292,7 +292,7 @@ impl Status {
     /// Snapshot of `cp` for the node at `node` in `role`.
     pub fn of(
         cp: &ControlPlane,
-        node: Ipv4Addr,
+        node: IpAddr,
         role: Role,
         config_file: &Path,
         last_reload: Option<ReloadStatus>,
@@ -586,10 +586,11 @@ impl Status {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::Ipv4Addr;
 
     fn sample() -> Status {
         Status {
-            node: Ipv4Addr::new(10, 0, 0, 11),
+            node: Ipv4Addr::new(10, 0, 0, 11).into(),
             balancer: true,
             balancer_configured: true,
             config_file: "/etc/nilb/nilb.yaml".into(),
@@ -615,7 +616,7 @@ mod tests {
                 chain_lengths: vec![1000, 20, 3, 1],
                 dynamic_weight: None,
                 backends: vec![BackendStatus {
-                    dip: Ipv4Addr::new(10, 0, 0, 12),
+                    dip: Ipv4Addr::new(10, 0, 0, 12).into(),
                     hostname: None,
                     state: "active".into(),
                     health: "up".into(),
@@ -680,14 +681,14 @@ mod tests {
         let key = cp.services().keys().next().copied().unwrap();
         // The offline backend was up before it was set offline: its last
         // verdict must not be shown as if it were still checked.
-        cp.observe(&key, Ipv4Addr::new(10, 0, 0, 13), Ok(()), 1);
+        cp.observe(&key, Ipv4Addr::new(10, 0, 0, 13).into(), Ok(()), 1);
         cp.observe_encap(
             &key,
-            Ipv4Addr::new(10, 0, 0, 12),
+            Ipv4Addr::new(10, 0, 0, 12).into(),
             Err("no SYN-ACK".into()),
             1,
         );
-        let node = Ipv4Addr::new(10, 0, 0, 11);
+        let node: IpAddr = Ipv4Addr::new(10, 0, 0, 11).into();
         let role = |on: bool| Role {
             running: on,
             configured: on,
@@ -713,7 +714,7 @@ mod tests {
         // A node that is not a balancer checks nothing.
         let s = Status::of(
             &cp,
-            Ipv4Addr::new(10, 0, 0, 12),
+            Ipv4Addr::new(10, 0, 0, 12).into(),
             role(false),
             Path::new("/x.yaml"),
             None,

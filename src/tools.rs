@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
@@ -241,18 +241,18 @@ pub struct LookupReport {
     /// Buckets in the table.
     pub table_size: u32,
     /// First hop of the bucket; `null`: the balancer drops the packet.
-    pub first_hop: Option<Ipv4Addr>,
+    pub first_hop: Option<IpAddr>,
     /// Its hostname in the config, if it has one.
     pub first_hop_hostname: Option<String>,
     /// Second hop of the bucket (its newest previous owner), if any: the
     /// first element of `previous_hops`, kept for readers of schema 1.
-    pub second_hop: Option<Ipv4Addr>,
+    pub second_hop: Option<IpAddr>,
     /// Its hostname in the config, if it has one.
     pub second_hop_hostname: Option<String>,
     /// Every previous owner of the bucket, newest first (those known down
     /// after the others): the hops the balancer lists in GUE after the first
     /// hop, which second chance walks in this order.
-    pub previous_hops: Vec<Ipv4Addr>,
+    pub previous_hops: Vec<IpAddr>,
     /// Their hostnames in the config (`null` where none), in the same order.
     pub previous_hop_hostnames: Vec<Option<String>>,
     /// UDP source port of the GUE packet (from the hash).
@@ -316,7 +316,7 @@ pub fn lookup_report(
     let bucket = bucket_of(hash, size);
     let (first, previous) = chain;
     let second = previous.first().copied();
-    let hostname = |a: Option<Ipv4Addr>| {
+    let hostname = |a: Option<IpAddr>| {
         a.and_then(|a| service.backends.iter().find(|x| x.dip == a))
             .and_then(|x| x.hostname.clone())
     };
@@ -370,7 +370,7 @@ pub fn print_lookup(config: &Config, r: &LookupReport, out: &mut dyn Write) -> R
             protocol,
         })
         .context("service vanished from the configuration")?;
-    let label = |a: Option<Ipv4Addr>| match a {
+    let label = |a: Option<IpAddr>| match a {
         None => "none".to_string(),
         Some(a) => match service.backends.iter().find(|x| x.dip == a) {
             Some(x) => format!("{a} ({})", x.label()),
@@ -420,7 +420,7 @@ pub struct TablesReport {
     /// Pin directory read.
     pub pin_dir: String,
     /// The node's address as the data plane has it.
-    pub node: Ipv4Addr,
+    pub node: IpAddr,
     /// Hash seed in the data plane.
     pub hash_seed: u32,
     /// Services in key order.
@@ -456,7 +456,7 @@ pub struct TableReport {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct TableBackend {
     /// Backend address.
-    pub dip: Ipv4Addr,
+    pub dip: IpAddr,
     /// Buckets where it is first hop.
     pub buckets: u32,
     /// Their share of the table, percent (0.1 precision).
@@ -477,14 +477,14 @@ pub struct TableBackend {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct BucketReport {
     /// Gets new connections; `null`: the balancer drops the packets.
-    pub first_hop: Option<Ipv4Addr>,
+    pub first_hop: Option<IpAddr>,
     /// Gets packets the first hop does not know (the newest previous
     /// owner); `null`: none. The first element of `previous_hops`, kept for
     /// readers of schema 1.
-    pub second_hop: Option<Ipv4Addr>,
+    pub second_hop: Option<IpAddr>,
     /// Every previous owner, newest first: the hops the balancer lists in
     /// GUE, tried in this order (`second_hop` is the first).
-    pub previous_hops: Vec<Ipv4Addr>,
+    pub previous_hops: Vec<IpAddr>,
     /// `backend_stats` slot the balancer counts this bucket's packets in
     /// (`null` without a first hop).
     pub counter_slot: Option<u32>,
@@ -496,7 +496,7 @@ pub struct BucketReport {
 
 /// A live table as reported by `nilb tables` (`backends`: the address of
 /// every backend slot, index = slot).
-pub fn table_report(t: &RawTable, backends: &[Option<Ipv4Addr>]) -> TableReport {
+pub fn table_report(t: &RawTable, backends: &[Option<IpAddr>]) -> TableReport {
     let size = t.service.table_mask.wrapping_add(1);
     let live = LiveTable::from_raw(t, backends);
     let buckets: Vec<BucketReport> = live
@@ -513,7 +513,7 @@ pub fn table_report(t: &RawTable, backends: &[Option<Ipv4Addr>]) -> TableReport 
         })
         .collect();
     // dip -> (first, second, any previous place, slot)
-    let mut by_dip: BTreeMap<Ipv4Addr, (u32, u32, u32, Option<u32>)> = BTreeMap::new();
+    let mut by_dip: BTreeMap<IpAddr, (u32, u32, u32, Option<u32>)> = BTreeMap::new();
     for b in &buckets {
         if let Some(f) = b.first_hop {
             let e = by_dip.entry(f).or_default();
@@ -634,7 +634,7 @@ pub fn tables(dir: &Path, buckets: bool, out: &mut dyn Write) -> Result<()> {
                 "bucket", "first hop", "second hop", "slot", "moved at"
             )?;
             for (i, b) in s.buckets.iter().enumerate() {
-                let a = |x: Option<Ipv4Addr>| x.map_or("-".to_string(), |x| x.to_string());
+                let a = |x: Option<IpAddr>| x.map_or("-".to_string(), |x| x.to_string());
                 let older: Vec<String> = b
                     .previous_hops
                     .iter()
@@ -669,7 +669,7 @@ pub struct StatsReport {
     /// Pin directory read.
     pub pin_dir: String,
     /// The node's address as the data plane has it.
-    pub node: Ipv4Addr,
+    pub node: IpAddr,
     /// Hash seed in the data plane.
     pub hash_seed: u32,
     /// GUE UDP port.
@@ -757,7 +757,7 @@ pub struct ServiceStatsReport {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct BackendStatsReport {
     /// Backend address.
-    pub dip: Ipv4Addr,
+    pub dip: IpAddr,
     /// Its `backend_stats` slot.
     pub counter_slot: u32,
     /// Buckets where it is first hop now.
@@ -896,10 +896,11 @@ pub fn stats(dir: &Path, all: bool, out: &mut dyn Write) -> Result<()> {
 mod tests {
     use super::*;
     use crate::dataplane::abi::sys;
+    use std::net::Ipv4Addr;
 
-    const B11: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 11);
-    const B12: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 12);
-    const B13: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 13);
+    const B11: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 11));
+    const B12: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 12));
+    const B13: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 13));
 
     fn key() -> ServiceKey {
         ServiceKey {
@@ -910,7 +911,7 @@ mod tests {
     }
 
     /// Backend slots: 7 -> B11, 9 -> B12, 11 -> B13.
-    fn slots() -> Vec<Option<Ipv4Addr>> {
+    fn slots() -> Vec<Option<IpAddr>> {
         let mut v = vec![None; 16];
         v[7] = Some(B11);
         v[9] = Some(B12);
@@ -1046,7 +1047,7 @@ mod tests {
             let mut cp = ControlPlane::new(cfg([1, 1, 2]), now);
             // Up (unknown backends gain no buckets from a weight change).
             for i in 0..3u8 {
-                cp.observe(&key(), Ipv4Addr::new(10, 0, 0, 11 + i), Ok(()), now);
+                cp.observe(&key(), Ipv4Addr::new(10, 0, 0, 11 + i).into(), Ok(()), now);
             }
             cp.apply(&mut dp, B11, &cp.full_plan()).unwrap();
             let plan = cp.update(cfg([3, 1, 1]), now + 5_000);
@@ -1129,7 +1130,9 @@ mod tests {
                     (b.first_hop, b.second_hop)
                 );
                 assert_eq!(live.table, "live");
-                let host = live.first_hop.map(|a| format!("n{}", a.octets()[3] - 10));
+                let host = live
+                    .first_hop
+                    .map(|a| format!("n{}", crate::table::tests::last_octet(a) - 10));
                 assert_eq!(live.first_hop_hostname, host);
             }
 

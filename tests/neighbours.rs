@@ -9,14 +9,14 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
 use common::{ip, require_root};
 use nilb::neighbours::Refresher;
 use nilb::netlink::{Nud, Rtnl};
 
-const PEER: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 12);
+const PEER: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 12));
 const WRONG: [u8; 6] = [0x02, 0, 0, 0, 0x0b, 0xad];
 
 /// Run `f` in a thread with a private network namespace holding veth `nn0`
@@ -64,7 +64,7 @@ fn mac_in(ns: &str, dev: &str) -> Vec<u8> {
 fn entry(ifindex: u32) -> Option<(Nud, Option<Vec<u8>>)> {
     Rtnl::open()
         .unwrap()
-        .neighbours(ifindex)
+        .neighbours(ifindex, false)
         .unwrap()
         .into_iter()
         .find(|n| n.addr == PEER)
@@ -99,7 +99,7 @@ fn a_stale_wrong_mac_is_corrected_within_a_second() {
             );
 
             set_wrong();
-            let hops: BTreeSet<Ipv4Addr> = [PEER].into();
+            let hops: BTreeSet<IpAddr> = [PEER].into();
             let mut r = Refresher::new(ifindex);
             let started = Instant::now();
             r.round(&hops, 100_000);

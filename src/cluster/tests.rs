@@ -4,10 +4,10 @@
 use super::*;
 use crate::table::Target;
 
-const A: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 11);
-const B: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 12);
-const C: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 13);
-const LEADER: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
+const A: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 11));
+const B: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 12));
+const C: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 13));
+const LEADER: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
 
 fn key() -> ServiceKey {
     ServiceKey {
@@ -29,9 +29,9 @@ fn table_with_history() -> Table {
             Target { dip: C, weight: 2 },
         ],
     );
-    let rules_keep = |_: Ipv4Addr| true;
-    let rules_out = |d: Ipv4Addr| d == C;
-    let rules_down = |d: Ipv4Addr| d == C;
+    let rules_keep = |_: IpAddr| true;
+    let rules_out = |d: IpAddr| d == C;
+    let rules_down = |d: IpAddr| d == C;
     let rules = crate::table::Rules {
         keep: &rules_keep,
         forced_out: &rules_out,

@@ -655,7 +655,7 @@ fn quic_lb_keyed_configurations_read_their_key_file() {
         let lib = q.config();
         assert_eq!(lib.algorithm(), want);
         assert_eq!(lib.cid_len(), q.cid_len());
-        let b13 = q.server_id_of(Ipv4Addr::new(10, 0, 0, 13)).unwrap();
+        let b13 = q.server_id_of(Ipv4Addr::new(10, 0, 0, 13).into()).unwrap();
         assert_eq!(b13.as_bytes()[..sid - 1], vec![0; sid - 1][..]);
         assert_eq!(b13.as_bytes()[sid - 1], 7);
         let cid = CidGenerator::new(lib.clone(), b13)
@@ -736,7 +736,7 @@ fn quic_lb_assigns_server_ids_from_addresses() {
     let c = Config::parse(&src).unwrap();
     let q = c.services[0].quic_lb.as_ref().unwrap();
     assert_eq!(
-        q.server_id_of(Ipv4Addr::new(10, 0, 0, 12))
+        q.server_id_of(Ipv4Addr::new(10, 0, 0, 12).into())
             .unwrap()
             .to_string(),
         "000c"

@@ -1,7 +1,15 @@
 use super::*;
 
-fn ip(last: u8) -> Ipv4Addr {
-    Ipv4Addr::new(10, 0, 0, last)
+/// The last octet of a test address (every one is 10.0.0.x or ends like it).
+pub(crate) fn last_octet(d: IpAddr) -> u8 {
+    match d {
+        IpAddr::V4(a) => a.octets()[3],
+        IpAddr::V6(a) => a.octets()[15],
+    }
+}
+
+fn ip(last: u8) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(10, 0, 0, last))
 }
 
 fn targets(spec: &[(u8, u32)]) -> Vec<Target> {
@@ -29,7 +37,7 @@ fn assert_proportional(t: &Table, spec: &[(u8, u32)]) {
 }
 
 /// Buckets that must change owner to go from `a` to `b` shares.
-fn optimal(a: &BTreeMap<Ipv4Addr, u32>, b: &BTreeMap<Ipv4Addr, u32>) -> u32 {
+fn optimal(a: &BTreeMap<IpAddr, u32>, b: &BTreeMap<IpAddr, u32>) -> u32 {
     b.iter()
         .map(|(d, &n)| n.saturating_sub(*a.get(d).unwrap_or(&0)))
         .sum()
@@ -365,7 +373,7 @@ fn thousand_random_events_keep_ranges_bounded() {
                 .map(|k| (k as u8 + 1, weights[k]))
                 .collect();
             let before = t.shares();
-            let down = |d: Ipv4Addr| !up[(d.octets()[3] - 1) as usize];
+            let down = |d: IpAddr| !up[(last_octet(d) - 1) as usize];
             let rules = Rules {
                 forced_out: &down,
                 down: &down,
@@ -418,7 +426,7 @@ fn capped_quotas_give_what_a_capped_target_cannot_take_to_the_others() {
 /// Move every bucket of a 1-backend table to `to` (forced: the owner is
 /// out), at time `now`.
 fn move_all(t: &Table, to: u8, now: u64) -> (Table, Moves) {
-    let from: Vec<Ipv4Addr> = t.shares().keys().copied().collect();
+    let from: Vec<IpAddr> = t.shares().keys().copied().collect();
     t.rebalance(
         &targets(&[(to, 1)]),
         &Rules {

@@ -9,7 +9,7 @@ use super::fake::{Call, FakeDataplane};
 use super::*;
 use crate::dataplane::DataplaneOps;
 
-const NODE: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
+const NODE: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
 const WEB: ServiceKey = ServiceKey {
     vip: std::net::IpAddr::V4(Ipv4Addr::new(10, 0, 0, 100)),
     port: 80,
@@ -27,8 +27,8 @@ const API: ServiceKey = ServiceKey {
     protocol: crate::types::Protocol::Tcp,
 };
 
-fn ip(last: u8) -> Ipv4Addr {
-    Ipv4Addr::new(10, 0, 0, last)
+fn ip(last: u8) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(10, 0, 0, last))
 }
 
 /// A config with balancer 10.0.0.1, no pacing (`min_bucket_age_ms` as
@@ -499,7 +499,7 @@ fn a_reload_installs_what_changed_and_only_the_buckets_that_moved() {
     cp.apply(&mut dp, NODE, &cp.full_plan()).unwrap();
     dp.writes.clear();
     let key = ServiceKey {
-        vip: std::net::IpAddr::V4(ip(100)),
+        vip: ip(100),
         port: 1007,
         protocol: crate::types::Protocol::Tcp,
     };
