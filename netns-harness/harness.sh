@@ -585,7 +585,7 @@ dsr_capture() {
   nh_bg "tcpdump on client" "$tlog" client timeout 60 tcpdump -i eth0 -nn -e -U --immediate-mode -Z root \
     -c 20000 -w "$pcap" "tcp and src host ${BURST_HOST:-$NH_VIP}"
   tpid=$NH_BG_PID
-  if ! nh_wait_until 10 grep -q 'listening on' "$tlog"; then
+  if ! nh_wait_until 10 grep -qs 'listening on' "$tlog"; then
     nh_stop "$tpid" TERM 3
     DSR_NUMBERS="tcpdump did not start: $(tr '\n' ' ' <"$tlog")"
     return 1
