@@ -890,14 +890,22 @@ v6c_delta() {
 # v6c_counters LABEL_BEFORE LABEL_AFTER: the balancer and backend counters of
 # traffic through the IPv6 cluster between two save_stats of every node;
 # appends to the caller's nums, clears its ok when node1 did not encapsulate
-# or dropped, or a backend decapsulated no SYN in XDP or dropped GUE
+# (with forwarding on its eth0: not on the XDP fast path, xdp_encap_tx; with
+# NH_BALANCER_FORWARDING=0 the slow path counts instead) or dropped, or a
+# backend decapsulated no SYN in XDP or dropped GUE
 v6c_counters() {
-  local a=$1 z=$2 n enc noroute bad syn tcbad notcl
+  local a=$1 z=$2 n enc slow noroute bad syn tcbad notcl
   enc=$(v6c_delta node1 xdp_encap_tx "$a" "$z")
+  slow=$(v6c_delta node1 xdp_encap_slow_path "$a" "$z")
   noroute=$(v6c_delta node1 xdp_drop_no_route "$a" "$z")
   bad=$(v6c_delta node1 xdp_drop_malformed "$a" "$z")
-  nums+="node1 xdp_encap_tx +$enc xdp_drop_no_route +$noroute xdp_drop_malformed +$bad"
-  [[ $enc -gt 0 && $noroute == 0 && $bad == 0 ]] || ok=0
+  nums+="node1 xdp_encap_tx +$enc xdp_encap_slow_path +$slow xdp_drop_no_route +$noroute xdp_drop_malformed +$bad"
+  if [[ ${NH_BALANCER_FORWARDING:-1} == 1 ]]; then
+    [[ $enc -gt 0 ]] || ok=0
+  else
+    [[ $((enc + slow)) -gt 0 ]] || ok=0
+  fi
+  [[ $noroute == 0 && $bad == 0 ]] || ok=0
   for n in node2 node3; do
     syn=$(v6c_delta "$n" xdp_decap_syn "$a" "$z")
     tcbad=$(v6c_delta "$n" tc_drop_malformed "$a" "$z")
