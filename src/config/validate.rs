@@ -205,13 +205,6 @@ impl Validator {
                 }
                 a
             }
-            Err(_) if text.parse::<Ipv6Addr>().is_ok() => {
-                self.report(
-                    path,
-                    format!("`{text}` is an IPv6 address: a {role} address is IPv4 (the cluster network is IPv4; IPv6 VIPs are carried over it)"),
-                );
-                Ipv4Addr::UNSPECIFIED
-            }
             Err(_) => {
                 self.report(path, format!("`{text}` is not an IPv4 address literal"));
                 Ipv4Addr::UNSPECIFIED
