@@ -1586,3 +1586,22 @@ fn address_keys(map: &dyn MapCore) -> BTreeSet<Ipv4Addr> {
         .filter_map(|k| k.get(..4).map(|b| Ipv4Addr::new(b[0], b[1], b[2], b[3])))
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::xdp_balancer_programs;
+
+    /// The balancer an IPv6 cluster network attaches and its IPv6 twin in
+    /// `ipv6_balancer`; an IPv4 one keeps the programs it always had.
+    #[test]
+    fn each_cluster_family_has_its_xdp_balancer() {
+        assert_eq!(
+            xdp_balancer_programs(false),
+            ("nilb_xdp_balancer", "nilb_xdp_balancer6")
+        );
+        assert_eq!(
+            xdp_balancer_programs(true),
+            ("nilb_xdp_balancer_c6", "nilb_xdp_balancer6_c6")
+        );
+    }
+}
