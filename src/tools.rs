@@ -993,6 +993,54 @@ mod tests {
         assert_eq!(v["backends"][1]["counter_slot"], 9);
     }
 
+    /// `nilb lookup` and `nilb tables` on an IPv6 cluster network: hops
+    /// are IPv6 addresses, in the text (with hostnames) and in the JSON.
+    #[test]
+    fn lookup_and_tables_show_ipv6_hops() {
+        let config = Config::parse(
+            "version: 1\ncluster: {balancers: [\"2001:db8:c::1\"], hash_seed: 7}\nservices:\n  - {name: web, vip: 10.0.0.100, port: 80, protocol: tcp, table_size: 64, backends: [{dip: \"2001:db8:c::11\", hostname: n11}, {dip: \"2001:db8:c::12\"}]}\n",
+        )
+        .unwrap();
+        let src: SocketAddr = "192.0.2.1:40000".parse().unwrap();
+        let dst: SocketAddr = "10.0.0.100:80".parse().unwrap();
+        let r = lookup_report(&config, src, dst, Protocol::Tcp, TableSource::Config).unwrap();
+        let first = r.first_hop.expect("a first hop");
+        assert!(first.is_ipv6());
+        let mut text = Vec::new();
+        print_lookup(&config, &r, &mut text).unwrap();
+        let text = String::from_utf8(text).unwrap();
+        let want = if first.to_string() == "2001:db8:c::11" {
+            "first hop 2001:db8:c::11 (n11)"
+        } else {
+            "first hop 2001:db8:c::12"
+        };
+        assert!(text.contains(want), "{text}");
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["first_hop"], first.to_string());
+
+        let b6: IpAddr = "2001:db8:c::11".parse().unwrap();
+        let mut slots = vec![None; 8];
+        slots[3] = Some(b6);
+        let raw = RawTable {
+            key: key(),
+            service: sys::nilb_service {
+                table_base: 0,
+                table_mask: 1,
+                service_index: 0,
+                flags: 0,
+                nat_port: 0,
+            },
+            buckets: vec![[3, 0, 0, 0], [0, 3, 0, 0]],
+            moved_s: vec![0, 0],
+        };
+        let t = table_report(&raw, &slots);
+        assert_eq!(t.buckets[0].first_hop, Some(b6));
+        assert_eq!(t.buckets[1].second_hop, Some(b6));
+        assert_eq!(t.backends[0].dip, b6);
+        let v = serde_json::to_value(&t).unwrap();
+        assert_eq!(v["buckets"][0]["first_hop"], "2001:db8:c::11");
+    }
+
     /// Run `f` on a thread of its own in a private mount namespace with a
     /// fresh bpffs mounted at a temporary directory (root only), so that
     /// pins never touch the host's /sys/fs/bpf.
