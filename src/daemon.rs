@@ -118,15 +118,10 @@ pub fn interface_address(interface: &str, ipv6: bool) -> Result<IpAddr> {
 /// on an IPv6 cluster network: global unicast or unique local (not
 /// link-local, loopback, multicast or IPv4-mapped). Pure.
 pub fn node_address6(addrs: &[Ipv6Addr]) -> Option<Ipv6Addr> {
-    addrs.iter().copied().find(|a| {
-        let s = a.segments();
-        !a.is_unspecified()
-            && !a.is_loopback()
-            && !a.is_multicast()
-            && s[0] & 0xffc0 != 0xfe80
-            && s[..6] != [0; 6]
-            && !(s[..5] == [0; 5] && s[5] == 0xffff)
-    })
+    addrs
+        .iter()
+        .copied()
+        .find(|a| crate::config::unusable_address6(*a).is_none())
 }
 
 /// Whether `addr` is assigned to any interface of this network namespace.
