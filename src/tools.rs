@@ -1074,6 +1074,83 @@ mod tests {
         }
     }
 
+    /// An IPv6 cluster network in the real maps: `nilb_config` flagged
+    /// with the node in `config6`, `cluster_nodes6` holding the cluster
+    /// (`cluster_nodes` empty), `backends` of family 6 read back as the
+    /// tables' hops, and the records' IPv6 DIPs through `control_dip6`
+    /// (a QUIC-LB service among them); `nilb tables` and
+    /// `lookup --live` show them.
+    #[test]
+    fn an_ipv6_cluster_network_in_the_pinned_maps() {
+        with_private_bpffs(|pins| {
+            use crate::dataplane::{abi, Dataplane};
+            use libbpf_rs::MapCore;
+            let config = Config::parse(
+                "version: 1\ncluster: {balancers: [\"2001:db8:c::1\"], hash_seed: 7}\nservices:\n  - {name: web, vip: 10.0.0.100, port: 80, protocol: tcp, table_size: 64, health_check: {none: {}}, backends: [{dip: \"2001:db8:c::11\", hostname: n11}, {dip: \"2001:db8:c::12\"}]}\n  - {name: q, vip: \"2001:db8:100::1\", port: 443, protocol: udp, table_size: 64, health_check: {none: {}}, quic_lb: {codepoint: 1, server_id_len: 2, nonce_len: 6, algorithm: plaintext}, backends: [{dip: \"2001:db8:c::12\"}]}\n",
+            )
+            .unwrap();
+            let node: IpAddr = "2001:db8:c::1".parse().unwrap();
+            let mut storage = std::mem::MaybeUninit::uninit();
+            let mut dp = Dataplane::load_pinned(&mut storage, Some(pins), 65536).unwrap();
+            let cp = ControlPlane::new(config.clone(), 0);
+            cp.apply(&mut dp, node, &cp.full_plan()).unwrap();
+
+            let p = PinnedMaps::open(pins).unwrap();
+            assert_eq!(p.settings().unwrap().node, node);
+            let c: sys::nilb_config = abi::read_struct(
+                &p.config
+                    .lookup(&0u32.to_ne_bytes(), libbpf_rs::MapFlags::ANY)
+                    .unwrap()
+                    .unwrap(),
+            )
+            .unwrap();
+            assert_ne!(c.flags & sys::nilb_config_flags::NILB_F_CLUSTER_IPV6, 0);
+            assert_eq!((c.node_addr, c.outer_csum_base), (0, 0));
+            let open =
+                |name: &str| libbpf_rs::MapHandle::from_pinned_path(pins.join(name)).unwrap();
+            let nodes6: std::collections::BTreeSet<IpAddr> = open("cluster_nodes6")
+                .keys()
+                .map(|k| IpAddr::from(<[u8; 16]>::try_from(&k[..]).unwrap()))
+                .collect();
+            assert_eq!(nodes6, cp.cluster_addresses());
+            assert_eq!(open("cluster_nodes").keys().count(), 0);
+            // The tables read back through `backends` (family 6).
+            let t = tables_report(pins).unwrap();
+            assert_eq!(t.node, node);
+            for s in &t.services {
+                let key = cp
+                    .services()
+                    .keys()
+                    .find(|k| k.to_string() == s.key)
+                    .unwrap();
+                let want = &cp.service(key).unwrap().table;
+                for (got, b) in s.buckets.iter().zip(want.buckets()) {
+                    assert_eq!((got.first_hop, got.second_hop), (b.first(), b.second()));
+                    assert!(got.first_hop.is_some_and(|h| h.is_ipv6()));
+                }
+            }
+            let src = SocketAddr::from((Ipv4Addr::new(192, 0, 2, 1), 40000));
+            let dst = SocketAddr::from((Ipv4Addr::new(10, 0, 0, 100), 80));
+            let live =
+                lookup_report(&config, src, dst, Protocol::Tcp, TableSource::Live(pins)).unwrap();
+            let fresh =
+                lookup_report(&config, src, dst, Protocol::Tcp, TableSource::Config).unwrap();
+            assert_eq!(live.first_hop, fresh.first_hop);
+            assert!(live.first_hop.unwrap().is_ipv6());
+
+            // The records of IPv6 DIPs come back from control_state and
+            // control_dip6.
+            let records = dp.control_state().unwrap();
+            assert_eq!(records, cp.records());
+            assert!(records.values().all(|r| r.dip.is_ipv6()));
+            assert_eq!(records.len(), 3);
+            assert_eq!(
+                crate::daemon::pinned_family_problem(p.settings().unwrap().node, node, pins),
+                None
+            );
+        });
+    }
+
     #[test]
     fn reports_read_the_pinned_maps_of_a_data_plane() {
         with_private_bpffs(|pins| {
