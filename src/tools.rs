@@ -44,7 +44,16 @@ pub fn check_summary(config: &Config, out: &mut dyn Write) -> Result<()> {
         .iter()
         .map(|b| b.to_string())
         .collect();
-    writeln!(out, "balancers: {}", balancers.join(", "))?;
+    writeln!(
+        out,
+        "balancers: {}{}",
+        balancers.join(", "),
+        if config.cluster.is_ipv6() {
+            " (IPv6 cluster network: GUE in outer IPv6, 16-byte hops)"
+        } else {
+            ""
+        }
+    )?;
     for s in &config.services {
         let key = s.key();
         let table = &cp.service(&key).expect("service in control plane").table;
@@ -1017,6 +1026,13 @@ mod tests {
         assert!(text.contains(want), "{text}");
         let v = serde_json::to_value(&r).unwrap();
         assert_eq!(v["first_hop"], first.to_string());
+        let mut summary = Vec::new();
+        check_summary(&config, &mut summary).unwrap();
+        let summary = String::from_utf8(summary).unwrap();
+        assert!(
+            summary.contains("balancers: 2001:db8:c::1 (IPv6 cluster network"),
+            "{summary}"
+        );
 
         let b6: IpAddr = "2001:db8:c::11".parse().unwrap();
         let mut slots = vec![None; 8];

@@ -1386,7 +1386,10 @@ impl DataplaneOps for Dataplane<'_> {
         let Some((ifindex, _)) = self.interface else {
             return Ok(false);
         };
-        let prog = &self.xdp_balancer()?;
+        // A build without the cluster family's balancer never attached it.
+        let Ok(prog) = &self.xdp_balancer() else {
+            return Ok(false);
+        };
         let ours = Self::prog_id(prog)?;
         let xdp = Xdp::new(prog.as_fd());
         for m in [XdpMode::Native, XdpMode::Generic] {
