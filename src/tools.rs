@@ -116,6 +116,7 @@ pub fn check_summary(config: &Config, out: &mut dyn Write) -> Result<()> {
                     .unwrap_or_default(),
             )?;
         }
+        let w = crate::status::address_width(s.backends.iter().map(|b| &b.dip));
         for b in &s.backends {
             let n = shares.get(&b.dip).copied().unwrap_or(0);
             // A QUIC-LB backend's server ID: what its QUIC server must
@@ -134,7 +135,7 @@ pub fn check_summary(config: &Config, out: &mut dyn Write) -> Result<()> {
                 .unwrap_or_default();
             writeln!(
                 out,
-                "  {:<15} {:<20} weight {:>5} {:<8} {:>6} buckets {:>5.1}%{sid}",
+                "  {:<w$} {:<20} weight {:>5} {:<8} {:>6} buckets {:>5.1}%{sid}",
                 b.dip.to_string(),
                 b.label(),
                 b.weight,
@@ -612,15 +613,16 @@ pub fn tables(dir: &Path, buckets: bool, out: &mut dyn Write) -> Result<()> {
                 None => String::new(),
             }
         )?;
+        let w = crate::status::address_width(s.backends.iter().map(|b| &b.dip));
         writeln!(
             out,
-            "  {:<15} {:>8} {:>7} {:>8} {:>7} {:>6}",
+            "  {:<w$} {:>8} {:>7} {:>8} {:>7} {:>6}",
             "backend", "buckets", "share", "2nd hop", "share", "slot"
         )?;
         for b in &s.backends {
             writeln!(
                 out,
-                "  {:<15} {:>8} {:>6.1}% {:>8} {:>6.1}% {:>6}",
+                "  {:<w$} {:>8} {:>6.1}% {:>8} {:>6.1}% {:>6}",
                 b.dip.to_string(),
                 b.buckets,
                 b.share_percent,
@@ -639,7 +641,7 @@ pub fn tables(dir: &Path, buckets: bool, out: &mut dyn Write) -> Result<()> {
         if buckets {
             writeln!(
                 out,
-                "  {:>6}  {:<15} {:<15} {:>6}  {:<25} older hops",
+                "  {:>6}  {:<w$} {:<w$} {:>6}  {:<25} older hops",
                 "bucket", "first hop", "second hop", "slot", "moved at"
             )?;
             for (i, b) in s.buckets.iter().enumerate() {
@@ -652,7 +654,7 @@ pub fn tables(dir: &Path, buckets: bool, out: &mut dyn Write) -> Result<()> {
                     .collect();
                 writeln!(
                     out,
-                    "  {:>6}  {:<15} {:<15} {:>6}  {:<25} {}",
+                    "  {:>6}  {:<w$} {:<w$} {:>6}  {:<25} {}",
                     i,
                     a(b.first_hop),
                     a(b.second_hop),
@@ -872,10 +874,11 @@ pub fn stats(dir: &Path, all: bool, out: &mut dyn Write) -> Result<()> {
             s.tc_forward,
             s.tc_drops
         )?;
+        let w = crate::status::address_width(s.backends.iter().map(|b| &b.dip));
         for b in &s.backends {
             writeln!(
                 out,
-                "    -> {:<15} buckets {:>6}  packets {:>12}  bytes {:>14}  new connections {:>10}",
+                "    -> {:<w$} buckets {:>6}  packets {:>12}  bytes {:>14}  new connections {:>10}",
                 b.dip.to_string(),
                 b.buckets,
                 b.packets,
