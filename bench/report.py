@@ -97,15 +97,24 @@ def main():
         tcp_vip = next((c["nilb_mpps_median"] for c in dp["xdp_live"] if c["case"] == "vip"), None)
         for c in dp["xdp_live"]:
             if c["case"] == "vip_ipv6":
-                # issue 13: the IPv6 VIP path >= 0.9 of the IPv4 one, same run.
-                rel = c["nilb_mpps_median"] / tcp_vip if tcp_vip else float("nan")
+                # issue 13: the IPv6 VIP path >= 0.9 of the IPv4 one: the
+                # median of per-repetition ratios of the two run back to
+                # back (xdp_pairs); older results: the ratio of the cases'
+                # medians.
+                pair = next((p for p in dp.get("xdp_pairs", []) if p["pair"] == "ipv6_vs_ipv4"), None)
+                if pair:
+                    rel = pair["ratio_median"]
+                    spread = f" ({min(pair['ratio']):.2f}-{max(pair['ratio']):.2f}, back to back)"
+                else:
+                    rel = c["nilb_mpps_median"] / tcp_vip if tcp_vip else float("nan")
+                    spread = ""
                 ok = rel >= 0.9
                 rows.append((
                     "XDP, Mpps (1 CPU)",
                     xdp_names["vip_ipv6"],
                     fmt(c["nilb_mpps_median"], 3),
                     f"{fmt(tcp_vip, 3)} (nilb, TCP to an IPv4 VIP, same run)",
-                    f"{fmt(rel, 3)} of the IPv4 VIP path; {fmt(c['ratio_median'], 3)} of MAC swap",
+                    f"{fmt(rel, 3)}{spread} of the IPv4 VIP path; {fmt(c['ratio_median'], 3)} of MAC swap",
                     ">= 0.9 of IPv4",
                     status(ok),
                 ))

@@ -186,17 +186,13 @@ fn load_nilb(pin: Option<&std::path::Path>) -> Result<Loaded> {
         // program, alive as long as `dp`); we duplicate it at once.
         let owned = unsafe { BorrowedFd::borrow_raw(fd) }.try_clone_to_owned()?;
         match ty {
-            PROG_TYPE_XDP => {
-                // Kernel program names are cut to 15 characters.
-                let backend = libbpf_rs::query::ProgInfoIter::default()
-                    .find(|p| p.id == id)
-                    .is_some_and(|p| p.name.to_string_lossy().starts_with("nilb_xdp_backen"));
-                if backend {
-                    xdp_backend = Some(owned);
-                } else {
-                    xdp = Some((owned, id));
-                }
-            }
+            PROG_TYPE_XDP => match prog_func_name(id).as_deref() {
+                Some("nilb_xdp_backend") => xdp_backend = Some(owned),
+                Some("nilb_xdp_balancer") => xdp = Some((owned, id)),
+                // The IPv6 program (tail-called) and the IPv6 cluster
+                // network's variants.
+                _ => {}
+            },
             PROG_TYPE_SCHED_CLS => {
                 let egress = libbpf_rs::query::ProgInfoIter::default()
                     .find(|p| p.id == id)
@@ -1134,6 +1130,50 @@ fn main() -> Result<()> {
         }
     }
 
+    // Paired cases: two nilb paths back to back in each repetition, order
+    // alternating, so that the ratio of the two is not the ratio of two
+    // cases measured minutes apart on a shared machine (issue 13: the IPv6
+    // VIP path against the IPv4 one). (name, case A, case B): ratio A / B.
+    let pairs: Vec<(&str, usize, usize)> = [("ipv6_vs_ipv4", "vip_ipv6", "vip")]
+        .iter()
+        .filter_map(|(n, a, b)| {
+            let ia = cases.iter().position(|c| c.name == *a)?;
+            let ib = cases.iter().position(|c| c.name == *b)?;
+            Some((*n, ia, ib))
+        })
+        .collect();
+    let mut pair_json = Vec::new();
+    for (name, ia, ib) in &pairs {
+        let (ca, cb) = (&cases[*ia], &cases[*ib]);
+        let mut ratios = Vec::new();
+        for rep in 0..reps {
+            let run = |c: &Case<'_>| -> Result<f64> {
+                Ok(bench.live(c.nilb.xdp.as_fd(), c.gen, c.frame, frames)?.0)
+            };
+            let (a, b) = if rep % 2 == 0 {
+                let a = run(ca)?;
+                (a, run(cb)?)
+            } else {
+                let b = run(cb)?;
+                (run(ca)?, b)
+            };
+            ratios.push(a / b);
+            eprintln!(
+                "pair {name} rep {rep}: {} {a:.3} Mpps, {} {b:.3} Mpps, ratio {:.3}",
+                ca.name,
+                cb.name,
+                a / b
+            );
+        }
+        pair_json.push(format!(
+            "{{\"pair\": \"{name}\", \"a\": \"{}\", \"b\": \"{}\", \"ratio\": {}, \"ratio_median\": {:.4}}}",
+            ca.name,
+            cb.name,
+            json_list(&ratios),
+            median(&ratios)
+        ));
+    }
+
     // Program cost per run (no live frames), same frames.
     let gctx = xdp_ctx(64, gen_if);
     for (ci, c) in cases.iter().enumerate() {
@@ -1421,9 +1461,10 @@ fn main() -> Result<()> {
 
     let doc = format!(
         "{{\"frames_per_run\": {frames}, \"reps\": {reps}, \"runs\": {runs}, \"frame_bytes\": {},\n\
-         \"xdp_live\": [\n  {}\n],\n\"tc\": [\n  {}\n],\n\"nat_memory\": {},\n\"probes\": [\n  {}\n],\n\"progs\": [{}],\n\"path_checks\": {{{}}}}}\n",
+         \"xdp_live\": [\n  {}\n],\n\"xdp_pairs\": [\n  {}\n],\n\"tc\": [\n  {}\n],\n\"nat_memory\": {},\n\"probes\": [\n  {}\n],\n\"progs\": [{}],\n\"path_checks\": {{{}}}}}\n",
         vip.len(),
         live_json.join(",\n  "),
+        pair_json.join(",\n  "),
         tc_json.join(",\n  "),
         nat_mem_json,
         probe_json.join(",\n  "),

@@ -152,10 +152,9 @@ fn load_nilb(yaml: &str) -> Result<Loaded> {
     let mut dp = Dataplane::load(storage)?;
     let mut xdp = None;
     for (fd, id, ty) in my_prog_fds() {
-        // The balancer, not nilb_xdp_backend (kernel names: 15 characters).
-        let balancer = libbpf_rs::query::ProgInfoIter::default()
-            .find(|p| p.id == id)
-            .is_some_and(|p| p.name.to_string_lossy().starts_with("nilb_xdp_balanc"));
+        // The balancer, not nilb_xdp_backend, its IPv6 program or the IPv6
+        // cluster network's variants.
+        let balancer = prog_func_name(id).as_deref() == Some("nilb_xdp_balancer");
         if !before.contains(&fd) && ty == PROG_TYPE_XDP && balancer {
             // SAFETY: fd belongs to the data plane just loaded; duplicated at once.
             xdp = Some(unsafe { BorrowedFd::borrow_raw(fd) }.try_clone_to_owned()?);

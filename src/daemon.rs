@@ -118,15 +118,10 @@ pub fn interface_address(interface: &str, ipv6: bool) -> Result<IpAddr> {
 /// on an IPv6 cluster network: global unicast or unique local (not
 /// link-local, loopback, multicast or IPv4-mapped). Pure.
 pub fn node_address6(addrs: &[Ipv6Addr]) -> Option<Ipv6Addr> {
-    addrs.iter().copied().find(|a| {
-        let s = a.segments();
-        !a.is_unspecified()
-            && !a.is_loopback()
-            && !a.is_multicast()
-            && s[0] & 0xffc0 != 0xfe80
-            && s[..6] != [0; 6]
-            && !(s[..5] == [0; 5] && s[5] == 0xffff)
-    })
+    addrs
+        .iter()
+        .copied()
+        .find(|a| crate::config::unusable_address6(*a).is_none())
 }
 
 /// Whether `addr` is assigned to any interface of this network namespace.
@@ -291,9 +286,9 @@ fn lock_file(path: &Path, what: &str) -> Result<nix::fcntl::Flock<std::fs::File>
 /// packet with GUE: a TCP flow's packets list at most `previous` hops (the
 /// previous owners a bucket keeps), a UDP flow's one more, the first hop
 /// again (`udp`: the config has a UDP service). None if it can.
-fn mtu_warning(mtu: u32, previous: u32, udp: bool) -> Option<String> {
-    let tcp = limits::gue_overhead(previous);
-    let overhead = limits::gue_overhead(previous + udp as u32);
+fn mtu_warning(mtu: u32, previous: u32, udp: bool, cluster_ipv6: bool) -> Option<String> {
+    let tcp = limits::gue_overhead_of(previous, cluster_ipv6);
+    let overhead = limits::gue_overhead_of(previous + udp as u32, cluster_ipv6);
     let need = 1500 + overhead;
     if mtu >= need {
         return None;
@@ -328,8 +323,14 @@ fn mtu_warning(mtu: u32, previous: u32, udp: bool) -> Option<String> {
 /// so a cluster MTU under 1280 + GUE leaves IPv6 clients sending packets
 /// the balancer can only refuse, forever (path MTU discovery loops). None
 /// if it is large enough (or no IPv6 service).
-fn mtu_warning_ipv6(mtu: u32, previous: u32, udp: bool, ipv6: bool) -> Option<String> {
-    let need = 1280 + limits::gue_overhead(previous + udp as u32);
+fn mtu_warning_ipv6(
+    mtu: u32,
+    previous: u32,
+    udp: bool,
+    ipv6: bool,
+    cluster_ipv6: bool,
+) -> Option<String> {
+    let need = 1280 + limits::gue_overhead_of(previous + udp as u32, cluster_ipv6);
     (ipv6 && mtu < need).then(|| {
         format!(
             "MTU {mtu} is below {need}, what IPv6 clients need (1280, the least an IPv6 link carries, plus GUE): larger IPv6 packets get a Packet Too Big that cannot report less than 1280, so their senders never fit; raise the MTU between nodes to at least {need}"
@@ -340,11 +341,17 @@ fn mtu_warning_ipv6(mtu: u32, previous: u32, udp: bool, ipv6: bool) -> Option<St
 /// What decides the GUE overhead of a configuration: the previous owners a
 /// bucket keeps (`rebalance.previous_owners`: a TCP flow's packets list that
 /// many hops), whether a UDP service exists (a UDP flow lists one more) and
-/// whether an IPv6 service exists (its clients need 1280 + GUE).
-fn gue_hops_of(config: &Config) -> (u32, bool, bool) {
+/// whether an IPv6 service exists (its clients need 1280 + GUE), and
+/// whether the cluster network is IPv6 (outer IPv6, 16-byte hops).
+fn gue_hops_of(config: &Config) -> (u32, bool, bool, bool) {
     let udp = config.services.iter().any(|s| s.protocol == Protocol::Udp);
     let ipv6 = config.services.iter().any(|s| s.vip.is_ipv6());
-    (config.rebalance.previous_owners, udp, ipv6)
+    (
+        config.rebalance.previous_owners,
+        udp,
+        ipv6,
+        config.cluster.is_ipv6(),
+    )
 }
 
 /// Warn (once per call) when `interface`'s MTU cannot carry a 1500-byte
@@ -352,15 +359,15 @@ fn gue_hops_of(config: &Config) -> (u32, bool, bool) {
 /// and, more loudly, when it is below what IPv6 clients need (`ipv6`).
 /// Called at start and after a reload that lengthens the hop list or adds
 /// the first IPv6 service.
-fn check_mtu(interface: &str, previous: u32, udp: bool, ipv6: bool) {
+fn check_mtu(interface: &str, (previous, udp, ipv6, cluster_ipv6): (u32, bool, bool, bool)) {
     if let Some(mtu) = std::fs::read_to_string(format!("/sys/class/net/{interface}/mtu"))
         .ok()
         .and_then(|m| m.trim().parse::<u32>().ok())
     {
-        if let Some(w) = mtu_warning_ipv6(mtu, previous, udp, ipv6) {
+        if let Some(w) = mtu_warning_ipv6(mtu, previous, udp, ipv6, cluster_ipv6) {
             error!(interface, mtu, "{w}");
         }
-        if let Some(w) = mtu_warning(mtu, previous, udp) {
+        if let Some(w) = mtu_warning(mtu, previous, udp, cluster_ipv6) {
             warn!(interface, mtu, "{w}");
         }
     }
@@ -497,20 +504,25 @@ fn check_nat_ports(config: &Config, node: IpAddr) {
 
 /// Warnings about the interface that the operator must hear at start
 /// (`udp`: the config has a UDP service).
-fn check_interface(interface: &str, balancer: bool, previous: u32, udp: bool, ipv6: bool) {
+fn check_interface(interface: &str, balancer: bool, hops: (u32, bool, bool, bool)) {
     let read = |p: String| {
         std::fs::read_to_string(p)
             .ok()
             .map(|s| s.trim().to_string())
     };
-    check_mtu(interface, previous, udp, ipv6);
+    check_mtu(interface, hops);
+    // The FIB lookups are of the outer destination: IPv6 on an IPv6
+    // cluster network.
+    let family = if hops.3 { "ipv6" } else { "ipv4" };
     if balancer {
-        if let Some("0") =
-            read(format!("/proc/sys/net/ipv4/conf/{interface}/forwarding")).as_deref()
+        if let Some("0") = read(format!(
+            "/proc/sys/net/{family}/conf/{interface}/forwarding"
+        ))
+        .as_deref()
         {
             warn!(
                 interface,
-                "net.ipv4.conf.{interface}.forwarding is 0: bpf_fib_lookup refuses to answer, so every balanced packet takes the slower TC path; set it to 1 for the XDP fast path"
+                "net.{family}.conf.{interface}.forwarding is 0: bpf_fib_lookup refuses to answer, so every balanced packet takes the slower TC path; set it to 1 for the XDP fast path"
             );
         }
     }
@@ -939,8 +951,7 @@ pub fn run(opts: &RunOptions) -> Result<()> {
     if !config.cluster_addresses().contains(&node) {
         warn!(%node, "this node is neither a balancer nor a backend in the config; GUE from it will be rejected by others");
     }
-    let (previous, udp, ipv6) = gue_hops_of(&config);
-    check_interface(&opts.interface, balancer, previous, udp, ipv6);
+    check_interface(&opts.interface, balancer, gue_hops_of(&config));
     check_nat_ports(&config, node);
     // Pins where a restarted daemon finds them (dataplane::pins).
     let placement = crate::dataplane::pins::prepare(&opts.pin_dir)?;
@@ -2180,6 +2191,17 @@ impl Daemon<'_, '_> {
                 let cpu0 = crate::split::thread_cpu_us();
                 let read = match Config::load(&path) {
                     Err(e) => ReloadRead::Config(e),
+                    // The cluster network keeps its family while nilb runs
+                    // (the node's address and the pinned maps have it).
+                    Ok(config) if node_family_problem(&config, node).is_some() => {
+                        ReloadRead::Config(ConfigError {
+                            problems: vec![crate::config::Problem {
+                                path: "cluster.balancers".into(),
+                                message: node_family_problem(&config, node).unwrap_or_default(),
+                                position: None,
+                            }],
+                        })
+                    }
                     Ok(config) => {
                         let parse_us = started.elapsed().as_micros() as u64;
                         // The lists are read and checked before anything
@@ -2375,12 +2397,7 @@ impl Daemon<'_, '_> {
         if hops_after.0 + hops_after.1 as u32 > hops_before.0 + hops_before.1 as u32
             || (hops_after.2 && !hops_before.2)
         {
-            check_mtu(
-                &self.opts.interface,
-                hops_after.0,
-                hops_after.1,
-                hops_after.2,
-            );
+            check_mtu(&self.opts.interface, hops_after);
         }
         match (was_balancer, self.xdp_running()) {
             (false, true) => info!(node = %self.node, "this node became a balancer: XDP attached"),
@@ -2438,8 +2455,80 @@ impl Daemon<'_, '_> {
 mod tests {
     use super::{
         listening_in, lock_pin_dir_in, mtu_warning, mtu_warning_ipv6, nat_ports_at_risk,
-        port_reserved,
+        node_address6, node_family_problem, pinned_family_problem, port_reserved,
     };
+    use std::net::{IpAddr, Ipv6Addr};
+
+    /// The node address of an IPv6 cluster network found on the interface:
+    /// the first global or unique-local one.
+    #[test]
+    fn an_interface_s_first_global_ipv6_address_is_the_node_s() {
+        let a = |s: &str| s.parse::<Ipv6Addr>().unwrap();
+        assert_eq!(
+            node_address6(&[a("fe80::1"), a("::1"), a("2001:db8::11"), a("fd00::11")]),
+            Some(a("2001:db8::11"))
+        );
+        assert_eq!(
+            node_address6(&[a("fe80::1"), a("fd00::11")]),
+            Some(a("fd00::11"))
+        );
+        assert_eq!(
+            node_address6(&[a("fe80::1"), a("ff02::1"), a("::ffff:10.0.0.1")]),
+            None
+        );
+        assert_eq!(node_address6(&[]), None);
+    }
+
+    /// The node's address is of the configuration's family, and pins of
+    /// the other family are not adopted.
+    #[test]
+    fn the_node_and_the_pins_keep_the_cluster_network_s_family() {
+        let c4 = crate::config::Config::parse(
+            "version: 1\ncluster: {balancers: [10.0.0.11], hash_seed: 1}\nservices: []\n",
+        )
+        .unwrap();
+        let c6 = crate::config::Config::parse(
+            "version: 1\ncluster: {balancers: [\"2001:db8::11\"], hash_seed: 1}\nservices: []\n",
+        )
+        .unwrap();
+        let n4: IpAddr = "10.0.0.11".parse().unwrap();
+        let n6: IpAddr = "2001:db8::11".parse().unwrap();
+        assert_eq!(node_family_problem(&c4, n4), None);
+        assert_eq!(node_family_problem(&c6, n6), None);
+        let p = node_family_problem(&c6, n4).unwrap();
+        assert!(
+            p.contains("10.0.0.11 is IPv4") && p.contains("is IPv6"),
+            "{p}"
+        );
+        assert!(p.contains("--node-address an IPv6 address"), "{p}");
+        assert!(node_family_problem(&c4, n6).is_some());
+        let dir = std::path::Path::new("/sys/fs/bpf/nilb");
+        assert_eq!(pinned_family_problem(n4, n4, dir), None);
+        assert_eq!(pinned_family_problem(n6, n6, dir), None);
+        // Pins whose nilb_config was never written say nothing.
+        assert_eq!(
+            pinned_family_problem("0.0.0.0".parse().unwrap(), n6, dir),
+            None
+        );
+        let p = pinned_family_problem(n4, n6, dir).unwrap();
+        assert!(p.contains("IPv4 cluster network"), "{p}");
+        assert!(p.contains("rm -r /sys/fs/bpf/nilb"), "{p}");
+        assert!(pinned_family_problem(n6, n4, dir).is_some());
+    }
+
+    /// On an IPv6 cluster network GUE takes outer IPv6 (40) and 16 bytes
+    /// per hop: one hop is 72 bytes, not 40.
+    #[test]
+    fn mtu_warnings_of_an_ipv6_cluster_network_count_its_larger_headers() {
+        assert_eq!(mtu_warning(1572, 1, false, true), None);
+        let w = mtu_warning(1540, 1, false, true).unwrap();
+        assert!(w.contains("plus 72 bytes of GUE"), "{w}");
+        assert!(w.contains("raise the MTU between nodes to 1572"), "{w}");
+        let w = mtu_warning(1572, 1, true, true).unwrap();
+        assert!(w.contains("plus 88 bytes"), "{w}");
+        assert!(mtu_warning_ipv6(1351, 1, false, true, true).is_some());
+        assert_eq!(mtu_warning_ipv6(1352, 1, false, true, true), None);
+    }
 
     /// /proc/net/tcp lines: LISTEN sockets at the node's address or any.
     #[test]
@@ -2501,17 +2590,17 @@ mod tests {
     #[test]
     fn mtu_warning_counts_two_hops_for_udp_services() {
         // TCP only: one hop at most, 1540 carries a 1500-byte packet.
-        assert_eq!(mtu_warning(1540, 1, false), None);
-        let w = mtu_warning(1500, 1, false).unwrap();
+        assert_eq!(mtu_warning(1540, 1, false, false), None);
+        let w = mtu_warning(1500, 1, false, false).unwrap();
         assert!(w.contains("raise the MTU between nodes to 1540"), "{w}");
         assert!(w.contains("clamp the TCP MSS of the VIPs to 1420"), "{w}");
         // A UDP service: [second, first] adds 44 bytes; 1540 is 4 short.
-        let w = mtu_warning(1540, 1, true).unwrap();
+        let w = mtu_warning(1540, 1, true, false).unwrap();
         assert!(w.contains("plus 44 bytes of GUE"), "{w}");
         assert!(w.contains("raise the MTU between nodes to 1544"), "{w}");
         assert!(!w.contains("MSS"), "TCP fits at 1540: {w}");
-        assert_eq!(mtu_warning(1544, 1, true), None);
-        let w = mtu_warning(1500, 1, true).unwrap();
+        assert_eq!(mtu_warning(1544, 1, true, false), None);
+        let w = mtu_warning(1500, 1, true, false).unwrap();
         assert!(w.contains("clamp the TCP MSS of the VIPs to 1420"), "{w}");
     }
 
@@ -2519,17 +2608,17 @@ mod tests {
     fn mtu_warning_for_ipv6_clients_below_1280_plus_gue() {
         // Found by the IPv6 hostile trial: at MTU 1300 clients learn 1280
         // from Packet Too Big and still do not fit (1280 + 36 > 1300).
-        let w = mtu_warning_ipv6(1300, 1, false, true).unwrap();
+        let w = mtu_warning_ipv6(1300, 1, false, true, false).unwrap();
         assert!(
             w.contains("raise the MTU between nodes to at least 1320"),
             "{w}"
         );
-        assert_eq!(mtu_warning_ipv6(1320, 1, false, true), None);
+        assert_eq!(mtu_warning_ipv6(1320, 1, false, true, false), None);
         // A UDP service and three previous owners: 1280 + 36 + 16.
-        assert!(mtu_warning_ipv6(1331, 3, true, true).is_some());
-        assert_eq!(mtu_warning_ipv6(1332, 3, true, true), None);
+        assert!(mtu_warning_ipv6(1331, 3, true, true, false).is_some());
+        assert_eq!(mtu_warning_ipv6(1332, 3, true, true, false), None);
         assert_eq!(
-            mtu_warning_ipv6(1300, 1, false, false),
+            mtu_warning_ipv6(1300, 1, false, false, false),
             None,
             "no IPv6 service"
         );
@@ -2538,16 +2627,16 @@ mod tests {
     #[test]
     fn mtu_warning_counts_every_previous_owner_listed() {
         // Three previous owners: TCP lists three hops (48 bytes), UDP four.
-        assert_eq!(mtu_warning(1548, 3, false), None);
-        let w = mtu_warning(1544, 3, false).unwrap();
+        assert_eq!(mtu_warning(1548, 3, false, false), None);
+        let w = mtu_warning(1544, 3, false, false).unwrap();
         assert!(w.contains("plus 48 bytes of GUE"), "{w}");
         assert!(w.contains("raise the MTU between nodes to 1548"), "{w}");
         assert!(w.contains("clamp the TCP MSS of the VIPs to 1456"), "{w}");
-        let w = mtu_warning(1548, 3, true).unwrap();
+        let w = mtu_warning(1548, 3, true, false).unwrap();
         assert!(w.contains("plus 52 bytes of GUE"), "{w}");
         assert!(w.contains("lists 4 hops"), "{w}");
         assert!(!w.contains("MSS"), "TCP fits at 1548: {w}");
-        assert_eq!(mtu_warning(1552, 3, true), None);
+        assert_eq!(mtu_warning(1552, 3, true, false), None);
         assert_eq!(
             crate::limits::GUE_OVERHEAD_MAX,
             crate::limits::gue_overhead(crate::limits::MAX_PREVIOUS_OWNERS + 1)

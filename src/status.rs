@@ -547,9 +547,10 @@ impl Status {
                 chains.join(", ")
             )?;
             let c = BACKEND_COLUMNS;
+            let w = address_width(s.backends.iter().map(|b| &b.dip));
             writeln!(
                 out,
-                "  {:<15} {:<16} {:<9} {:<11} {:<11} {:>6} {:>9} {:>6} {:>8} {:>7} {:>8} {:>7} {:>9}  {}",
+                "  {:<w$} {:<16} {:<9} {:<11} {:<11} {:>6} {:>9} {:>6} {:>8} {:>7} {:>8} {:>7} {:>9}  {}",
                 c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9], c[10], c[11], c[12], c[13]
             )?;
             for b in &s.backends {
@@ -561,7 +562,7 @@ impl Status {
                 };
                 writeln!(
                     out,
-                    "  {:<15} {:<16} {:<9} {:<11} {:<11} {:>6} {:>9.1} {:>6} {:>8} {:>6.1}% {:>8} {:>6.1}% {:>9}  {}",
+                    "  {:<w$} {:<16} {:<9} {:<11} {:<11} {:>6} {:>9.1} {:>6} {:>8} {:>6.1}% {:>8} {:>6.1}% {:>9}  {}",
                     b.dip.to_string(),
                     b.hostname.as_deref().unwrap_or("-"),
                     b.state,
@@ -583,10 +584,33 @@ impl Status {
     }
 }
 
+/// Width of a column of addresses in the text reports: 15 (a dotted quad
+/// at its longest), or the longest address listed when one is longer (IPv6
+/// DIPs of an IPv6 cluster network).
+pub fn address_width<'a>(addrs: impl IntoIterator<Item = &'a IpAddr>) -> usize {
+    addrs
+        .into_iter()
+        .map(|a| a.to_string().len())
+        .max()
+        .unwrap_or(0)
+        .max(15)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::net::Ipv4Addr;
+
+    #[test]
+    fn address_columns_widen_for_long_ipv6_addresses() {
+        let a: Vec<IpAddr> = ["10.0.0.11", "2001:db8::1"]
+            .map(|a| a.parse().unwrap())
+            .into();
+        assert_eq!(address_width(&a), 15);
+        let b: IpAddr = "2001:db8:1234:5678::abcd".parse().unwrap();
+        assert_eq!(address_width(a.iter().chain([&b])), 24);
+        assert_eq!(address_width(&[]), 15);
+    }
 
     fn sample() -> Status {
         Status {

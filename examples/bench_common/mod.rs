@@ -26,3 +26,18 @@ pub fn median(v: &[f64]) -> f64 {
         (s[n / 2 - 1] + s[n / 2]) / 2.0
     }
 }
+
+/// The full name of BPF program `id` as its source names it (the kernel's
+/// own program name is cut to 15 characters, which `nilb_xdp_balancer`
+/// shares with `nilb_xdp_balancer6` and the `_c6` programs): the BTF name of
+/// its main function. None if the program or its BTF cannot be read.
+pub fn prog_func_name(id: u32) -> Option<String> {
+    use libbpf_rs::btf::{Btf, BtfType};
+    use libbpf_rs::query::{ProgInfoIter, ProgInfoQueryOptions};
+    let info = ProgInfoIter::with_query_opts(ProgInfoQueryOptions::default().include_func_info(true))
+        .find(|p| p.id == id)?;
+    let type_id = info.func_info.first()?.type_id;
+    let btf = Btf::from_prog_id(id).ok()?;
+    let ty: BtfType<'_> = btf.type_by_id(type_id.into())?;
+    ty.name().map(|n| n.to_string_lossy().into_owned())
+}

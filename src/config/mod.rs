@@ -48,6 +48,7 @@ pub use model::{
     Filters, HealthCheck, ListFile, LoadSource, PrefixRule, QuicLb, QuicServerId, Rate, RatePer,
     RateRule, Rebalance, Routing, Scheme, Service, ServiceFilters, TlsOptions, UnknownFlow,
 };
+pub(crate) use validate::unusable_address6;
 pub use yaml::Position;
 
 use raw::RawConfig;

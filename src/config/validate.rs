@@ -79,11 +79,12 @@ fn unusable_address(a: Ipv4Addr) -> Option<&'static str> {
     }
 }
 
-/// Why an IPv6 address cannot be a VIP; None if it can. Every address a
+/// Why an IPv6 address cannot be a VIP or a cluster address (balancer,
+/// DIP, node); None if it can. Every address a
 /// client can send to as unicast is fine (global, unique local fc00::/7,
 /// documentation 2001:db8::/32 for tests); an IPv4-mapped address
 /// (::ffff:0:0/96) would be the IPv4 address's service.
-fn unusable_address6(a: Ipv6Addr) -> Option<&'static str> {
+pub(crate) fn unusable_address6(a: Ipv6Addr) -> Option<&'static str> {
     let s = a.segments();
     if a.is_unspecified() {
         Some("the unspecified address")
@@ -204,13 +205,6 @@ impl Validator {
                     self.report(path, format!("{a} is {why} and cannot be a {role}"));
                 }
                 a
-            }
-            Err(_) if text.parse::<Ipv6Addr>().is_ok() => {
-                self.report(
-                    path,
-                    format!("`{text}` is an IPv6 address: a {role} address is IPv4 (the cluster network is IPv4; IPv6 VIPs are carried over it)"),
-                );
-                Ipv4Addr::UNSPECIFIED
             }
             Err(_) => {
                 self.report(path, format!("`{text}` is not an IPv4 address literal"));

@@ -15,14 +15,19 @@
 //!   header (mask, service index) and element 1 + i bucket i (first and
 //!   second hop, the first hop's `backend_stats` slot, when it last moved);
 //! - `cluster_nodes`, `vips`: address sets (who may send GUE; which
-//!   addresses are VIPs);
+//!   addresses are VIPs); `cluster_nodes6` holds the senders instead on an
+//!   IPv6 cluster network;
 //! - `nilb_config`: this node's address, the hash seed, the GUE port, the
-//!   ICMP too-big rate, flags and the outer checksum base;
+//!   ICMP too-big rate, flags and the outer checksum base; on an IPv6
+//!   cluster network `NILB_F_CLUSTER_IPV6`, no IPv4 address and checksum
+//!   base, and the node's address in `config6`;
+//! - `backends`: the address of each backend slot (family 4 or 6);
 //! - `counters` (per-CPU, one per event), `service_stats` (per-CPU, by
 //!   service index), `backend_stats` (per-CPU, by (service, backend) slot);
 //! - `control_state`: the control plane's own state per (service, backend)
 //!   slot (health verdict, administrative state, removal times), pinned so
-//!   a restarted daemon keeps it; the programs never read it;
+//!   a restarted daemon keeps it; the programs never read it; an IPv6 VIP
+//!   or DIP of a record is in `control_vip6` or `control_dip6`;
 //! - `hop_cache`: the XDP program's cached FIB and neighbour answer per
 //!   backend slot and CPU, and `icmp_limit`: its per-CPU token bucket for
 //!   ICMP "fragmentation needed" replies (neither pinned nor written from
@@ -1386,7 +1391,10 @@ impl DataplaneOps for Dataplane<'_> {
         let Some((ifindex, _)) = self.interface else {
             return Ok(false);
         };
-        let prog = &self.xdp_balancer()?;
+        // A build without the cluster family's balancer never attached it.
+        let Ok(prog) = &self.xdp_balancer() else {
+            return Ok(false);
+        };
         let ours = Self::prog_id(prog)?;
         let xdp = Xdp::new(prog.as_fd());
         for m in [XdpMode::Native, XdpMode::Generic] {
@@ -1585,4 +1593,23 @@ fn address_keys(map: &dyn MapCore) -> BTreeSet<Ipv4Addr> {
     map.keys()
         .filter_map(|k| k.get(..4).map(|b| Ipv4Addr::new(b[0], b[1], b[2], b[3])))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::xdp_balancer_programs;
+
+    /// The balancer an IPv6 cluster network attaches and its IPv6 twin in
+    /// `ipv6_balancer`; an IPv4 one keeps the programs it always had.
+    #[test]
+    fn each_cluster_family_has_its_xdp_balancer() {
+        assert_eq!(
+            xdp_balancer_programs(false),
+            ("nilb_xdp_balancer", "nilb_xdp_balancer6")
+        );
+        assert_eq!(
+            xdp_balancer_programs(true),
+            ("nilb_xdp_balancer_c6", "nilb_xdp_balancer6_c6")
+        );
+    }
 }

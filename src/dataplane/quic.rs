@@ -125,15 +125,7 @@ fn write(skel: &NilbSkel<'_>, index: u32, old: Option<&QuicRoute>, w: &QuicRoute
         if old.is_some_and(|o| o.servers.get(sid) == Some(&(*dip, *slot))) {
             continue;
         }
-        // An IPv6 DIP has no 32-bit form: on an IPv6 cluster network the
-        // programs find the backend by its slot (dip 0).
-        let v = abi::sys::nilb_quic_backend {
-            dip: match dip {
-                std::net::IpAddr::V4(d) => abi::addr_be(*d),
-                std::net::IpAddr::V6(_) => 0,
-            },
-            slot: *slot,
-        };
+        let v = abi::quic_backend_value(*dip, *slot);
         skel.maps
             .quic_servers
             .update(

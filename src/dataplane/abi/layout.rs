@@ -225,6 +225,19 @@ pub fn addr_words(a: IpAddr) -> [u32; 4] {
     }
 }
 
+/// Value of the `quic_servers` map for backend `dip` at `slot`. An IPv6
+/// DIP has no 32-bit form: on an IPv6 cluster network the programs find
+/// the backend by its slot, and `dip` is 0.
+pub fn quic_backend_value(dip: IpAddr, slot: u32) -> sys::nilb_quic_backend {
+    sys::nilb_quic_backend {
+        dip: match dip {
+            IpAddr::V4(d) => addr_be(d),
+            IpAddr::V6(_) => 0,
+        },
+        slot,
+    }
+}
+
 /// Value of the `backends` map for a slot whose backend is `a`
 /// (NILB_FAMILY_IPV4 or NILB_FAMILY_IPV6).
 pub fn backend_value(a: IpAddr) -> sys::nilb_backend {
@@ -786,6 +799,10 @@ mod tests {
         assert_eq!(b.family, sys::nilb_family::NILB_FAMILY_IPV6);
         assert_eq!(backend_of(&b), Some(d6.into()));
         assert_eq!(addr_words(d6.into()), b.addr);
+        let q = quic_backend_value(Ipv4Addr::new(10, 0, 0, 12).into(), 9);
+        assert_eq!((q.dip, q.slot), (addr_be(Ipv4Addr::new(10, 0, 0, 12)), 9));
+        let q = quic_backend_value(d6.into(), 9);
+        assert_eq!((q.dip, q.slot), (0, 9));
         assert_eq!(BACKEND_STRIDE, 24);
     }
 }
