@@ -680,12 +680,16 @@ hold_read() {
   hold_bad || true
 }
 
-# live_hops_of_bad: for each held connection that did not survive, the hops of
-# its bucket in node1's live table (`nilb lookup --live --json`, from the pins)
+# live_hops_of_bad [VIP]: for each held connection that did not survive, the
+# hops of its bucket in node1's live table (`nilb lookup --live --json`, from
+# the pins); VIP: the one the hold client used (default $NH_VIP; for $NH_VIP6
+# the client's IPv6 address is the source)
 live_hops_of_bad() {
+  local vip=${1:-$NH_VIP} src=$NH_CLIENT_IP
+  [[ $vip == *:* ]] && src=$NH_CLIENT_IP6
   [[ -n ${PIN_DIR[node1]:-} ]] || return 0
   "$NH_PY" "$HERE/lookup.py" --nilb "$NILB" --config "$CFG" --result "$HOLD_RES" --live "${PIN_DIR[node1]}" \
-    --hops --bad-only 2>/dev/null |
+    --client-ip "$src" --vip "$vip" --hops --bad-only 2>/dev/null |
     while read -r sp bucket first second; do
       echo "    sport $sp, node1 live table: bucket $bucket, first hop $first, second hop $second"
     done
@@ -922,4 +926,22 @@ v6c_counters() {
     fi
     [[ $tcbad == 0 && $notcl == 0 ]] || ok=0
   done
+}
+
+# v6c_live_lookup LABEL VIP: every flow of the burst LABEL (burst_dist) looked
+# up in node1's live table (`nilb lookup --live --json` on the pins of the
+# IPv6 cluster network: hops are IPv6 DIPs); appends to the caller's nums,
+# clears its ok unless every first hop is the backend that answered
+v6c_live_lookup() {
+  local label=$1 vip=$2 src=$NH_CLIENT_IP nodes="" n line
+  [[ $vip == *:* ]] && src=$NH_CLIENT_IP6
+  for n in "${NH_NODES[@]}"; do nodes+="${nodes:+,}${NH_NODE_IP6[$n]}=$n"; done
+  "$NH_PY" "$HERE/lookup.py" --nilb "$NILB" --config "$CFG" --result "$NH_OUT/burst-$label.json" \
+    --live "${PIN_DIR[node1]}" --client-ip "$src" --vip "$vip" --nodes "$nodes" --show 2 >"$NH_OUT/lookup-$label.txt" 2>&1
+  sed '$d' "$NH_OUT/lookup-$label.txt"
+  line=$(tail -n 1 "$NH_OUT/lookup-$label.txt")
+  echo "  nilb lookup --live (node1's pins) vs observed backend: ${line#LOOKUP }"
+  nums+="live lookup ${line#LOOKUP }; "
+  [[ $line =~ same=([0-9]+)\ differ=0\ unparsed=0\ total=([0-9]+) ]] &&
+    [[ ${BASH_REMATCH[1]} == "${BASH_REMATCH[2]}" && ${BASH_REMATCH[2]} -gt 0 ]] || ok=0
 }

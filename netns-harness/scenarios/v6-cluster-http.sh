@@ -34,6 +34,7 @@ scenario_v6-cluster-http() {
     nums+="distribution: $DIST_NUMBERS; "
     ok=0
   fi
+  v6c_live_lookup v6c-http "$NH_VIP6"
   # 2. DSR replies straight from the backends
   if BURST_HOST=$NH_VIP6 dsr_capture v6c-http 26400 90; then
     nums+="VIP6-sourced frames by MAC: $DSR_NUMBERS; "

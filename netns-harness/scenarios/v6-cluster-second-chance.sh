@@ -30,7 +30,7 @@ scenario_v6-cluster-second-chance() {
   if hold_read; then
     echo "  held: $okc/30 ok after $rounds rounds, resets $resets, failures $fails"
     nums+="held IPv6 connections $okc/30 ok, $resets resets, $fails failures; "
-    [[ $okc == 30 && $resets == 0 && $fails == 0 ]] || { ok=0; live_hops_of_bad; }
+    [[ $okc == 30 && $resets == 0 && $fails == 0 ]] || { ok=0; live_hops_of_bad "$NH_VIP6"; }
   else
     nums+="the hold client left no result; "
     ok=0

@@ -28,6 +28,7 @@ scenario_v6-cluster-v4vip() {
     nums+="distribution: $DIST_NUMBERS; "
     ok=0
   fi
+  v6c_live_lookup v6c-v4 "$NH_VIP"
   # 2. DSR
   if dsr_capture v6c-v4 27000 90; then
     nums+="VIP-sourced frames by MAC: $DSR_NUMBERS; "
