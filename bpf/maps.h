@@ -179,6 +179,16 @@ struct {
 	__type(value, struct nilb_addr6);
 } control_vip6 SEC(".maps");
 
+/* backend slot -> the IPv6 DIP of the slot's control_state record when
+ * the cluster network is IPv6 (NILB_CS_DIP6). Pinned; never read by the
+ * programs. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, NILB_MAX_BACKEND_SLOTS);
+	__type(key, __u32);
+	__type(value, struct nilb_addr6);
+} control_dip6 SEC(".maps");
+
 /* Key 0: this CPU's token bucket for ICMP "fragmentation needed" replies
  * (nilb_config.icmp_too_big_rate). Not pinned. */
 struct {

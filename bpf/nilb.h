@@ -494,6 +494,7 @@ enum nilb_control_flags {
 	NILB_CS_REMOVED_AT = 1,     /* removed_at_ms is set */
 	NILB_CS_EMPTY_SINCE = 2,    /* empty_since_ms is set */
 	NILB_CS_FIRST_DECIDES = 4,  /* unknown: the first result decides */
+	NILB_CS_DIP6 = 8,           /* the DIP is IPv6, in `control_dip6` (dip 0) */
 };
 
 /* Value of the `control_state` map (ARRAY, key backend slot): what the
@@ -502,9 +503,11 @@ enum nilb_control_flags {
  * daemon killed with -9 and restarted on the pinned maps moves no bucket and
  * forgets no backend still serving connections. Written and read by the
  * daemon only; the BPF programs never read it. Times are CLOCK_BOOTTIME
- * milliseconds. A slot with dip 0 is unused. 48 bytes. An IPv6 service's
- * record has service.vip 0 and service.pad 6, its VIP in `control_vip6`
- * at the same slot. */
+ * milliseconds. A slot with dip 0 and no NILB_CS_DIP6 is unused. 48 bytes.
+ * An IPv6 service's record has service.vip 0 and service.pad 6, its VIP in
+ * `control_vip6` at the same slot; a record of an IPv6 DIP (IPv6 cluster
+ * network) has dip 0 and NILB_CS_DIP6, its DIP in `control_dip6` at the
+ * same slot (an older daemon sees an unused slot). */
 struct nilb_control_state {
 	struct nilb_service_key service;
 	__u32 dip;            /* network order; 0 = unused */

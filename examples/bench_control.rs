@@ -49,7 +49,7 @@ fn dip(i: u32) -> Ipv4Addr {
 fn targets(n: u32) -> Vec<Target> {
     (0..n)
         .map(|i| Target {
-            dip: dip(i),
+            dip: dip(i).into(),
             weight: 100,
         })
         .collect()
@@ -93,7 +93,7 @@ fn stat(name: &str, v: &[f64]) -> String {
 fn main() -> Result<()> {
     let reps: usize = arg("--reps", "7").parse()?;
     let out_path = arg("--out", "");
-    let node = Ipv4Addr::new(10, 0, 0, 1);
+    let node = std::net::IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
 
     let mut storage = MaybeUninit::uninit();
     // A pool for the largest case (1000 x 65536) and 100 x 4096 at once.
@@ -146,7 +146,10 @@ fn main() -> Result<()> {
             protocol: Protocol::Tcp,
         };
         // Slots: backend i has slot i + 1.
-        let slot_of = |d: Ipv4Addr| u32::from(d) - u32::from(dip(0)) + 1;
+        let slot_of = |d: std::net::IpAddr| match d {
+            std::net::IpAddr::V4(d) => u32::from(d) - u32::from(dip(0)) + 1,
+            std::net::IpAddr::V6(_) => 0,
+        };
         let install = time_ms(reps, || dp.install_table(&key, 0, &base, &slot_of).unwrap());
         // The buckets the weight change moved, written alone, back and forth.
         let (moved_table, _) = base.rebalance(&heavier, &Rules::default(), 1000, StepLimits::NONE);

@@ -232,10 +232,10 @@ fn configured_pinned(
 ) -> Result<(Loaded, ControlPlane)> {
     let mut l = load_nilb(pin)?;
     let mut cp = ControlPlane::new(parse(cfgs[0])?, 0);
-    cp.apply(&mut l.dp, node, &cp.full_plan())?;
+    cp.apply(&mut l.dp, node.into(), &cp.full_plan())?;
     for (i, c) in cfgs.iter().enumerate().skip(1) {
         let plan = cp.update(parse(c)?, 1000 * i as u64);
-        cp.apply(&mut l.dp, node, &plan)?;
+        cp.apply(&mut l.dp, node.into(), &plan)?;
     }
     Ok((l, cp))
 }
@@ -765,7 +765,7 @@ fn main() -> Result<()> {
     let chained = |n: usize| -> Result<Loaded> {
         let (mut l, _) = configured(&[&one, &moved], NODE)?;
         let (key, t) = l.dp.live_tables()?.remove(0);
-        let older: Vec<Ipv4Addr> = ["10.99.0.11", "10.99.0.12", "10.99.0.13"]
+        let older: Vec<std::net::IpAddr> = ["10.99.0.11", "10.99.0.12", "10.99.0.13"]
             .iter()
             .map(|a| a.parse().unwrap())
             .collect();

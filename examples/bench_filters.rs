@@ -162,7 +162,7 @@ fn load_nilb(yaml: &str) -> Result<Loaded> {
     }
     let cfg = Config::parse(yaml).map_err(|e| anyhow::anyhow!("{e}"))?;
     let cp = ControlPlane::new(cfg, 0);
-    cp.apply(&mut dp, NODE, &cp.full_plan())?;
+    cp.apply(&mut dp, NODE.into(), &cp.full_plan())?;
     Ok(Loaded {
         dp,
         cp,
@@ -187,7 +187,7 @@ fn install(l: &mut Loaded, dir: &Path) -> Result<Swap> {
     let (set, _) = lists::prepare(
         &c,
         &dir.join("nilb.yaml"),
-        &c.cluster_addresses(),
+        &c.cluster_addresses_v4(),
         true,
         Some(l.cp.filters()),
         &l.cp.filters().ids(),
@@ -200,7 +200,7 @@ fn install(l: &mut Loaded, dir: &Path) -> Result<Swap> {
         filters: true,
         ..Plan::default()
     };
-    l.cp.apply(&mut l.dp, NODE, &plan)?;
+    l.cp.apply(&mut l.dp, NODE.into(), &plan)?;
     let install_ms = t.elapsed().as_secs_f64() * 1e3;
     let i = l.dp.last_filter_install().context("no filter install")?;
     Ok(Swap {

@@ -46,7 +46,7 @@ mod bench_common;
 use bench_common::*;
 
 const VIP: Ipv4Addr = Ipv4Addr::new(10, 98, 0, 100);
-const DRAINED: Ipv4Addr = Ipv4Addr::new(10, 98, 0, 13);
+const DRAINED: std::net::IpAddr = std::net::IpAddr::V4(Ipv4Addr::new(10, 98, 0, 13));
 
 fn config(services: u16, drain: u16) -> String {
     let mut s = String::from(
@@ -272,7 +272,7 @@ fn breakdown(n: u16, reps: usize, out_path: &str) -> Result<()> {
     use nilb::control::ControlPlane;
     use nilb::status::{Role, Status};
     use std::mem::MaybeUninit;
-    let node = Ipv4Addr::new(10, 98, 0, 1);
+    let node = std::net::IpAddr::V4(Ipv4Addr::new(10, 98, 0, 1));
     let dir = std::env::temp_dir().join(format!("nilb-breakdown-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let variants = [

@@ -209,7 +209,7 @@ fn main() {
             let list: Vec<CheckTarget> = (0..n)
                 .map(|i| CheckTarget {
                     service,
-                    dip: addr(i),
+                    dip: addr(i).into(),
                     check: check.clone(),
                 })
                 .collect();

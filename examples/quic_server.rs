@@ -56,7 +56,7 @@ struct Args {
     service: Option<String>,
     /// With --nilb-config: this backend's address (its `dip`).
     #[arg(long)]
-    dip: Option<std::net::Ipv4Addr>,
+    dip: Option<std::net::IpAddr>,
     /// Config rotation codepoint (0-6).
     #[arg(long)]
     codepoint: Option<u8>,

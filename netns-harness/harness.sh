@@ -15,6 +15,7 @@
 
 declare -A NILB_PID=()    # node -> pid of its running nilb
 declare -A NILB_KEEP=()   # node -> 1 if its running nilb was started with --keep-dataplane
+declare -A NILB_ADDR=()   # node -> the --node-address its running nilb was started with
 declare -A WEIGHT=()      # node -> weight in the generated config
 declare -A BSTATE=()      # node -> drained|offline in the generated config (unset: active)
 declare -A BACKEND_PID=() # node -> pid of its backend.py
@@ -37,6 +38,8 @@ FILTERS_YAML=""           # top-level `filters:` block, YAML lines (filters only
 WEB_FILTERS_YAML=""       # the service's `filters:` block, YAML lines indented 6 (filters only)
 BALANCERS=""              # cluster.balancers (ecmp scenarios: every node), empty: node1
 ROUTING_YAML=""           # top-level `routing:` block, YAML lines (ecmp scenarios), empty: none
+CLUSTER6=""               # 1: the IPv6-only cluster network (v6-cluster-*): IPv6 node addresses
+                          # in the config and on nilb's command line; empty: IPv4
 RETIRED_LOGS=0
 
 # json FILE EXPR: evaluate a Python expression over the JSON document d (FILE "-": stdin)
@@ -54,13 +57,20 @@ cl() {
   return "$rc"
 }
 
+# node_addr NODE: NODE's cluster address (IPv6 with CLUSTER6, else IPv4)
+node_addr() { if [[ -n $CLUSTER6 ]]; then echo "${NH_NODE_IP6[$1]}"; else echo "${NH_NODE_IP[$1]}"; fi; }
+# node_yaml NODE: the same as a YAML scalar (an IPv6 address quoted: it holds colons)
+node_yaml() { if [[ -n $CLUSTER6 ]]; then echo "\"${NH_NODE_IP6[$1]}\""; else echo "${NH_NODE_IP[$1]}"; fi; }
+
 weights_str() { local n s=""; for n in "${NH_NODES[@]}"; do s+="${s:+,}$n=${WEIGHT[$n]}"; done; echo "$s"; }
 weights_ratio() { local n s=""; for n in "${NH_NODES[@]}"; do s+="${s:+:}${WEIGHT[$n]}"; done; echo "$s"; }
 
 # write_config W1 W2 W3: (re)write $CFG atomically with these weights (and the
-# backend states in BSTATE, DW_YAML, ENCAP_YAML, RB_MAX_STEP_PERCENT,
+# backend states in BSTATE, DW_YAML, ENCAP_YAML (web, and web6 too),
+# RB_MAX_STEP_PERCENT,
 # RB_PREVIOUS_OWNERS,
-# UNKNOWN_FLOW, CLUSTER_EXTRA (lines under cluster:), EXTRA_SERVICES)
+# UNKNOWN_FLOW, CLUSTER_EXTRA (lines under cluster:), EXTRA_SERVICES, WEB6,
+# CLUSTER6: balancers and DIPs IPv6)
 write_config() {
   local i=0 n tmp=$CFG.tmp
   for n in "${NH_NODES[@]}"; do
@@ -71,7 +81,7 @@ write_config() {
     echo "version: 1"
     echo "cluster:"
     echo "  hash_seed: 0x5eed1234"
-    echo "  balancers: [${BALANCERS:-${NH_NODE_IP[node1]}}]"
+    echo "  balancers: [${BALANCERS:-$(node_yaml node1)}]"
     echo "  gue_port: 19523"
     echo "  unknown_flow: $UNKNOWN_FLOW"
     [[ -n ${CLUSTER_EXTRA:-} ]] && printf '%s\n' "$CLUSTER_EXTRA"
@@ -96,17 +106,18 @@ write_config() {
     esac
     echo "    backends:"
     for n in "${NH_NODES[@]}"; do
-      echo "      - {dip: ${NH_NODE_IP[$n]}, hostname: $n, weight: ${WEIGHT[$n]}${BSTATE[$n]:+, state: ${BSTATE[$n]}}}"
+      echo "      - {dip: $(node_yaml "$n"), hostname: $n, weight: ${WEIGHT[$n]}${BSTATE[$n]:+, state: ${BSTATE[$n]}}}"
     done
     if [[ -n ${WEB6:-} ]]; then
       echo "  - name: web6"
       echo "    vip: $NH_VIP6"
       echo "    port: 80"
       echo "    protocol: tcp"
+      [[ -n $ENCAP_YAML ]] && echo "    encap_check: $ENCAP_YAML"
       echo "    health_check: {http: {uri: /healthz, codes: [200]}}"
       echo "    backends:"
       for n in "${NH_NODES[@]}"; do
-        echo "      - {dip: ${NH_NODE_IP[$n]}, hostname: $n, weight: ${WEIGHT[$n]}${BSTATE[$n]:+, state: ${BSTATE[$n]}}}"
+        echo "      - {dip: $(node_yaml "$n"), hostname: $n, weight: ${WEIGHT[$n]}${BSTATE[$n]:+, state: ${BSTATE[$n]}}}"
       done
     fi
     if [[ -n $EXTRA_SERVICES ]]; then printf '%s\n' "$EXTRA_SERVICES"; fi
@@ -126,6 +137,7 @@ base_config() {
   CLUSTER_EXTRA=""
   EXTRA_SERVICES=""
   WEB6=""
+  CLUSTER6=""
   ENCAP_YAML=""
   FILTERS_YAML=""
   WEB_FILTERS_YAML=""
@@ -257,7 +269,8 @@ mount_pins() {
 start_nilb_on() {
   local n=$1
   shift
-  NILB_ARGS=(run --config "$CFG" --interface eth0 --node-address "${NH_NODE_IP[$n]}" --state-file "$(state_of "$n")")
+  NILB_ADDR[$n]=$(node_addr "$n")
+  NILB_ARGS=(run --config "$CFG" --interface eth0 --node-address "${NILB_ADDR[$n]}" --state-file "$(state_of "$n")")
   [[ -n ${PIN_DIR[$n]:-} ]] && NILB_ARGS+=(--pin-dir "${PIN_DIR[$n]}")
   [[ -n $XDP_MODE ]] && NILB_ARGS+=(--xdp-mode "$XDP_MODE")
   # shellcheck disable=SC2206 # word splitting of NILB_EXTRA_ARGS is intended
@@ -423,6 +436,26 @@ status_table() {
 ensure_base() {
   local label=${1:-base} secs=${2:-15} n changed=0 fresh=() old=() rc
   base_config && changed=1
+  if [[ $NH_CLUSTER6_TOPO == 1 ]]; then
+    # back from the IPv6-only cluster network (v6-cluster-*): its daemons go
+    # first (SIGTERM: their pins go too), then the IPv4 node addresses return
+    for n in "${NH_NODES[@]}"; do
+      [[ -n ${NILB_PID[$n]:-} ]] || continue
+      nh_alive "${NILB_PID[$n]}" && echo "  ($label) stopping nilb on $n (IPv6 cluster network; SIGTERM)"
+      nh_stop "${NILB_PID[$n]}" TERM 15
+      unset "NILB_PID[$n]"
+      RETIRED_LOGS=$((RETIRED_LOGS + 1))
+      retire_log "$n" "cluster6-$label$RETIRED_LOGS"
+      # (a daemon killed with -9 leaves pins of the IPv6 cluster behind: the
+      # next one starts afresh rather than adopt them)
+      [[ -n ${PIN_DIR[$n]:-} && -d ${PIN_DIR[$n]} ]] && rm -rf -- "${PIN_DIR[$n]}"
+    done
+    echo "  ($label) the nodes' IPv4 addresses back on eth0 (nh_cluster6_off)"
+    if ! nh_cluster6_off; then
+      WAIT_SUMMARY="the IPv4 node addresses could not be restored (see $NH_OUT/setup.log)"
+      return 1
+    fi
+  fi
   for n in "${NH_NODES[@]}"; do
     if ! backend_running "$n"; then
       echo "  ($label) starting the backend on $n again"
@@ -434,11 +467,15 @@ ensure_base() {
   done
   for n in "${NH_NODES[@]}"; do
     if [[ -n ${NILB_PID[$n]:-} ]] && nh_alive "${NILB_PID[$n]}"; then
-      if [[ ${NILB_KEEP[$n]:-0} != 1 ]]; then
+      if [[ ${NILB_KEEP[$n]:-0} != 1 && ${NILB_ADDR[$n]:-} == "$(node_addr "$n")" ]]; then
         old+=("$n")
         continue
       fi
-      echo "  ($label) nilb on $n runs with --keep-dataplane; stopping it (SIGTERM) to start it without"
+      if [[ ${NILB_KEEP[$n]:-0} == 1 ]]; then
+        echo "  ($label) nilb on $n runs with --keep-dataplane; stopping it (SIGTERM) to start it without"
+      else
+        echo "  ($label) nilb on $n runs with --node-address ${NILB_ADDR[$n]:-?}; stopping it (SIGTERM) to start it with $(node_addr "$n")"
+      fi
       nh_stop "${NILB_PID[$n]}" TERM 15
     elif [[ -n ${NILB_PID[$n]:-} ]]; then
       nh_stop "${NILB_PID[$n]}" TERM 1
@@ -548,7 +585,7 @@ dsr_capture() {
   nh_bg "tcpdump on client" "$tlog" client timeout 60 tcpdump -i eth0 -nn -e -U --immediate-mode -Z root \
     -c 20000 -w "$pcap" "tcp and src host ${BURST_HOST:-$NH_VIP}"
   tpid=$NH_BG_PID
-  if ! nh_wait_until 10 grep -q 'listening on' "$tlog"; then
+  if ! nh_wait_until 10 grep -qs 'listening on' "$tlog"; then
     nh_stop "$tpid" TERM 3
     DSR_NUMBERS="tcpdump did not start: $(tr '\n' ' ' <"$tlog")"
     return 1
@@ -643,12 +680,16 @@ hold_read() {
   hold_bad || true
 }
 
-# live_hops_of_bad: for each held connection that did not survive, the hops of
-# its bucket in node1's live table (`nilb lookup --live --json`, from the pins)
+# live_hops_of_bad [VIP]: for each held connection that did not survive, the
+# hops of its bucket in node1's live table (`nilb lookup --live --json`, from
+# the pins); VIP: the one the hold client used (default $NH_VIP; for $NH_VIP6
+# the client's IPv6 address is the source)
 live_hops_of_bad() {
+  local vip=${1:-$NH_VIP} src=$NH_CLIENT_IP
+  [[ $vip == *:* ]] && src=$NH_CLIENT_IP6
   [[ -n ${PIN_DIR[node1]:-} ]] || return 0
   "$NH_PY" "$HERE/lookup.py" --nilb "$NILB" --config "$CFG" --result "$HOLD_RES" --live "${PIN_DIR[node1]}" \
-    --hops --bad-only 2>/dev/null |
+    --client-ip "$src" --vip "$vip" --hops --bad-only 2>/dev/null |
     while read -r sp bucket first second; do
       echo "    sport $sp, node1 live table: bucket $bucket, first hop $first, second hop $second"
     done
@@ -708,3 +749,199 @@ watch_stop() {
 # watch_get EXPR: a Python expression over the last watch's result (d), e.g.
 # 'd["buckets"].get("10.77.0.13", [0, 0, 0])[1]' (the most buckets .13 had)
 watch_get() { json "$WATCH_RES" "$1"; }
+
+# ------------------------------------------------------------------ the IPv6-only cluster network (v6-cluster-*)
+
+# need_cluster6 NAME: a scenario's set-up on the IPv6-only cluster network: the
+# base state, then every nilb stopped (SIGTERM), the nodes' link made IPv6 only
+# (nh_cluster6_on in lib.sh), the config rewritten with CLUSTER6 and WEB6
+# (balancers and DIPs IPv6; the services web, IPv4 VIP, and web6, IPv6 VIP, on
+# the base weights, both with encap_check: false) and checked, a nilb started on every node with its IPv6
+# --node-address, node1 settled on both services and node2/node3 on the
+# weights. On failure: FAIL NAME, the base state again, status 1. leave_base
+# (ensure_base) undoes all of it.
+need_cluster6() {
+  local name=$1 n why=""
+  need_base "$name" || return 1
+  for n in "${NH_NODES[@]}"; do
+    if [[ -n ${NILB_PID[$n]:-} ]]; then
+      nh_stop "${NILB_PID[$n]}" TERM 15
+      unset "NILB_PID[$n]"
+    fi
+    RETIRED_LOGS=$((RETIRED_LOGS + 1))
+    retire_log "$n" "before-cluster6-$RETIRED_LOGS"
+    [[ -n ${PIN_DIR[$n]:-} && -d ${PIN_DIR[$n]} ]] && rm -rf -- "${PIN_DIR[$n]}"
+  done
+  echo "  nilb stopped on every node; the nodes' IPv4 addresses removed from eth0 (nh_cluster6_on)"
+  if ! nh_cluster6_on; then
+    why="the IPv6-only cluster network did not come up (see $NH_OUT/setup.log)"
+  else
+    echo "  IPv6-only cluster network: eth0 of node1..3 holds only ${NH_NODE_IP6[node1]%::*}::11-13; ping6 between the nodes and the client ok"
+    CLUSTER6_SETUPS=$((CLUSTER6_SETUPS + 1))
+    cluster6_routes $((28000 + 20 * CLUSTER6_SETUPS)) || why="the client's routes to the VIPs over the IPv6-only link do not work"
+  fi
+  if [[ -z $why ]]; then
+    CLUSTER6=1
+    WEB6=1
+    # (the encapsulated check is refused on an IPv6 cluster network)
+    ENCAP_YAML=false
+    write_config "${BASE_WEIGHTS[@]}"
+    echo "  config: balancers [$(node_addr node1)], DIPs $(node_addr node1) $(node_addr node2) $(node_addr node3); services web ($NH_VIP:80) and web6 ($NH_VIP6:80)"
+    if ! nilb_check; then
+      why="nilb check rejected the IPv6 cluster config ($CFG)"
+      cp -f "$CFG" "$NH_OUT/nilb-cluster6-rejected.yaml"
+    fi
+  fi
+  if [[ -z $why ]]; then
+    for n in "${NH_NODES[@]}"; do
+      start_nilb_on "$n"
+      echo "  started nilb on $n: nilb ${NILB_ARGS[*]}"
+    done
+    for n in "${NH_NODES[@]}"; do
+      if ! wait_ready "$n"; then
+        why="nilb on $n (--node-address $(node_addr "$n")) not ready"
+        break
+      fi
+      echo "  nilb on $n is ready; eth0: $(attach_info "$n")"
+    done
+  fi
+  if [[ -z $why ]]; then
+    if ! st_wait node1 20 "reload.get('ok', True) is True and $(settled_expr)"; then
+      why="node1 did not settle on web: $WAIT_SUMMARY"
+    elif ! nh_local "$NH_PY" "$HERE/state.py" wait "$(state_of node1)" "weights() == '$(weights_ratio)' and settled(1)" \
+      --timeout 20 --service web6 >"$NH_OUT/wait.out" 2>&1; then
+      why="node1 did not settle on web6: $(json "$NH_OUT/wait.out" 'd["summary"]')"
+    else
+      echo "  node1 web:  $WAIT_SUMMARY"
+      echo "  node1 web6: $(json "$NH_OUT/wait.out" 'd["summary"]')"
+      for n in "${NH_NODES[@]:1}"; do
+        st_wait "$n" 5 "weights() == '$(weights_ratio)'" || { why="$n not on weights $(weights_ratio): $WAIT_SUMMARY"; break; }
+      done
+    fi
+  fi
+  [[ -z $why ]] && return 0
+  fail "$name" "precondition: IPv6 cluster network not reached: $why"
+  ensure_base restore || echo "  restoring the base state failed too: $WAIT_SUMMARY"
+  return 1
+}
+
+CLUSTER6_SETUPS=0
+# cluster6_routes SPORT_BASE: with no nilb running and the link IPv6 only,
+# node1 answers for both VIPs itself: 3 requests each to the IPv4 VIP (the
+# client's route with an IPv6 next hop, node1's IPv4 route back with one) and
+# to the IPv6 VIP all come from node1
+cluster6_routes() {
+  local vip k=0 r=0
+  for vip in "$NH_VIP" "$NH_VIP6"; do
+    cl burst --host "$vip" --port 80 --count 3 --sport-base $(($1 + k)) --max-seconds 10
+    k=$((k + 10))
+    if [[ $(json - 'd["by_backend"].get("node1", 0)' <<<"$OUT") == 3 ]]; then
+      echo "  no nilb: $vip:80 answered by node1 3/3 over the IPv6-only link"
+    else
+      echo "  no nilb: $vip:80 not answered by node1 over the IPv6-only link: $OUT"
+      r=1
+    fi
+  done
+  return "$r"
+}
+
+# wire_bg LABEL: tcpdump on every port of the switch (-i any in its namespace)
+# of what should not exist on an IPv6-only cluster network and of what should:
+# every IPv4 packet, IPv6 GUE (UDP port 19523) and node1's IPv6 TCP to port 80
+# (its health checks). Waits (bounded) until it listens. Sets WIRE_PID, WIRE_PCAP.
+wire_bg() {
+  local log=$NH_OUT/wire-$1.log
+  WIRE_PCAP=$NH_OUT/wire-$1.pcap
+  nh_bg "tcpdump on the switch ($1)" "$log" sw timeout 120 tcpdump -i any -nn -U --immediate-mode -Z root \
+    -s 128 -c 200000 -w "$WIRE_PCAP" \
+    "ip or (ip6 and udp port 19523) or (ip6 and tcp port 80 and host ${NH_NODE_IP6[node1]})"
+  WIRE_PID=$NH_BG_PID
+  nh_wait_until 10 grep -qs 'listening on' "$log"
+}
+# wire_count FILTER: packets in the last wire_bg's capture that match FILTER
+wire_count() { tcpdump -nn -r "$WIRE_PCAP" "$1" 2>/dev/null | wc -l; }
+# wire_stop: stop the last wire_bg and count (every packet is seen at each bridge
+# port it crosses, so most twice): WIRE_GUE6 (IPv6 GUE), WIRE_GUE4 (IPv4 GUE),
+# WIRE_V4_OTHER (IPv4 packets not between the client and the IPv4 VIP),
+# WIRE_HC6 (node1's IPv6 TCP to port 80 of node2/node3), WIRE_GUE6_BAD (IPv6 GUE
+# with a source or destination outside the nodes' IPv6 addresses); WIRE_NUMBERS
+# says it in one line. Status 0 if the wire is what an IPv6-only cluster
+# network must show: IPv6 GUE, node1's IPv6 health checks, nothing else in IPv4.
+wire_stop() {
+  local nodes6="" n
+  sleep 0.3
+  nh_stop "$WIRE_PID" TERM 5
+  for n in "${NH_NODES[@]}"; do nodes6+="${nodes6:+ or }${NH_NODE_IP6[$n]}"; done
+  WIRE_GUE6=$(wire_count "ip6 and udp port 19523")
+  WIRE_GUE4=$(wire_count "ip and udp port 19523")
+  WIRE_V4_OTHER=$(wire_count "ip and not (host $NH_CLIENT_IP and host $NH_VIP)")
+  WIRE_HC6=$(wire_count "ip6 and tcp dst port 80 and src host ${NH_NODE_IP6[node1]} and (dst host ${NH_NODE_IP6[node2]} or dst host ${NH_NODE_IP6[node3]})")
+  WIRE_GUE6_BAD=$(wire_count "ip6 and udp port 19523 and not (src host ($nodes6) and dst host ($nodes6))")
+  WIRE_NUMBERS="wire: IPv6 GUE $WIRE_GUE6, IPv4 GUE $WIRE_GUE4, IPv6 GUE not between nodes $WIRE_GUE6_BAD, other IPv4 $WIRE_V4_OTHER, node1's IPv6 health checks $WIRE_HC6"
+  echo "  $WIRE_NUMBERS (captured at every switch port, $WIRE_PCAP)"
+  if ((WIRE_V4_OTHER > 0)); then
+    echo "  IPv4 packets that are not client <-> $NH_VIP (first 5):"
+    tcpdump -nn -r "$WIRE_PCAP" "ip and not (host $NH_CLIENT_IP and host $NH_VIP)" 2>/dev/null | head -n 5 | sed 's/^/    | /'
+  fi
+  ((WIRE_GUE6 > 0 && WIRE_GUE4 == 0 && WIRE_GUE6_BAD == 0 && WIRE_V4_OTHER == 0 && WIRE_HC6 > 0))
+}
+
+# v6c_delta NODE COUNTER LABEL_BEFORE LABEL_AFTER: a counter's change between two save_stats
+v6c_delta() {
+  echo $(($(counter "$2" "$NH_OUT/stats-$1-$4.json") - $(counter "$2" "$NH_OUT/stats-$1-$3.json")))
+}
+
+# v6c_counters LABEL_BEFORE LABEL_AFTER: the balancer and backend counters of
+# traffic through the IPv6 cluster between two save_stats of every node;
+# appends to the caller's nums, clears its ok when node1 did not encapsulate
+# (with forwarding on its eth0: not on the XDP fast path, xdp_encap_tx; with
+# NH_BALANCER_FORWARDING=0 the slow path counts instead) or dropped, or a
+# backend decapsulated no SYN in XDP (with --xdp-mode generic: in XDP or TC)
+# or dropped GUE
+v6c_counters() {
+  local a=$1 z=$2 n enc slow noroute bad syn tcsyn tcbad notcl
+  enc=$(v6c_delta node1 xdp_encap_tx "$a" "$z")
+  slow=$(v6c_delta node1 xdp_encap_slow_path "$a" "$z")
+  noroute=$(v6c_delta node1 xdp_drop_no_route "$a" "$z")
+  bad=$(v6c_delta node1 xdp_drop_malformed "$a" "$z")
+  nums+="node1 xdp_encap_tx +$enc xdp_encap_slow_path +$slow xdp_drop_no_route +$noroute xdp_drop_malformed +$bad"
+  if [[ ${NH_BALANCER_FORWARDING:-1} == 1 ]]; then
+    [[ $enc -gt 0 ]] || ok=0
+  else
+    [[ $((enc + slow)) -gt 0 ]] || ok=0
+  fi
+  [[ $noroute == 0 && $bad == 0 ]] || ok=0
+  for n in node2 node3; do
+    syn=$(v6c_delta "$n" xdp_decap_syn "$a" "$z")
+    tcsyn=$(v6c_delta "$n" tc_decap_syn "$a" "$z")
+    tcbad=$(v6c_delta "$n" tc_drop_malformed "$a" "$z")
+    notcl=$(v6c_delta "$n" tc_drop_not_cluster "$a" "$z")
+    nums+=", $n xdp_decap_syn +$syn tc_decap_syn +$tcsyn tc_drop_malformed +$tcbad tc_drop_not_cluster +$notcl"
+    # (with --xdp-mode generic the backends have no XDP program of their own:
+    # TC takes the SYNs)
+    if [[ ${XDP_MODE:-} == generic ]]; then
+      [[ $((syn + tcsyn)) -gt 0 ]] || ok=0
+    else
+      [[ $syn -gt 0 ]] || ok=0
+    fi
+    [[ $tcbad == 0 && $notcl == 0 ]] || ok=0
+  done
+}
+
+# v6c_live_lookup LABEL VIP: every flow of the burst LABEL (burst_dist) looked
+# up in node1's live table (`nilb lookup --live --json` on the pins of the
+# IPv6 cluster network: hops are IPv6 DIPs); appends to the caller's nums,
+# clears its ok unless every first hop is the backend that answered
+v6c_live_lookup() {
+  local label=$1 vip=$2 src=$NH_CLIENT_IP nodes="" n line
+  [[ $vip == *:* ]] && src=$NH_CLIENT_IP6
+  for n in "${NH_NODES[@]}"; do nodes+="${nodes:+,}${NH_NODE_IP6[$n]}=$n"; done
+  "$NH_PY" "$HERE/lookup.py" --nilb "$NILB" --config "$CFG" --result "$NH_OUT/burst-$label.json" \
+    --live "${PIN_DIR[node1]}" --client-ip "$src" --vip "$vip" --nodes "$nodes" --show 2 >"$NH_OUT/lookup-$label.txt" 2>&1
+  sed '$d' "$NH_OUT/lookup-$label.txt"
+  line=$(tail -n 1 "$NH_OUT/lookup-$label.txt")
+  echo "  nilb lookup --live (node1's pins) vs observed backend: ${line#LOOKUP }"
+  nums+="live lookup ${line#LOOKUP }; "
+  [[ $line =~ same=([0-9]+)\ differ=0\ unparsed=0\ total=([0-9]+) ]] &&
+    [[ ${BASH_REMATCH[1]} == "${BASH_REMATCH[2]}" && ${BASH_REMATCH[2]} -gt 0 ]] || ok=0
+}

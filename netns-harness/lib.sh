@@ -206,6 +206,92 @@ nh_build_topology() {
   done
 }
 
+# ------------------------------------------------------------------ IPv6-only cluster network
+#
+# nh_cluster6_on turns the nodes' link into an IPv6-only cluster network in
+# place (the v6-cluster-* scenarios; nh_cluster6_off undoes it):
+#
+#   client   10.77.0.2/24 and 2001:db8:77::2/64 (unchanged)
+#            route 10.77.0.100/32 via inet6 2001:db8:77::11 (an IPv4 route with an
+#            IPv6 next hop, resolved by NDP), 2001:db8:77:ff::80/128 via 2001:db8:77::11
+#   node1..3 eth0: 2001:db8:77::1N/64 only - the IPv4 address is removed, so no IPv4
+#            packet can have a node as its source or destination; the VIPs stay on lo;
+#            route 10.77.0.2/32 via inet6 2001:db8:77::2 (the DSR replies of IPv4 VIPs);
+#            accept_ra 0; node1: IPv6 forwarding on eth0 (bpf_fib_lookup for IPv6 says
+#            FWD_DISABLED without it, like IPv4)
+#
+# Every IPv4 packet left on the wire is then between the client and the IPv4 VIP;
+# GUE, health checks, second chance and NDP are IPv6. The daemons must not run
+# while it switches (their node addresses change).
+NH_CLUSTER6_TOPO=0        # 1 while the nodes' link is IPv6 only (nh_cluster6_on)
+
+nh_cluster6_on() {
+  local n m ns cl
+  cl=$(nh_ns client)
+  for n in "${NH_NODES[@]}"; do
+    ns=$(nh_ns "$n")
+    nh_sysctl "$n" net.ipv6.conf.eth0.accept_ra=0 net.ipv6.conf.default.accept_ra=0 || return 1
+    nh_run ip -n "$ns" addr del "${NH_NODE_IP[$n]}/$NH_PREFIX_LEN" dev eth0 || return 1
+    nh_run ip -n "$ns" route add "$NH_CLIENT_IP/32" via inet6 "$NH_CLIENT_IP6" dev eth0 || return 1
+    nh_run ip -n "$ns" -4 neigh flush dev eth0 || return 1
+  done
+  NH_CLUSTER6_TOPO=1
+  if [[ ${NH_BALANCER_FORWARDING:-1} == 1 ]]; then
+    nh_sysctl node1 net.ipv6.conf.eth0.forwarding=1 || return 1
+  fi
+  nh_run ip -n "$cl" route replace "$NH_VIP/32" via inet6 "${NH_NODE_IP6[node1]}" dev eth0 || return 1
+  nh_run ip -n "$cl" -4 neigh flush dev eth0 || return 1
+  # every node and the client reach each other over IPv6 (this also fills the
+  # neighbour tables, so the balancer's first packets take the fast path)
+  for n in "${NH_NODES[@]}"; do
+    if ! nh_wait_until 5 nh_fg client ping -6 -q -c 1 -W 1 "${NH_NODE_IP6[$n]}" >/dev/null; then
+      echo "  client cannot ping6 $n (${NH_NODE_IP6[$n]}) on the IPv6-only cluster network"
+      return 1
+    fi
+    for m in "${NH_NODES[@]}"; do
+      [[ $n == "$m" ]] && continue
+      if ! nh_wait_until 5 nh_fg "$n" ping -6 -q -c 1 -W 1 "${NH_NODE_IP6[$m]}" >/dev/null; then
+        echo "  $n cannot ping6 $m (${NH_NODE_IP6[$m]}) on the IPv6-only cluster network"
+        return 1
+      fi
+    done
+    if ! nh_fg "$n" ping -6 -q -c 1 -W 1 "$NH_CLIENT_IP6" >/dev/null; then
+      echo "  $n cannot ping6 the client ($NH_CLIENT_IP6)"
+      return 1
+    fi
+  done
+  for n in "${NH_NODES[@]}"; do
+    if [[ -n $(ip -n "$(nh_ns "$n")" -4 addr show dev eth0) ]]; then
+      echo "  $n's eth0 still has an IPv4 address"
+      return 1
+    fi
+  done
+}
+
+# nh_cluster6_off: the dual-stack link of nh_build_topology again (IPv4 node
+# addresses back, the IPv4 routes via the nodes' IPv4 addresses, node1's IPv6
+# forwarding off); pings over IPv4 fill the ARP tables again
+nh_cluster6_off() {
+  local n ns cl
+  cl=$(nh_ns client)
+  for n in "${NH_NODES[@]}"; do
+    ns=$(nh_ns "$n")
+    nh_run ip -n "$ns" addr replace "${NH_NODE_IP[$n]}/$NH_PREFIX_LEN" dev eth0 || return 1
+    nh_run ip -n "$ns" route del "$NH_CLIENT_IP/32" via inet6 "$NH_CLIENT_IP6" dev eth0 || return 1
+  done
+  nh_sysctl node1 net.ipv6.conf.eth0.forwarding=0 || return 1
+  nh_run ip -n "$cl" route replace "$NH_VIP/32" via "${NH_NODE_IP[node1]}" dev eth0 || return 1
+  NH_CLUSTER6_TOPO=0
+  for n in "${NH_NODES[@]}"; do
+    if ! nh_wait_until 5 nh_fg client ping -q -c 1 -W 1 "${NH_NODE_IP[$n]}" >/dev/null; then
+      echo "  client cannot ping $n (${NH_NODE_IP[$n]}) after the IPv4 addresses came back"
+      return 1
+    fi
+    nh_fg "$n" ping -q -c 1 -W 1 "$NH_CLIENT_IP" >/dev/null
+    [[ $n == node1 ]] || nh_fg node1 ping -q -c 1 -W 1 "${NH_NODE_IP[$n]}" >/dev/null
+  done
+}
+
 # nh_mount_bpffs DIR: mount a bpffs of our own at DIR in the root mount
 # namespace, for pins that must outlive a daemon (`ip netns exec` gives each
 # command its own mount namespace, which dies with it; mounts that exist when

@@ -34,12 +34,17 @@ import subprocess
 import sys
 
 
+def hostport(ip, port):
+    """ADDR:PORT as nilb lookup reads it ([ADDR]:PORT for IPv6)."""
+    return ("[%s]:%d" if ":" in ip else "%s:%d") % (ip, port)
+
+
 def lookup(a, sport):
     """nilb lookup --json for one flow: the parsed document, or None and the reason."""
     cmd = [a.nilb, "lookup", "--json", "--config", a.config]
     if a.live:
         cmd += ["--live", "--pin-dir", a.live]
-    cmd += ["%s:%d" % (a.client_ip, sport), "%s:%d" % (a.vip, a.port), "tcp"]
+    cmd += [hostport(a.client_ip, sport), hostport(a.vip, a.port), "tcp"]
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
     except (OSError, subprocess.TimeoutExpired) as exc:

@@ -79,13 +79,22 @@
 #      agree again within 1 s after each; 0 resets of 30 held connections
 #   etcd-down etcd stopped for 30 s under traffic: 0 failed requests, tables unchanged,
 #      following resumes once etcd answers
+#   v6-cluster-http  the nodes' link made IPv6 only (no IPv4 node address), every nilb
+#      with its IPv6 --node-address, IPv6 balancers and DIPs: 300 IPv6 connections to
+#      the IPv6 VIP spread by weight, DSR from node2/node3 MACs, on the wire only IPv6
+#      GUE and no IPv4 but client <-> IPv4 VIP
+#   v6-cluster-second-chance  the same network: 30 held IPv6 connections across a
+#      weight change, 0 resets, IPv6 second-chance forwards; node1's nilb killed -9
+#   v6-cluster-v4vip  the same network: the IPv4 VIP carried in outer IPv6: 300
+#      connections by weight, DSR, 30 held across a weight change with 0 resets
 #   e  SIGTERM: every nilb exits 0 and leaves no XDP program / tc ingress filter
 # Every scenario first establishes the base state (harness.sh: weights 1:1:2, every
 # backend up, nilb running everywhere, node1's table settled) and leaves it behind
 # (e leaves the daemons stopped; a later scenario starts them again), so any
 # scenario runs alone or in any order.
 # Default: all, in the order a b c d h1 h2 h3 h4 h5 h6 spoof mtu encap-check neigh udp quic timewait
-# rst filters nat chain chainwalk restart downrestart removerestart offlinecheck drainedfallback panic xdpfail
+# rst filters nat chain chainwalk v6-http v6-second-chance v6-cluster-http v6-cluster-second-chance
+# v6-cluster-v4vip restart downrestart removerestart offlinecheck drainedfallback panic xdpfail
 # clockstep ecmp ecmp-fail ecmp-churn etcd-down dw e.
 # SCENARIO... run in the order given; --only LIST (comma-separated) runs a subset in
 # the default order. "health" means h1,h2,h3,h4,h5,h6, "all" everything.
@@ -134,7 +143,7 @@ source "$HERE/harness.sh"
 usage() { sed -n '2,/^# shellcheck disable/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 
 ALL_SCENARIOS=(a b c d h1 h2 h3 h4 h5 h6 spoof mtu encap-check neigh udp quic timewait rst filters nat chain chainwalk
-  v6-http v6-second-chance restart downrestart removerestart offlinecheck drainedfallback panic xdpfail clockstep ecmp ecmp-fail
+  v6-http v6-second-chance v6-cluster-http v6-cluster-second-chance v6-cluster-v4vip restart downrestart removerestart offlinecheck drainedfallback panic xdpfail clockstep ecmp ecmp-fail
   ecmp-churn etcd-down dw e)
 # Scenarios run only when named (none at present).
 PENDING_SCENARIOS=()

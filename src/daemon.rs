@@ -32,7 +32,7 @@
 
 use std::collections::BTreeMap;
 use std::mem::MaybeUninit;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -66,8 +66,10 @@ pub struct RunOptions {
     pub config: PathBuf,
     /// Interface to attach to.
     pub interface: String,
-    /// This node's address; default: the interface's first IPv4 address.
-    pub node_address: Option<Ipv4Addr>,
+    /// This node's address, of the cluster network's family; default: the
+    /// interface's first IPv4 address, or its first global IPv6 address on
+    /// an IPv6 cluster network.
+    pub node_address: Option<IpAddr>,
     /// XDP attach mode.
     pub xdp_mode: XdpMode,
     /// Directory (on bpffs) for the pinned maps.
@@ -83,30 +85,91 @@ pub struct RunOptions {
     pub keep_dataplane: bool,
 }
 
-/// The first IPv4 address of `interface`.
-pub fn interface_address(interface: &str) -> Result<Ipv4Addr> {
+/// The address of `interface` nilb uses as this node's: its first IPv4
+/// address, or (`ipv6`: an IPv6 cluster network) its first global or
+/// unique-local IPv6 address ([`node_address6`]).
+pub fn interface_address(interface: &str, ipv6: bool) -> Result<IpAddr> {
     let addrs = nix::ifaddrs::getifaddrs().context("listing interface addresses")?;
+    let mut v6 = Vec::new();
     for a in addrs {
         if a.interface_name != interface {
             continue;
         }
-        if let Some(sin) = a.address.as_ref().and_then(|s| s.as_sockaddr_in()) {
-            return Ok(sin.ip());
+        let Some(s) = a.address.as_ref() else {
+            continue;
+        };
+        if let (false, Some(sin)) = (ipv6, s.as_sockaddr_in()) {
+            return Ok(IpAddr::V4(sin.ip()));
         }
+        if let (true, Some(sin6)) = (ipv6, s.as_sockaddr_in6()) {
+            v6.push(sin6.ip());
+        }
+    }
+    if let Some(a) = node_address6(&v6) {
+        return Ok(IpAddr::V6(a));
+    }
+    if ipv6 {
+        bail!("interface {interface} has no global IPv6 address (the cluster network is IPv6); pass --node-address")
     }
     bail!("interface {interface} has no IPv4 address; pass --node-address")
 }
 
+/// The first of an interface's IPv6 addresses that can be a node's address
+/// on an IPv6 cluster network: global unicast or unique local (not
+/// link-local, loopback, multicast or IPv4-mapped). Pure.
+pub fn node_address6(addrs: &[Ipv6Addr]) -> Option<Ipv6Addr> {
+    addrs
+        .iter()
+        .copied()
+        .find(|a| crate::config::unusable_address6(*a).is_none())
+}
+
 /// Whether `addr` is assigned to any interface of this network namespace.
-fn is_local_address(addr: Ipv4Addr) -> bool {
+fn is_local_address(addr: IpAddr) -> bool {
     nix::ifaddrs::getifaddrs().is_ok_and(|mut it| {
         it.any(|a| {
-            a.address
-                .as_ref()
-                .and_then(|s| s.as_sockaddr_in())
-                .is_some_and(|sin| sin.ip() == addr)
+            a.address.as_ref().is_some_and(|s| {
+                s.as_sockaddr_in()
+                    .is_some_and(|sin| IpAddr::V4(sin.ip()) == addr)
+                    || s.as_sockaddr_in6()
+                        .is_some_and(|sin6| IpAddr::V6(sin6.ip()) == addr)
+            })
         })
     })
+}
+
+/// Why this node's address does not fit the configuration's cluster
+/// network (None: it fits): every cluster address is of one family
+/// (docs/config.md "IPv6 cluster network"). Pure.
+pub fn node_family_problem(config: &Config, node: IpAddr) -> Option<String> {
+    let cluster_v6 = config.cluster.is_ipv6();
+    (node.is_ipv6() != cluster_v6).then(|| {
+        let (have, want) = if cluster_v6 {
+            ("IPv4", "IPv6")
+        } else {
+            ("IPv6", "IPv4")
+        };
+        format!(
+            "this node's address {node} is {have} but the configuration's cluster network (cluster.balancers, backend DIPs) is {want}: give --node-address an {want} address of this node"
+        )
+    })
+}
+
+/// Why pins of a data plane whose node address was `pinned` cannot be
+/// adopted by a daemon with node address `node` (None: they can): a
+/// cluster network never changes family in place. Pure.
+pub fn pinned_family_problem(pinned: IpAddr, node: IpAddr, pin_dir: &Path) -> Option<String> {
+    if pinned.is_unspecified() || pinned.is_ipv6() == node.is_ipv6() {
+        return None;
+    }
+    let family = |a: IpAddr| if a.is_ipv6() { "IPv6" } else { "IPv4" };
+    Some(format!(
+        "the pinned maps in {} belong to a data plane of an {} cluster network (node address {pinned}) and this configuration's is {}: nilb does not adopt them across a change of family. Stop the old data plane and remove its pins (`ip link set dev IF xdp off`, then `rm -r {}`), then start again: tables are rebuilt and flows through this node are rebalanced",
+        pin_dir.display(),
+        family(pinned),
+        family(node),
+        pin_dir.display()
+    ))
 }
 
 /// Whether `a` and `b` name the same existing file (same device and inode,
@@ -223,9 +286,9 @@ fn lock_file(path: &Path, what: &str) -> Result<nix::fcntl::Flock<std::fs::File>
 /// packet with GUE: a TCP flow's packets list at most `previous` hops (the
 /// previous owners a bucket keeps), a UDP flow's one more, the first hop
 /// again (`udp`: the config has a UDP service). None if it can.
-fn mtu_warning(mtu: u32, previous: u32, udp: bool) -> Option<String> {
-    let tcp = limits::gue_overhead(previous);
-    let overhead = limits::gue_overhead(previous + udp as u32);
+fn mtu_warning(mtu: u32, previous: u32, udp: bool, cluster_ipv6: bool) -> Option<String> {
+    let tcp = limits::gue_overhead_of(previous, cluster_ipv6);
+    let overhead = limits::gue_overhead_of(previous + udp as u32, cluster_ipv6);
     let need = 1500 + overhead;
     if mtu >= need {
         return None;
@@ -260,8 +323,14 @@ fn mtu_warning(mtu: u32, previous: u32, udp: bool) -> Option<String> {
 /// so a cluster MTU under 1280 + GUE leaves IPv6 clients sending packets
 /// the balancer can only refuse, forever (path MTU discovery loops). None
 /// if it is large enough (or no IPv6 service).
-fn mtu_warning_ipv6(mtu: u32, previous: u32, udp: bool, ipv6: bool) -> Option<String> {
-    let need = 1280 + limits::gue_overhead(previous + udp as u32);
+fn mtu_warning_ipv6(
+    mtu: u32,
+    previous: u32,
+    udp: bool,
+    ipv6: bool,
+    cluster_ipv6: bool,
+) -> Option<String> {
+    let need = 1280 + limits::gue_overhead_of(previous + udp as u32, cluster_ipv6);
     (ipv6 && mtu < need).then(|| {
         format!(
             "MTU {mtu} is below {need}, what IPv6 clients need (1280, the least an IPv6 link carries, plus GUE): larger IPv6 packets get a Packet Too Big that cannot report less than 1280, so their senders never fit; raise the MTU between nodes to at least {need}"
@@ -272,11 +341,17 @@ fn mtu_warning_ipv6(mtu: u32, previous: u32, udp: bool, ipv6: bool) -> Option<St
 /// What decides the GUE overhead of a configuration: the previous owners a
 /// bucket keeps (`rebalance.previous_owners`: a TCP flow's packets list that
 /// many hops), whether a UDP service exists (a UDP flow lists one more) and
-/// whether an IPv6 service exists (its clients need 1280 + GUE).
-fn gue_hops_of(config: &Config) -> (u32, bool, bool) {
+/// whether an IPv6 service exists (its clients need 1280 + GUE), and
+/// whether the cluster network is IPv6 (outer IPv6, 16-byte hops).
+fn gue_hops_of(config: &Config) -> (u32, bool, bool, bool) {
     let udp = config.services.iter().any(|s| s.protocol == Protocol::Udp);
     let ipv6 = config.services.iter().any(|s| s.vip.is_ipv6());
-    (config.rebalance.previous_owners, udp, ipv6)
+    (
+        config.rebalance.previous_owners,
+        udp,
+        ipv6,
+        config.cluster.is_ipv6(),
+    )
 }
 
 /// Warn (once per call) when `interface`'s MTU cannot carry a 1500-byte
@@ -284,15 +359,15 @@ fn gue_hops_of(config: &Config) -> (u32, bool, bool) {
 /// and, more loudly, when it is below what IPv6 clients need (`ipv6`).
 /// Called at start and after a reload that lengthens the hop list or adds
 /// the first IPv6 service.
-fn check_mtu(interface: &str, previous: u32, udp: bool, ipv6: bool) {
+fn check_mtu(interface: &str, (previous, udp, ipv6, cluster_ipv6): (u32, bool, bool, bool)) {
     if let Some(mtu) = std::fs::read_to_string(format!("/sys/class/net/{interface}/mtu"))
         .ok()
         .and_then(|m| m.trim().parse::<u32>().ok())
     {
-        if let Some(w) = mtu_warning_ipv6(mtu, previous, udp, ipv6) {
+        if let Some(w) = mtu_warning_ipv6(mtu, previous, udp, ipv6, cluster_ipv6) {
             error!(interface, mtu, "{w}");
         }
-        if let Some(w) = mtu_warning(mtu, previous, udp) {
+        if let Some(w) = mtu_warning(mtu, previous, udp, cluster_ipv6) {
             warn!(interface, mtu, "{w}");
         }
     }
@@ -306,7 +381,7 @@ fn check_mtu(interface: &str, previous: u32, udp: bool, ipv6: bool) {
 /// the service's. Pure: the caller reads the sysctls.
 pub fn nat_ports_at_risk(
     config: &Config,
-    node: Ipv4Addr,
+    node: IpAddr,
     (low, high): (u16, u16),
     reserved: &dyn Fn(u16) -> bool,
 ) -> Vec<(String, u16)> {
@@ -337,8 +412,12 @@ pub fn mode_changes(
 /// Ports some socket of this host listens on (TCP LISTEN in /proc/net/tcp,
 /// bound UDP in /proc/net/udp) at `node` or at any address, as (protocol,
 /// port) with protocol 6 or 17. Lines that do not parse are skipped.
-fn own_listening_ports(node: Ipv4Addr) -> std::collections::BTreeSet<(u8, u16)> {
+fn own_listening_ports(node: IpAddr) -> std::collections::BTreeSet<(u8, u16)> {
     let mut out = std::collections::BTreeSet::new();
+    // NAT services (what this is for) need an IPv4 cluster network.
+    let IpAddr::V4(node) = node else {
+        return out;
+    };
     for (file, proto) in [("/proc/net/tcp", 6u8), ("/proc/net/udp", 17u8)] {
         let Ok(text) = std::fs::read_to_string(file) else {
             continue;
@@ -387,7 +466,7 @@ fn port_reserved(list: &str, port: u16) -> bool {
 
 /// Warn about NAT services on this node's own address whose port the
 /// kernel may give its own outgoing connections ([`nat_ports_at_risk`]).
-fn check_nat_ports(config: &Config, node: Ipv4Addr) {
+fn check_nat_ports(config: &Config, node: IpAddr) {
     let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
         .ok()
         .and_then(|r| {
@@ -425,20 +504,25 @@ fn check_nat_ports(config: &Config, node: Ipv4Addr) {
 
 /// Warnings about the interface that the operator must hear at start
 /// (`udp`: the config has a UDP service).
-fn check_interface(interface: &str, balancer: bool, previous: u32, udp: bool, ipv6: bool) {
+fn check_interface(interface: &str, balancer: bool, hops: (u32, bool, bool, bool)) {
     let read = |p: String| {
         std::fs::read_to_string(p)
             .ok()
             .map(|s| s.trim().to_string())
     };
-    check_mtu(interface, previous, udp, ipv6);
+    check_mtu(interface, hops);
+    // The FIB lookups are of the outer destination: IPv6 on an IPv6
+    // cluster network.
+    let family = if hops.3 { "ipv6" } else { "ipv4" };
     if balancer {
-        if let Some("0") =
-            read(format!("/proc/sys/net/ipv4/conf/{interface}/forwarding")).as_deref()
+        if let Some("0") = read(format!(
+            "/proc/sys/net/{family}/conf/{interface}/forwarding"
+        ))
+        .as_deref()
         {
             warn!(
                 interface,
-                "net.ipv4.conf.{interface}.forwarding is 0: bpf_fib_lookup refuses to answer, so every balanced packet takes the slower TC path; set it to 1 for the XDP fast path"
+                "net.{family}.conf.{interface}.forwarding is 0: bpf_fib_lookup refuses to answer, so every balanced packet takes the slower TC path; set it to 1 for the XDP fast path"
             );
         }
     }
@@ -446,7 +530,7 @@ fn check_interface(interface: &str, balancer: bool, previous: u32, udp: bool, ip
 
 /// The periodic probes of a balancer: health checks and load scrapes.
 struct Probes<'a> {
-    node: Ipv4Addr,
+    node: IpAddr,
     ifindex: i32,
     checkers: Option<Checkers>,
     scrapers: Option<Scrapers>,
@@ -499,6 +583,12 @@ impl Probes<'_> {
     fn sync_encap(&mut self, cp: &ControlPlane) {
         let targets = cp.encap_targets();
         let gue_port = cp.config().cluster.gue_port;
+        // The configuration gives no service of an IPv6 cluster network
+        // the check (its probe is GUE over outer IPv4).
+        let IpAddr::V4(node) = self.node else {
+            self.encap = None;
+            return;
+        };
         if targets.is_empty() {
             self.encap = None;
             return;
@@ -506,12 +596,12 @@ impl Probes<'_> {
         if !self
             .encap
             .as_ref()
-            .is_some_and(|e| e.matches(self.node, gue_port))
+            .is_some_and(|e| e.matches(node, gue_port))
         {
             self.encap = None;
             match EncapCheckers::new(
                 self.runtime.handle().clone(),
-                self.node,
+                node,
                 gue_port,
                 self.ifindex,
                 self.encap_results.clone(),
@@ -612,7 +702,7 @@ fn adopted_rule_ids(dp: &Dataplane<'_>, cp: &ControlPlane) -> BTreeMap<RuleIdent
 /// Everything the control loop owns.
 struct Daemon<'a, 'obj> {
     opts: &'a RunOptions,
-    node: Ipv4Addr,
+    node: IpAddr,
     clock: SystemClock,
     dp: Dataplane<'obj>,
     cp: ControlPlane,
@@ -704,7 +794,7 @@ struct ClusterHook {
     publishing_since: Option<Instant>,
     /// What the state file last showed of the task (connected, leader,
     /// an error): a change is written at the next tick.
-    shown: (bool, Option<Ipv4Addr>, bool),
+    shown: (bool, Option<IpAddr>, bool),
     /// Follower: the revision of each published table the data plane
     /// holds. A plan of this node's own logic (a health result, a paced
     /// step) that the published table overrides writes nothing for it.
@@ -714,7 +804,7 @@ struct ClusterHook {
 /// One state file to write: what [`Status::of`] reads.
 struct StateJob {
     cp: ControlPlane,
-    node: Ipv4Addr,
+    node: IpAddr,
     role: crate::status::Role,
     config: PathBuf,
     last_reload: Option<ReloadStatus>,
@@ -839,8 +929,11 @@ pub fn run(opts: &RunOptions) -> Result<()> {
         as i32;
     let node = match opts.node_address {
         Some(a) => a,
-        None => interface_address(&opts.interface)?,
+        None => interface_address(&opts.interface, config.cluster.is_ipv6())?,
     };
+    if let Some(problem) = node_family_problem(&config, node) {
+        bail!("{problem}");
+    }
     if !is_local_address(node) {
         bail!("--node-address {node} is not an address of this host; GUE sent to it would never arrive here");
     }
@@ -858,8 +951,7 @@ pub fn run(opts: &RunOptions) -> Result<()> {
     if !config.cluster_addresses().contains(&node) {
         warn!(%node, "this node is neither a balancer nor a backend in the config; GUE from it will be rejected by others");
     }
-    let (previous, udp, ipv6) = gue_hops_of(&config);
-    check_interface(&opts.interface, balancer, previous, udp, ipv6);
+    check_interface(&opts.interface, balancer, gue_hops_of(&config));
     check_nat_ports(&config, node);
     // Pins where a restarted daemon finds them (dataplane::pins).
     let placement = crate::dataplane::pins::prepare(&opts.pin_dir)?;
@@ -896,7 +988,7 @@ async fn serve(
     opts: &RunOptions,
     config: Config,
     ifindex: i32,
-    node: Ipv4Addr,
+    node: IpAddr,
     checks: &tokio::runtime::Runtime,
 ) -> Result<()> {
     // Signals first, so that a SIGTERM during start-up still detaches.
@@ -911,6 +1003,13 @@ async fn serve(
     // largest (a resize), in whole chunks; adopted pins that are smaller
     // grow, larger ones keep their size (docs/design.md "Maps").
     let pool = crate::dataplane::pool_buckets(&config);
+    if let Some(problem) = crate::dataplane::PinnedMaps::open(&opts.pin_dir)
+        .ok()
+        .and_then(|p| p.settings().ok())
+        .and_then(|s| pinned_family_problem(s.node, node, &opts.pin_dir))
+    {
+        bail!("{problem}");
+    }
     let mut dp = Dataplane::load_pinned_sized(
         &mut storage,
         Some(&opts.pin_dir),
@@ -961,7 +1060,7 @@ async fn serve(
     let (filters, filters_compile_ms) = lists::prepare(
         cp.config(),
         &opts.config,
-        &cp.cluster_addresses(),
+        &crate::config::ipv4_only(&cp.cluster_addresses()),
         balancer,
         None,
         &prev,
@@ -1269,7 +1368,7 @@ impl Daemon<'_, '_> {
 
     /// Every hop in the tables (first hops and previous owners), but this
     /// node.
-    fn hops(&self) -> std::collections::BTreeSet<Ipv4Addr> {
+    fn hops(&self) -> std::collections::BTreeSet<IpAddr> {
         let mut hops = std::collections::BTreeSet::new();
         for st in self.cp.services().values() {
             hops.extend(st.table.hops());
@@ -2092,6 +2191,17 @@ impl Daemon<'_, '_> {
                 let cpu0 = crate::split::thread_cpu_us();
                 let read = match Config::load(&path) {
                     Err(e) => ReloadRead::Config(e),
+                    // The cluster network keeps its family while nilb runs
+                    // (the node's address and the pinned maps have it).
+                    Ok(config) if node_family_problem(&config, node).is_some() => {
+                        ReloadRead::Config(ConfigError {
+                            problems: vec![crate::config::Problem {
+                                path: "cluster.balancers".into(),
+                                message: node_family_problem(&config, node).unwrap_or_default(),
+                                position: None,
+                            }],
+                        })
+                    }
                     Ok(config) => {
                         let parse_us = started.elapsed().as_micros() as u64;
                         // The lists are read and checked before anything
@@ -2103,7 +2213,7 @@ impl Daemon<'_, '_> {
                         match lists::prepare(
                             &config,
                             &path,
-                            &cluster,
+                            &crate::config::ipv4_only(&cluster),
                             is_balancer,
                             Some(&running),
                             &prev,
@@ -2287,12 +2397,7 @@ impl Daemon<'_, '_> {
         if hops_after.0 + hops_after.1 as u32 > hops_before.0 + hops_before.1 as u32
             || (hops_after.2 && !hops_before.2)
         {
-            check_mtu(
-                &self.opts.interface,
-                hops_after.0,
-                hops_after.1,
-                hops_after.2,
-            );
+            check_mtu(&self.opts.interface, hops_after);
         }
         match (was_balancer, self.xdp_running()) {
             (false, true) => info!(node = %self.node, "this node became a balancer: XDP attached"),
@@ -2350,8 +2455,80 @@ impl Daemon<'_, '_> {
 mod tests {
     use super::{
         listening_in, lock_pin_dir_in, mtu_warning, mtu_warning_ipv6, nat_ports_at_risk,
-        port_reserved,
+        node_address6, node_family_problem, pinned_family_problem, port_reserved,
     };
+    use std::net::{IpAddr, Ipv6Addr};
+
+    /// The node address of an IPv6 cluster network found on the interface:
+    /// the first global or unique-local one.
+    #[test]
+    fn an_interface_s_first_global_ipv6_address_is_the_node_s() {
+        let a = |s: &str| s.parse::<Ipv6Addr>().unwrap();
+        assert_eq!(
+            node_address6(&[a("fe80::1"), a("::1"), a("2001:db8::11"), a("fd00::11")]),
+            Some(a("2001:db8::11"))
+        );
+        assert_eq!(
+            node_address6(&[a("fe80::1"), a("fd00::11")]),
+            Some(a("fd00::11"))
+        );
+        assert_eq!(
+            node_address6(&[a("fe80::1"), a("ff02::1"), a("::ffff:10.0.0.1")]),
+            None
+        );
+        assert_eq!(node_address6(&[]), None);
+    }
+
+    /// The node's address is of the configuration's family, and pins of
+    /// the other family are not adopted.
+    #[test]
+    fn the_node_and_the_pins_keep_the_cluster_network_s_family() {
+        let c4 = crate::config::Config::parse(
+            "version: 1\ncluster: {balancers: [10.0.0.11], hash_seed: 1}\nservices: []\n",
+        )
+        .unwrap();
+        let c6 = crate::config::Config::parse(
+            "version: 1\ncluster: {balancers: [\"2001:db8::11\"], hash_seed: 1}\nservices: []\n",
+        )
+        .unwrap();
+        let n4: IpAddr = "10.0.0.11".parse().unwrap();
+        let n6: IpAddr = "2001:db8::11".parse().unwrap();
+        assert_eq!(node_family_problem(&c4, n4), None);
+        assert_eq!(node_family_problem(&c6, n6), None);
+        let p = node_family_problem(&c6, n4).unwrap();
+        assert!(
+            p.contains("10.0.0.11 is IPv4") && p.contains("is IPv6"),
+            "{p}"
+        );
+        assert!(p.contains("--node-address an IPv6 address"), "{p}");
+        assert!(node_family_problem(&c4, n6).is_some());
+        let dir = std::path::Path::new("/sys/fs/bpf/nilb");
+        assert_eq!(pinned_family_problem(n4, n4, dir), None);
+        assert_eq!(pinned_family_problem(n6, n6, dir), None);
+        // Pins whose nilb_config was never written say nothing.
+        assert_eq!(
+            pinned_family_problem("0.0.0.0".parse().unwrap(), n6, dir),
+            None
+        );
+        let p = pinned_family_problem(n4, n6, dir).unwrap();
+        assert!(p.contains("IPv4 cluster network"), "{p}");
+        assert!(p.contains("rm -r /sys/fs/bpf/nilb"), "{p}");
+        assert!(pinned_family_problem(n6, n4, dir).is_some());
+    }
+
+    /// On an IPv6 cluster network GUE takes outer IPv6 (40) and 16 bytes
+    /// per hop: one hop is 72 bytes, not 40.
+    #[test]
+    fn mtu_warnings_of_an_ipv6_cluster_network_count_its_larger_headers() {
+        assert_eq!(mtu_warning(1572, 1, false, true), None);
+        let w = mtu_warning(1540, 1, false, true).unwrap();
+        assert!(w.contains("plus 72 bytes of GUE"), "{w}");
+        assert!(w.contains("raise the MTU between nodes to 1572"), "{w}");
+        let w = mtu_warning(1572, 1, true, true).unwrap();
+        assert!(w.contains("plus 88 bytes"), "{w}");
+        assert!(mtu_warning_ipv6(1351, 1, false, true, true).is_some());
+        assert_eq!(mtu_warning_ipv6(1352, 1, false, true, true), None);
+    }
 
     /// /proc/net/tcp lines: LISTEN sockets at the node's address or any.
     #[test]
@@ -2413,17 +2590,17 @@ mod tests {
     #[test]
     fn mtu_warning_counts_two_hops_for_udp_services() {
         // TCP only: one hop at most, 1540 carries a 1500-byte packet.
-        assert_eq!(mtu_warning(1540, 1, false), None);
-        let w = mtu_warning(1500, 1, false).unwrap();
+        assert_eq!(mtu_warning(1540, 1, false, false), None);
+        let w = mtu_warning(1500, 1, false, false).unwrap();
         assert!(w.contains("raise the MTU between nodes to 1540"), "{w}");
         assert!(w.contains("clamp the TCP MSS of the VIPs to 1420"), "{w}");
         // A UDP service: [second, first] adds 44 bytes; 1540 is 4 short.
-        let w = mtu_warning(1540, 1, true).unwrap();
+        let w = mtu_warning(1540, 1, true, false).unwrap();
         assert!(w.contains("plus 44 bytes of GUE"), "{w}");
         assert!(w.contains("raise the MTU between nodes to 1544"), "{w}");
         assert!(!w.contains("MSS"), "TCP fits at 1540: {w}");
-        assert_eq!(mtu_warning(1544, 1, true), None);
-        let w = mtu_warning(1500, 1, true).unwrap();
+        assert_eq!(mtu_warning(1544, 1, true, false), None);
+        let w = mtu_warning(1500, 1, true, false).unwrap();
         assert!(w.contains("clamp the TCP MSS of the VIPs to 1420"), "{w}");
     }
 
@@ -2431,17 +2608,17 @@ mod tests {
     fn mtu_warning_for_ipv6_clients_below_1280_plus_gue() {
         // Found by the IPv6 hostile trial: at MTU 1300 clients learn 1280
         // from Packet Too Big and still do not fit (1280 + 36 > 1300).
-        let w = mtu_warning_ipv6(1300, 1, false, true).unwrap();
+        let w = mtu_warning_ipv6(1300, 1, false, true, false).unwrap();
         assert!(
             w.contains("raise the MTU between nodes to at least 1320"),
             "{w}"
         );
-        assert_eq!(mtu_warning_ipv6(1320, 1, false, true), None);
+        assert_eq!(mtu_warning_ipv6(1320, 1, false, true, false), None);
         // A UDP service and three previous owners: 1280 + 36 + 16.
-        assert!(mtu_warning_ipv6(1331, 3, true, true).is_some());
-        assert_eq!(mtu_warning_ipv6(1332, 3, true, true), None);
+        assert!(mtu_warning_ipv6(1331, 3, true, true, false).is_some());
+        assert_eq!(mtu_warning_ipv6(1332, 3, true, true, false), None);
         assert_eq!(
-            mtu_warning_ipv6(1300, 1, false, false),
+            mtu_warning_ipv6(1300, 1, false, false, false),
             None,
             "no IPv6 service"
         );
@@ -2450,16 +2627,16 @@ mod tests {
     #[test]
     fn mtu_warning_counts_every_previous_owner_listed() {
         // Three previous owners: TCP lists three hops (48 bytes), UDP four.
-        assert_eq!(mtu_warning(1548, 3, false), None);
-        let w = mtu_warning(1544, 3, false).unwrap();
+        assert_eq!(mtu_warning(1548, 3, false, false), None);
+        let w = mtu_warning(1544, 3, false, false).unwrap();
         assert!(w.contains("plus 48 bytes of GUE"), "{w}");
         assert!(w.contains("raise the MTU between nodes to 1548"), "{w}");
         assert!(w.contains("clamp the TCP MSS of the VIPs to 1456"), "{w}");
-        let w = mtu_warning(1548, 3, true).unwrap();
+        let w = mtu_warning(1548, 3, true, false).unwrap();
         assert!(w.contains("plus 52 bytes of GUE"), "{w}");
         assert!(w.contains("lists 4 hops"), "{w}");
         assert!(!w.contains("MSS"), "TCP fits at 1548: {w}");
-        assert_eq!(mtu_warning(1552, 3, true), None);
+        assert_eq!(mtu_warning(1552, 3, true, false), None);
         assert_eq!(
             crate::limits::GUE_OVERHEAD_MAX,
             crate::limits::gue_overhead(crate::limits::MAX_PREVIOUS_OWNERS + 1)

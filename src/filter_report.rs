@@ -315,7 +315,7 @@ pub fn lookup_in_set(
     addr: Ipv4Addr,
 ) -> FilterLookup {
     let name = |id: u16| set.rule(id).map(|r| (r.ident.name.clone(), r.ident.kind));
-    let cluster = config.cluster_addresses();
+    let cluster = config.cluster_addresses_v4();
     let is_cluster = |a: Ipv4Addr| cluster.contains(&a);
     let g = set.decide(None, addr);
     let s = set.decide(Some(key), addr);
@@ -438,7 +438,7 @@ pub fn lookup_filters(
             let (set, _) = crate::filters::lists::prepare(
                 config,
                 config_path,
-                &config.cluster_addresses(),
+                &config.cluster_addresses_v4(),
                 true,
                 None,
                 &BTreeMap::new(),
@@ -501,7 +501,7 @@ pub fn check_filters(
     let (set, ms) = match crate::filters::lists::prepare(
         config,
         config_path,
-        &config.cluster_addresses(),
+        &config.cluster_addresses_v4(),
         true,
         None,
         &BTreeMap::new(),

@@ -24,6 +24,15 @@ pub const FILTER_RATE_RULES: u32 = l::NILB_FILTER_RATE_RULES;
 pub const fn gue_overhead(hops: u32) -> u32 {
     nilb_wire::NILB_GUE_BASE_OVERHEAD + 4 * hops
 }
+/// Bytes added by GUE listing `hops` hops on a cluster network of either
+/// family (`cluster_ipv6`: outer IPv6 + UDP + GUE + 16 per hop).
+pub const fn gue_overhead_of(hops: u32, cluster_ipv6: bool) -> u32 {
+    if cluster_ipv6 {
+        nilb_wire::NILB_GUE6_BASE_OVERHEAD + nilb_wire::NILB_GUE6_HOP_LEN * hops
+    } else {
+        gue_overhead(hops)
+    }
+}
 /// Bytes added by GUE with one listed hop: the most a TCP flow's packets
 /// carry when buckets keep one previous owner.
 pub const GUE_OVERHEAD: u32 = gue_overhead(1);

@@ -2,7 +2,7 @@
 //! second chance). See README.md for the packet path and the operator guide.
 
 use std::io::Write;
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -58,9 +58,11 @@ enum Command {
         /// Interface that receives VIP and GUE traffic.
         #[arg(short, long)]
         interface: String,
-        /// This node's address (default: the interface's first IPv4 address).
+        /// This node's address, IPv4 or IPv6 as the cluster network
+        /// (default: the interface's first IPv4 address, or its first
+        /// global IPv6 address on an IPv6 cluster network).
         #[arg(long)]
-        node_address: Option<Ipv4Addr>,
+        node_address: Option<IpAddr>,
         /// XDP attach mode; generic (skb) mode is much slower and only for
         /// drivers without native XDP.
         #[arg(long, value_enum, default_value_t = XdpMode::Native)]
@@ -188,7 +190,7 @@ enum Command {
         program: ReplayProgram,
         /// The node to act as (default: the first balancer).
         #[arg(long)]
-        node_address: Option<Ipv4Addr>,
+        node_address: Option<IpAddr>,
         /// Interface the packets arrive on, so routes and neighbours answer as
         /// on the node (default: loopback, where FIB lookups take the slow path).
         #[arg(long)]

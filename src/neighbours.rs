@@ -22,13 +22,17 @@
 //! FAILED entries get `NTF_USE` too, at most every 10 s. REACHABLE,
 //! PERMANENT, NOARP and INCOMPLETE entries are left alone.
 //!
+//! The hops of an IPv6 cluster network are handled the same way through
+//! their NDP entries (the same states; `NTF_USE` sends a neighbour
+//! solicitation instead of an ARP request).
+//!
 //! Cost: about one broadcast ARP request and its answer per hop per
 //! `base_reachable_time` (15-45 s), plus one netlink dump per second.
 //!
 //! [`plan`] is the pure decision; [`Refresher`] does the netlink I/O.
 
 use std::collections::{BTreeSet, HashMap};
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
 use anyhow::Result;
 use tracing::{debug, warn};
@@ -46,17 +50,17 @@ pub const MIN_RESOLVE_GAP_MS: u64 = 10_000;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Action {
     /// Delete the entry and resolve again (its MAC is not trusted).
-    Refresh(Ipv4Addr),
+    Refresh(IpAddr),
     /// Resolve (no entry, or a failed one).
-    Resolve(Ipv4Addr),
+    Resolve(IpAddr),
 }
 
 /// The actions for `hops` given the interface's `entries`, the time of
 /// each hop's last action and `now_ms`.
 pub fn plan(
     entries: &[Neighbour],
-    hops: &BTreeSet<Ipv4Addr>,
-    last: &HashMap<Ipv4Addr, u64>,
+    hops: &BTreeSet<IpAddr>,
+    last: &HashMap<IpAddr, u64>,
     now_ms: u64,
 ) -> Vec<Action> {
     let mut out = Vec::new();
@@ -85,9 +89,9 @@ pub fn plan(
 pub struct Refresher {
     ifindex: u32,
     rtnl: Option<Rtnl>,
-    last: HashMap<Ipv4Addr, u64>,
+    last: HashMap<IpAddr, u64>,
     /// MAC of each refreshed entry before its refresh, to report changes.
-    before: HashMap<Ipv4Addr, Vec<u8>>,
+    before: HashMap<IpAddr, Vec<u8>>,
     /// Entries refreshed (deleted and resolved again) so far.
     pub refreshes: u64,
     /// Resolutions requested for missing or failed entries so far.
@@ -121,7 +125,7 @@ impl Refresher {
 
     /// One round for `hops` at `now_ms`. Errors are logged (once) and
     /// retried next round.
-    pub fn round(&mut self, hops: &BTreeSet<Ipv4Addr>, now_ms: u64) {
+    pub fn round(&mut self, hops: &BTreeSet<IpAddr>, now_ms: u64) {
         if let Err(e) = self.try_round(hops, now_ms) {
             self.rtnl = None;
             if !self.failed_once {
@@ -133,7 +137,7 @@ impl Refresher {
         }
     }
 
-    fn try_round(&mut self, hops: &BTreeSet<Ipv4Addr>, now_ms: u64) -> Result<()> {
+    fn try_round(&mut self, hops: &BTreeSet<IpAddr>, now_ms: u64) -> Result<()> {
         if hops.is_empty() {
             return Ok(());
         }
@@ -141,7 +145,14 @@ impl Refresher {
             self.rtnl = Some(Rtnl::open()?);
         }
         let rtnl = self.rtnl.as_mut().expect("opened");
-        let entries = rtnl.neighbours(self.ifindex)?;
+        // ARP entries for IPv4 hops, NDP ones for IPv6 hops (an IPv6
+        // cluster network).
+        let mut entries = Vec::new();
+        for ipv6 in [false, true] {
+            if hops.iter().any(|h| h.is_ipv6() == ipv6) {
+                entries.extend(rtnl.neighbours(self.ifindex, ipv6)?);
+            }
+        }
         for e in &entries {
             if e.state != Nud::Reachable {
                 continue;
@@ -191,30 +202,38 @@ impl Refresher {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::{Ipv4Addr, Ipv6Addr};
 
-    fn n(last: u8, state: Nud) -> Neighbour {
+    fn a(last: u8) -> IpAddr {
+        IpAddr::V4(Ipv4Addr::new(10, 0, 0, last))
+    }
+
+    fn a6(last: u16) -> IpAddr {
+        IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, last))
+    }
+
+    fn n(addr: IpAddr, state: Nud) -> Neighbour {
         Neighbour {
-            addr: Ipv4Addr::new(10, 0, 0, last),
+            addr,
             state,
-            lladdr: Some(vec![2, 0, 0, 0, 0, last]),
+            lladdr: Some(vec![2, 0, 0, 0, 0, 1]),
         }
     }
 
     #[test]
     fn only_entries_the_kernel_would_revalidate_are_refreshed() {
         let entries = [
-            n(1, Nud::Reachable),
-            n(2, Nud::Stale),
-            n(3, Nud::Delay),
-            n(4, Nud::Probe),
-            n(5, Nud::Static),
-            n(6, Nud::Incomplete),
-            n(7, Nud::Failed),
-            n(9, Nud::Stale), // not a hop
+            n(a(1), Nud::Reachable),
+            n(a(2), Nud::Stale),
+            n(a(3), Nud::Delay),
+            n(a(4), Nud::Probe),
+            n(a(5), Nud::Static),
+            n(a(6), Nud::Incomplete),
+            n(a(7), Nud::Failed),
+            n(a(9), Nud::Stale), // not a hop
         ];
-        let hops: BTreeSet<Ipv4Addr> = (1..=8).map(|i| Ipv4Addr::new(10, 0, 0, i)).collect();
+        let hops: BTreeSet<IpAddr> = (1..=8).map(a).collect();
         let got = plan(&entries, &hops, &HashMap::new(), 100_000);
-        let a = |i| Ipv4Addr::new(10, 0, 0, i);
         assert_eq!(
             got,
             vec![
@@ -227,17 +246,49 @@ mod tests {
         );
     }
 
+    /// The hops of an IPv6 cluster network by their NDP entries: the same
+    /// states decide, and an IPv4 entry with the same last octet is not
+    /// taken for an IPv6 hop's.
+    #[test]
+    fn ipv6_hops_are_planned_by_their_ndp_entries() {
+        let entries = [
+            n(a6(1), Nud::Reachable),
+            n(a6(2), Nud::Stale),
+            n(a6(3), Nud::Probe),
+            n(a6(4), Nud::Failed),
+            n(a(5), Nud::Reachable),
+            n(a6(6), Nud::Static),
+        ];
+        let hops: BTreeSet<IpAddr> = [1, 2, 3, 4, 5, 6].map(a6).into();
+        assert_eq!(
+            plan(&entries, &hops, &HashMap::new(), 100_000),
+            vec![
+                Action::Refresh(a6(2)),
+                Action::Refresh(a6(3)),
+                Action::Resolve(a6(4)),
+                Action::Resolve(a6(5)),
+            ]
+        );
+        let mut last = HashMap::new();
+        last.insert(a6(2), 99_000);
+        last.insert(a6(4), 95_000);
+        assert_eq!(
+            plan(&entries, &hops, &last, 100_000),
+            vec![Action::Refresh(a6(3)), Action::Resolve(a6(5))]
+        );
+    }
+
     #[test]
     fn refreshes_are_spaced() {
-        let entries = [n(2, Nud::Stale), n(7, Nud::Failed)];
-        let hops: BTreeSet<Ipv4Addr> = [2, 7].map(|i| Ipv4Addr::new(10, 0, 0, i)).into();
+        let entries = [n(a(2), Nud::Stale), n(a(7), Nud::Failed)];
+        let hops: BTreeSet<IpAddr> = [2, 7].map(a).into();
         let mut last = HashMap::new();
-        last.insert(Ipv4Addr::new(10, 0, 0, 2), 100_000);
-        last.insert(Ipv4Addr::new(10, 0, 0, 7), 100_000);
+        last.insert(a(2), 100_000);
+        last.insert(a(7), 100_000);
         assert!(plan(&entries, &hops, &last, 101_000).is_empty());
         assert_eq!(
             plan(&entries, &hops, &last, 102_000),
-            vec![Action::Refresh(Ipv4Addr::new(10, 0, 0, 2))]
+            vec![Action::Refresh(a(2))]
         );
         assert_eq!(plan(&entries, &hops, &last, 110_000).len(), 2);
     }

@@ -3,7 +3,7 @@
 //! hints), and the IPv4 neighbour entries of an interface, which
 //! [`crate::neighbours`] keeps fresh for the hops the data plane uses.
 
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
 use anyhow::{bail, Context, Result};
 use netlink_packet_core::{
@@ -54,11 +54,11 @@ impl From<NeighbourState> for Nud {
     }
 }
 
-/// One IPv4 neighbour entry.
+/// One neighbour entry (IPv4 or IPv6).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Neighbour {
     /// The neighbour's address.
-    pub addr: Ipv4Addr,
+    pub addr: IpAddr,
     /// Its state.
     pub state: Nud,
     /// Its link-layer address, when the entry has one.
@@ -170,12 +170,18 @@ impl Rtnl {
         Ok(None)
     }
 
-    /// The IPv4 neighbour entries of interface `ifindex`.
-    pub fn neighbours(&mut self, ifindex: u32) -> Result<Vec<Neighbour>> {
+    /// The neighbour entries of interface `ifindex` of one family (ARP
+    /// for IPv4, NDP for IPv6).
+    pub fn neighbours(&mut self, ifindex: u32, ipv6: bool) -> Result<Vec<Neighbour>> {
+        let family = if ipv6 {
+            AddressFamily::Inet6
+        } else {
+            AddressFamily::Inet
+        };
         // With strict checking the kernel filters a dump by the NDA_IFINDEX
         // attribute (the header's ifindex must be 0).
         let mut msg = NeighbourMessage::default();
-        msg.header.family = AddressFamily::Inet;
+        msg.header.family = family;
         msg.attributes.push(NeighbourAttribute::IfIndex(ifindex));
         let answers = self.request(
             RouteNetlinkMessage::GetNeighbour(msg),
@@ -186,14 +192,19 @@ impl Rtnl {
             let RouteNetlinkMessage::NewNeighbour(n) = a else {
                 continue;
             };
-            if n.header.ifindex != ifindex || n.header.family != AddressFamily::Inet {
+            if n.header.ifindex != ifindex || n.header.family != family {
                 continue;
             }
             let mut addr = None;
             let mut lladdr = None;
             for attr in n.attributes {
                 match attr {
-                    NeighbourAttribute::Destination(NeighbourAddress::Inet(a)) => addr = Some(a),
+                    NeighbourAttribute::Destination(NeighbourAddress::Inet(a)) => {
+                        addr = Some(IpAddr::V4(a))
+                    }
+                    NeighbourAttribute::Destination(NeighbourAddress::Inet6(a)) => {
+                        addr = Some(IpAddr::V6(a))
+                    }
                     NeighbourAttribute::LinkLayerAddress(l) => lladdr = Some(l),
                     _ => {}
                 }
@@ -209,20 +220,21 @@ impl Rtnl {
         Ok(out)
     }
 
-    fn neighbour_message(ifindex: u32, addr: Ipv4Addr) -> NeighbourMessage {
+    fn neighbour_message(ifindex: u32, addr: IpAddr) -> NeighbourMessage {
         let mut msg = NeighbourMessage::default();
-        msg.header.family = AddressFamily::Inet;
         msg.header.ifindex = ifindex;
-        msg.attributes
-            .push(NeighbourAttribute::Destination(NeighbourAddress::Inet(
-                addr,
-            )));
+        let (family, dest) = match addr {
+            IpAddr::V4(a) => (AddressFamily::Inet, NeighbourAddress::Inet(a)),
+            IpAddr::V6(a) => (AddressFamily::Inet6, NeighbourAddress::Inet6(a)),
+        };
+        msg.header.family = family;
+        msg.attributes.push(NeighbourAttribute::Destination(dest));
         msg
     }
 
     /// Delete the neighbour entry of `addr` on `ifindex` (gone already is
     /// fine).
-    pub fn delete_neighbour(&mut self, ifindex: u32, addr: Ipv4Addr) -> Result<()> {
+    pub fn delete_neighbour(&mut self, ifindex: u32, addr: IpAddr) -> Result<()> {
         let msg = Self::neighbour_message(ifindex, addr);
         match self.request(
             RouteNetlinkMessage::DelNeighbour(msg),
@@ -236,8 +248,9 @@ impl Rtnl {
 
     /// Ask the kernel to resolve `addr` on `ifindex` now, as if a packet were
     /// sent to it (`NTF_USE`): an absent or failed entry is created
-    /// INCOMPLETE and a broadcast ARP request goes out at once.
-    pub fn use_neighbour(&mut self, ifindex: u32, addr: Ipv4Addr) -> Result<()> {
+    /// INCOMPLETE and a broadcast ARP request (IPv6: a neighbour
+    /// solicitation) goes out at once.
+    pub fn use_neighbour(&mut self, ifindex: u32, addr: IpAddr) -> Result<()> {
         let mut msg = Self::neighbour_message(ifindex, addr);
         msg.header.flags = NeighbourFlags::Use;
         msg.header.state = NeighbourState::None;

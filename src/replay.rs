@@ -10,7 +10,7 @@
 use std::fs::File;
 use std::io::Write;
 use std::mem::MaybeUninit;
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
@@ -98,7 +98,7 @@ fn dropped(program: ReplayProgram, v: u32) -> bool {
 /// non-dropped results to `output` if given.
 pub fn replay(
     config: Config,
-    node: Ipv4Addr,
+    node: IpAddr,
     program: ReplayProgram,
     input: &Path,
     output: Option<&Path>,

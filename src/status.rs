@@ -8,7 +8,7 @@
 //! always present in both forms.
 
 use std::io::Write;
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::path::Path;
 use std::time::SystemTime;
 
@@ -37,7 +37,7 @@ pub struct ReloadStatus {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct BackendStatus {
     /// Backend address.
-    pub dip: Ipv4Addr,
+    pub dip: IpAddr,
     /// Name from the config.
     #[serde(default)]
     pub hostname: Option<String>,
@@ -144,7 +144,7 @@ pub struct ServiceStatus {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Status {
     /// This node's address.
-    pub node: Ipv4Addr,
+    pub node: IpAddr,
     /// Whether this node runs the XDP balancer (our program attached, as
     /// the kernel reports it).
     pub balancer: bool,
@@ -292,7 +292,7 @@ impl Status {
     /// Snapshot of `cp` for the node at `node` in `role`.
     pub fn of(
         cp: &ControlPlane,
-        node: Ipv4Addr,
+        node: IpAddr,
         role: Role,
         config_file: &Path,
         last_reload: Option<ReloadStatus>,
@@ -547,9 +547,10 @@ impl Status {
                 chains.join(", ")
             )?;
             let c = BACKEND_COLUMNS;
+            let w = address_width(s.backends.iter().map(|b| &b.dip));
             writeln!(
                 out,
-                "  {:<15} {:<16} {:<9} {:<11} {:<11} {:>6} {:>9} {:>6} {:>8} {:>7} {:>8} {:>7} {:>9}  {}",
+                "  {:<w$} {:<16} {:<9} {:<11} {:<11} {:>6} {:>9} {:>6} {:>8} {:>7} {:>8} {:>7} {:>9}  {}",
                 c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9], c[10], c[11], c[12], c[13]
             )?;
             for b in &s.backends {
@@ -561,7 +562,7 @@ impl Status {
                 };
                 writeln!(
                     out,
-                    "  {:<15} {:<16} {:<9} {:<11} {:<11} {:>6} {:>9.1} {:>6} {:>8} {:>6.1}% {:>8} {:>6.1}% {:>9}  {}",
+                    "  {:<w$} {:<16} {:<9} {:<11} {:<11} {:>6} {:>9.1} {:>6} {:>8} {:>6.1}% {:>8} {:>6.1}% {:>9}  {}",
                     b.dip.to_string(),
                     b.hostname.as_deref().unwrap_or("-"),
                     b.state,
@@ -583,13 +584,37 @@ impl Status {
     }
 }
 
+/// Width of a column of addresses in the text reports: 15 (a dotted quad
+/// at its longest), or the longest address listed when one is longer (IPv6
+/// DIPs of an IPv6 cluster network).
+pub fn address_width<'a>(addrs: impl IntoIterator<Item = &'a IpAddr>) -> usize {
+    addrs
+        .into_iter()
+        .map(|a| a.to_string().len())
+        .max()
+        .unwrap_or(0)
+        .max(15)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::Ipv4Addr;
+
+    #[test]
+    fn address_columns_widen_for_long_ipv6_addresses() {
+        let a: Vec<IpAddr> = ["10.0.0.11", "2001:db8::1"]
+            .map(|a| a.parse().unwrap())
+            .into();
+        assert_eq!(address_width(&a), 15);
+        let b: IpAddr = "2001:db8:1234:5678::abcd".parse().unwrap();
+        assert_eq!(address_width(a.iter().chain([&b])), 24);
+        assert_eq!(address_width(&[]), 15);
+    }
 
     fn sample() -> Status {
         Status {
-            node: Ipv4Addr::new(10, 0, 0, 11),
+            node: Ipv4Addr::new(10, 0, 0, 11).into(),
             balancer: true,
             balancer_configured: true,
             config_file: "/etc/nilb/nilb.yaml".into(),
@@ -615,7 +640,7 @@ mod tests {
                 chain_lengths: vec![1000, 20, 3, 1],
                 dynamic_weight: None,
                 backends: vec![BackendStatus {
-                    dip: Ipv4Addr::new(10, 0, 0, 12),
+                    dip: Ipv4Addr::new(10, 0, 0, 12).into(),
                     hostname: None,
                     state: "active".into(),
                     health: "up".into(),
@@ -680,14 +705,14 @@ mod tests {
         let key = cp.services().keys().next().copied().unwrap();
         // The offline backend was up before it was set offline: its last
         // verdict must not be shown as if it were still checked.
-        cp.observe(&key, Ipv4Addr::new(10, 0, 0, 13), Ok(()), 1);
+        cp.observe(&key, Ipv4Addr::new(10, 0, 0, 13).into(), Ok(()), 1);
         cp.observe_encap(
             &key,
-            Ipv4Addr::new(10, 0, 0, 12),
+            Ipv4Addr::new(10, 0, 0, 12).into(),
             Err("no SYN-ACK".into()),
             1,
         );
-        let node = Ipv4Addr::new(10, 0, 0, 11);
+        let node: IpAddr = Ipv4Addr::new(10, 0, 0, 11).into();
         let role = |on: bool| Role {
             running: on,
             configured: on,
@@ -713,7 +738,7 @@ mod tests {
         // A node that is not a balancer checks nothing.
         let s = Status::of(
             &cp,
-            Ipv4Addr::new(10, 0, 0, 12),
+            Ipv4Addr::new(10, 0, 0, 12).into(),
             role(false),
             Path::new("/x.yaml"),
             None,

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
@@ -44,7 +44,16 @@ pub fn check_summary(config: &Config, out: &mut dyn Write) -> Result<()> {
         .iter()
         .map(|b| b.to_string())
         .collect();
-    writeln!(out, "balancers: {}", balancers.join(", "))?;
+    writeln!(
+        out,
+        "balancers: {}{}",
+        balancers.join(", "),
+        if config.cluster.is_ipv6() {
+            " (IPv6 cluster network: GUE in outer IPv6, 16-byte hops)"
+        } else {
+            ""
+        }
+    )?;
     for s in &config.services {
         let key = s.key();
         let table = &cp.service(&key).expect("service in control plane").table;
@@ -107,6 +116,7 @@ pub fn check_summary(config: &Config, out: &mut dyn Write) -> Result<()> {
                     .unwrap_or_default(),
             )?;
         }
+        let w = crate::status::address_width(s.backends.iter().map(|b| &b.dip));
         for b in &s.backends {
             let n = shares.get(&b.dip).copied().unwrap_or(0);
             // A QUIC-LB backend's server ID: what its QUIC server must
@@ -125,7 +135,7 @@ pub fn check_summary(config: &Config, out: &mut dyn Write) -> Result<()> {
                 .unwrap_or_default();
             writeln!(
                 out,
-                "  {:<15} {:<20} weight {:>5} {:<8} {:>6} buckets {:>5.1}%{sid}",
+                "  {:<w$} {:<20} weight {:>5} {:<8} {:>6} buckets {:>5.1}%{sid}",
                 b.dip.to_string(),
                 b.label(),
                 b.weight,
@@ -241,18 +251,18 @@ pub struct LookupReport {
     /// Buckets in the table.
     pub table_size: u32,
     /// First hop of the bucket; `null`: the balancer drops the packet.
-    pub first_hop: Option<Ipv4Addr>,
+    pub first_hop: Option<IpAddr>,
     /// Its hostname in the config, if it has one.
     pub first_hop_hostname: Option<String>,
     /// Second hop of the bucket (its newest previous owner), if any: the
     /// first element of `previous_hops`, kept for readers of schema 1.
-    pub second_hop: Option<Ipv4Addr>,
+    pub second_hop: Option<IpAddr>,
     /// Its hostname in the config, if it has one.
     pub second_hop_hostname: Option<String>,
     /// Every previous owner of the bucket, newest first (those known down
     /// after the others): the hops the balancer lists in GUE after the first
     /// hop, which second chance walks in this order.
-    pub previous_hops: Vec<Ipv4Addr>,
+    pub previous_hops: Vec<IpAddr>,
     /// Their hostnames in the config (`null` where none), in the same order.
     pub previous_hop_hostnames: Vec<Option<String>>,
     /// UDP source port of the GUE packet (from the hash).
@@ -316,7 +326,7 @@ pub fn lookup_report(
     let bucket = bucket_of(hash, size);
     let (first, previous) = chain;
     let second = previous.first().copied();
-    let hostname = |a: Option<Ipv4Addr>| {
+    let hostname = |a: Option<IpAddr>| {
         a.and_then(|a| service.backends.iter().find(|x| x.dip == a))
             .and_then(|x| x.hostname.clone())
     };
@@ -370,7 +380,7 @@ pub fn print_lookup(config: &Config, r: &LookupReport, out: &mut dyn Write) -> R
             protocol,
         })
         .context("service vanished from the configuration")?;
-    let label = |a: Option<Ipv4Addr>| match a {
+    let label = |a: Option<IpAddr>| match a {
         None => "none".to_string(),
         Some(a) => match service.backends.iter().find(|x| x.dip == a) {
             Some(x) => format!("{a} ({})", x.label()),
@@ -420,7 +430,7 @@ pub struct TablesReport {
     /// Pin directory read.
     pub pin_dir: String,
     /// The node's address as the data plane has it.
-    pub node: Ipv4Addr,
+    pub node: IpAddr,
     /// Hash seed in the data plane.
     pub hash_seed: u32,
     /// Services in key order.
@@ -456,7 +466,7 @@ pub struct TableReport {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct TableBackend {
     /// Backend address.
-    pub dip: Ipv4Addr,
+    pub dip: IpAddr,
     /// Buckets where it is first hop.
     pub buckets: u32,
     /// Their share of the table, percent (0.1 precision).
@@ -477,14 +487,14 @@ pub struct TableBackend {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct BucketReport {
     /// Gets new connections; `null`: the balancer drops the packets.
-    pub first_hop: Option<Ipv4Addr>,
+    pub first_hop: Option<IpAddr>,
     /// Gets packets the first hop does not know (the newest previous
     /// owner); `null`: none. The first element of `previous_hops`, kept for
     /// readers of schema 1.
-    pub second_hop: Option<Ipv4Addr>,
+    pub second_hop: Option<IpAddr>,
     /// Every previous owner, newest first: the hops the balancer lists in
     /// GUE, tried in this order (`second_hop` is the first).
-    pub previous_hops: Vec<Ipv4Addr>,
+    pub previous_hops: Vec<IpAddr>,
     /// `backend_stats` slot the balancer counts this bucket's packets in
     /// (`null` without a first hop).
     pub counter_slot: Option<u32>,
@@ -496,7 +506,7 @@ pub struct BucketReport {
 
 /// A live table as reported by `nilb tables` (`backends`: the address of
 /// every backend slot, index = slot).
-pub fn table_report(t: &RawTable, backends: &[Option<Ipv4Addr>]) -> TableReport {
+pub fn table_report(t: &RawTable, backends: &[Option<IpAddr>]) -> TableReport {
     let size = t.service.table_mask.wrapping_add(1);
     let live = LiveTable::from_raw(t, backends);
     let buckets: Vec<BucketReport> = live
@@ -513,7 +523,7 @@ pub fn table_report(t: &RawTable, backends: &[Option<Ipv4Addr>]) -> TableReport 
         })
         .collect();
     // dip -> (first, second, any previous place, slot)
-    let mut by_dip: BTreeMap<Ipv4Addr, (u32, u32, u32, Option<u32>)> = BTreeMap::new();
+    let mut by_dip: BTreeMap<IpAddr, (u32, u32, u32, Option<u32>)> = BTreeMap::new();
     for b in &buckets {
         if let Some(f) = b.first_hop {
             let e = by_dip.entry(f).or_default();
@@ -603,15 +613,16 @@ pub fn tables(dir: &Path, buckets: bool, out: &mut dyn Write) -> Result<()> {
                 None => String::new(),
             }
         )?;
+        let w = crate::status::address_width(s.backends.iter().map(|b| &b.dip));
         writeln!(
             out,
-            "  {:<15} {:>8} {:>7} {:>8} {:>7} {:>6}",
+            "  {:<w$} {:>8} {:>7} {:>8} {:>7} {:>6}",
             "backend", "buckets", "share", "2nd hop", "share", "slot"
         )?;
         for b in &s.backends {
             writeln!(
                 out,
-                "  {:<15} {:>8} {:>6.1}% {:>8} {:>6.1}% {:>6}",
+                "  {:<w$} {:>8} {:>6.1}% {:>8} {:>6.1}% {:>6}",
                 b.dip.to_string(),
                 b.buckets,
                 b.share_percent,
@@ -630,11 +641,11 @@ pub fn tables(dir: &Path, buckets: bool, out: &mut dyn Write) -> Result<()> {
         if buckets {
             writeln!(
                 out,
-                "  {:>6}  {:<15} {:<15} {:>6}  {:<25} older hops",
+                "  {:>6}  {:<w$} {:<w$} {:>6}  {:<25} older hops",
                 "bucket", "first hop", "second hop", "slot", "moved at"
             )?;
             for (i, b) in s.buckets.iter().enumerate() {
-                let a = |x: Option<Ipv4Addr>| x.map_or("-".to_string(), |x| x.to_string());
+                let a = |x: Option<IpAddr>| x.map_or("-".to_string(), |x| x.to_string());
                 let older: Vec<String> = b
                     .previous_hops
                     .iter()
@@ -643,7 +654,7 @@ pub fn tables(dir: &Path, buckets: bool, out: &mut dyn Write) -> Result<()> {
                     .collect();
                 writeln!(
                     out,
-                    "  {:>6}  {:<15} {:<15} {:>6}  {:<25} {}",
+                    "  {:>6}  {:<w$} {:<w$} {:>6}  {:<25} {}",
                     i,
                     a(b.first_hop),
                     a(b.second_hop),
@@ -669,7 +680,7 @@ pub struct StatsReport {
     /// Pin directory read.
     pub pin_dir: String,
     /// The node's address as the data plane has it.
-    pub node: Ipv4Addr,
+    pub node: IpAddr,
     /// Hash seed in the data plane.
     pub hash_seed: u32,
     /// GUE UDP port.
@@ -757,7 +768,7 @@ pub struct ServiceStatsReport {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct BackendStatsReport {
     /// Backend address.
-    pub dip: Ipv4Addr,
+    pub dip: IpAddr,
     /// Its `backend_stats` slot.
     pub counter_slot: u32,
     /// Buckets where it is first hop now.
@@ -863,10 +874,11 @@ pub fn stats(dir: &Path, all: bool, out: &mut dyn Write) -> Result<()> {
             s.tc_forward,
             s.tc_drops
         )?;
+        let w = crate::status::address_width(s.backends.iter().map(|b| &b.dip));
         for b in &s.backends {
             writeln!(
                 out,
-                "    -> {:<15} buckets {:>6}  packets {:>12}  bytes {:>14}  new connections {:>10}",
+                "    -> {:<w$} buckets {:>6}  packets {:>12}  bytes {:>14}  new connections {:>10}",
                 b.dip.to_string(),
                 b.buckets,
                 b.packets,
@@ -896,10 +908,11 @@ pub fn stats(dir: &Path, all: bool, out: &mut dyn Write) -> Result<()> {
 mod tests {
     use super::*;
     use crate::dataplane::abi::sys;
+    use std::net::Ipv4Addr;
 
-    const B11: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 11);
-    const B12: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 12);
-    const B13: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 13);
+    const B11: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 11));
+    const B12: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 12));
+    const B13: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 13));
 
     fn key() -> ServiceKey {
         ServiceKey {
@@ -910,7 +923,7 @@ mod tests {
     }
 
     /// Backend slots: 7 -> B11, 9 -> B12, 11 -> B13.
-    fn slots() -> Vec<Option<Ipv4Addr>> {
+    fn slots() -> Vec<Option<IpAddr>> {
         let mut v = vec![None; 16];
         v[7] = Some(B11);
         v[9] = Some(B12);
@@ -992,6 +1005,61 @@ mod tests {
         assert_eq!(v["backends"][1]["counter_slot"], 9);
     }
 
+    /// `nilb lookup` and `nilb tables` on an IPv6 cluster network: hops
+    /// are IPv6 addresses, in the text (with hostnames) and in the JSON.
+    #[test]
+    fn lookup_and_tables_show_ipv6_hops() {
+        let config = Config::parse(
+            "version: 1\ncluster: {balancers: [\"2001:db8:c::1\"], hash_seed: 7}\nservices:\n  - {name: web, vip: 10.0.0.100, port: 80, protocol: tcp, table_size: 64, backends: [{dip: \"2001:db8:c::11\", hostname: n11}, {dip: \"2001:db8:c::12\"}]}\n",
+        )
+        .unwrap();
+        let src: SocketAddr = "192.0.2.1:40000".parse().unwrap();
+        let dst: SocketAddr = "10.0.0.100:80".parse().unwrap();
+        let r = lookup_report(&config, src, dst, Protocol::Tcp, TableSource::Config).unwrap();
+        let first = r.first_hop.expect("a first hop");
+        assert!(first.is_ipv6());
+        let mut text = Vec::new();
+        print_lookup(&config, &r, &mut text).unwrap();
+        let text = String::from_utf8(text).unwrap();
+        let want = if first.to_string() == "2001:db8:c::11" {
+            "first hop 2001:db8:c::11 (n11)"
+        } else {
+            "first hop 2001:db8:c::12"
+        };
+        assert!(text.contains(want), "{text}");
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["first_hop"], first.to_string());
+        let mut summary = Vec::new();
+        check_summary(&config, &mut summary).unwrap();
+        let summary = String::from_utf8(summary).unwrap();
+        assert!(
+            summary.contains("balancers: 2001:db8:c::1 (IPv6 cluster network"),
+            "{summary}"
+        );
+
+        let b6: IpAddr = "2001:db8:c::11".parse().unwrap();
+        let mut slots = vec![None; 8];
+        slots[3] = Some(b6);
+        let raw = RawTable {
+            key: key(),
+            service: sys::nilb_service {
+                table_base: 0,
+                table_mask: 1,
+                service_index: 0,
+                flags: 0,
+                nat_port: 0,
+            },
+            buckets: vec![[3, 0, 0, 0], [0, 3, 0, 0]],
+            moved_s: vec![0, 0],
+        };
+        let t = table_report(&raw, &slots);
+        assert_eq!(t.buckets[0].first_hop, Some(b6));
+        assert_eq!(t.buckets[1].second_hop, Some(b6));
+        assert_eq!(t.backends[0].dip, b6);
+        let v = serde_json::to_value(&t).unwrap();
+        assert_eq!(v["buckets"][0]["first_hop"], "2001:db8:c::11");
+    }
+
     /// Run `f` on a thread of its own in a private mount namespace with a
     /// fresh bpffs mounted at a temporary directory (root only), so that
     /// pins never touch the host's /sys/fs/bpf.
@@ -1025,6 +1093,83 @@ mod tests {
         }
     }
 
+    /// An IPv6 cluster network in the real maps: `nilb_config` flagged
+    /// with the node in `config6`, `cluster_nodes6` holding the cluster
+    /// (`cluster_nodes` empty), `backends` of family 6 read back as the
+    /// tables' hops, and the records' IPv6 DIPs through `control_dip6`
+    /// (a QUIC-LB service among them); `nilb tables` and
+    /// `lookup --live` show them.
+    #[test]
+    fn an_ipv6_cluster_network_in_the_pinned_maps() {
+        with_private_bpffs(|pins| {
+            use crate::dataplane::{abi, Dataplane};
+            use libbpf_rs::MapCore;
+            let config = Config::parse(
+                "version: 1\ncluster: {balancers: [\"2001:db8:c::1\"], hash_seed: 7}\nservices:\n  - {name: web, vip: 10.0.0.100, port: 80, protocol: tcp, table_size: 64, health_check: {none: {}}, backends: [{dip: \"2001:db8:c::11\", hostname: n11}, {dip: \"2001:db8:c::12\"}]}\n  - {name: q, vip: \"2001:db8:100::1\", port: 443, protocol: udp, table_size: 64, health_check: {none: {}}, quic_lb: {codepoint: 1, server_id_len: 2, nonce_len: 6, algorithm: plaintext}, backends: [{dip: \"2001:db8:c::12\"}]}\n",
+            )
+            .unwrap();
+            let node: IpAddr = "2001:db8:c::1".parse().unwrap();
+            let mut storage = std::mem::MaybeUninit::uninit();
+            let mut dp = Dataplane::load_pinned(&mut storage, Some(pins), 65536).unwrap();
+            let cp = ControlPlane::new(config.clone(), 0);
+            cp.apply(&mut dp, node, &cp.full_plan()).unwrap();
+
+            let p = PinnedMaps::open(pins).unwrap();
+            assert_eq!(p.settings().unwrap().node, node);
+            let c: sys::nilb_config = abi::read_struct(
+                &p.config
+                    .lookup(&0u32.to_ne_bytes(), libbpf_rs::MapFlags::ANY)
+                    .unwrap()
+                    .unwrap(),
+            )
+            .unwrap();
+            assert_ne!(c.flags & sys::nilb_config_flags::NILB_F_CLUSTER_IPV6, 0);
+            assert_eq!((c.node_addr, c.outer_csum_base), (0, 0));
+            let open =
+                |name: &str| libbpf_rs::MapHandle::from_pinned_path(pins.join(name)).unwrap();
+            let nodes6: std::collections::BTreeSet<IpAddr> = open("cluster_nodes6")
+                .keys()
+                .map(|k| IpAddr::from(<[u8; 16]>::try_from(&k[..]).unwrap()))
+                .collect();
+            assert_eq!(nodes6, cp.cluster_addresses());
+            assert_eq!(open("cluster_nodes").keys().count(), 0);
+            // The tables read back through `backends` (family 6).
+            let t = tables_report(pins).unwrap();
+            assert_eq!(t.node, node);
+            for s in &t.services {
+                let key = cp
+                    .services()
+                    .keys()
+                    .find(|k| k.to_string() == s.key)
+                    .unwrap();
+                let want = &cp.service(key).unwrap().table;
+                for (got, b) in s.buckets.iter().zip(want.buckets()) {
+                    assert_eq!((got.first_hop, got.second_hop), (b.first(), b.second()));
+                    assert!(got.first_hop.is_some_and(|h| h.is_ipv6()));
+                }
+            }
+            let src = SocketAddr::from((Ipv4Addr::new(192, 0, 2, 1), 40000));
+            let dst = SocketAddr::from((Ipv4Addr::new(10, 0, 0, 100), 80));
+            let live =
+                lookup_report(&config, src, dst, Protocol::Tcp, TableSource::Live(pins)).unwrap();
+            let fresh =
+                lookup_report(&config, src, dst, Protocol::Tcp, TableSource::Config).unwrap();
+            assert_eq!(live.first_hop, fresh.first_hop);
+            assert!(live.first_hop.unwrap().is_ipv6());
+
+            // The records of IPv6 DIPs come back from control_state and
+            // control_dip6.
+            let records = dp.control_state().unwrap();
+            assert_eq!(records, cp.records());
+            assert!(records.values().all(|r| r.dip.is_ipv6()));
+            assert_eq!(records.len(), 3);
+            assert_eq!(
+                crate::daemon::pinned_family_problem(p.settings().unwrap().node, node, pins),
+                None
+            );
+        });
+    }
+
     #[test]
     fn reports_read_the_pinned_maps_of_a_data_plane() {
         with_private_bpffs(|pins| {
@@ -1046,7 +1191,7 @@ mod tests {
             let mut cp = ControlPlane::new(cfg([1, 1, 2]), now);
             // Up (unknown backends gain no buckets from a weight change).
             for i in 0..3u8 {
-                cp.observe(&key(), Ipv4Addr::new(10, 0, 0, 11 + i), Ok(()), now);
+                cp.observe(&key(), Ipv4Addr::new(10, 0, 0, 11 + i).into(), Ok(()), now);
             }
             cp.apply(&mut dp, B11, &cp.full_plan()).unwrap();
             let plan = cp.update(cfg([3, 1, 1]), now + 5_000);
@@ -1129,7 +1274,9 @@ mod tests {
                     (b.first_hop, b.second_hop)
                 );
                 assert_eq!(live.table, "live");
-                let host = live.first_hop.map(|a| format!("n{}", a.octets()[3] - 10));
+                let host = live
+                    .first_hop
+                    .map(|a| format!("n{}", crate::table::tests::last_octet(a) - 10));
                 assert_eq!(live.first_hop_hostname, host);
             }
 

@@ -183,7 +183,7 @@ fn control_plane() -> ControlPlane {
     for (t, n) in [(1000, 10), (2000, 30)] {
         cp.record_load(
             &key,
-            Ipv4Addr::new(10, 0, 0, 12),
+            Ipv4Addr::new(10, 0, 0, 12).into(),
             Ok(LoadSample::Connections(n)),
             t,
         );
@@ -194,7 +194,7 @@ fn control_plane() -> ControlPlane {
 fn sample_status() -> Status {
     let mut s = Status::of(
         &control_plane(),
-        Ipv4Addr::new(10, 0, 0, 11),
+        Ipv4Addr::new(10, 0, 0, 11).into(),
         nilb::status::Role {
             running: true,
             configured: true,
@@ -258,7 +258,7 @@ fn sample_status() -> Status {
         prefix: "/nilb".into(),
         connected: true,
         role: nilb::cluster::Role::Follower,
-        leader: Some(Ipv4Addr::new(10, 0, 0, 11)),
+        leader: Some(Ipv4Addr::new(10, 0, 0, 11).into()),
         revision: 42,
         pending: 0,
         lag_ms: Some(120),

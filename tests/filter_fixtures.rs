@@ -50,13 +50,13 @@ fn set_filters(l: &mut Loaded, dir: &std::path::Path) {
         filters: true,
         ..Plan::default()
     };
-    l.cp.apply(&mut l.dp, NODE, &plan)
+    l.cp.apply(&mut l.dp, NODE.into(), &plan)
         .expect("installing filters");
 }
 
 fn reload_filtered(l: &mut Loaded, yaml: &str, dir: &std::path::Path) {
     let plan = l.cp.update(Config::parse(yaml).expect("test config"), 2);
-    l.cp.apply(&mut l.dp, NODE, &plan).expect("applying");
+    l.cp.apply(&mut l.dp, NODE.into(), &plan).expect("applying");
     set_filters(l, dir);
 }
 

@@ -157,7 +157,10 @@ fn xdp_balancer_uses_the_same_hash_and_bucket() {
             },
             seed,
         );
-        let first = table.first((h & (table.size() - 1)) as usize).unwrap();
+        let std::net::IpAddr::V4(first) = table.first((h & (table.size() - 1)) as usize).unwrap()
+        else {
+            panic!("an IPv4 cluster's hop");
+        };
         assert_eq!(
             &out[14 + 16..14 + 20],
             &first.octets(),

@@ -2,7 +2,7 @@
 //! codes, HTTPS with a self-signed certificate, TCP connect, hard timeouts,
 //! and a hung backend that must not delay the checks of others. No root.
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -11,8 +11,8 @@ use nilb::health::checker::{check_once, CheckTarget, Checkers};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
-const LOCAL: Ipv4Addr = Ipv4Addr::LOCALHOST;
-const HUNG: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
+const LOCAL: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+const HUNG: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
 
 fn http(port: u16, scheme: Scheme, codes: Vec<u16>, timeout_ms: u64) -> HealthCheck {
     HealthCheck {
@@ -50,7 +50,15 @@ async fn read_head<S: AsyncReadExt + Unpin>(s: &mut S) -> String {
 /// A plain HTTP server answering every request with `status`; returns its
 /// port and a channel of the request heads it saw.
 async fn http_server(status: u16) -> (u16, tokio::sync::mpsc::UnboundedReceiver<String>) {
-    let l = TcpListener::bind((LOCAL, 0)).await.unwrap();
+    http_server_at(LOCAL, status).await
+}
+
+/// [`http_server`] on `addr`.
+async fn http_server_at(
+    addr: IpAddr,
+    status: u16,
+) -> (u16, tokio::sync::mpsc::UnboundedReceiver<String>) {
+    let l = TcpListener::bind((addr, 0)).await.unwrap();
     let port = l.local_addr().unwrap().port();
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     tokio::spawn(async move {
@@ -147,8 +155,48 @@ async fn tcp_connect_and_refusal() {
     assert!(err.contains("refused"), "{err}");
 }
 
+/// IPv6 DIPs (an IPv6 cluster network): HTTP to `http://[dip]:port/...`
+/// with the Host header in brackets, and a TCP connect.
+#[tokio::test]
+async fn checks_reach_ipv6_dips() {
+    const LOCAL6: IpAddr = IpAddr::V6(Ipv6Addr::LOCALHOST);
+    let mut check = http(0, Scheme::Http, vec![200], 1000);
+    let (port, mut heads) = http_server_at(LOCAL6, 200).await;
+    if let Checker::Http { port: p, host, .. } = &mut check.checker {
+        *p = port;
+        *host = None;
+    }
+    check_once(LOCAL6, &check).await.expect("200 over IPv6");
+    let head = heads.recv().await.unwrap().to_ascii_lowercase();
+    assert!(head.contains(&format!("host: [::1]:{port}")), "{head}");
+    let (port, _) = http_server_at(LOCAL6, 503).await;
+    if let Checker::Http { port: p, .. } = &mut check.checker {
+        *p = port;
+    }
+    let err = check_once(LOCAL6, &check).await.unwrap_err();
+    assert!(err.contains(&format!("http://[::1]:{port}/")), "{err}");
+
+    let l = TcpListener::bind((LOCAL6, 0)).await.unwrap();
+    let open = l.local_addr().unwrap().port();
+    let tcp = HealthCheck {
+        checker: Checker::Tcp { port: open },
+        interval_ms: 1000,
+        timeout_ms: 500,
+        rise_count: 1,
+        fall_count: 1,
+    };
+    check_once(LOCAL6, &tcp).await.expect("listening on ::1");
+    drop(l);
+    let err = check_once(LOCAL6, &tcp).await.unwrap_err();
+    assert!(err.contains(&format!("[::1]:{open}")), "{err}");
+    assert_eq!(
+        nilb::health::checker::default_host(LOCAL6, 80, Scheme::Http),
+        "[::1]"
+    );
+}
+
 /// A server that accepts and then says nothing.
-async fn hung_server(addr: Ipv4Addr) -> (u16, tokio::task::JoinHandle<()>) {
+async fn hung_server(addr: IpAddr) -> (u16, tokio::task::JoinHandle<()>) {
     let l = TcpListener::bind((addr, 0)).await.unwrap();
     let port = l.local_addr().unwrap().port();
     let h = tokio::spawn(async move {

@@ -336,7 +336,7 @@ fn xdp_ipv6_first_hops_follow_the_rust_table() {
         let (v, out) = l.dp.run_xdp(&frame6(net.mac, &syn), net.ifindex).unwrap();
         assert_eq!(v, XDP_TX);
         let h = hash6(sp, 80, IPPROTO_TCP);
-        let first = table.first((h & (table.size() - 1)) as usize).unwrap();
+        let first = v4(table.first((h & (table.size() - 1)) as usize).unwrap());
         assert_eq!(
             &out[14 + 16..14 + 20],
             &first.octets(),

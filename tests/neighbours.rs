@@ -4,34 +4,47 @@
 //! set STALE with a wrong MAC address; one refresh round corrects it within
 //! a second (a broadcast ARP and its answer), and the next round reports the
 //! change. Also shows why a plain `NTF_USE` is not enough: on a STALE entry
-//! it only starts the kernel's DELAY, keeping the wrong MAC. Needs root.
+//! it only starts the kernel's DELAY, keeping the wrong MAC. The same for
+//! an IPv6 hop (an IPv6 cluster network: NDP instead of ARP). Needs root.
 
 mod common;
 
 use std::collections::BTreeSet;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::{Duration, Instant};
 
 use common::{ip, require_root};
 use nilb::neighbours::Refresher;
 use nilb::netlink::{Nud, Rtnl};
 
-const PEER: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 12);
+const PEER: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 12));
+const PEER6: IpAddr = IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0x12));
 const WRONG: [u8; 6] = [0x02, 0, 0, 0, 0x0b, 0xad];
 
 /// Run `f` in a thread with a private network namespace holding veth `nn0`
 /// (10.0.0.11/24) whose peer `nn1` (10.0.0.12/24) is in the named namespace
 /// `ns`, which is deleted afterwards.
 fn with_peer(ns: &str, f: impl FnOnce(u32, Vec<u8>) + Send + 'static) {
+    with_peer_at(ns, ("10.0.0.11/24", "10.0.0.12/24"), f)
+}
+
+/// [`with_peer`] with these addresses of `nn0` and `nn1` (IPv6 ones
+/// without duplicate address detection, usable at once).
+fn with_peer_at(
+    ns: &str,
+    (local, peer): (&'static str, &'static str),
+    f: impl FnOnce(u32, Vec<u8>) + Send + 'static,
+) {
     let ns = ns.to_string();
+    let nodad = if local.contains(':') { " nodad" } else { "" };
     let t = std::thread::spawn(move || {
         nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).expect("unshare");
         ip("link set lo up");
         ip(&format!("netns add {ns}"));
         ip(&format!("link add nn0 type veth peer name nn1 netns {ns}"));
-        ip("addr add 10.0.0.11/24 dev nn0");
+        ip(&format!("addr add {local} dev nn0{nodad}"));
         ip("link set nn0 up");
-        ip(&format!("-n {ns} addr add 10.0.0.12/24 dev nn1"));
+        ip(&format!("-n {ns} addr add {peer} dev nn1{nodad}"));
         ip(&format!("-n {ns} link set nn1 up"));
         let peer_mac = mac_in(&ns, "nn1");
         let ifindex = nix::net::if_::if_nametoindex("nn0").expect("nn0");
@@ -62,12 +75,16 @@ fn mac_in(ns: &str, dev: &str) -> Vec<u8> {
 }
 
 fn entry(ifindex: u32) -> Option<(Nud, Option<Vec<u8>>)> {
+    entry_of(ifindex, PEER)
+}
+
+fn entry_of(ifindex: u32, peer: IpAddr) -> Option<(Nud, Option<Vec<u8>>)> {
     Rtnl::open()
         .unwrap()
-        .neighbours(ifindex)
+        .neighbours(ifindex, peer.is_ipv6())
         .unwrap()
         .into_iter()
-        .find(|n| n.addr == PEER)
+        .find(|n| n.addr == peer)
         .map(|n| (n.state, n.lladdr))
 }
 
@@ -99,7 +116,7 @@ fn a_stale_wrong_mac_is_corrected_within_a_second() {
             );
 
             set_wrong();
-            let hops: BTreeSet<Ipv4Addr> = [PEER].into();
+            let hops: BTreeSet<IpAddr> = [PEER].into();
             let mut r = Refresher::new(ifindex);
             let started = Instant::now();
             r.round(&hops, 100_000);
@@ -120,6 +137,52 @@ fn a_stale_wrong_mac_is_corrected_within_a_second() {
             println!(
                 "wrong MAC corrected {} ms after the refresh round",
                 fixed.as_millis()
+            );
+            r.round(&hops, 101_000);
+            assert_eq!(r.changed, 1, "the next round reports the changed MAC");
+            assert_eq!(r.refreshes, 1, "a REACHABLE entry is left alone");
+        },
+    );
+}
+
+/// An IPv6 hop's NDP entry, STALE with a wrong MAC, is corrected by one
+/// round as an ARP entry is (the kernel sends a neighbour solicitation).
+#[test]
+fn a_stale_wrong_mac_of_an_ipv6_hop_is_corrected() {
+    require_root!("network namespaces, neighbour entries");
+    with_peer_at(
+        &format!("nilbneigh6{}", std::process::id()),
+        ("2001:db8::11/64", "2001:db8::12/64"),
+        |ifindex, peer_mac| {
+            ip("-6 neigh replace 2001:db8::12 lladdr 02:00:00:00:0b:ad dev nn0 nud stale");
+            assert_eq!(
+                entry_of(ifindex, PEER6),
+                Some((Nud::Stale, Some(WRONG.to_vec()))),
+                "the NDP dump lists the entry as set"
+            );
+            // An IPv4 dump does not list it.
+            assert_eq!(entry_of(ifindex, PEER), None);
+            let hops: BTreeSet<IpAddr> = [PEER6].into();
+            let mut r = Refresher::new(ifindex);
+            let started = Instant::now();
+            r.round(&hops, 100_000);
+            assert_eq!(r.refreshes, 1);
+            loop {
+                if let Some((Nud::Reachable, Some(mac))) = entry_of(ifindex, PEER6) {
+                    if mac == peer_mac {
+                        break;
+                    }
+                }
+                assert!(
+                    started.elapsed() < Duration::from_secs(3),
+                    "not corrected: {:?}",
+                    entry_of(ifindex, PEER6)
+                );
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            println!(
+                "wrong MAC of an IPv6 hop corrected {} ms after the refresh round",
+                started.elapsed().as_millis()
             );
             r.round(&hops, 101_000);
             assert_eq!(r.changed, 1, "the next round reports the changed MAC");

@@ -107,7 +107,7 @@ fn xdp_syn_to_vip_is_encapsulated_byte_for_byte() {
 
     // Per-backend balancer counters: two SYNs to .12.
     let key = l.cp.config().services[0].key();
-    let slot = l.cp.service(&key).unwrap().backends[&B12].slot;
+    let slot = l.cp.service(&key).unwrap().backends[&B12.into()].slot;
     let bs = l.dp.backend_stats(slot).unwrap();
     assert_eq!(
         (bs.packets, bs.bytes, bs.syns),
@@ -190,7 +190,7 @@ fn full_plan_removes_services_the_state_does_not_know() {
 
     let web_only = &yaml[..yaml.find("  - name: dns").expect("dns in the config")];
     let cp = ControlPlane::new(Config::parse(web_only).unwrap(), 0);
-    cp.apply(&mut l.dp, NODE, &cp.full_plan()).unwrap();
+    cp.apply(&mut l.dp, NODE.into(), &cp.full_plan()).unwrap();
     let ports: Vec<u16> =
         l.dp.live_tables()
             .unwrap()
@@ -454,7 +454,7 @@ fn xdp_icmp_frag_needed_follows_the_embedded_flow() {
 
         // The client's flow is client:cport -> VIP:80.
         let h = hash_of((CLIENT, VIP, cport, 80, IPPROTO_TCP));
-        let first = table.first((h & (table.size() - 1)) as usize).unwrap();
+        let first = v4(table.first((h & (table.size() - 1)) as usize).unwrap());
         let mac = if first == B12 { MAC12 } else { MAC13 };
         seen.insert(first);
         let want = encapsulated(mac, net.mac, first, &[], gue_sport(h), &inner);
@@ -934,20 +934,26 @@ fn xdp_lists_every_previous_owner_newest_first() {
     let web_slots = web.1.slots.clone();
     let slot = move |t: &(nilb::config::ServiceKey, nilb::dataplane::LiveTable), d: Ipv4Addr| {
         t.1.slots
-            .get(&d)
-            .or(web_slots.get(&d))
+            .get(&d.into())
+            .or(web_slots.get(&d.into()))
             .copied()
             .unwrap_or(100)
     };
     let chains = |previous: &[Ipv4Addr], n: usize| nilb::dataplane::Chains {
-        chains: vec![(Some(B12), previous.to_vec()); n],
+        chains: vec![
+            (
+                Some(B12.into()),
+                previous.iter().map(|&p| p.into()).collect()
+            );
+            n
+        ],
         moved_at: vec![Some(5_000); n],
     };
     let install = |l: &mut Loaded,
                    t: &(nilb::config::ServiceKey, nilb::dataplane::LiveTable),
                    previous: &[Ipv4Addr],
                    changed: Option<&[u32]>| {
-        let s = |d| slot(t, d);
+        let s = |d| slot(t, v4(d));
         l.dp.install_chains(&t.0, t.1.service_index, &chains(previous, 256), &s, changed)
             .unwrap();
     };
@@ -1016,7 +1022,8 @@ fn xdp_lists_every_previous_owner_newest_first() {
     let web_now = &read.iter().find(|(k, _)| k.port == 80).unwrap().1;
     for (j, c) in web_now.chains.iter().enumerate() {
         let want: &[Ipv4Addr] = if j as u32 == i { &[b14, B13] } else { &[B13] };
-        assert_eq!(c, &(Some(B12), want.to_vec()), "bucket {j} read back");
+        let want: Vec<std::net::IpAddr> = want.iter().map(|&w| w.into()).collect();
+        assert_eq!(c, &(Some(B12.into()), want), "bucket {j} read back");
     }
     assert_eq!(
         web_now.moved_at[0],
@@ -1311,7 +1318,7 @@ fn xdp_local_first_hop_syn_skips_the_encapsulation() {
     // They count as sent to the first hop and accepted by the service.
     let key = l.cp.config().services[0].key();
     let svc = l.cp.service(&key).unwrap();
-    let bs = l.dp.backend_stats(svc.backends[&NODE].slot).unwrap();
+    let bs = l.dp.backend_stats(svc.backends[&NODE.into()].slot).unwrap();
     assert_eq!((bs.packets, bs.syns), (2, 1));
     assert_eq!(l.dp.service_stats(svc.index).unwrap().tc_decap, 2);
     // TC passes the unencapsulated packet untouched.

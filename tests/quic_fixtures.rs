@@ -338,7 +338,7 @@ fn xdp_quic_lb_fixture_table() {
 
     // Routed packets count for the backend they reach.
     let key = l.cp.config().services[0].key();
-    let slot13 = l.cp.service(&key).unwrap().backends[&B13].slot;
+    let slot13 = l.cp.service(&key).unwrap().backends[&B13.into()].slot;
     let bs = l.dp.backend_stats(slot13).unwrap();
     assert_eq!(bs.packets, 4, "four packets of service 443 routed to .13");
     let _ = std::fs::remove_file(&key_file);

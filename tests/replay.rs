@@ -40,7 +40,7 @@ fn replay_xdp(
     let mut report = Vec::new();
     let results = replay(
         Config::parse(yaml).unwrap(),
-        NODE,
+        NODE.into(),
         ReplayProgram::Xdp,
         &input,
         Some(&output),

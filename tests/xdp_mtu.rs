@@ -51,7 +51,7 @@ fn set_mtu(dev: &str, mtu: u32) {
 
 fn backend_packets(l: &Loaded, dip: Ipv4Addr) -> (u64, u64, u64) {
     let key = l.cp.config().services[0].key();
-    let slot = l.cp.service(&key).unwrap().backends[&dip].slot;
+    let slot = l.cp.service(&key).unwrap().backends[&dip.into()].slot;
     let bs = l.dp.backend_stats(slot).unwrap();
     (bs.packets, bs.bytes, bs.syns)
 }
@@ -70,7 +70,7 @@ fn flows_with_hops(l: &Loaded, first: Ipv4Addr, second: Ipv4Addr) -> Vec<u16> {
     let sports: Vec<u16> = (41100..43100u16)
         .filter(|&p| {
             let b = &buckets[hash_of((CLIENT, VIP, p, 80, IPPROTO_TCP)) as usize % buckets.len()];
-            (b.0, b.1.first().copied()) == (Some(first), Some(second))
+            (b.0, b.1.first().copied()) == (Some(first.into()), Some(second.into()))
         })
         .take(2)
         .collect();

@@ -31,7 +31,7 @@ fn second_link() -> (u32, [u8; 6]) {
 
 fn backend_packets(l: &Loaded, dip: Ipv4Addr) -> (u64, u64, u64) {
     let key = l.cp.config().services[0].key();
-    let slot = l.cp.service(&key).unwrap().backends[&dip].slot;
+    let slot = l.cp.service(&key).unwrap().backends[&dip.into()].slot;
     let bs = l.dp.backend_stats(slot).unwrap();
     (bs.packets, bs.bytes, bs.syns)
 }

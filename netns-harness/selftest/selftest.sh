@@ -45,5 +45,24 @@ selftest() {
   nh_stop "$hpid" TERM 3
   out=$(head -n 1 "$NH_OUT/hold.log")
   if [[ $NH_LAST_RC == 0 && $(json "$res" 'd["ok"]') == 30 ]]; then pass hold "$out"; else fail hold "exit $NH_LAST_RC: $out"; fi
+
+  # the IPv6-only cluster network of the v6-cluster-* scenarios (lib.sh
+  # nh_cluster6_on): no IPv4 address on the nodes, both VIPs reached through
+  # IPv6 next hops; and back (nh_cluster6_off): the node addresses answer again
+  if nh_cluster6_on && cluster6_routes 20400; then
+    pass cluster6 "nodes' eth0 IPv6 only, ping6 node <-> node <-> client, both VIPs answered by node1 via IPv6 next hops"
+  else
+    fail cluster6 "the IPv6-only cluster network did not come up (see $NH_OUT/setup.log)"
+  fi
+  if nh_cluster6_off; then
+    cl burst --host "${NH_NODE_IP[node3]}" --port 80 --count 3 --sport-base 20500 --max-seconds 10
+    if [[ $(json - 'd["by_backend"].get("node3",0)' <<<"$OUT") == 3 ]]; then
+      pass cluster6-off "IPv4 node addresses back: 3/3 from node3"
+    else
+      fail cluster6-off "$OUT"
+    fi
+  else
+    fail cluster6-off "the IPv4 node addresses did not come back (see $NH_OUT/setup.log)"
+  fi
 }
 

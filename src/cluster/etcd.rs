@@ -11,7 +11,7 @@
 //! a follower's delay to the poll period plus one request.
 
 use std::collections::BTreeMap;
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -311,7 +311,7 @@ pub struct TaskStatus {
     /// The last request succeeded.
     pub connected: bool,
     /// The leader key's holder.
-    pub leader: Option<Ipv4Addr>,
+    pub leader: Option<IpAddr>,
     /// When etcd last answered.
     pub last_contact: Option<std::time::SystemTime>,
     /// The last error.
@@ -332,7 +332,7 @@ impl ClusterSync {
     pub fn start(
         runtime: &tokio::runtime::Runtime,
         config: Etcd,
-        node: Ipv4Addr,
+        node: IpAddr,
         events: mpsc::UnboundedSender<Event>,
     ) -> anyhow::Result<ClusterSync> {
         let client = Client::new(config.endpoints.clone())?;
@@ -406,7 +406,7 @@ fn wait_blocking(rx: tokio::sync::oneshot::Receiver<()>, timeout: Duration) -> b
 struct Task {
     client: Client,
     prefix: String,
-    node: Ipv4Addr,
+    node: IpAddr,
     election: Election,
     role: Role,
     events: mpsc::UnboundedSender<Event>,
@@ -576,7 +576,7 @@ impl Task {
         }
     }
 
-    fn set_leader(&self, leader: Option<Ipv4Addr>) {
+    fn set_leader(&self, leader: Option<IpAddr>) {
         if let Ok(mut s) = self.status.lock() {
             if s.leader != leader {
                 tracing::info!(leader = ?leader, "cluster leader");

@@ -19,7 +19,7 @@
 pub mod etcd;
 
 use std::collections::BTreeMap;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 
 use base64::Engine;
 use serde::{Deserialize, Serialize};
@@ -48,12 +48,12 @@ pub fn table_key(prefix: &str, service: &ServiceKey) -> String {
 /// The value of the leader key: the node and its lease, so that a
 /// publication can be fenced on exactly this holder (a balancer that lost
 /// its lease and got a new one is not the same holder).
-pub fn leader_value(node: Ipv4Addr, lease: i64) -> String {
+pub fn leader_value(node: IpAddr, lease: i64) -> String {
     format!("{node} {lease}")
 }
 
 /// The node named by a leader key's value.
-pub fn leader_node(value: &str) -> Option<Ipv4Addr> {
+pub fn leader_node(value: &str) -> Option<IpAddr> {
     value.split_whitespace().next()?.parse().ok()
 }
 
@@ -72,14 +72,14 @@ pub struct PublishedTable {
     /// Previous owners a bucket remembers.
     pub previous: u32,
     /// The backends the buckets name.
-    pub hops: Vec<Ipv4Addr>,
+    pub hops: Vec<IpAddr>,
     /// Base64 of the entries, u16 little-endian, `MAX_OWNERS` per bucket.
     pub buckets: String,
     /// Base64 of each bucket's last first-hop change, Unix seconds, u32
     /// little-endian (0: never).
     pub moved: String,
     /// The leader that published it.
-    pub leader: Ipv4Addr,
+    pub leader: IpAddr,
     /// When it was published, Unix ms (the leader's clock).
     pub at_ms: u64,
 }
@@ -101,12 +101,12 @@ impl PublishedTable {
     pub fn encode(
         service: &ServiceKey,
         table: &Table,
-        leader: Ipv4Addr,
+        leader: IpAddr,
         at_ms: u64,
         to_unix_ms: &dyn Fn(u64) -> u64,
     ) -> PublishedTable {
         let size = table.size() as usize;
-        let hops: Vec<Ipv4Addr> = (1..=table.entry_count())
+        let hops: Vec<IpAddr> = (1..=table.entry_count())
             .filter_map(|e| table.entry_addr(e as u16))
             .collect();
         let mut entries = Vec::with_capacity(size * MAX_OWNERS * 2);
@@ -156,7 +156,7 @@ impl PublishedTable {
                 moved.len()
             ));
         }
-        let hop = |e: u16| -> Result<Option<Ipv4Addr>, String> {
+        let hop = |e: u16| -> Result<Option<IpAddr>, String> {
             match e {
                 0 => Ok(None),
                 e => self
@@ -358,7 +358,7 @@ pub struct ClusterStatus {
     pub role: Role,
     /// The leader as the leader key names it (None: none, or unknown).
     #[serde(default)]
-    pub leader: Option<Ipv4Addr>,
+    pub leader: Option<IpAddr>,
     /// etcd's revision of the tables in force here: the newest mod
     /// revision of a published table this balancer installed (follower)
     /// or published (leader); 0: none.

@@ -4,10 +4,10 @@
 use super::*;
 use crate::table::Target;
 
-const A: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 11);
-const B: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 12);
-const C: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 13);
-const LEADER: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
+const A: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 11));
+const B: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 12));
+const C: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 13));
+const LEADER: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
 
 fn key() -> ServiceKey {
     ServiceKey {
@@ -21,24 +21,29 @@ fn key() -> ServiceKey {
 /// taken out and B re-weighted (every bucket that moved remembers where it
 /// was).
 fn table_with_history() -> Table {
+    table_with_history_of(A, B, C)
+}
+
+/// [`table_with_history`] of backends `a`, `b`, `c`.
+fn table_with_history_of(a: IpAddr, b: IpAddr, c: IpAddr) -> Table {
     let t = Table::build(
         256,
         &[
-            Target { dip: A, weight: 1 },
-            Target { dip: B, weight: 1 },
-            Target { dip: C, weight: 2 },
+            Target { dip: a, weight: 1 },
+            Target { dip: b, weight: 1 },
+            Target { dip: c, weight: 2 },
         ],
     );
-    let rules_keep = |_: Ipv4Addr| true;
-    let rules_out = |d: Ipv4Addr| d == C;
-    let rules_down = |d: Ipv4Addr| d == C;
+    let rules_keep = |_: IpAddr| true;
+    let rules_out = |d: IpAddr| d == c;
+    let rules_down = |d: IpAddr| d == c;
     let rules = crate::table::Rules {
         keep: &rules_keep,
         forced_out: &rules_out,
         down: &rules_down,
     };
     let (t, m) = t.rebalance(
-        &[Target { dip: A, weight: 1 }, Target { dip: B, weight: 3 }],
+        &[Target { dip: a, weight: 1 }, Target { dip: b, weight: 3 }],
         &rules,
         5_000_000,
         crate::table::StepLimits::NONE,
@@ -221,4 +226,39 @@ fn service_keys_of_both_families_round_trip_through_their_table_keys() {
         assert_eq!(super::parse_service_key(&k.to_string()), Some(k), "{k}");
     }
     assert_eq!(super::parse_service_key("2001:db8::80:443/udp"), None);
+}
+
+/// An IPv6 cluster network's table: hops and the leader's address travel
+/// as IPv6 literals and come back the same; an IPv4 table's hops are
+/// still written as before (dotted quads).
+#[test]
+fn ipv6_hops_round_trip_through_a_publication() {
+    let [a6, b6, c6, leader6]: [IpAddr; 4] = [
+        "2001:db8:c::11",
+        "2001:db8:c::12",
+        "fd00:c::13",
+        "2001:db8:c::1",
+    ]
+    .map(|a| a.parse().unwrap());
+    let t = table_with_history_of(a6, b6, c6);
+    let p = PublishedTable::encode(&key(), &t, leader6, 7, &|m| m + 1_000_000_000);
+    assert_eq!(p.leader, leader6);
+    let json = serde_json::to_string(&p).unwrap();
+    assert!(json.contains("\"2001:db8:c::11\""), "{json}");
+    let back: PublishedTable = serde_json::from_str(&json).unwrap();
+    assert_eq!(back, p);
+    let f = back.decode().unwrap();
+    assert_eq!(f.buckets, t.buckets());
+    assert!(t.buckets().iter().any(|b| b.hops().any(|h| h == c6)));
+    let follower = f.to_table(1, &|u| u - 500_000_000);
+    assert_eq!(follower.buckets(), t.buckets());
+    assert_eq!(leader_node(&leader_value(leader6, 42)), Some(leader6));
+
+    let p4 = PublishedTable::encode(&key(), &table_with_history(), LEADER, 7, &|m| m);
+    let json4 = serde_json::to_string(&p4).unwrap();
+    assert!(
+        json4.contains("\"hops\":[\"10.0.0.11\",\"10.0.0.12\",\"10.0.0.13\"]"),
+        "{json4}"
+    );
+    assert!(json4.contains("\"leader\":\"10.0.0.1\""), "{json4}");
 }

@@ -35,7 +35,7 @@ mod yaml;
 mod tests;
 
 use std::fmt;
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 /// Service keys and protocols live in [`crate::types`]; re-exported because
@@ -44,10 +44,11 @@ pub use crate::types::{Protocol, ServiceKey};
 /// `cluster.etcd` (tables shared through etcd).
 pub use model::Etcd;
 pub use model::{
-    assigned_server_id, Backend, BackendState, Checker, Cluster, Config, DynamicWeight, Filters,
-    HealthCheck, ListFile, LoadSource, PrefixRule, QuicLb, QuicServerId, Rate, RatePer, RateRule,
-    Rebalance, Routing, Scheme, Service, ServiceFilters, TlsOptions, UnknownFlow,
+    assigned_server_id, ipv4_only, Backend, BackendState, Checker, Cluster, Config, DynamicWeight,
+    Filters, HealthCheck, ListFile, LoadSource, PrefixRule, QuicLb, QuicServerId, Rate, RatePer,
+    RateRule, Rebalance, Routing, Scheme, Service, ServiceFilters, TlsOptions, UnknownFlow,
 };
+pub(crate) use validate::unusable_address6;
 pub use yaml::Position;
 
 use raw::RawConfig;
@@ -190,11 +191,11 @@ impl Config {
             (Ok(x), Ok(y)) => (x.dev(), x.ino()) == (y.dev(), y.ino()),
             _ => absolute(a) == absolute(b),
         };
-        let on = |p: &Path, node: Option<Ipv4Addr>| match node {
+        let on = |p: &Path, node: Option<IpAddr>| match node {
             Some(n) => PathBuf::from(p.to_string_lossy().replace("{node}", &n.to_string())),
             None => p.to_path_buf(),
         };
-        let mut nodes: Vec<Option<Ipv4Addr>> =
+        let mut nodes: Vec<Option<IpAddr>> =
             self.cluster.balancers.iter().copied().map(Some).collect();
         if nodes.is_empty() {
             nodes.push(None);
@@ -310,6 +311,7 @@ impl Config {
             problems: Vec::new(),
             src: src.to_string(),
             positions,
+            cluster_family: None,
         };
         let cfg = v.config(raw);
         // Semantic problems at fields that had to be patched (or at the

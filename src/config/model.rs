@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 use std::fmt;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 use std::path::PathBuf;
 
 use serde::Deserialize;
@@ -339,8 +339,10 @@ pub struct Routing {
 pub struct Cluster {
     /// Seed of the flow hash (host order); the same on every balancer.
     pub hash_seed: u32,
-    /// Nodes that receive VIP traffic and run the XDP balancer.
-    pub balancers: Vec<Ipv4Addr>,
+    /// Nodes that receive VIP traffic and run the XDP balancer: all of one
+    /// family with every backend's DIP (docs/config.md "IPv6 cluster
+    /// network").
+    pub balancers: Vec<IpAddr>,
     /// GUE UDP port (host order).
     pub gue_port: u16,
     /// Last-hop policy for unknown flows.
@@ -354,6 +356,15 @@ pub struct Cluster {
     /// Tables shared through etcd (`cluster.etcd`; None: every balancer
     /// builds its own tables).
     pub etcd: Option<Etcd>,
+}
+
+impl Cluster {
+    /// Whether the cluster network is IPv6 (balancers and DIPs IPv6, GUE in
+    /// outer IPv6; docs/config.md "IPv6 cluster network"). A validated
+    /// configuration has one family, that of its balancers.
+    pub fn is_ipv6(&self) -> bool {
+        self.balancers.first().is_some_and(IpAddr::is_ipv6)
+    }
 }
 
 /// `cluster.etcd:` (docs/config.md "Cluster", docs/design.md "Several
@@ -467,7 +478,7 @@ pub struct QuicLb {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QuicServerId {
     /// The backend.
-    pub dip: Ipv4Addr,
+    pub dip: IpAddr,
     /// Its server ID (`server_id_len` bytes).
     pub server_id: quic_lb::ServerId,
     /// True when nilb assigned it (no `server_id` in the file): the last
@@ -489,7 +500,7 @@ impl QuicLb {
     }
 
     /// The server ID of backend `dip`, if it is one of the service's.
-    pub fn server_id_of(&self, dip: Ipv4Addr) -> Option<quic_lb::ServerId> {
+    pub fn server_id_of(&self, dip: IpAddr) -> Option<quic_lb::ServerId> {
         self.server_ids
             .iter()
             .find(|s| s.dip == dip)
@@ -504,21 +515,37 @@ impl QuicLb {
 }
 
 /// The server ID nilb assigns to a backend without `server_id`: the last
-/// `len` bytes of its IPv4 address, zero-extended in front when `len` > 4
-/// (10.0.0.12 with 1 byte: `0c`; with 2: `000c`; with 6: `00000a00000c`).
-pub fn assigned_server_id(dip: Ipv4Addr, len: usize) -> quic_lb::ServerId {
+/// `len` bytes of its address, zero-extended in front when `len` is more
+/// than the address has (10.0.0.12 with 1 byte: `0c`; with 2: `000c`; with
+/// 6: `00000a00000c`; 2001:db8::12 with 2: `0012`).
+pub fn assigned_server_id(dip: IpAddr, len: usize) -> quic_lb::ServerId {
     let mut b = [0u8; quic_lb::MAX_SERVER_ID_LEN];
-    let o = dip.octets();
-    let n = len.min(4);
-    b[len - n..len].copy_from_slice(&o[4 - n..]);
+    let o: Vec<u8> = match dip {
+        IpAddr::V4(a) => a.octets().to_vec(),
+        IpAddr::V6(a) => a.octets().to_vec(),
+    };
+    let n = len.min(o.len());
+    b[len - n..len].copy_from_slice(&o[o.len() - n..]);
     quic_lb::ServerId::new(&b[..len]).expect("1..=15 bytes")
+}
+
+/// The IPv4 addresses of `set` (what the edge filters, which match IPv4
+/// sources, exempt as cluster addresses).
+pub fn ipv4_only(set: &BTreeSet<IpAddr>) -> BTreeSet<std::net::Ipv4Addr> {
+    set.iter()
+        .filter_map(|a| match a {
+            IpAddr::V4(a) => Some(*a),
+            IpAddr::V6(_) => None,
+        })
+        .collect()
 }
 
 /// A backend of a service.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Backend {
-    /// The backend's own address (GUE outer destination).
-    pub dip: Ipv4Addr,
+    /// The backend's own address (GUE outer destination), of the cluster's
+    /// family.
+    pub dip: IpAddr,
     /// Name shown in status and logs.
     pub hostname: Option<String>,
     /// Relative share of new connections, 1-65535.
@@ -550,12 +577,19 @@ impl Service {
 impl Config {
     /// Every address allowed to send GUE to a node: the balancers and every
     /// listed backend of every service (a first hop forwards to the second).
-    pub fn cluster_addresses(&self) -> BTreeSet<Ipv4Addr> {
-        let mut set: BTreeSet<Ipv4Addr> = self.cluster.balancers.iter().copied().collect();
+    pub fn cluster_addresses(&self) -> BTreeSet<IpAddr> {
+        let mut set: BTreeSet<IpAddr> = self.cluster.balancers.iter().copied().collect();
         for s in &self.services {
             set.extend(s.backends.iter().map(|b| b.dip));
         }
         set
+    }
+
+    /// The IPv4 ones of [`Self::cluster_addresses`] (all of them on an IPv4
+    /// cluster network, none on an IPv6 one): what the edge filters, which
+    /// match IPv4 sources, exempt.
+    pub fn cluster_addresses_v4(&self) -> BTreeSet<std::net::Ipv4Addr> {
+        ipv4_only(&self.cluster_addresses())
     }
 
     /// Distinct VIP addresses.

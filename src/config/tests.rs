@@ -655,7 +655,7 @@ fn quic_lb_keyed_configurations_read_their_key_file() {
         let lib = q.config();
         assert_eq!(lib.algorithm(), want);
         assert_eq!(lib.cid_len(), q.cid_len());
-        let b13 = q.server_id_of(Ipv4Addr::new(10, 0, 0, 13)).unwrap();
+        let b13 = q.server_id_of(Ipv4Addr::new(10, 0, 0, 13).into()).unwrap();
         assert_eq!(b13.as_bytes()[..sid - 1], vec![0; sid - 1][..]);
         assert_eq!(b13.as_bytes()[sid - 1], 7);
         let cid = CidGenerator::new(lib.clone(), b13)
@@ -736,7 +736,7 @@ fn quic_lb_assigns_server_ids_from_addresses() {
     let c = Config::parse(&src).unwrap();
     let q = c.services[0].quic_lb.as_ref().unwrap();
     assert_eq!(
-        q.server_id_of(Ipv4Addr::new(10, 0, 0, 12))
+        q.server_id_of(Ipv4Addr::new(10, 0, 0, 12).into())
             .unwrap()
             .to_string(),
         "000c"
@@ -873,4 +873,84 @@ fn routing_files_must_not_be_the_config() {
     std::fs::write(&cfg, yaml).unwrap();
     Config::load(&cfg).unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+const CLUSTER6: &str = r#"
+version: 1
+cluster:
+  hash_seed: 0x5eed1234
+  balancers: ["2001:db8:c::11"]
+services:
+  - name: web
+    vip: 10.0.0.100
+    port: 80
+    protocol: tcp
+    health_check:
+      tcp: {}
+    backends:
+      - {dip: "2001:db8:c::12"}
+      - {dip: "2001:db8:c::13"}
+  - name: web6
+    vip: "2001:db8:100::80"
+    port: 80
+    protocol: tcp
+    backends:
+      - {dip: "2001:db8:c::12"}
+"#;
+
+#[test]
+fn an_ipv6_cluster_network_is_one_family() {
+    let c = Config::parse(CLUSTER6).unwrap();
+    assert!(c.cluster.is_ipv6());
+    let want: std::collections::BTreeSet<std::net::IpAddr> =
+        ["2001:db8:c::11", "2001:db8:c::12", "2001:db8:c::13"]
+            .map(|a| a.parse().unwrap())
+            .into();
+    assert_eq!(c.cluster_addresses(), want);
+    // The edge filters match IPv4 sources: nothing of the cluster for them.
+    assert!(c.cluster_addresses_v4().is_empty());
+    // The encapsulated check is off by default there (GUE over outer IPv4).
+    assert!(c.services.iter().all(|s| !s.encap_check));
+    let c4 = Config::parse(GOOD).unwrap();
+    assert!(!c4.cluster.is_ipv6());
+    assert_eq!(
+        c4.cluster_addresses_v4().len(),
+        c4.cluster_addresses().len()
+    );
+}
+
+#[test]
+fn server_ids_of_ipv6_dips_are_their_last_bytes() {
+    let d: std::net::IpAddr = "2001:db8::1:abcd".parse().unwrap();
+    assert_eq!(assigned_server_id(d, 2).as_bytes(), &[0xab, 0xcd]);
+    assert_eq!(assigned_server_id(d, 4).as_bytes(), &[0, 1, 0xab, 0xcd]);
+    let all = assigned_server_id(d, 15);
+    assert_eq!(
+        all.as_bytes(),
+        &"2001:db8::1:abcd"
+            .parse::<std::net::Ipv6Addr>()
+            .unwrap()
+            .octets()[1..]
+    );
+    // IPv4 unchanged: zero-extended in front beyond 4 bytes.
+    let d4 = std::net::IpAddr::V4(Ipv4Addr::new(10, 0, 0, 12));
+    assert_eq!(assigned_server_id(d4, 1).as_bytes(), &[12]);
+    assert_eq!(assigned_server_id(d4, 6).as_bytes(), &[0, 0, 10, 0, 0, 12]);
+}
+
+#[test]
+fn etcd_endpoints_may_be_bracketed_ipv6() {
+    use super::validate::etcd_endpoint;
+    assert_eq!(
+        etcd_endpoint("http://[2001:db8::5]:2379/").unwrap(),
+        "http://[2001:db8::5]:2379"
+    );
+    assert!(etcd_endpoint("http://[etcd.example]:2379")
+        .unwrap_err()
+        .contains("bracket"));
+    assert!(etcd_endpoint("http://2001:db8::5:2379").is_err());
+    assert_eq!(
+        etcd_endpoint("http://10.0.0.5:2379").unwrap(),
+        "http://10.0.0.5:2379"
+    );
 }

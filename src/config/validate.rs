@@ -37,6 +37,9 @@ pub(super) struct Validator {
     /// Positions by field path ([`super::yaml::positions`]), made at the
     /// first lookup: a valid file without filters never needs them.
     pub(super) positions: Option<HashMap<String, Position>>,
+    /// The first cluster address read (path, address): every other one
+    /// must be of its family.
+    pub(super) cluster_family: Option<(String, IpAddr)>,
 }
 
 /// The `defaults:` section, checked.
@@ -76,11 +79,12 @@ fn unusable_address(a: Ipv4Addr) -> Option<&'static str> {
     }
 }
 
-/// Why an IPv6 address cannot be a VIP; None if it can. Every address a
+/// Why an IPv6 address cannot be a VIP or a cluster address (balancer,
+/// DIP, node); None if it can. Every address a
 /// client can send to as unicast is fine (global, unique local fc00::/7,
 /// documentation 2001:db8::/32 for tests); an IPv4-mapped address
 /// (::ffff:0:0/96) would be the IPv4 address's service.
-fn unusable_address6(a: Ipv6Addr) -> Option<&'static str> {
+pub(crate) fn unusable_address6(a: Ipv6Addr) -> Option<&'static str> {
     let s = a.segments();
     if a.is_unspecified() {
         Some("the unspecified address")
@@ -202,18 +206,48 @@ impl Validator {
                 }
                 a
             }
-            Err(_) if text.parse::<Ipv6Addr>().is_ok() => {
-                self.report(
-                    path,
-                    format!("`{text}` is an IPv6 address: a {role} address is IPv4 (the cluster network is IPv4; IPv6 VIPs are carried over it)"),
-                );
-                Ipv4Addr::UNSPECIFIED
-            }
             Err(_) => {
                 self.report(path, format!("`{text}` is not an IPv4 address literal"));
                 Ipv4Addr::UNSPECIFIED
             }
         }
+    }
+
+    /// A cluster address (balancer or backend DIP): a usable IPv4 address
+    /// as [`Self::address`], or a global or unique-local IPv6 one
+    /// ([`unusable_address6`]); every cluster address of the file of one
+    /// family (docs/config.md "IPv6 cluster network").
+    fn cluster_address(&mut self, path: &str, text: &str, role: &str) -> IpAddr {
+        let a = match text.parse::<Ipv6Addr>() {
+            Ok(a) => {
+                if let Some(why) = unusable_address6(a) {
+                    self.report(path, format!("{a} is {why} and cannot be a {role}"));
+                }
+                IpAddr::V6(a)
+            }
+            Err(_) if text.parse::<Ipv4Addr>().is_err() => {
+                self.report(
+                    path,
+                    format!("`{text}` is not an IPv4 or IPv6 address literal"),
+                );
+                return IpAddr::V4(Ipv4Addr::UNSPECIFIED);
+            }
+            Err(_) => IpAddr::V4(self.address(path, text, role)),
+        };
+        match &self.cluster_family {
+            None => self.cluster_family = Some((path.to_string(), a)),
+            Some((first_path, first)) if first.is_ipv6() != a.is_ipv6() => {
+                let family = |x: &IpAddr| if x.is_ipv6() { "IPv6" } else { "IPv4" };
+                let message = format!(
+                    "cluster addresses must be one family: {path} {a} is {} while {first_path} {first} is {}",
+                    family(&a),
+                    family(first)
+                );
+                self.report(path, message);
+            }
+            Some(_) => {}
+        }
+        a
     }
 
     /// A service address: an IPv4 address as [`Self::address`], or an
@@ -950,7 +984,10 @@ impl Validator {
                 continue;
             }
             for (pi, (p, _)) in r.prefixes.iter().enumerate() {
-                if let Some(a) = cluster.iter().find(|a| p.contains(**a)) {
+                if let Some(a) = cluster.iter().find_map(|a| match a {
+                    IpAddr::V4(a) if p.contains(*a) => Some(*a),
+                    _ => None,
+                }) {
                     self.report(
                         format!("filters.deny[{ri}].prefixes[{pi}]"),
                         format!("{p} covers cluster address {a} (a balancer or backend; the cluster's own GUE and health checks are never filtered): narrow the prefix, or mark the rule `covers_cluster: true` to have cluster addresses exempted"),
@@ -978,7 +1015,7 @@ impl Validator {
         }
         for (i, b) in raw.balancers.iter().enumerate() {
             let path = format!("cluster.balancers[{i}]");
-            let a = self.address(&path, b, "balancer");
+            let a = self.cluster_address(&path, b, "balancer");
             if !seen.insert(a) {
                 self.report(&path, format!("balancer {a} is listed twice"));
             }
@@ -1204,7 +1241,13 @@ impl Validator {
             Some(p) => self.panic_threshold(&format!("{sp}.panic_threshold_percent"), p),
             None => defaults.panic_threshold_percent,
         };
-        let encap_check = self.encap_check(&sp, &rs, &health_check, defaults.encap_check);
+        let encap_check = self.encap_check(
+            &sp,
+            &rs,
+            &health_check,
+            defaults.encap_check,
+            cluster.is_ipv6(),
+        );
         let server_ids: Vec<Option<RawServerId>> =
             rs.backends.iter_mut().map(|b| b.server_id.take()).collect();
         let raw_quic = rs.quic_lb.take();
@@ -1220,13 +1263,8 @@ impl Validator {
         }
         // A DSR VIP at a balancer's address was reported with the address:
         // a backend at that address is not a second problem.
-        let vip_reported = rs.mode == ServiceMode::Dsr
-            && matches!(vip, IpAddr::V4(v) if cluster.balancers.contains(&v));
-        let vip4 = match vip {
-            IpAddr::V4(v) => Some(v),
-            IpAddr::V6(_) => None,
-        };
-        let backends = self.backends(&sp, vip4, rs.mode, vip_reported, rs.backends);
+        let vip_reported = rs.mode == ServiceMode::Dsr && cluster.balancers.contains(&vip);
+        let backends = self.backends(&sp, vip, rs.mode, vip_reported, rs.backends);
         let quic_lb = self.quic_lb(&sp, rs.protocol, raw_quic.as_ref(), &backends, server_ids);
         let filters = self.service_filters(&sp, rs.filters.unwrap_or_default());
         Service {
@@ -1256,9 +1294,17 @@ impl Validator {
         rs: &RawService,
         check: &HealthCheck,
         default: Option<bool>,
+        cluster_ipv6: bool,
     ) -> bool {
         let ipv6 = rs.vip.parse::<Ipv6Addr>().is_ok();
         match rs.encap_check {
+            Some(true) if cluster_ipv6 => {
+                self.report(
+                    format!("{sp}.encap_check"),
+                    "the encapsulated check sends its SYN in GUE over outer IPv4; on an IPv6 cluster network it cannot (the service's regular check decides)",
+                );
+                false
+            }
             Some(true) if ipv6 => {
                 self.report(
                     format!("{sp}.encap_check"),
@@ -1279,6 +1325,7 @@ impl Validator {
                     && rs.protocol == Protocol::Tcp
                     && check.checker != Checker::None
                     && !ipv6
+                    && !cluster_ipv6
             }
         }
     }
@@ -1320,10 +1367,13 @@ impl Validator {
                 format!("{sp}.mode"),
                 "NAT mode is IPv4 only: an IPv6 service is DSR (its backends hold the VIP on lo)",
             );
+        } else if cluster.is_ipv6() && rs.mode == ServiceMode::Nat {
+            self.report(
+                format!("{sp}.mode"),
+                "NAT mode needs an IPv4 cluster network (its translation and flow table hold IPv4 node addresses): on an IPv6 cluster network a service is DSR",
+            );
         }
-        if matches!(vip, IpAddr::V4(v) if cluster.balancers.contains(&v))
-            && rs.mode != ServiceMode::Nat
-        {
+        if cluster.balancers.contains(&vip) && rs.mode != ServiceMode::Nat {
             self.report(
                 format!("{sp}.vip"),
                 format!("{vip} is a balancer's own address, not a VIP (a service on a node's own address needs `mode: nat`)"),
@@ -1385,7 +1435,7 @@ impl Validator {
     fn backends(
         &mut self,
         sp: &str,
-        vip: Option<Ipv4Addr>,
+        vip: IpAddr,
         mode: ServiceMode,
         vip_reported: bool,
         raw: Vec<RawBackend>,
@@ -1394,10 +1444,10 @@ impl Validator {
         let mut dips = HashMap::new();
         for (bi, rb) in raw.into_iter().enumerate() {
             let bp = format!("{sp}.backends[{bi}]");
-            let dip = self.address(&format!("{bp}.dip"), &rb.dip, "backend");
+            let dip = self.cluster_address(&format!("{bp}.dip"), &rb.dip, "backend");
             // NAT mode: the node whose own address the service has is one
             // of its backends like any other.
-            if Some(dip) == vip && mode != ServiceMode::Nat && !vip_reported {
+            if dip == vip && mode != ServiceMode::Nat && !vip_reported {
                 self.report(
                     format!("{bp}.dip"),
                     format!("{dip} is the service's VIP; a backend needs its own address"),
@@ -1707,20 +1757,17 @@ impl Validator {
             .collect();
         // A NAT service on a node's own address is reached at that node:
         // only a balancer balances (and so translates) what arrives there.
-        let mut node_dips: HashMap<Ipv4Addr, (usize, usize)> = HashMap::new();
+        let mut node_dips: HashMap<IpAddr, (usize, usize)> = HashMap::new();
         for (si, s) in cfg.services.iter().enumerate() {
             for (bi, b) in s.backends.iter().enumerate() {
                 node_dips.entry(b.dip).or_insert((si, bi));
             }
         }
         for (si, s) in cfg.services.iter().enumerate() {
-            let IpAddr::V4(vip) = s.vip else {
-                continue;
-            };
-            if s.mode != ServiceMode::Nat || cfg.cluster.balancers.contains(&vip) {
+            if s.mode != ServiceMode::Nat || cfg.cluster.balancers.contains(&s.vip) {
                 continue;
             }
-            if let Some((sj, bj)) = node_dips.get(&vip) {
+            if let Some((sj, bj)) = node_dips.get(&s.vip) {
                 self.report(
                     format!("services[{si}].vip"),
                     format!(
@@ -1732,10 +1779,10 @@ impl Validator {
         }
         for (si, s) in cfg.services.iter().enumerate() {
             for (bi, b) in s.backends.iter().enumerate() {
-                let Some(sj) = dsr_vips.get(&IpAddr::V4(b.dip)) else {
+                let Some(sj) = dsr_vips.get(&b.dip) else {
                     continue;
                 };
-                if IpAddr::V4(b.dip) != s.vip {
+                if b.dip != s.vip {
                     self.report(
                         format!("services[{si}].backends[{bi}].dip"),
                         format!("{} is the VIP of services[{sj}], a DSR service (a service on a node's own address needs `mode: nat`)", b.dip),
@@ -1774,7 +1821,7 @@ impl Validator {
 }
 
 /// An etcd endpoint as nilb uses it: `http://ADDRESS:PORT` with an IPv4
-/// literal (nilb resolves no host names; TLS to etcd is not supported), no
+/// literal or a bracketed IPv6 one (`http://[2001:db8::5]:2379`; nilb resolves no host names; TLS to etcd is not supported), no
 /// path. Returns the URL without a trailing slash.
 pub(crate) fn etcd_endpoint(e: &str) -> Result<String, String> {
     let rest = e
@@ -1784,8 +1831,18 @@ pub(crate) fn etcd_endpoint(e: &str) -> Result<String, String> {
     let (host, port) = rest
         .rsplit_once(':')
         .ok_or("no port (http://ADDRESS:PORT, e.g. http://10.0.0.5:2379)")?;
-    host.parse::<Ipv4Addr>()
-        .map_err(|_| format!("`{host}` is not an IPv4 address (nilb resolves no host names)"))?;
+    match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        Some(h6) => {
+            h6.parse::<Ipv6Addr>().map_err(|_| {
+                format!("`{host}` is not an IPv6 address in brackets (nilb resolves no host names)")
+            })?;
+        }
+        None => {
+            host.parse::<Ipv4Addr>().map_err(|_| {
+                format!("`{host}` is not an IPv4 address or a bracketed IPv6 one (nilb resolves no host names)")
+            })?;
+        }
+    }
     match port.parse::<u16>() {
         Ok(p) if p > 0 => Ok(format!("http://{host}:{p}")),
         _ => Err(format!("`{port}` is not a port")),

@@ -2,7 +2,7 @@
 //! plan that writes everything ([`ControlPlane::full_plan`]).
 
 use std::collections::BTreeMap;
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
 use anyhow::Result;
 
@@ -45,7 +45,7 @@ impl ControlPlane {
     /// its VIP and hops in the sets. The caller re-applies a full plan (of
     /// this state, or of the previous one after a failed reload); step 7
     /// then removes what the failed apply added.
-    pub fn apply(&self, dp: &mut dyn DataplaneOps, node: Ipv4Addr, plan: &Plan) -> Result<()> {
+    pub fn apply(&self, dp: &mut dyn DataplaneOps, node: IpAddr, plan: &Plan) -> Result<()> {
         if plan.settings_changed {
             dp.set_settings(&self.settings(node))?;
         }
@@ -77,11 +77,11 @@ impl ControlPlane {
             .keys()
             .filter_map(|key| self.services.get(key).map(|st| (*key, &**st)))
             .collect();
-        let slot_fns: Vec<Box<dyn Fn(Ipv4Addr) -> u32 + '_>> = installs
+        let slot_fns: Vec<Box<dyn Fn(IpAddr) -> u32 + '_>> = installs
             .iter()
             .map(|(_, st)| {
-                let f = move |d: Ipv4Addr| st.backends.get(&d).map_or(OVERFLOW_SLOT, |b| b.slot);
-                Box::new(f) as Box<dyn Fn(Ipv4Addr) -> u32 + '_>
+                let f = move |d: IpAddr| st.backends.get(&d).map_or(OVERFLOW_SLOT, |b| b.slot);
+                Box::new(f) as Box<dyn Fn(IpAddr) -> u32 + '_>
             })
             .collect();
         let items: Vec<TableInstall<'_>> = installs
@@ -134,7 +134,7 @@ impl ControlPlane {
                 .vips()
                 .into_iter()
                 .filter_map(|v| match v {
-                    std::net::IpAddr::V4(v) if nodes.contains(&v) => Some(v),
+                    std::net::IpAddr::V4(v) if nodes.contains(&v.into()) => Some(v),
                     _ => None,
                 })
                 .collect();
@@ -173,7 +173,7 @@ impl ControlPlane {
             let Some(st) = self.services.get(&key) else {
                 continue;
             };
-            let file: BTreeMap<Ipv4Addr, _> =
+            let file: BTreeMap<IpAddr, _> =
                 lb.server_ids.iter().map(|s| (s.dip, s.server_id)).collect();
             let mut servers = BTreeMap::new();
             for (dip, b) in &st.backends {

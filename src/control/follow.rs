@@ -4,7 +4,7 @@
 //! buckets, first hop and previous owners.
 
 use std::collections::BTreeMap;
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use super::{BackendRuntime, ControlPlane, Plan};
@@ -71,7 +71,7 @@ impl ControlPlane {
                     .collect();
                 Table::adopt(ft.buckets.clone(), moved, previous.max(ft.previous))
             };
-            let unknown: Vec<Ipv4Addr> = table
+            let unknown: Vec<IpAddr> = table
                 .hops()
                 .into_iter()
                 .filter(|d| !self.services[key].backends.contains_key(d))

@@ -54,7 +54,7 @@ mod targets;
 mod tests;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use crate::config::{Backend, BackendState, Checker, Config, DynamicWeight, Rebalance, Service};
@@ -207,7 +207,7 @@ pub struct ServiceState {
     /// not copy the table, which a step replaces anyway).
     pub table: Arc<Table>,
     /// Backends by DIP (including ones being removed).
-    pub backends: BTreeMap<Ipv4Addr, BackendRuntime>,
+    pub backends: BTreeMap<IpAddr, BackendRuntime>,
     /// When the last voluntary step happened.
     pub last_step_ms: Option<u64>,
     /// Voluntary moves still needed to reach the targets.
@@ -230,7 +230,7 @@ impl ServiceState {
     fn new(
         index: u32,
         table: Table,
-        backends: BTreeMap<Ipv4Addr, BackendRuntime>,
+        backends: BTreeMap<IpAddr, BackendRuntime>,
         now_ms: u64,
     ) -> Self {
         ServiceState {
@@ -310,7 +310,7 @@ pub struct Plan {
     /// Services whose mode changed, with the new mode.
     pub mode_changed: Vec<(ServiceKey, Mode)>,
     /// Backends removed for good after draining out.
-    pub removed_backends: Vec<(ServiceKey, Ipv4Addr)>,
+    pub removed_backends: Vec<(ServiceKey, IpAddr)>,
     /// Counter slots (backend, service index) newly given out: zero them
     /// before the tables that use them are installed.
     pub fresh_slots: Vec<u32>,
@@ -332,7 +332,7 @@ pub struct Plan {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Reweight {
     /// The backend.
-    pub dip: Ipv4Addr,
+    pub dip: IpAddr,
     /// The load reading used (None: unreadable, weight kept).
     pub load: Option<f64>,
     /// Effective weight before the round.
@@ -430,7 +430,7 @@ pub struct ControlPlane {
     orphan_indexes: BTreeSet<u32>,
     /// QUIC-LB server IDs of backends that left the file (still draining
     /// out: their connections keep reaching them by server ID).
-    quic_left: BTreeMap<(ServiceKey, Ipv4Addr), crate::quic_lb::ServerId>,
+    quic_left: BTreeMap<(ServiceKey, IpAddr), crate::quic_lb::ServerId>,
     /// The edge filters compiled from the config and its lists (shared:
     /// a 1M-prefix set is large, and a reload clones the state).
     filters: Arc<FilterSet>,
@@ -588,7 +588,7 @@ impl ControlPlane {
 
     /// Whether the running configuration makes the node at `node` a
     /// balancer (XDP attached, health checks run).
-    pub fn is_balancer(&self, node: Ipv4Addr) -> bool {
+    pub fn is_balancer(&self, node: IpAddr) -> bool {
         self.config.cluster.balancers.contains(&node)
     }
 
@@ -680,7 +680,7 @@ impl ControlPlane {
             }
             let check_changed = running.map(|s| &s.health_check) != Some(&service.health_check);
             let records_before = self.service_records(&key);
-            let listed: BTreeSet<Ipv4Addr> = service.backends.iter().map(|b| b.dip).collect();
+            let listed: BTreeSet<IpAddr> = service.backends.iter().map(|b| b.dip).collect();
             for b in &service.backends {
                 let known = self.services[&key]
                     .backends
@@ -816,7 +816,7 @@ impl ControlPlane {
     pub fn observe_encap(
         &mut self,
         service: &ServiceKey,
-        dip: Ipv4Addr,
+        dip: IpAddr,
         result: Result<(), String>,
         now_ms: u64,
     ) -> Option<Plan> {
@@ -863,7 +863,7 @@ impl ControlPlane {
     pub fn observe(
         &mut self,
         service: &ServiceKey,
-        dip: Ipv4Addr,
+        dip: IpAddr,
         result: Result<(), String>,
         now_ms: u64,
     ) -> Option<Plan> {
@@ -895,7 +895,7 @@ impl ControlPlane {
                 .backends
                 .values()
                 .any(|b| b.removed_at_ms.is_some());
-            let mut gone: Vec<Ipv4Addr> = Vec::new();
+            let mut gone: Vec<IpAddr> = Vec::new();
             if removing {
                 gone = self.finish_removals(&key, min_age, now_ms, &mut plan);
             }
@@ -923,13 +923,13 @@ impl ControlPlane {
         min_age: u64,
         now_ms: u64,
         plan: &mut Plan,
-    ) -> Vec<Ipv4Addr> {
+    ) -> Vec<IpAddr> {
         let key = *key;
         {
             let state = self.state_mut(&key).expect("key");
             let shares = state.table.shares();
             let mut touched = Vec::new();
-            let gone: Vec<Ipv4Addr> = state
+            let gone: Vec<IpAddr> = state
                 .backends
                 .iter_mut()
                 .filter(|(_, rt)| rt.removed_at_ms.is_some())
@@ -971,7 +971,7 @@ impl ControlPlane {
     pub fn record_load(
         &mut self,
         service: &ServiceKey,
-        dip: Ipv4Addr,
+        dip: IpAddr,
         sample: Result<LoadSample, String>,
         now_ms: u64,
     ) {
@@ -1036,7 +1036,7 @@ impl ControlPlane {
         let state = self.state_mut(key).expect("service state");
         state.last_adjust_ms = Some(now_ms);
         let settled_since = state.changed_at_ms;
-        let dips: Vec<Ipv4Addr> = state
+        let dips: Vec<IpAddr> = state
             .backends
             .values()
             .filter(|b| b.is_weighted())
@@ -1111,7 +1111,7 @@ impl ControlPlane {
     }
     /// Backends whose load dynamic weights read: (service, backend, settings)
     /// for every backend in the file that is not offline.
-    pub fn load_targets(&self) -> Vec<(ServiceKey, Ipv4Addr, DynamicWeight)> {
+    pub fn load_targets(&self) -> Vec<(ServiceKey, IpAddr, DynamicWeight)> {
         let mut out = Vec::new();
         for s in &self.config.services {
             let Some(dw) = &s.dynamic_weight else {
@@ -1151,7 +1151,7 @@ impl ControlPlane {
 
     /// Addresses allowed to send GUE: the balancers and every backend still
     /// known (including backends draining out after removal).
-    pub fn cluster_addresses(&self) -> BTreeSet<Ipv4Addr> {
+    pub fn cluster_addresses(&self) -> BTreeSet<IpAddr> {
         let mut set = self.config.cluster_addresses();
         for s in self.services.values() {
             set.extend(s.backends.keys().copied());
@@ -1160,7 +1160,7 @@ impl ControlPlane {
     }
 
     /// Node settings for the data plane of the node at `node`.
-    pub fn settings(&self, node: Ipv4Addr) -> NodeSettings {
+    pub fn settings(&self, node: IpAddr) -> NodeSettings {
         NodeSettings {
             node,
             hash_seed: self.config.cluster.hash_seed,
@@ -1221,12 +1221,12 @@ fn step_state(key: &ServiceKey, state: &mut ServiceState, input: &StepInput, now
     }
     let exiting = state.exiting;
     let targets = choice.targets;
-    let target_set: BTreeSet<Ipv4Addr> = targets.iter().map(|t| t.dip).collect();
+    let target_set: BTreeSet<IpAddr> = targets.iter().map(|t| t.dip).collect();
     let backends = &state.backends;
     // A backend known to fail loses its buckets at once, except while
     // the service leaves panic or fail-open: then it gives them up in
     // paced steps (they were its buckets while the service spread).
-    let forced_out = |d: Ipv4Addr| match backends.get(&d) {
+    let forced_out = |d: IpAddr| match backends.get(&d) {
         None => true,
         Some(b) => {
             !target_set.contains(&d)
@@ -1236,12 +1236,12 @@ fn step_state(key: &ServiceKey, state: &mut ServiceState, input: &StepInput, now
     };
     // Offline and gone backends leave every chain; backends known down
     // stay (their connections may be alive) but are listed last.
-    let keep = |d: Ipv4Addr| {
+    let keep = |d: IpAddr| {
         backends
             .get(&d)
             .is_some_and(|b| b.config.state != BackendState::Offline)
     };
-    let down = |d: Ipv4Addr| {
+    let down = |d: IpAddr| {
         backends
             .get(&d)
             .is_some_and(|b| b.verdict() == Health::Down)

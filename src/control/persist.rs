@@ -4,7 +4,7 @@
 //! ([`ControlPlane::adopt`]).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
 use super::{
     fresh_health, targets, BackendRuntime, ControlPlane, Plan, ServiceState, OVERFLOW_SLOT,
@@ -124,7 +124,7 @@ impl ControlPlane {
                 continue;
             }
             let check = &service.health_check.checker;
-            let in_file: BTreeMap<Ipv4Addr, &Backend> =
+            let in_file: BTreeMap<IpAddr, &Backend> =
                 service.backends.iter().map(|b| (b.dip, b)).collect();
             let mut backends = BTreeMap::new();
             // 1. Backends with a record: as the earlier daemon left them.
@@ -188,7 +188,7 @@ impl ControlPlane {
             // 3. Hops of the live table that neither lists: backends the
             // earlier daemon was draining out (or that left the file while
             // no daemon ran). Connections may still depend on them.
-            let hops: BTreeSet<Ipv4Addr> = lt
+            let hops: BTreeSet<IpAddr> = lt
                 .chains
                 .iter()
                 .flat_map(|(f, p)| f.iter().chain(p.iter()).copied())
@@ -251,7 +251,7 @@ impl ControlPlane {
         let mut as_adopted = cp.config().clone();
         as_adopted.services = adopted_services;
         cp.set_config(as_adopted);
-        let before: BTreeSet<(ServiceKey, Ipv4Addr)> = cp
+        let before: BTreeSet<(ServiceKey, IpAddr)> = cp
             .services
             .iter()
             .flat_map(|(k, s)| s.backends.keys().map(move |d| (*k, *d)))

@@ -4,7 +4,7 @@
 //! failed with the stage and reason (docs/design.md "Control plane").
 
 use std::fmt;
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -108,7 +108,7 @@ impl ControlPlane {
         config: Config,
         now_ms: u64,
         dp: &mut dyn DataplaneOps,
-        node: Ipv4Addr,
+        node: IpAddr,
         checks: &mut dyn FnMut(&ControlPlane) -> Result<()>,
     ) -> Result<(ControlPlane, Plan), ReloadError> {
         self.reload_with_filters(
@@ -134,7 +134,7 @@ impl ControlPlane {
         filters: Option<Arc<FilterSet>>,
         now_ms: u64,
         dp: &mut dyn DataplaneOps,
-        node: Ipv4Addr,
+        node: IpAddr,
         checks: &mut dyn FnMut(&ControlPlane) -> Result<()>,
         times: &mut ReloadTimes,
     ) -> Result<(ControlPlane, Plan), ReloadError> {
@@ -162,7 +162,7 @@ impl ControlPlane {
         filters: Option<Arc<FilterSet>>,
         now_ms: u64,
         dp: &mut dyn DataplaneOps,
-        node: Ipv4Addr,
+        node: IpAddr,
         checks: &mut dyn FnMut(&ControlPlane) -> Result<()>,
         times: &mut ReloadTimes,
         adjust: &mut dyn FnMut(&mut ControlPlane) -> Plan,
@@ -236,7 +236,7 @@ impl ControlPlane {
     fn restore(
         &self,
         dp: &mut dyn DataplaneOps,
-        node: Ipv4Addr,
+        node: IpAddr,
         role: Option<bool>,
         err: &mut ReloadError,
     ) {

@@ -5,7 +5,7 @@
 //! if either the regular or the encapsulated check says so).
 
 use std::collections::BTreeMap;
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
 use super::{BackendRuntime, Mode, ServiceState};
 use crate::config::BackendState;
@@ -68,7 +68,7 @@ fn spread(size: u32, bs: &[&BackendRuntime]) -> Vec<Target> {
 /// - else normal with no target (every bucket drops).
 pub(super) fn choose(state: &ServiceState, threshold: u32) -> Choice {
     let size = state.table.size();
-    let owned: BTreeMap<Ipv4Addr, u32> = state.table.shares();
+    let owned: BTreeMap<IpAddr, u32> = state.table.shares();
     let owns = |b: &BackendRuntime| owned.get(&b.config.dip).copied().unwrap_or(0);
     let live: Vec<&BackendRuntime> = state.backends.values().filter(|b| b.is_live()).collect();
     let active: Vec<&BackendRuntime> = live

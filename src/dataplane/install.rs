@@ -12,7 +12,7 @@
 //! its address written in `backends` before the first bucket names it.
 
 use std::collections::{BTreeMap, HashMap};
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
@@ -30,10 +30,10 @@ pub trait ChainSource {
     /// Buckets (a power of two).
     fn size(&self) -> u32;
     /// First hop of bucket `i`.
-    fn first(&self, i: usize) -> Option<Ipv4Addr>;
+    fn first(&self, i: usize) -> Option<IpAddr>;
     /// Previous owners of bucket `i`, newest first, appended to `out` (the
     /// first [`MAX_OWNERS`]` - 1` are installed).
-    fn previous(&self, i: usize, out: &mut Vec<Ipv4Addr>);
+    fn previous(&self, i: usize, out: &mut Vec<IpAddr>);
     /// When bucket `i` last changed first hop (the table's clock, ms).
     fn moved_at(&self, i: usize) -> Option<u64>;
     /// The source as a [`Table`], if it is one: its hops are then read as
@@ -47,10 +47,10 @@ impl ChainSource for Table {
     fn size(&self) -> u32 {
         Table::size(self)
     }
-    fn first(&self, i: usize) -> Option<Ipv4Addr> {
+    fn first(&self, i: usize) -> Option<IpAddr> {
         Table::first(self, i)
     }
-    fn previous(&self, i: usize, out: &mut Vec<Ipv4Addr>) {
+    fn previous(&self, i: usize, out: &mut Vec<IpAddr>) {
         out.extend(Table::previous(self, i));
     }
     fn moved_at(&self, i: usize) -> Option<u64> {
@@ -68,7 +68,7 @@ impl ChainSource for Table {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Chains {
     /// Per bucket: first hop, previous owners newest first.
-    pub chains: Vec<(Option<Ipv4Addr>, Vec<Ipv4Addr>)>,
+    pub chains: Vec<(Option<IpAddr>, Vec<IpAddr>)>,
     /// Per bucket: when its first hop last changed (ms), None: never.
     pub moved_at: Vec<Option<u64>>,
 }
@@ -77,10 +77,10 @@ impl ChainSource for Chains {
     fn size(&self) -> u32 {
         self.chains.len() as u32
     }
-    fn first(&self, i: usize) -> Option<Ipv4Addr> {
+    fn first(&self, i: usize) -> Option<IpAddr> {
         self.chains[i].0
     }
-    fn previous(&self, i: usize, out: &mut Vec<Ipv4Addr>) {
+    fn previous(&self, i: usize, out: &mut Vec<IpAddr>) {
         out.extend_from_slice(&self.chains[i].1);
     }
     fn moved_at(&self, i: usize) -> Option<u64> {
@@ -95,7 +95,7 @@ pub(super) struct Install<'a> {
     /// NAT mode: the backends' listening port (host order); None: DSR.
     pub nat_port: Option<u16>,
     pub table: &'a dyn ChainSource,
-    pub slot_of: &'a dyn Fn(Ipv4Addr) -> u32,
+    pub slot_of: &'a dyn Fn(IpAddr) -> u32,
     /// Buckets that changed since this service's last install (None: all).
     pub changed: Option<&'a [u32]>,
 }
@@ -181,7 +181,7 @@ impl RawTable {
 
 /// What [`read_raw`] returns: the tables, every backend slot's address
 /// (index = slot) and what could not be read.
-pub(super) type RawRead = (Vec<RawTable>, Vec<Option<Ipv4Addr>>, Vec<String>);
+pub(super) type RawRead = (Vec<RawTable>, Vec<Option<IpAddr>>, Vec<String>);
 
 /// Every installed service's table (or only `only`'s) and the `backends`
 /// slots, read from the maps (through read-only mappings), tables in key
@@ -266,7 +266,7 @@ pub(super) fn read_raw(maps: &PoolMaps<'_>, only: Option<&ServiceKey>) -> Result
 }
 
 /// Every slot's address in `backends` (index = slot).
-fn read_backends(maps: &PoolMaps<'_>) -> Result<Vec<Option<Ipv4Addr>>> {
+fn read_backends(maps: &PoolMaps<'_>) -> Result<Vec<Option<IpAddr>>> {
     let map = maps.map_backends(false)?;
     let bytes = map.read(0, MAX_BACKEND_SLOTS as usize * BACKEND_STRIDE);
     bytes
@@ -282,7 +282,7 @@ pub(super) struct PoolBook {
     /// Region, stats index and attributes (flags and NAT port,
     /// [`abi::service_attrs`]) of each service.
     regions: BTreeMap<ServiceKey, (Region, u32, u32)>,
-    slot_addr: Vec<Option<Ipv4Addr>>,
+    slot_addr: Vec<Option<IpAddr>>,
     slot_refs: Vec<u32>,
     epoch: Instant,
     /// Bucket words stored so far (a word equal to the installed one is
@@ -451,10 +451,10 @@ impl PoolBook {
         // one address per slot.
         // Tables name a few backends: a short list beats hashing every hop
         // of every bucket; a long one moves to a map.
-        let mut memo: Vec<(Ipv4Addr, u16)> = Vec::new();
-        let mut memo_big: HashMap<Ipv4Addr, u16> = HashMap::new();
-        let mut assign: BTreeMap<u16, Ipv4Addr> = BTreeMap::new();
-        let mut slot = |a: Ipv4Addr, assign: &mut BTreeMap<u16, Ipv4Addr>| -> Result<u16> {
+        let mut memo: Vec<(IpAddr, u16)> = Vec::new();
+        let mut memo_big: HashMap<IpAddr, u16> = HashMap::new();
+        let mut assign: BTreeMap<u16, IpAddr> = BTreeMap::new();
+        let mut slot = |a: IpAddr, assign: &mut BTreeMap<u16, IpAddr>| -> Result<u16> {
             if let Some(&(_, s)) = memo.iter().find(|(x, _)| *x == a) {
                 return Ok(s);
             }
@@ -530,7 +530,7 @@ impl PoolBook {
         // A slot that changes address must not be named by any bucket that
         // keeps naming it: only buckets this install rewrites may still.
         let old_base = cur.map(|c| c.0.base as usize);
-        let reassigned: Vec<(u16, Ipv4Addr)> = assign
+        let reassigned: Vec<(u16, IpAddr)> = assign
             .iter()
             .filter(|(s, a)| self.slot_addr[**s as usize] != Some(**a))
             .map(|(s, a)| (*s, *a))

@@ -1,7 +1,9 @@
 //! The BPF data plane: loading the programs, filling their maps, attaching
 //! them to an interface and reading counters back (docs/design.md "Maps").
 //!
-//! Programs (bpf/nilb.bpf.c): `nilb_xdp_balancer` on balancer nodes,
+//! Programs (bpf/nilb.bpf.c): `nilb_xdp_balancer` on balancer nodes
+//! (`nilb_xdp_balancer_c6` on an IPv6 cluster network, see
+//! [`xdp_balancer_programs`]),
 //! `nilb_xdp_backend` (native mode) on the other nodes (both decapsulate
 //! GUE for the node before GRO when XDP can decide it, docs/design.md
 //! "Second chance (TC)"), `nilb_tc_second_chance` on clsact ingress of
@@ -13,14 +15,19 @@
 //!   header (mask, service index) and element 1 + i bucket i (first and
 //!   second hop, the first hop's `backend_stats` slot, when it last moved);
 //! - `cluster_nodes`, `vips`: address sets (who may send GUE; which
-//!   addresses are VIPs);
+//!   addresses are VIPs); `cluster_nodes6` holds the senders instead on an
+//!   IPv6 cluster network;
 //! - `nilb_config`: this node's address, the hash seed, the GUE port, the
-//!   ICMP too-big rate, flags and the outer checksum base;
+//!   ICMP too-big rate, flags and the outer checksum base; on an IPv6
+//!   cluster network `NILB_F_CLUSTER_IPV6`, no IPv4 address and checksum
+//!   base, and the node's address in `config6`;
+//! - `backends`: the address of each backend slot (family 4 or 6);
 //! - `counters` (per-CPU, one per event), `service_stats` (per-CPU, by
 //!   service index), `backend_stats` (per-CPU, by (service, backend) slot);
 //! - `control_state`: the control plane's own state per (service, backend)
 //!   slot (health verdict, administrative state, removal times), pinned so
-//!   a restarted daemon keeps it; the programs never read it;
+//!   a restarted daemon keeps it; the programs never read it; an IPv6 VIP
+//!   or DIP of a record is in `control_vip6` or `control_dip6`;
 //! - `hop_cache`: the XDP program's cached FIB and neighbour answer per
 //!   backend slot and CPU, and `icmp_limit`: its per-CPU token bucket for
 //!   ICMP "fragmentation needed" replies (neither pinned nor written from
@@ -58,7 +65,7 @@ use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, OpenObject, TcHook, TcHookBuilder, Xdp, XdpFlags};
 use tracing::{info, warn};
 
@@ -115,7 +122,7 @@ pub struct Dataplane<'obj> {
     tc: Option<TcAttachment>,
     pin_dir: Option<PathBuf>,
     vips: BTreeSet<IpAddr>,
-    nodes: BTreeSet<Ipv4Addr>,
+    nodes: BTreeSet<IpAddr>,
     /// What the QUIC-LB maps hold (they are not pinned: empty at load).
     quic: quic::QuicInstalled,
     adopted: bool,
@@ -486,13 +493,13 @@ impl<'obj> Dataplane<'obj> {
             dp.vips = address_keys(&dp.skel.maps.vips)
                 .into_iter()
                 .map(IpAddr::V4)
-                .chain(dp.skel.maps.vips6.keys().filter_map(|k| {
-                    <[u8; 16]>::try_from(&k[..])
-                        .ok()
-                        .map(|b| IpAddr::V6(b.into()))
-                }))
+                .chain(address6_keys(&dp.skel.maps.vips6).map(IpAddr::V6))
                 .collect();
-            dp.nodes = address_keys(&dp.skel.maps.cluster_nodes);
+            dp.nodes = address_keys(&dp.skel.maps.cluster_nodes)
+                .into_iter()
+                .map(IpAddr::V4)
+                .chain(address6_keys(&dp.skel.maps.cluster_nodes6).map(IpAddr::V6))
+                .collect();
             dp.adopt_filters();
         }
         Ok(dp)
@@ -539,6 +546,7 @@ impl<'obj> Dataplane<'obj> {
         read_control_state(
             &self.skel.maps.control_state,
             Some(&self.skel.maps.control_vip6),
+            Some(&self.skel.maps.control_dip6),
         )
     }
 
@@ -566,7 +574,7 @@ impl<'obj> Dataplane<'obj> {
         key: &ServiceKey,
         index: u32,
         table: &Table,
-        slot_of: &dyn Fn(Ipv4Addr) -> u32,
+        slot_of: &dyn Fn(IpAddr) -> u32,
     ) -> Result<()> {
         DataplaneOps::install_tables(
             self,
@@ -591,7 +599,7 @@ impl<'obj> Dataplane<'obj> {
         key: &ServiceKey,
         index: u32,
         chains: &Chains,
-        slot_of: &dyn Fn(Ipv4Addr) -> u32,
+        slot_of: &dyn Fn(IpAddr) -> u32,
         changed: Option<&[u32]>,
     ) -> Result<()> {
         let maps = pool_maps(&self.skel);
@@ -617,7 +625,8 @@ impl<'obj> Dataplane<'obj> {
         if mode != XdpMode::Native {
             self.detach_xdp_backend()?;
         }
-        let prog = &self.skel.progs.nilb_xdp_balancer;
+        self.set_ipv6_balancer()?;
+        let prog = &self.xdp_balancer()?;
         let xdp = Xdp::new(prog.as_fd());
         for (m, id) in nilb_xdp_programs(&xdp, ifindex)? {
             if m != mode {
@@ -810,6 +819,33 @@ impl<'obj> Dataplane<'obj> {
     }
 
     /// Kernel id of one of our programs.
+    /// Whether this node's settings name an IPv6 cluster network.
+    fn cluster_ipv6(&self) -> bool {
+        self.settings.is_some_and(|s| s.node.is_ipv6())
+    }
+
+    /// The XDP balancer for this node's cluster network.
+    fn xdp_balancer(&self) -> Result<libbpf_rs::ProgramMut<'_>> {
+        program_named(&self.skel, xdp_balancer_programs(self.cluster_ipv6()).0)
+    }
+
+    /// On an IPv6 cluster network, put the IPv6 VIPs' balancer built for it
+    /// into `ipv6_balancer` (libbpf fills the array with the IPv4 cluster
+    /// network's when the object loads).
+    fn set_ipv6_balancer(&self) -> Result<()> {
+        if !self.cluster_ipv6() {
+            return Ok(());
+        }
+        let name = xdp_balancer_programs(true).1;
+        let prog = program_named(&self.skel, name)?;
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&prog.as_fd());
+        self.skel
+            .maps
+            .ipv6_balancer
+            .update(&0u32.to_ne_bytes(), &fd.to_ne_bytes(), MapFlags::ANY)
+            .with_context(|| format!("putting {name} into ipv6_balancer"))
+    }
+
     fn prog_id(prog: &libbpf_rs::ProgramMut<'_>) -> Result<u32> {
         Ok(libbpf_rs::ProgramHandle::try_from(prog)
             .context("querying our program's id")?
@@ -831,7 +867,7 @@ impl<'obj> Dataplane<'obj> {
         let Some((ifindex, mode)) = self.xdp.take() else {
             return Ok(());
         };
-        let prog = &self.skel.progs.nilb_xdp_balancer;
+        let prog = &self.xdp_balancer()?;
         let ours = Self::prog_id(prog)?;
         let xdp = Xdp::new(prog.as_fd());
         match xdp.query_id(ifindex, mode.flags()) {
@@ -856,6 +892,7 @@ impl<'obj> Dataplane<'obj> {
     /// died (a node that is no longer a balancer must not keep balancing with
     /// frozen tables). Returns its id if one was removed.
     pub fn remove_stale_xdp(&self, ifindex: i32) -> Result<Option<u32>> {
+        // Any program serves for the query and the detach by mode.
         let prog = &self.skel.progs.nilb_xdp_balancer;
         let xdp = Xdp::new(prog.as_fd());
         for m in [XdpMode::Native, XdpMode::Generic] {
@@ -970,16 +1007,17 @@ impl<'obj> Dataplane<'obj> {
         })
     }
 
-    /// Run the XDP balancer on one frame (BPF_PROG_TEST_RUN).
+    /// Run the XDP balancer (the one for this node's cluster network, as
+    /// [`Dataplane::attach_xdp`] attaches) on one frame (BPF_PROG_TEST_RUN).
     pub fn run_xdp(&self, frame: &[u8], ingress_ifindex: u32) -> Result<(u32, Vec<u8>)> {
-        abi::test_run_xdp(&self.skel.progs.nilb_xdp_balancer, frame, ingress_ifindex)
+        abi::test_run_xdp(&self.xdp_balancer()?, frame, ingress_ifindex)
     }
 
     /// Run the XDP program on one frame, with the XDP metadata (nilb's mark
     /// and egress ifindex on packets handed to TC) split off the resulting
     /// frame.
     pub fn run_xdp_split(&self, frame: &[u8], ingress_ifindex: u32) -> Result<abi::XdpRun> {
-        abi::test_run_xdp_split(&self.skel.progs.nilb_xdp_balancer, frame, ingress_ifindex)
+        abi::test_run_xdp_split(&self.xdp_balancer()?, frame, ingress_ifindex)
     }
 
     /// Run the backends' XDP program (`nilb_xdp_backend`) on one frame
@@ -1103,7 +1141,14 @@ impl Dataplane<'_> {
         if !self.nat.plan.services.is_empty() {
             flags |= abi::sys::nilb_config_flags::NILB_F_NAT;
         }
-        let v = abi::config_value(s.node, s.hash_seed, s.gue_port, flags, s.icmp_too_big_rate);
+        let (v, v6) =
+            abi::config_value(s.node, s.hash_seed, s.gue_port, flags, s.icmp_too_big_rate);
+        // config6 first: the programs read it once nilb_config says so.
+        self.skel
+            .maps
+            .config6
+            .update(&0u32.to_ne_bytes(), abi::bytes_of(&v6), MapFlags::ANY)
+            .context("writing config6")?;
         self.skel
             .maps
             .nilb_config
@@ -1144,19 +1189,29 @@ impl DataplaneOps for Dataplane<'_> {
         r
     }
 
-    fn cluster_nodes(&self) -> &BTreeSet<Ipv4Addr> {
+    fn cluster_nodes(&self) -> &BTreeSet<IpAddr> {
         &self.nodes
     }
 
-    fn set_cluster_nodes(&mut self, want: &BTreeSet<Ipv4Addr>) -> Result<()> {
+    fn set_cluster_nodes(&mut self, want: &BTreeSet<IpAddr>) -> Result<()> {
         let have = std::mem::take(&mut self.nodes);
+        let (have4, have6) = split_families(&have);
+        let (want4, want6) = split_families(want);
         let r = sync_set(
             &self.skel.maps.cluster_nodes,
-            &have,
-            want,
+            &have4,
+            &want4,
             "cluster_nodes",
             &|_| abi::sys::nilb_addr_info::default(),
-        );
+        )
+        .and_then(|()| {
+            sync_set6(
+                &self.skel.maps.cluster_nodes6,
+                &have6,
+                &want6,
+                "cluster_nodes6",
+            )
+        });
         self.nodes = if r.is_ok() { want.clone() } else { have };
         r
     }
@@ -1287,13 +1342,27 @@ impl DataplaneOps for Dataplane<'_> {
         let mut keys = Vec::with_capacity(records.len() * 4);
         let mut values = Vec::with_capacity(records.len() * 48);
         let mut values6 = Vec::with_capacity(records.len() * 16);
+        let mut dips6 = Vec::with_capacity(records.len() * 16);
         for (slot, r) in records {
             keys.extend_from_slice(&slot.to_ne_bytes());
-            let (v, v6) = abi::control_state_value(r.as_ref());
+            let (v, v6, d6) = abi::control_state_value(r.as_ref());
             values.extend_from_slice(abi::bytes_of(&v));
             values6.extend_from_slice(abi::bytes_of(&v6));
+            dips6.extend_from_slice(abi::bytes_of(&d6));
         }
-        // The IPv6 VIPs first: a record is never read without its VIP.
+        // The IPv6 VIPs and DIPs first: a record is never read without
+        // them.
+        self.skel
+            .maps
+            .control_dip6
+            .update_batch(
+                &keys,
+                &dips6,
+                records.len() as u32,
+                MapFlags::ANY,
+                MapFlags::ANY,
+            )
+            .with_context(|| format!("writing {} control_dip6 value(s)", records.len()))?;
         self.skel
             .maps
             .control_vip6
@@ -1322,7 +1391,10 @@ impl DataplaneOps for Dataplane<'_> {
         let Some((ifindex, _)) = self.interface else {
             return Ok(false);
         };
-        let prog = &self.skel.progs.nilb_xdp_balancer;
+        // A build without the cluster family's balancer never attached it.
+        let Ok(prog) = &self.xdp_balancer() else {
+            return Ok(false);
+        };
         let ours = Self::prog_id(prog)?;
         let xdp = Xdp::new(prog.as_fd());
         for m in [XdpMode::Native, XdpMode::Generic] {
@@ -1390,7 +1462,8 @@ fn split_families(set: &BTreeSet<IpAddr>) -> (BTreeSet<Ipv4Addr>, BTreeSet<Ipv6A
     (v4, v6)
 }
 
-/// [`sync_set`] for an IPv6 address set (`vips6`: flags 0).
+/// [`sync_set`] for an IPv6 address set (`vips6`, `cluster_nodes6`:
+/// flags 0).
 fn sync_set6(
     map: &dyn MapCore,
     have: &BTreeSet<Ipv6Addr>,
@@ -1479,6 +1552,29 @@ fn nilb_xdp_programs(xdp: &Xdp<'_>, ifindex: i32) -> Result<Vec<(XdpMode, u32)>>
     Ok(out)
 }
 
+/// The XDP balancer programs for a cluster network (`ipv6`: an IPv6 one,
+/// `NILB_F_CLUSTER_IPV6`): the program attached to the interface and the
+/// one its `ipv6_balancer` prog array holds for IPv6 VIPs. The backend XDP
+/// program and the TC programs are the same for both families.
+pub fn xdp_balancer_programs(ipv6: bool) -> (&'static str, &'static str) {
+    if ipv6 {
+        ("nilb_xdp_balancer_c6", "nilb_xdp_balancer6_c6")
+    } else {
+        ("nilb_xdp_balancer", "nilb_xdp_balancer6")
+    }
+}
+
+/// The program `name` of the loaded object, looked up by name (the IPv6
+/// cluster network's programs are not skeleton fields of every build).
+fn program_named<'a>(skel: &'a NilbSkel<'_>, name: &str) -> Result<libbpf_rs::ProgramMut<'a>> {
+    skel.object()
+        .progs_mut()
+        .find(|p| p.name() == name)
+        .with_context(|| {
+            format!("this build's BPF object has no program {name} (the XDP balancer of an IPv6 cluster network)")
+        })
+}
+
 /// Name of the loaded BPF program with this id.
 fn program_name(id: u32) -> Option<String> {
     libbpf_rs::query::ProgInfoIter::default()
@@ -1486,9 +1582,34 @@ fn program_name(id: u32) -> Option<String> {
         .map(|p| p.name.to_string_lossy().into_owned())
 }
 
+/// Keys of an IPv6 address-set map (`vips6`, `cluster_nodes6`).
+fn address6_keys(map: &dyn MapCore) -> impl Iterator<Item = Ipv6Addr> + '_ {
+    map.keys()
+        .filter_map(|k| <[u8; 16]>::try_from(&k[..]).ok().map(Ipv6Addr::from))
+}
+
 /// Keys of an address-set map (`vips`, `cluster_nodes`).
 fn address_keys(map: &dyn MapCore) -> BTreeSet<Ipv4Addr> {
     map.keys()
         .filter_map(|k| k.get(..4).map(|b| Ipv4Addr::new(b[0], b[1], b[2], b[3])))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::xdp_balancer_programs;
+
+    /// The balancer an IPv6 cluster network attaches and its IPv6 twin in
+    /// `ipv6_balancer`; an IPv4 one keeps the programs it always had.
+    #[test]
+    fn each_cluster_family_has_its_xdp_balancer() {
+        assert_eq!(
+            xdp_balancer_programs(false),
+            ("nilb_xdp_balancer", "nilb_xdp_balancer6")
+        );
+        assert_eq!(
+            xdp_balancer_programs(true),
+            ("nilb_xdp_balancer_c6", "nilb_xdp_balancer6_c6")
+        );
+    }
 }

@@ -20,7 +20,7 @@ use crate::types::{ServiceKey, UnknownFlow};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NodeSettings {
     /// This node's address: outer source of what it sends, "me" for GUE.
-    pub node: Ipv4Addr,
+    pub node: IpAddr,
     /// Cluster hash seed.
     pub hash_seed: u32,
     /// GUE UDP port, host order.
@@ -67,7 +67,7 @@ pub struct ControlRecord {
     /// The service.
     pub service: ServiceKey,
     /// The backend.
-    pub dip: Ipv4Addr,
+    pub dip: IpAddr,
     /// Its configured weight.
     pub weight: u32,
     /// Its administrative state.
@@ -104,7 +104,7 @@ pub struct TableInstall<'a> {
     /// Backend slot of a hop (first hop or previous owner): its address in
     /// `backends`, its `backend_stats` and `hop_cache` entries. Never 0;
     /// one backend per slot.
-    pub slot_of: &'a dyn Fn(Ipv4Addr) -> u32,
+    pub slot_of: &'a dyn Fn(IpAddr) -> u32,
     /// Indexes of the buckets that changed (hops or move time) since this
     /// service's last install, ascending; None: all of them. Only these are
     /// written when the table keeps its size.
@@ -125,7 +125,7 @@ pub struct QuicRoute {
     pub lb: QuicLb,
     /// Server ID -> (backend, its `backend_stats` slot), for the backends
     /// that may receive packets now.
-    pub servers: BTreeMap<ServerId, (Ipv4Addr, u32)>,
+    pub servers: BTreeMap<ServerId, (IpAddr, u32)>,
 }
 
 /// What NAT mode needs in the maps (docs/design.md "NAT mode"), written
@@ -174,10 +174,10 @@ pub trait DataplaneOps {
     fn set_vips(&mut self, want: &BTreeSet<IpAddr>) -> Result<()>;
 
     /// Addresses the `cluster_nodes` map holds (allowed to send GUE).
-    fn cluster_nodes(&self) -> &BTreeSet<Ipv4Addr>;
+    fn cluster_nodes(&self) -> &BTreeSet<IpAddr>;
 
     /// Make the `cluster_nodes` map equal `want`.
-    fn set_cluster_nodes(&mut self, want: &BTreeSet<Ipv4Addr>) -> Result<()>;
+    fn set_cluster_nodes(&mut self, want: &BTreeSet<IpAddr>) -> Result<()>;
 
     /// Zero the `backend_stats` counters of `slot` (before a new
     /// (service, backend) pair uses it).

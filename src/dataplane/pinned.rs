@@ -6,7 +6,7 @@
 //! `hop_cache` is not pinned: a restarted daemon starts with an empty cache.
 
 use std::collections::BTreeMap;
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::path::Path;
 
 use anyhow::{Context, Result};
@@ -27,6 +27,9 @@ pub const VIPS6: &str = "vips6";
 /// `control_vip6`: the IPv6 VIP of each IPv6 service's `control_state`
 /// record.
 pub const CONTROL_VIP6: &str = "control_vip6";
+/// `control_dip6`: the IPv6 DIP of each `control_state` record of an IPv6
+/// cluster network.
+pub const CONTROL_DIP6: &str = "control_dip6";
 /// `ipv6_balancer`: the prog array the XDP balancer tail-calls for IPv6.
 /// Pinned so that it outlives the daemon: the kernel empties a prog array
 /// when its last user reference goes, and IPv6 would then stop being
@@ -83,12 +86,13 @@ pub const NAT_FLOWS_RESIZING: &str = "nat_flows_resizing";
 
 /// Names of the maps pinned under the pin directory, as the BPF object
 /// names them.
-pub const PINNED_MAPS: [&str; 27] = [
+pub const PINNED_MAPS: [&str; 28] = [
     SERVICES,
     IPV6_BALANCER,
     SERVICES6,
     VIPS6,
     CONTROL_VIP6,
+    CONTROL_DIP6,
     BUCKETS,
     BUCKET_MOVED,
     BACKENDS,
@@ -116,7 +120,7 @@ pub const PINNED_MAPS: [&str; 27] = [
 /// Pinned maps a daemon may adopt the others without: pins of an older
 /// daemon that did not have them are completed with empty ones (the
 /// forwarding state, which is in the other maps, carries over).
-pub const ADOPT_WITHOUT: [&str; 18] = [
+pub const ADOPT_WITHOUT: [&str; 19] = [
     CONTROL_STATE,
     IPV6_BALANCER,
     // IPv6: an older daemon had no IPv6 services.
@@ -125,6 +129,7 @@ pub const ADOPT_WITHOUT: [&str; 18] = [
     CONTROL_VIP6,
     // IPv6 cluster network: an older daemon had an IPv4 one.
     CLUSTER_NODES6,
+    CONTROL_DIP6,
     CONFIG6,
     // Counters restart from zero when an upgrade adds some.
     COUNTERS,
@@ -168,6 +173,8 @@ pub struct PinnedMaps {
     pub backend_stats: libbpf_rs::MapHandle,
     /// `nilb_config`.
     pub config: libbpf_rs::MapHandle,
+    /// `config6` (None: pins of a daemon without an IPv6 cluster network).
+    pub config6: Option<libbpf_rs::MapHandle>,
     /// The edge filters' maps, by name ([`FILTER_MAPS`]).
     pub filter: BTreeMap<&'static str, libbpf_rs::MapHandle>,
     /// The pin directory.
@@ -197,6 +204,7 @@ impl PinnedMaps {
             service_stats: open(SERVICE_STATS)?,
             backend_stats: open(BACKEND_STATS)?,
             config: open(CONFIG)?,
+            config6: libbpf_rs::MapHandle::from_pinned_path(dir.join(CONFIG6)).ok(),
             filter: FILTER_MAPS
                 .iter()
                 .map(|n| Ok((*n, open(n)?)))
@@ -239,8 +247,17 @@ impl PinnedMaps {
             .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)?
             .context("nilb_config is empty")?;
         let c: abi::sys::nilb_config = abi::read_struct(&v)?;
+        let c6: Option<abi::sys::nilb_config6> = match &self.config6 {
+            Some(m) => match m.lookup(&0u32.to_ne_bytes(), MapFlags::ANY)? {
+                Some(b) => Some(abi::read_struct(&b)?),
+                None => None,
+            },
+            None => None,
+        };
+        let node = abi::node_of(&c, c6.as_ref())
+            .context("nilb_config names an IPv6 cluster network but config6 is missing")?;
         Ok(NodeSettings {
-            node: abi::addr_from_be(c.node_addr),
+            node,
             hash_seed: c.hash_seed,
             gue_port: u16::from_be(c.gue_port),
             unknown_flow: if c.flags & abi::sys::nilb_config_flags::NILB_F_UNKNOWN_FLOW_RST != 0 {
@@ -266,7 +283,7 @@ impl PinnedMaps {
 
     /// Every installed service's table, raw, in key order, and the address
     /// of every backend slot (index = slot).
-    pub fn raw_tables(&self) -> Result<(Vec<RawTable>, Vec<Option<Ipv4Addr>>)> {
+    pub fn raw_tables(&self) -> Result<(Vec<RawTable>, Vec<Option<IpAddr>>)> {
         let (tables, backends, errors) = read_raw(&self.pool_maps(), None)?;
         if let Some(e) = errors.first() {
             anyhow::bail!("the pinned tables are inconsistent: {e}");
@@ -295,10 +312,12 @@ impl PinnedMaps {
 }
 
 /// Every used slot of a `control_state` map with its record.
-/// `vip6`: `control_vip6`, if the maps have it.
+/// `vip6`, `dip6`: `control_vip6` and `control_dip6`, if the maps have
+/// them.
 pub(super) fn read_control_state(
     map: &dyn MapCore,
     vip6: Option<&dyn MapCore>,
+    dip6: Option<&dyn MapCore>,
 ) -> Result<BTreeMap<u32, ControlRecord>> {
     let mut out = BTreeMap::new();
     for slot in 0..crate::limits::MAX_BACKEND_SLOTS {
@@ -314,7 +333,13 @@ pub(super) fn read_control_state(
                 .with_context(|| format!("reading control_vip6 slot {slot}"))?,
             None => None,
         };
-        if let Some(r) = abi::parse_control_state(&v, v6.as_deref())? {
+        let d6 = match dip6 {
+            Some(m) => m
+                .lookup(&slot.to_ne_bytes(), MapFlags::ANY)
+                .with_context(|| format!("reading control_dip6 slot {slot}"))?,
+            None => None,
+        };
+        if let Some(r) = abi::parse_control_state(&v, v6.as_deref(), d6.as_deref())? {
             out.insert(slot, r);
         }
     }
@@ -328,7 +353,7 @@ pub struct LiveTable {
     pub service_index: u32,
     /// Per bucket, in index order: the first hop and the previous owners,
     /// newest first (a slot without an address is left out).
-    pub chains: Vec<(Option<Ipv4Addr>, Vec<Ipv4Addr>)>,
+    pub chains: Vec<(Option<IpAddr>, Vec<IpAddr>)>,
     /// When each bucket's first hop last changed, in milliseconds with
     /// seconds precision, as the daemon stored it: boot-time, or Unix time
     /// if an older daemon wrote it ([`crate::clock::adopted_move_time`]
@@ -336,13 +361,13 @@ pub struct LiveTable {
     pub moved_at: Vec<Option<u64>>,
     /// Backend slot of every hop the buckets name (first hops and previous
     /// owners).
-    pub slots: BTreeMap<Ipv4Addr, u32>,
+    pub slots: BTreeMap<IpAddr, u32>,
 }
 
 impl LiveTable {
     /// The table of `raw`, its slots resolved with `backends` (index =
     /// slot).
-    pub fn from_raw(raw: &RawTable, backends: &[Option<Ipv4Addr>]) -> LiveTable {
+    pub fn from_raw(raw: &RawTable, backends: &[Option<IpAddr>]) -> LiveTable {
         // A first hop's slot wins over a previous owner's (a chain the
         // control plane did not write may name another slot of the address).
         let mut slots = BTreeMap::new();
@@ -384,7 +409,7 @@ impl LiveTable {
 
     /// The chains of `t` as [`LiveTable::chains`] holds them (what a table
     /// installed from `t` reads back as, slots permitting).
-    pub fn chains_of(t: &crate::table::Table) -> Vec<(Option<Ipv4Addr>, Vec<Ipv4Addr>)> {
+    pub fn chains_of(t: &crate::table::Table) -> Vec<(Option<IpAddr>, Vec<IpAddr>)> {
         (0..t.size() as usize)
             .map(|i| (t.first(i), t.previous(i).collect()))
             .collect()

@@ -125,10 +125,7 @@ fn write(skel: &NilbSkel<'_>, index: u32, old: Option<&QuicRoute>, w: &QuicRoute
         if old.is_some_and(|o| o.servers.get(sid) == Some(&(*dip, *slot))) {
             continue;
         }
-        let v = abi::sys::nilb_quic_backend {
-            dip: abi::addr_be(*dip),
-            slot: *slot,
-        };
+        let v = abi::quic_backend_value(*dip, *slot);
         skel.maps
             .quic_servers
             .update(

@@ -401,7 +401,7 @@ fn list_files_are_read_relative_to_the_config_and_checked_for_cluster_addresses(
     let l = &lists["filters.deny[0].files[0]"];
     assert_eq!((l.parsed.v4.len(), l.parsed.v6), (2, 1));
     assert_eq!(l.path, dir.join("feed.txt"));
-    let problems = lists::cluster_coverage(&c, &lists, &c.cluster_addresses());
+    let problems = lists::cluster_coverage(&c, &lists, &c.cluster_addresses_v4());
     assert_eq!(problems.len(), 1, "{problems:?}");
     assert_eq!(problems[0].path, "filters.deny[0].files[0]");
     assert!(
@@ -416,7 +416,7 @@ fn list_files_are_read_relative_to_the_config_and_checked_for_cluster_addresses(
         "filters:\n  deny:\n    - {name: feed, files: [feed.txt], covers_cluster: true}\n",
         "",
     );
-    assert!(lists::cluster_coverage(&marked, &lists, &marked.cluster_addresses()).is_empty());
+    assert!(lists::cluster_coverage(&marked, &lists, &marked.cluster_addresses_v4()).is_empty());
     let set = FilterSet::compile(&marked, &lists, &BTreeMap::new()).unwrap();
     assert_eq!(set.rules[0].sources[0].ipv6_ignored, 1);
     let v = set.decide(None, a("10.0.0.11")).verdict;

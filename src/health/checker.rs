@@ -13,7 +13,7 @@
 //! still are. TCP checks are a plain connect.
 
 use std::collections::HashMap;
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -35,7 +35,7 @@ pub struct CheckTarget {
     /// The service whose check this is.
     pub service: ServiceKey,
     /// The backend checked.
-    pub dip: Ipv4Addr,
+    pub dip: IpAddr,
     /// What to run and how often.
     pub check: HealthCheck,
 }
@@ -46,7 +46,7 @@ pub struct CheckResult {
     /// The service whose check this is.
     pub service: ServiceKey,
     /// The backend checked.
-    pub dip: Ipv4Addr,
+    pub dip: IpAddr,
     /// Which incarnation of the task produced it (stale results of a
     /// replaced check are ignored, see [`Checkers::is_current`]).
     pub generation: u64,
@@ -78,11 +78,14 @@ pub const USER_AGENT: &str = concat!("nilb-health/", env!("CARGO_PKG_VERSION"));
 
 /// The Host header an HTTP check sends when its `host` is not set: the DIP,
 /// with `:port` unless the port is the scheme's default (as browsers and
-/// curl send it).
-pub fn default_host(dip: Ipv4Addr, port: u16, scheme: Scheme) -> String {
-    match (scheme, port) {
-        (Scheme::Http, 80) | (Scheme::Https, 443) => dip.to_string(),
-        _ => format!("{dip}:{port}"),
+/// curl send it); an IPv6 DIP in brackets (RFC 3986).
+pub fn default_host(dip: IpAddr, port: u16, scheme: Scheme) -> String {
+    match (scheme, port, dip) {
+        (Scheme::Http, 80, IpAddr::V4(_)) | (Scheme::Https, 443, IpAddr::V4(_)) => dip.to_string(),
+        (Scheme::Http, 80, IpAddr::V6(_)) | (Scheme::Https, 443, IpAddr::V6(_)) => {
+            format!("[{dip}]")
+        }
+        _ => SocketAddr::from((dip, port)).to_string(),
     }
 }
 
@@ -199,7 +202,7 @@ impl Prepared {
     }
 
     /// Run the check once against `dip`, within its timeout.
-    pub async fn run(&self, dip: Ipv4Addr) -> Result<(), String> {
+    pub async fn run(&self, dip: IpAddr) -> Result<(), String> {
         let check = &self.check;
         let timeout = Duration::from_millis(check.timeout_ms);
         let work = async {
@@ -208,7 +211,7 @@ impl Prepared {
                 Checker::Tcp { port } => TcpStream::connect(SocketAddr::from((dip, *port)))
                     .await
                     .map(drop)
-                    .map_err(|e| format!("tcp connect {dip}:{port}: {e}")),
+                    .map_err(|e| format!("tcp connect {}: {e}", SocketAddr::from((dip, *port)))),
                 Checker::Http {
                     scheme,
                     uri,
@@ -218,11 +221,12 @@ impl Prepared {
                     tls,
                 } => {
                     let url = format!(
-                        "{}://{dip}:{port}{uri}",
+                        "{}://{}{uri}",
                         match scheme {
                             Scheme::Http => "http",
                             Scheme::Https => "https",
-                        }
+                        },
+                        SocketAddr::from((dip, *port))
                     );
                     let host = host
                         .clone()
@@ -248,7 +252,7 @@ impl Prepared {
     /// One GET on a new connection; the response's status code.
     async fn http_get(
         &self,
-        dip: Ipv4Addr,
+        dip: IpAddr,
         port: u16,
         uri: &str,
         host: &str,
@@ -270,9 +274,7 @@ impl Prepared {
                 let name = match &tls.sni {
                     Some(n) => rustls_pki_types::ServerName::try_from(n.clone())
                         .map_err(|e| format!("server name {n}: {e}"))?,
-                    None => {
-                        rustls_pki_types::ServerName::IpAddress(std::net::IpAddr::V4(dip).into())
-                    }
+                    None => rustls_pki_types::ServerName::IpAddress(dip.into()),
                 };
                 let tls_stream = tokio_rustls::TlsConnector::from(config.clone())
                     .connect(name, stream)
@@ -305,7 +307,7 @@ where
 }
 
 /// Run `check` once against `dip`, within its timeout.
-pub async fn check_once(dip: Ipv4Addr, check: &HealthCheck) -> Result<(), String> {
+pub async fn check_once(dip: IpAddr, check: &HealthCheck) -> Result<(), String> {
     Prepared::new(check)?.run(dip).await
 }
 

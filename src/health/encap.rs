@@ -57,7 +57,7 @@ pub struct EncapResult {
     /// The service whose check this is.
     pub service: ServiceKey,
     /// The backend checked.
-    pub dip: Ipv4Addr,
+    pub dip: std::net::IpAddr,
     /// Task incarnation (see [`EncapCheckers::is_current`]).
     pub generation: u64,
     /// Ok, or why the check failed.
@@ -473,21 +473,26 @@ impl EncapCheckers {
     /// [`super::checker::Checkers::sync`]).
     pub fn sync(&mut self, targets: &[CheckTarget]) {
         let node = self.node;
-        // The probe is an IPv4 SYN inside GUE: IPv6 services are judged
-        // by their regular check only (docs/config.md "Encapsulated check").
+        // The probe is an IPv4 SYN inside GUE over outer IPv4: IPv6
+        // services, and every service of an IPv6 cluster network (which
+        // the configuration refuses to give the check), are judged by
+        // their regular check only (docs/config.md "Encapsulated check").
         let want: HashMap<ProbeKey, EncapSpec> = targets
             .iter()
             .filter_map(|t| {
                 let std::net::IpAddr::V4(vip) = t.service.vip else {
                     return None;
                 };
+                if !t.dip.is_ipv4() {
+                    return None;
+                }
                 Some((
                     (t.service, t.dip),
                     EncapSpec {
                         vip: SocketAddrV4::new(vip, t.service.port),
                         interval_ms: t.check.interval_ms,
                         timeout_ms: t.check.timeout_ms,
-                        local: t.dip == node,
+                        local: t.dip == std::net::IpAddr::V4(node),
                     },
                 ))
             })
@@ -507,7 +512,12 @@ impl EncapCheckers {
                                 service,
                                 dip,
                                 generation,
-                                result: prober.check(dip, &spec).await,
+                                result: match dip {
+                                    std::net::IpAddr::V4(d) => prober.check(d, &spec).await,
+                                    std::net::IpAddr::V6(_) => {
+                                        Err("the encapsulated check is IPv4 only".into())
+                                    }
+                                },
                             }
                         }
                     },

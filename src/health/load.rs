@@ -7,7 +7,7 @@
 //! prometheus-parse crate.
 
 use std::collections::HashMap;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -27,7 +27,7 @@ pub struct LoadResult {
     /// Service whose dynamic weights asked for it.
     pub service: ServiceKey,
     /// Backend scraped.
-    pub dip: Ipv4Addr,
+    pub dip: IpAddr,
     /// Task incarnation (see [`Periodic::is_current`]).
     pub generation: u64,
     /// The sample, or why there is none.
@@ -122,7 +122,7 @@ impl Scrapers {
 
     /// Scrape every backend of every service with `dynamic_weight: {source:
     /// cpu}` in `targets` ((service, dip, settings)).
-    pub fn sync(&mut self, targets: &[(ServiceKey, Ipv4Addr, DynamicWeight)]) {
+    pub fn sync(&mut self, targets: &[(ServiceKey, IpAddr, DynamicWeight)]) {
         let want: HashMap<ProbeKey, ScrapeSpec> = targets
             .iter()
             .filter(|(_, _, d)| d.source == LoadSource::Cpu)
@@ -130,7 +130,11 @@ impl Scrapers {
                 (
                     (*s, *dip),
                     ScrapeSpec {
-                        url: format!("http://{dip}:{}{}", d.metrics_port, d.metrics_path),
+                        url: format!(
+                            "http://{}{}",
+                            SocketAddr::from((*dip, d.metrics_port)),
+                            d.metrics_path
+                        ),
                         interval_ms: d.interval_ms,
                     },
                 )

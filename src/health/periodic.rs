@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::time::Duration;
 
 use rand::Rng;
@@ -21,7 +21,7 @@ use tokio::time::Instant;
 use crate::types::ServiceKey;
 
 /// Key of a probe task.
-pub type ProbeKey = (ServiceKey, Ipv4Addr);
+pub type ProbeKey = (ServiceKey, IpAddr);
 
 /// A set of periodic probe tasks with specs of type `S`.
 pub struct Periodic<S> {

@@ -142,7 +142,7 @@ pub fn parse_routes(text: &str) -> BTreeSet<Ipv4Addr> {
 
 /// `{node}` in a configured path replaced by this node's address (several
 /// nodes sharing one file system, as in the test harness).
-pub fn node_path(path: &std::path::Path, node: Ipv4Addr) -> std::path::PathBuf {
+pub fn node_path(path: &std::path::Path, node: std::net::IpAddr) -> std::path::PathBuf {
     std::path::PathBuf::from(path.to_string_lossy().replace("{node}", &node.to_string()))
 }
 

@@ -115,7 +115,7 @@ fn routes_file_round_trips() {
 fn node_path_substitutes_the_address() {
     let p = node_path(
         std::path::Path::new("/run/bird-{node}.ctl"),
-        Ipv4Addr::new(10, 77, 0, 11),
+        Ipv4Addr::new(10, 77, 0, 11).into(),
     );
     assert_eq!(p, std::path::PathBuf::from("/run/bird-10.77.0.11.ctl"));
 }

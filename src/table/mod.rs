@@ -40,11 +40,11 @@ mod chunks;
 #[cfg(test)]
 mod sim;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 
 use chunks::Chunks;
 
@@ -56,14 +56,15 @@ pub const MAX_OWNERS: usize = 4;
 pub const MAX_PREVIOUS: usize = MAX_OWNERS - 1;
 
 /// Address that stands for "no hop" in a [`Bucket`] (never a backend's: the
-/// configuration rejects 0.0.0.0/8).
-const NO_HOP: Ipv4Addr = Ipv4Addr::UNSPECIFIED;
+/// configuration rejects 0.0.0.0/8, and an IPv6 cluster lists no IPv4
+/// address).
+const NO_HOP: IpAddr = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
 
 /// One bucket's hops by address (a copy: the table stores indexes): the
 /// first hop, then the previous owners, newest first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Bucket {
-    hops: [Ipv4Addr; MAX_OWNERS],
+    hops: [IpAddr; MAX_OWNERS],
 }
 
 impl Default for Bucket {
@@ -78,7 +79,7 @@ impl Bucket {
     /// A bucket with this first hop (`None`: packets are dropped) and these
     /// previous owners, newest first (at most [`MAX_PREVIOUS`] are kept;
     /// unspecified addresses are skipped).
-    pub fn new(first: Option<Ipv4Addr>, previous: impl IntoIterator<Item = Ipv4Addr>) -> Bucket {
+    pub fn new(first: Option<IpAddr>, previous: impl IntoIterator<Item = IpAddr>) -> Bucket {
         let mut b = Bucket::default();
         b.hops[0] = first.unwrap_or(NO_HOP);
         for (slot, p) in b.hops[1..]
@@ -91,22 +92,22 @@ impl Bucket {
     }
 
     /// Owner: gets new connections. `None`: packets are dropped and counted.
-    pub fn first(&self) -> Option<Ipv4Addr> {
+    pub fn first(&self) -> Option<IpAddr> {
         (self.hops[0] != NO_HOP).then_some(self.hops[0])
     }
 
     /// The newest previous owner: gets packets the first hop does not know.
-    pub fn second(&self) -> Option<Ipv4Addr> {
+    pub fn second(&self) -> Option<IpAddr> {
         self.previous().next()
     }
 
     /// Previous owners, newest first (those known down after the others).
-    pub fn previous(&self) -> impl Iterator<Item = Ipv4Addr> + '_ {
+    pub fn previous(&self) -> impl Iterator<Item = IpAddr> + '_ {
         self.hops[1..].iter().copied().take_while(|h| *h != NO_HOP)
     }
 
     /// Every hop listed: the first hop (if any), then the previous owners.
-    pub fn hops(&self) -> impl Iterator<Item = Ipv4Addr> + '_ {
+    pub fn hops(&self) -> impl Iterator<Item = IpAddr> + '_ {
         self.first().into_iter().chain(self.previous())
     }
 }
@@ -115,7 +116,7 @@ impl Bucket {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Target {
     /// Backend address.
-    pub dip: Ipv4Addr,
+    pub dip: IpAddr,
     /// Relative weight; 0 means "not a first hop".
     pub weight: u32,
 }
@@ -138,11 +139,11 @@ impl StepLimits {
     };
 }
 
-fn every(_: Ipv4Addr) -> bool {
+fn every(_: IpAddr) -> bool {
     true
 }
 
-fn nobody(_: Ipv4Addr) -> bool {
+fn nobody(_: IpAddr) -> bool {
     false
 }
 
@@ -151,14 +152,14 @@ fn nobody(_: Ipv4Addr) -> bool {
 pub struct Rules<'a> {
     /// May stay (or become) a previous owner: false for backends that are
     /// offline or gone, which leave every chain.
-    pub keep: &'a dyn Fn(Ipv4Addr) -> bool,
+    pub keep: &'a dyn Fn(IpAddr) -> bool,
     /// Must lose its buckets now (failed health, offline). Owners that are
     /// neither targets nor forced out (drained, being removed) and owners
     /// above their quota give buckets away voluntarily.
-    pub forced_out: &'a dyn Fn(Ipv4Addr) -> bool,
+    pub forced_out: &'a dyn Fn(IpAddr) -> bool,
     /// Known down: listed after the previous owners that are not, and the
     /// first forgotten when a chain is full.
-    pub down: &'a dyn Fn(Ipv4Addr) -> bool,
+    pub down: &'a dyn Fn(IpAddr) -> bool,
 }
 
 impl Default for Rules<'static> {
@@ -192,7 +193,7 @@ pub struct Moves {
 /// One backend a table's chains name, with what it is in them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Host {
-    dip: Ipv4Addr,
+    dip: IpAddr,
     /// Buckets it is first hop of.
     owned: u32,
     /// Buckets it is a previous owner of.
@@ -298,7 +299,7 @@ pub fn capped_quotas(size: u32, targets: &[Target], caps: &[Option<u32>]) -> Vec
 
 /// Split `budget` over owners in proportion to what each must give
 /// (largest remainder, ties to the lower address).
-fn share_budget(budget: usize, excess: &[(Ipv4Addr, usize)]) -> Vec<usize> {
+fn share_budget(budget: usize, excess: &[(IpAddr, usize)]) -> Vec<usize> {
     let total: usize = excess.iter().map(|e| e.1).sum();
     if budget >= total {
         return excess.iter().map(|e| e.1).collect();
@@ -405,7 +406,7 @@ impl Table {
         t.previous = previous as u8;
         let latest = moved_at.iter().flatten().max().copied().unwrap_or(0);
         t.epoch_ms = Self::epoch_for(latest);
-        let mut index: BTreeMap<Ipv4Addr, u16> = BTreeMap::new();
+        let mut index: BTreeMap<IpAddr, u16> = BTreeMap::new();
         for d in buckets.iter().flat_map(|b| b.hops()) {
             if let std::collections::btree_map::Entry::Vacant(v) = index.entry(d) {
                 v.insert(t.intern(d));
@@ -502,12 +503,12 @@ impl Table {
         self.chains.len() as u32
     }
 
-    fn addr(&self, e: u16) -> Option<Ipv4Addr> {
+    fn addr(&self, e: u16) -> Option<IpAddr> {
         (e != 0).then(|| self.hosts[e as usize - 1].dip)
     }
 
     /// First hop of bucket `i` (None: its packets are dropped).
-    pub fn first(&self, i: usize) -> Option<Ipv4Addr> {
+    pub fn first(&self, i: usize) -> Option<IpAddr> {
         self.addr(self.chains[i][0])
     }
 
@@ -519,7 +520,7 @@ impl Table {
 
     /// Address of chain entry `e` (1..=[`Table::entry_count`]; None for 0,
     /// "no hop").
-    pub fn entry_addr(&self, e: u16) -> Option<Ipv4Addr> {
+    pub fn entry_addr(&self, e: u16) -> Option<IpAddr> {
         self.addr(e)
     }
 
@@ -533,7 +534,7 @@ impl Table {
 
     /// Previous owners of bucket `i`, newest first (those known down after
     /// the others), at most [`Table::previous_owners`].
-    pub fn previous(&self, i: usize) -> impl Iterator<Item = Ipv4Addr> + '_ {
+    pub fn previous(&self, i: usize) -> impl Iterator<Item = IpAddr> + '_ {
         self.chains[i][1..]
             .iter()
             .take_while(|&&e| e != 0)
@@ -541,7 +542,7 @@ impl Table {
     }
 
     /// The newest previous owner of bucket `i` (its second hop).
-    pub fn second(&self, i: usize) -> Option<Ipv4Addr> {
+    pub fn second(&self, i: usize) -> Option<IpAddr> {
         self.addr(self.chains[i][1])
     }
 
@@ -561,22 +562,22 @@ impl Table {
     }
 
     /// Buckets owned (as first hop) per backend.
-    pub fn shares(&self) -> BTreeMap<Ipv4Addr, u32> {
+    pub fn shares(&self) -> BTreeMap<IpAddr, u32> {
         self.count_by(|h| h.owned)
     }
 
     /// Buckets in which each backend is the second hop (the newest
     /// previous owner).
-    pub fn second_shares(&self) -> BTreeMap<Ipv4Addr, u32> {
+    pub fn second_shares(&self) -> BTreeMap<IpAddr, u32> {
         self.count_by(|h| h.second)
     }
 
     /// Buckets in which each backend is a previous owner (any position).
-    pub fn previous_shares(&self) -> BTreeMap<Ipv4Addr, u32> {
+    pub fn previous_shares(&self) -> BTreeMap<IpAddr, u32> {
         self.count_by(|h| h.listed)
     }
 
-    fn count_by(&self, f: impl Fn(&Host) -> u32) -> BTreeMap<Ipv4Addr, u32> {
+    fn count_by(&self, f: impl Fn(&Host) -> u32) -> BTreeMap<IpAddr, u32> {
         self.hosts
             .iter()
             .filter(|h| f(h) > 0)
@@ -586,8 +587,8 @@ impl Table {
 
     /// Every backend some bucket lists (first hop or previous owner), in
     /// address order.
-    pub fn hops(&self) -> Vec<Ipv4Addr> {
-        let mut v: Vec<Ipv4Addr> = self.hosts.iter().map(|h| h.dip).collect();
+    pub fn hops(&self) -> Vec<IpAddr> {
+        let mut v: Vec<IpAddr> = self.hosts.iter().map(|h| h.dip).collect();
         v.sort();
         v
     }
@@ -610,7 +611,7 @@ impl Table {
     }
 
     /// Number of maximal runs of consecutive buckets owned by `dip`.
-    pub fn ranges(&self, dip: Ipv4Addr) -> usize {
+    pub fn ranges(&self, dip: IpAddr) -> usize {
         let mut runs = 0;
         let mut prev = false;
         for i in 0..self.chains.len() {
@@ -643,7 +644,7 @@ impl Table {
                 *m = k as u16;
             }
         } else {
-            let index: BTreeMap<Ipv4Addr, u16> = self
+            let index: BTreeMap<IpAddr, u16> = self
                 .hosts
                 .iter()
                 .enumerate()
@@ -765,7 +766,7 @@ impl Scratch {
     }
 
     /// Entry of `dip`, added to the hosts if new.
-    fn intern(&mut self, dip: Ipv4Addr) -> u16 {
+    fn intern(&mut self, dip: IpAddr) -> u16 {
         if let Some(k) = self.hosts.iter().position(|h| h.dip == dip) {
             return k as u16 + 1;
         }
@@ -925,7 +926,7 @@ impl Scratch {
 
         // Voluntary moves: the budget is shared over the owners that must
         // give, in proportion to what each must give.
-        let mut excess: Vec<(Ipv4Addr, usize)> = targets
+        let mut excess: Vec<(IpAddr, usize)> = targets
             .iter()
             .enumerate()
             .filter(|&(t, _)| need[t] < 0)
@@ -1097,7 +1098,7 @@ impl Scratch {
         // Largest remaining need first (ties: lower address), with lazy
         // updates: an entry whose need changed is refreshed when it surfaces.
         let dip = |g: usize| self.hosts[tg[g] as usize - 1].dip;
-        let mut by_need: BinaryHeap<(i64, Reverse<Ipv4Addr>, usize)> = need
+        let mut by_need: BinaryHeap<(i64, Reverse<IpAddr>, usize)> = need
             .iter()
             .enumerate()
             .filter(|(_, &n)| n > 0)

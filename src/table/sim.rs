@@ -8,8 +8,8 @@
 
 use super::*;
 
-fn ip(last: u8) -> Ipv4Addr {
-    Ipv4Addr::new(10, 0, 0, last)
+fn ip(last: u8) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(10, 0, 0, last))
 }
 
 /// xorshift32: the same sequence on every run.
@@ -116,7 +116,7 @@ fn run(
         let allowed = last_step.is_none_or(|s| now - s >= pacing.min_interval_ms);
         if event || (pending > 0 && allowed) {
             let w = weights.clone();
-            let down = move |d: Ipv4Addr| w[(d.octets()[3] - 1) as usize] == 0;
+            let down = move |d: IpAddr| w[(super::tests::last_octet(d) - 1) as usize] == 0;
             let rules = Rules {
                 forced_out: &down,
                 down: &down,
@@ -195,7 +195,7 @@ fn run(
             }
             let h = &mut history[i];
             h.retain(|r| r.last >= oldest);
-            let mut distinct = [Ipv4Addr::UNSPECIFIED; 8];
+            let mut distinct = [IpAddr::V4(Ipv4Addr::UNSPECIFIED); 8];
             let mut n = 0;
             for r in h.iter() {
                 if !distinct[..n].contains(&r.owner) && n < distinct.len() {
@@ -221,7 +221,7 @@ const OPEN: u64 = u64::MAX;
 /// (ms; [`OPEN`]: to this day).
 #[derive(Clone, Copy)]
 struct Run {
-    owner: Ipv4Addr,
+    owner: IpAddr,
     first: u64,
     last: u64,
 }

@@ -1,7 +1,15 @@
 use super::*;
 
-fn ip(last: u8) -> Ipv4Addr {
-    Ipv4Addr::new(10, 0, 0, last)
+/// The last octet of a test address (every one is 10.0.0.x or ends like it).
+pub(crate) fn last_octet(d: IpAddr) -> u8 {
+    match d {
+        IpAddr::V4(a) => a.octets()[3],
+        IpAddr::V6(a) => a.octets()[15],
+    }
+}
+
+fn ip(last: u8) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(10, 0, 0, last))
 }
 
 fn targets(spec: &[(u8, u32)]) -> Vec<Target> {
@@ -29,7 +37,7 @@ fn assert_proportional(t: &Table, spec: &[(u8, u32)]) {
 }
 
 /// Buckets that must change owner to go from `a` to `b` shares.
-fn optimal(a: &BTreeMap<Ipv4Addr, u32>, b: &BTreeMap<Ipv4Addr, u32>) -> u32 {
+fn optimal(a: &BTreeMap<IpAddr, u32>, b: &BTreeMap<IpAddr, u32>) -> u32 {
     b.iter()
         .map(|(d, &n)| n.saturating_sub(*a.get(d).unwrap_or(&0)))
         .sum()
@@ -365,7 +373,7 @@ fn thousand_random_events_keep_ranges_bounded() {
                 .map(|k| (k as u8 + 1, weights[k]))
                 .collect();
             let before = t.shares();
-            let down = |d: Ipv4Addr| !up[(d.octets()[3] - 1) as usize];
+            let down = |d: IpAddr| !up[(last_octet(d) - 1) as usize];
             let rules = Rules {
                 forced_out: &down,
                 down: &down,
@@ -418,7 +426,7 @@ fn capped_quotas_give_what_a_capped_target_cannot_take_to_the_others() {
 /// Move every bucket of a 1-backend table to `to` (forced: the owner is
 /// out), at time `now`.
 fn move_all(t: &Table, to: u8, now: u64) -> (Table, Moves) {
-    let from: Vec<Ipv4Addr> = t.shares().keys().copied().collect();
+    let from: Vec<IpAddr> = t.shares().keys().copied().collect();
     t.rebalance(
         &targets(&[(to, 1)]),
         &Rules {
@@ -573,4 +581,127 @@ fn a_bucket_costs_twelve_bytes() {
         (12.0..12.3).contains(&per_bucket),
         "{per_bucket} bytes per bucket"
     );
+}
+
+/// The scenario of [`ipv4_tables_are_those_of_the_ipv4_only_code`]: a
+/// build, a failure with a paced step after it, and a recovery with one
+/// more backend, each table folded into an FNV-1a digest (the hops by
+/// `key`, and the move times). `addr(x)` is backend 10.0.0.x or its
+/// stand-in.
+fn scenario_digests(addr: &dyn Fn(u8) -> IpAddr, key: &dyn Fn(IpAddr) -> Vec<u8>) -> Vec<u64> {
+    let digest = |t: &Table, h: &mut u64| {
+        let mut put = |b: &[u8]| {
+            for x in b {
+                *h ^= *x as u64;
+                *h = h.wrapping_mul(0x100000001b3);
+            }
+        };
+        for i in 0..t.size() as usize {
+            put(&[0xff]);
+            for hop in t.bucket(i).hops() {
+                put(&key(hop));
+            }
+            put(&t.moved_at(i).unwrap_or(0).to_le_bytes());
+        }
+    };
+    let w = [100u32, 100, 200, 50, 100, 300, 100];
+    let targets: Vec<Target> = w
+        .iter()
+        .enumerate()
+        .map(|(i, &w)| Target {
+            dip: addr(11 + i as u8),
+            weight: w,
+        })
+        .collect();
+    let mut h = 0xcbf29ce484222325u64;
+    let mut out = Vec::new();
+    let t = Table::build(4096, &targets);
+    digest(&t, &mut h);
+    out.push(h);
+    let mut t2: Vec<Target> = targets
+        .iter()
+        .copied()
+        .filter(|t| t.dip != addr(13))
+        .collect();
+    for t in &mut t2 {
+        if t.dip == addr(16) {
+            t.weight = 120;
+        }
+    }
+    let down = |d: IpAddr| d == addr(13);
+    let rules = Rules {
+        keep: &every,
+        forced_out: &down,
+        down: &down,
+    };
+    let limits = |min_age_ms| StepLimits {
+        max_moves: 300,
+        min_age_ms,
+    };
+    let (t3, m) = t.rebalance(&t2, &rules, 5_000, limits(0));
+    assert_eq!((m.moved, m.forced, m.pending), (1162, 862, 132));
+    digest(&t3, &mut h);
+    out.push(h);
+    let (t4, _) = t3.rebalance(&t2, &rules, 9_000, limits(1_000));
+    digest(&t4, &mut h);
+    out.push(h);
+    let mut t5 = targets.clone();
+    t5.push(Target {
+        dip: addr(18),
+        weight: 150,
+    });
+    let (t6, m) = t4.rebalance(&t5, &Rules::default(), 20_000, StepLimits::NONE);
+    assert_eq!((m.moved, m.swapped), (1559, 1000));
+    digest(&t6, &mut h);
+    out.push(h);
+    out
+}
+
+/// Tables of IPv4 backends are exactly what the code made before cluster
+/// addresses could be IPv6: the digests were computed by the same
+/// scenario on the IPv4-only table code (hops as `Ipv4Addr`).
+#[test]
+fn ipv4_tables_are_those_of_the_ipv4_only_code() {
+    let key = |a: IpAddr| match a {
+        IpAddr::V4(a) => a.octets().to_vec(),
+        IpAddr::V6(a) => panic!("{a} in an IPv4 table"),
+    };
+    assert_eq!(
+        scenario_digests(&ip, &key),
+        [
+            0xcdf913c7fddbd72e,
+            0x93c2704452476a90,
+            0xcc5cc3150caf77b8,
+            0xaeaa7512f926b6b8
+        ]
+    );
+}
+
+/// IPv6 backends (an IPv6 cluster network): a table depends on the
+/// backends' order and weights only, so backends 2001:db8::x build, step
+/// and recover exactly as 10.0.0.x do (same digests with each address
+/// written as the IPv4 one it stands for).
+#[test]
+fn ipv6_backends_make_the_tables_their_ipv4_counterparts_make() {
+    let ip6 = |last: u8| {
+        IpAddr::V6(std::net::Ipv6Addr::new(
+            0x2001,
+            0xdb8,
+            0,
+            0,
+            0,
+            0,
+            0,
+            last as u16,
+        ))
+    };
+    let as_v4 = |a: IpAddr| match a {
+        IpAddr::V6(a) => vec![10, 0, 0, a.octets()[15]],
+        IpAddr::V4(a) => panic!("{a} in an IPv6 table"),
+    };
+    let v4 = |a: IpAddr| match a {
+        IpAddr::V4(a) => a.octets().to_vec(),
+        IpAddr::V6(a) => panic!("{a} in an IPv4 table"),
+    };
+    assert_eq!(scenario_digests(&ip6, &as_v4), scenario_digests(&ip, &v4));
 }

@@ -1,4 +1,4 @@
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 
 use super::*;
 use crate::table::{Rules, StepLimits, Table, Target};
@@ -124,8 +124,8 @@ struct Sim {
     moved: usize,
 }
 
-fn ip(i: usize) -> Ipv4Addr {
-    Ipv4Addr::new(10, 0, 0, 1 + i as u8)
+fn ip(i: usize) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1 + i as u8))
 }
 
 impl Sim {

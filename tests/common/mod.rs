@@ -16,6 +16,14 @@ use nilb::dataplane::abi::COUNTER_NAMES;
 use nilb::dataplane::Dataplane;
 use nilb::hash::{flow_hash, FlowTuple};
 
+/// A hop of an IPv4 cluster network's table (every fixture's).
+pub fn v4(a: std::net::IpAddr) -> Ipv4Addr {
+    match a {
+        std::net::IpAddr::V4(a) => a,
+        std::net::IpAddr::V6(a) => panic!("hop {a} on an IPv4 cluster network"),
+    }
+}
+
 pub const XDP_ABORTED: u32 = 0;
 pub const XDP_DROP: u32 = 1;
 pub const XDP_PASS: u32 = 2;
@@ -432,7 +440,7 @@ pub fn load(yaml: &str, node: Ipv4Addr) -> Loaded {
     let storage: &'static mut MaybeUninit<OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
     let mut dp = Dataplane::load(storage).expect("loading BPF (root needed)");
     let cp = ControlPlane::new(Config::parse(yaml).expect("test config"), 0);
-    cp.apply(&mut dp, node, &cp.full_plan())
+    cp.apply(&mut dp, node.into(), &cp.full_plan())
         .expect("filling maps");
     Loaded { dp, cp }
 }
@@ -444,7 +452,7 @@ pub fn load_sized(yaml: &str, node: Ipv4Addr) -> Loaded {
     let config = Config::parse(yaml).expect("test config");
     let mut dp = Dataplane::load_for(storage, &config).expect("loading BPF (root needed)");
     let cp = ControlPlane::new(config, 0);
-    cp.apply(&mut dp, node, &cp.full_plan())
+    cp.apply(&mut dp, node.into(), &cp.full_plan())
         .expect("filling maps");
     Loaded { dp, cp }
 }
@@ -453,7 +461,9 @@ impl Loaded {
     /// Apply a new config (like SIGHUP).
     pub fn reload(&mut self, yaml: &str, node: Ipv4Addr) {
         let plan = self.cp.update(Config::parse(yaml).expect("test config"), 1);
-        self.cp.apply(&mut self.dp, node, &plan).expect("applying");
+        self.cp
+            .apply(&mut self.dp, node.into(), &plan)
+            .expect("applying");
     }
 
     /// Counter deltas by name produced by `f`.

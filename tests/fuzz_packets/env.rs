@@ -143,7 +143,7 @@ pub struct Env {
 /// The move times stay as they are.
 pub fn lengthen_chains(l: &mut Loaded) {
     let live = l.dp.live_tables().expect("live tables");
-    let slots: std::collections::BTreeMap<Ipv4Addr, u32> =
+    let slots: std::collections::BTreeMap<std::net::IpAddr, u32> =
         live.iter().flat_map(|(_, t)| t.slots.clone()).collect();
     let a = |s: &str| s.parse::<Ipv4Addr>().unwrap();
     for (key, t) in live {
@@ -170,7 +170,7 @@ pub fn lengthen_chains(l: &mut Loaded) {
             }
             let p = &patterns[(i / 2) % patterns.len()];
             // A pattern naming the first hop first shows that it is skipped.
-            c.1 = p.clone();
+            c.1 = p.iter().map(|&h| h.into()).collect();
             changed.push(i as u32);
         }
         l.dp.install_chains(

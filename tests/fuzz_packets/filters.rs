@@ -79,7 +79,7 @@ fn filtered() -> (Loaded, Arc<FilterSet>) {
         filters: true,
         ..Default::default()
     };
-    f.cp.apply(&mut f.dp, NODE, &plan)
+    f.cp.apply(&mut f.dp, NODE.into(), &plan)
         .expect("installing the filters");
     (f, set)
 }
@@ -211,7 +211,7 @@ impl FilterTally {
 pub fn fuzz_filters(seed: u64, packets: u64) -> FilterTally {
     let env = setup();
     let (f, set) = filtered();
-    let cluster = f.cp.cluster_addresses();
+    let cluster = nilb::config::ipv4_only(&f.cp.cluster_addresses());
     let mut t = FilterTally::default();
     let mut rule_want: BTreeMap<u16, (u64, u64)> = BTreeMap::new();
     let mac = env.wa.nt0_mac;

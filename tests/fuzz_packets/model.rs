@@ -53,8 +53,13 @@ impl World {
                 (k.vip, k.port, k.protocol.number()),
                 Svc {
                     index: t.service_index,
-                    buckets: t.chains.clone(),
-                    slots: t.slots.clone(),
+                    // An IPv4 cluster network: every hop is IPv4.
+                    buckets: t
+                        .chains
+                        .iter()
+                        .map(|(f, p)| (f.map(v4), p.iter().copied().map(v4).collect()))
+                        .collect(),
+                    slots: t.slots.iter().map(|(d, s)| (v4(*d), *s)).collect(),
                 },
             );
         }
@@ -81,7 +86,7 @@ impl World {
                     IpAddr::V6(v) => Some(v),
                 })
                 .collect(),
-            cluster: cfg.cluster_addresses().into_iter().collect(),
+            cluster: cfg.cluster_addresses_v4().into_iter().collect(),
             unknown_flow,
         }
     }
@@ -155,6 +160,14 @@ pub struct Outcome {
     pub counters: Vec<&'static str>,
     pub out: Out,
     pub stat: Stat,
+}
+
+/// A hop of an IPv4 cluster network's table.
+fn v4(a: IpAddr) -> Ipv4Addr {
+    match a {
+        IpAddr::V4(a) => a,
+        IpAddr::V6(a) => panic!("hop {a} on an IPv4 cluster network"),
+    }
 }
 
 pub fn outcome(verdict: u32, counters: &[&'static str], out: Out) -> Outcome {

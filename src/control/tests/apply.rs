@@ -9,7 +9,7 @@ use super::fake::{Call, FakeDataplane};
 use super::*;
 use crate::dataplane::DataplaneOps;
 
-const NODE: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
+const NODE: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
 const WEB: ServiceKey = ServiceKey {
     vip: std::net::IpAddr::V4(Ipv4Addr::new(10, 0, 0, 100)),
     port: 80,
@@ -27,8 +27,8 @@ const API: ServiceKey = ServiceKey {
     protocol: crate::types::Protocol::Tcp,
 };
 
-fn ip(last: u8) -> Ipv4Addr {
-    Ipv4Addr::new(10, 0, 0, last)
+fn ip(last: u8) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(10, 0, 0, last))
 }
 
 /// A config with balancer 10.0.0.1, no pacing (`min_bucket_age_ms` as
@@ -499,7 +499,7 @@ fn a_reload_installs_what_changed_and_only_the_buckets_that_moved() {
     cp.apply(&mut dp, NODE, &cp.full_plan()).unwrap();
     dp.writes.clear();
     let key = ServiceKey {
-        vip: std::net::IpAddr::V4(ip(100)),
+        vip: ip(100),
         port: 1007,
         protocol: crate::types::Protocol::Tcp,
     };
@@ -533,4 +533,110 @@ fn a_reload_installs_what_changed_and_only_the_buckets_that_moved() {
     cp.apply(&mut dp, NODE, &plan).unwrap();
     assert_mirrors(&dp, &cp);
     assert_eq!(dp.violations, []);
+}
+
+/// An IPv6 cluster network (balancer and DIPs IPv6; one IPv4 and one IPv6
+/// VIP): the same writes in the same order as an IPv4 one, the maps hold
+/// IPv6 hops and cluster addresses, a failed DIP's buckets move, the
+/// records carry IPv6 DIPs and a restarted daemon adopts them.
+#[test]
+fn an_ipv6_cluster_network_is_written_like_an_ipv4_one() {
+    let six = |a: &str| -> IpAddr { a.parse().unwrap() };
+    let config6 = |backends: &str| {
+        Config::parse(&format!(
+            "version: 1\ncluster: {{balancers: [\"2001:db8:c::1\"], hash_seed: 7}}\ndefaults:\n  rebalance: {{min_interval_ms: 0, max_step_percent: 100, min_bucket_age_ms: 0}}\nservices:\n  - {{name: web, vip: 10.0.0.100, port: 80, protocol: tcp, table_size: 64, health_check: {{tcp: {{}}, rise_count: 1, fall_count: 1}}, backends: [{backends}]}}\n  - {{name: web6, vip: \"2001:db8:100::80\", port: 80, protocol: tcp, table_size: 64, health_check: {{none: {{}}}}, backends: [{{dip: \"2001:db8:c::12\"}}]}}\n"
+        ))
+        .unwrap()
+    };
+    let node = six("2001:db8:c::1");
+    let (b11, b12, b13) = (
+        six("2001:db8:c::11"),
+        six("2001:db8:c::12"),
+        six("fd00:c::13"),
+    );
+    let mut cp = ControlPlane::new(
+        config6(r#"{dip: "2001:db8:c::11"}, {dip: "2001:db8:c::12"}, {dip: "fd00:c::13"}"#),
+        0,
+    );
+    let mut dp = FakeDataplane::default();
+    cp.apply(&mut dp, node, &cp.full_plan()).unwrap();
+    assert_eq!(dp.violations, []);
+    assert_mirrors(&dp, &cp);
+    assert_eq!(dp.settings.map(|s| s.node), Some(node));
+    assert_eq!(dp.nodes, BTreeSet::from([node, b11, b12, b13]));
+    assert!(dp.backends.values().all(IpAddr::is_ipv6));
+    let web = cp.config().services[0].key();
+    assert_eq!(
+        dp.services[&web]
+            .slots
+            .keys()
+            .copied()
+            .collect::<BTreeSet<_>>(),
+        BTreeSet::from([b11, b12, b13])
+    );
+    let dips: BTreeSet<IpAddr> = dp.control.values().map(|r| r.dip).collect();
+    assert_eq!(dips, BTreeSet::from([b11, b12, b13]));
+
+    // The IPv4 twin of this configuration makes the same calls: the family
+    // changes the addresses, not what is written when.
+    let v4 = |a: &IpAddr| match a {
+        IpAddr::V6(a) => ip(a.octets()[15]),
+        IpAddr::V4(a) => panic!("{a}"),
+    };
+    let config4 = Config::parse(
+        "version: 1\ncluster: {balancers: [10.0.0.1], hash_seed: 7}\ndefaults:\n  rebalance: {min_interval_ms: 0, max_step_percent: 100, min_bucket_age_ms: 0}\nservices:\n  - {name: web, vip: 10.0.0.100, port: 80, protocol: tcp, table_size: 64, health_check: {tcp: {}, rise_count: 1, fall_count: 1}, backends: [{dip: 10.0.0.17}, {dip: 10.0.0.18}, {dip: 10.0.0.19}]}\n  - {name: web6, vip: \"2001:db8:100::80\", port: 80, protocol: tcp, table_size: 64, health_check: {none: {}}, backends: [{dip: 10.0.0.18}]}\n",
+    )
+    .unwrap();
+    let cp4 = ControlPlane::new(config4, 0);
+    let mut dp4 = FakeDataplane::default();
+    cp4.apply(&mut dp4, ip(1), &cp4.full_plan()).unwrap();
+    let shape = |calls: &[Call]| -> Vec<String> {
+        calls
+            .iter()
+            .map(|c| match c {
+                Call::SetClusterNodes(s) => format!("nodes {}", s.len()),
+                Call::Settings(_) => "settings".into(),
+                other => format!("{other:?}"),
+            })
+            .collect()
+    };
+    assert_eq!(shape(&dp.calls), shape(&dp4.calls));
+    for (key, t) in &dp.services {
+        let t4 = &dp4.services[key];
+        let mapped: Vec<Vec<IpAddr>> = t
+            .buckets
+            .iter()
+            .map(|b| b.hops().map(|h| v4(&h)).collect())
+            .collect();
+        let want: Vec<Vec<IpAddr>> = t4.buckets.iter().map(|b| b.hops().collect()).collect();
+        assert_eq!(mapped, want, "{key}: the same buckets as 10.0.0.17-19");
+    }
+
+    // fd00:c::13 fails its check: its buckets move to the others and it
+    // stays their previous owner.
+    dp.calls.clear();
+    let owned13 = owned(&cp, b13);
+    assert!(owned13 > 0);
+    let plan = cp
+        .observe(&web, b13, Err("refused".into()), 1_000)
+        .expect("a plan");
+    cp.apply(&mut dp, node, &plan).unwrap();
+    assert_eq!(dp.violations, []);
+    assert_mirrors(&dp, &cp);
+    assert_eq!(owned(&cp, b13), 0);
+    let seconds = dp.services[&web]
+        .buckets
+        .iter()
+        .filter(|b| b.second() == Some(b13))
+        .count();
+    assert_eq!(seconds as u32, owned13);
+
+    // A restarted daemon adopts the tables and the records: nothing moves.
+    let records = cp.records();
+    assert!(records.values().any(|r| r.dip == b13));
+    let (adopted, _) = ControlPlane::adopt(cp.config().clone(), pinned(&cp), records, 2_000);
+    for (key, st) in cp.services() {
+        assert_eq!(adopted.services()[key].table.buckets(), st.table.buckets());
+    }
+    assert_eq!(owned(&adopted, b13), 0, "the verdict carried over");
 }

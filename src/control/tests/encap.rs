@@ -4,11 +4,11 @@
 
 use super::*;
 
-fn encap_fail(cp: &mut ControlPlane, dip: Ipv4Addr, now: u64) -> Option<Plan> {
+fn encap_fail(cp: &mut ControlPlane, dip: IpAddr, now: u64) -> Option<Plan> {
     cp.observe_encap(&key(), dip, Err("no SYN-ACK".into()), now)
 }
 
-fn encap_pass(cp: &mut ControlPlane, dip: Ipv4Addr, now: u64) -> Option<Plan> {
+fn encap_pass(cp: &mut ControlPlane, dip: IpAddr, now: u64) -> Option<Plan> {
     cp.observe_encap(&key(), dip, Ok(()), now)
 }
 

@@ -21,7 +21,7 @@
 //! different from the control plane's, which the tests compare.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
 use anyhow::{bail, Result};
 
@@ -34,7 +34,7 @@ use crate::types::ServiceKey;
 
 /// The hops of `b` with the slots they were written with (`slots`: first
 /// hop's, then the previous owners').
-fn named(b: &Bucket, slots: &[u32; MAX_OWNERS]) -> Vec<(Ipv4Addr, u32)> {
+fn named(b: &Bucket, slots: &[u32; MAX_OWNERS]) -> Vec<(IpAddr, u32)> {
     let first = b.first().map(|f| (f, slots[0]));
     first
         .into_iter()
@@ -47,7 +47,7 @@ fn named(b: &Bucket, slots: &[u32; MAX_OWNERS]) -> Vec<(Ipv4Addr, u32)> {
 pub(super) enum Call {
     Settings(NodeSettings),
     SetVips(BTreeSet<std::net::IpAddr>),
-    SetClusterNodes(BTreeSet<Ipv4Addr>),
+    SetClusterNodes(BTreeSet<IpAddr>),
     ZeroBackendStats(u32),
     ZeroServiceStats(u32),
     /// The keys of one batch, in order.
@@ -76,7 +76,7 @@ pub(super) struct Installed {
     pub hop_slots: Vec<[u32; MAX_OWNERS]>,
     /// Counter slot of each hop (first hops and previous owners), from
     /// `hop_slots`.
-    pub slots: BTreeMap<Ipv4Addr, u32>,
+    pub slots: BTreeMap<IpAddr, u32>,
 }
 
 #[derive(Debug, Default)]
@@ -84,10 +84,10 @@ pub(super) struct FakeDataplane {
     pub calls: Vec<Call>,
     pub settings: Option<NodeSettings>,
     pub vips: BTreeSet<std::net::IpAddr>,
-    pub nodes: BTreeSet<Ipv4Addr>,
+    pub nodes: BTreeSet<IpAddr>,
     pub services: BTreeMap<ServiceKey, Installed>,
     /// The `backends` map: the address of every slot an install named.
-    pub backends: BTreeMap<u32, Ipv4Addr>,
+    pub backends: BTreeMap<u32, IpAddr>,
     /// The next `install_tables` installs only its first n items, then
     /// fails (as a batch update that stops at a failing element).
     pub fail_install_after: Option<usize>,
@@ -128,7 +128,7 @@ impl FakeDataplane {
                 self.violations
                     .push((at, format!("{key} is installed but its VIP is not in vips")));
             }
-            let hops: BTreeSet<Ipv4Addr> = t.buckets.iter().flat_map(|b| b.hops()).collect();
+            let hops: BTreeSet<IpAddr> = t.buckets.iter().flat_map(|b| b.hops()).collect();
             for hop in hops.difference(&self.nodes) {
                 self.violations.push((
                     at,
@@ -144,7 +144,7 @@ impl FakeDataplane {
                 }
             }
         }
-        let mut by_slot: BTreeMap<u32, Ipv4Addr> = BTreeMap::new();
+        let mut by_slot: BTreeMap<u32, IpAddr> = BTreeMap::new();
         for (key, t) in &self.services {
             let mut unset = BTreeSet::new();
             for (b, slots) in t.buckets.iter().zip(&t.hop_slots) {
@@ -203,11 +203,11 @@ impl DataplaneOps for FakeDataplane {
         Ok(())
     }
 
-    fn cluster_nodes(&self) -> &BTreeSet<Ipv4Addr> {
+    fn cluster_nodes(&self) -> &BTreeSet<IpAddr> {
         &self.nodes
     }
 
-    fn set_cluster_nodes(&mut self, want: &BTreeSet<Ipv4Addr>) -> Result<()> {
+    fn set_cluster_nodes(&mut self, want: &BTreeSet<IpAddr>) -> Result<()> {
         self.nodes = want.clone();
         self.record(Call::SetClusterNodes(want.clone()));
         Ok(())
@@ -410,7 +410,7 @@ impl DataplaneOps for FakeDataplane {
 fn a_slot_given_away_while_an_unwritten_bucket_names_it_is_a_violation() {
     use super::{key, B11, B12, B13};
     use crate::table::Table;
-    let table = |first0: Ipv4Addr| {
+    let table = |first0: IpAddr| {
         let mut b = vec![Bucket::new(Some(B12), [B11]); 4];
         b[0] = Bucket::new(Some(first0), []);
         Table::adopt(b, vec![None; 4], 3)
@@ -420,8 +420,8 @@ fn a_slot_given_away_while_an_unwritten_bucket_names_it_is_a_violation() {
         nodes: [B11, B12, B13].into(),
         ..FakeDataplane::default()
     };
-    let before = |d: Ipv4Addr| u32::from(d.octets()[3]) - 10;
-    let install = |f: &mut FakeDataplane, t: &Table, slot_of: &dyn Fn(Ipv4Addr) -> u32, changed| {
+    let before = |d: IpAddr| u32::from(crate::table::tests::last_octet(d)) - 10;
+    let install = |f: &mut FakeDataplane, t: &Table, slot_of: &dyn Fn(IpAddr) -> u32, changed| {
         f.install_tables(&[TableInstall {
             key: key(),
             index: 0,
@@ -437,7 +437,7 @@ fn a_slot_given_away_while_an_unwritten_bucket_names_it_is_a_violation() {
     assert_eq!(f.services[&key()].slots, [(B11, 1), (B12, 2)].into());
     // Bucket 0 alone rewritten, B13 given B12's slot: buckets 1-3 still
     // name slot 2 for B12.
-    let after = |d: Ipv4Addr| match d {
+    let after = |d: IpAddr| match d {
         B13 => 2,
         B11 => 1,
         _ => 3,

@@ -23,7 +23,7 @@ fn published(
         .collect()
 }
 
-fn hops(cp: &ControlPlane) -> Vec<(Option<Ipv4Addr>, Option<Ipv4Addr>)> {
+fn hops(cp: &ControlPlane) -> Vec<(Option<IpAddr>, Option<IpAddr>)> {
     let t = table(cp);
     (0..t.size() as usize)
         .map(|i| (t.first(i), t.second(i)))
@@ -209,7 +209,7 @@ fn a_followers_reload_writes_the_published_buckets_only() {
     // steps its table and publishes it; a follower's reload must not put its
     // own step into the data plane, even for a moment.
     use super::fake::FakeDataplane;
-    let node = Ipv4Addr::new(10, 0, 0, 11);
+    let node: IpAddr = Ipv4Addr::new(10, 0, 0, 11).into();
     let c1 = cfg_with(
         &[(11, 1, "active"), (12, 1, "active"), (13, 2, "active")],
         1024,

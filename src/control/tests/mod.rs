@@ -12,10 +12,11 @@ mod reload;
 mod restart;
 
 use super::*;
+use std::net::Ipv4Addr;
 
-const B11: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 11);
-const B12: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 12);
-const B13: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 13);
+const B11: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 11));
+const B12: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 12));
+const B13: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 13));
 
 /// One TCP service with the given backends (`last octet, weight, state`),
 /// a TCP check, and rebalance limits (interval ms, percent, min age ms).
@@ -68,7 +69,7 @@ fn pinned(cp: &ControlPlane) -> Vec<(ServiceKey, crate::dataplane::LiveTable)> {
 }
 
 /// Buckets `dip` owns as first hop.
-fn owned(cp: &ControlPlane, dip: Ipv4Addr) -> u32 {
+fn owned(cp: &ControlPlane, dip: IpAddr) -> u32 {
     table(cp).shares().get(&dip).copied().unwrap_or(0)
 }
 
@@ -89,11 +90,11 @@ fn table(cp: &ControlPlane) -> &Table {
     &cp.service(&key()).unwrap().table
 }
 
-fn fail(cp: &mut ControlPlane, dip: Ipv4Addr, now: u64) -> Option<Plan> {
+fn fail(cp: &mut ControlPlane, dip: IpAddr, now: u64) -> Option<Plan> {
     cp.observe(&key(), dip, Err("refused".into()), now)
 }
 
-fn pass(cp: &mut ControlPlane, dip: Ipv4Addr, now: u64) -> Option<Plan> {
+fn pass(cp: &mut ControlPlane, dip: IpAddr, now: u64) -> Option<Plan> {
     cp.observe(&key(), dip, Ok(()), now)
 }
 

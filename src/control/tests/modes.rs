@@ -236,7 +236,7 @@ fn leaving_fail_open_is_paced_and_weighted() {
         1024,
         (10_000, 2, 300_000),
     );
-    let b14 = Ipv4Addr::new(10, 0, 0, 14);
+    let b14: IpAddr = Ipv4Addr::new(10, 0, 0, 14).into();
     let mut cp = ControlPlane::new(c, 0);
     for d in [B11, B12, B13, b14] {
         fail(&mut cp, d, 0);
@@ -283,7 +283,9 @@ fn leaving_fail_open_is_paced_and_weighted() {
 fn panic_is_entered_at_once_and_left_in_paced_steps() {
     let spec: Vec<(u8, u32, &str)> = (11..=15).map(|l| (l, 1, "active")).collect();
     let c = cfg_full(&spec, 1024, (10_000, 2, 300_000), 30);
-    let ips: Vec<Ipv4Addr> = (11..=15).map(|l| Ipv4Addr::new(10, 0, 0, l)).collect();
+    let ips: Vec<IpAddr> = (11..=15)
+        .map(|l| Ipv4Addr::new(10, 0, 0, l).into())
+        .collect();
     let mut cp = ControlPlane::new(c, 0);
     for &d in &ips {
         pass(&mut cp, d, 0);

@@ -10,7 +10,7 @@ use super::fake::{Call, FakeDataplane};
 use super::*;
 use crate::status::{ReloadStatus, Role, Status};
 
-const NODE: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
+const NODE: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
 const OTHER: &str = "10.0.0.2";
 const WEB: &str = "{name: web, vip: 10.0.0.100, port: 80, protocol: tcp, table_size: 64, health_check: {none: {}}, backends: [{dip: 10.0.0.11}, {dip: 10.0.0.12}]}";
 const API: &str = "{name: api, vip: 10.0.0.90, port: 443, protocol: tcp, table_size: 16, health_check: {none: {}}, backends: [{dip: 10.0.0.15}]}";

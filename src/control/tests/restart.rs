@@ -7,7 +7,7 @@
 use super::fake::{Call, FakeDataplane};
 use super::*;
 
-const NODE: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
+const NODE: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
 
 /// Three backends of weight 1, 1024 buckets, paced steps of 10 % every
 /// 200 ms with `min_age` ms of minimum bucket age.

@@ -15,6 +15,7 @@ use crate::types::{Protocol, ServiceKey};
 unsafe impl plain::Plain for sys::nilb_service_key {}
 unsafe impl plain::Plain for sys::nilb_service6_key {}
 unsafe impl plain::Plain for sys::nilb_addr6 {}
+unsafe impl plain::Plain for sys::nilb_config6 {}
 unsafe impl plain::Plain for sys::nilb_hash_probe6 {}
 unsafe impl plain::Plain for sys::nilb_bucket {}
 unsafe impl plain::Plain for sys::nilb_service {}
@@ -211,19 +212,60 @@ pub fn moved_value(ms: Option<u64>) -> u32 {
     ms.map_or(0, |ms| (ms / 1000).clamp(1, u32::MAX as u64) as u32)
 }
 
-/// Value of the `backends` map for a slot whose backend is `a`.
-pub fn backend_value(a: Ipv4Addr) -> sys::nilb_backend {
-    sys::nilb_backend {
-        addr: [addr_be(a), 0, 0, 0],
-        family: sys::nilb_family::NILB_FAMILY_IPV4,
+/// An address as the four words of `struct nilb_backend.addr` and
+/// `struct nilb_hop_cache.hop` (network order; IPv4 in word 0, the rest 0).
+pub fn addr_words(a: IpAddr) -> [u32; 4] {
+    match a {
+        IpAddr::V4(v) => [addr_be(v), 0, 0, 0],
+        IpAddr::V6(v) => {
+            let o = v.octets();
+            let w = |i: usize| u32::from_ne_bytes([o[i], o[i + 1], o[i + 2], o[i + 3]]);
+            [w(0), w(4), w(8), w(12)]
+        }
     }
 }
 
-/// The IPv4 address of a `backends` value, None for an unused slot (or one
-/// of a family nilb does not write yet).
-pub fn backend_of(v: &sys::nilb_backend) -> Option<Ipv4Addr> {
-    (v.family == sys::nilb_family::NILB_FAMILY_IPV4 && v.addr[0] != 0)
-        .then(|| addr_from_be(v.addr[0]))
+/// Value of the `quic_servers` map for backend `dip` at `slot`. An IPv6
+/// DIP has no 32-bit form: on an IPv6 cluster network the programs find
+/// the backend by its slot, and `dip` is 0.
+pub fn quic_backend_value(dip: IpAddr, slot: u32) -> sys::nilb_quic_backend {
+    sys::nilb_quic_backend {
+        dip: match dip {
+            IpAddr::V4(d) => addr_be(d),
+            IpAddr::V6(_) => 0,
+        },
+        slot,
+    }
+}
+
+/// Value of the `backends` map for a slot whose backend is `a`
+/// (NILB_FAMILY_IPV4 or NILB_FAMILY_IPV6).
+pub fn backend_value(a: IpAddr) -> sys::nilb_backend {
+    sys::nilb_backend {
+        addr: addr_words(a),
+        family: match a {
+            IpAddr::V4(_) => sys::nilb_family::NILB_FAMILY_IPV4,
+            IpAddr::V6(_) => sys::nilb_family::NILB_FAMILY_IPV6,
+        },
+    }
+}
+
+/// The address of a `backends` value, None for an unused slot (or one of
+/// an unknown family).
+pub fn backend_of(v: &sys::nilb_backend) -> Option<IpAddr> {
+    match v.family {
+        sys::nilb_family::NILB_FAMILY_IPV4 if v.addr[0] != 0 => {
+            Some(IpAddr::V4(addr_from_be(v.addr[0])))
+        }
+        sys::nilb_family::NILB_FAMILY_IPV6 if v.addr != [0; 4] => {
+            let mut o = [0u8; 16];
+            for (i, w) in v.addr.iter().enumerate() {
+                o[i * 4..i * 4 + 4].copy_from_slice(&w.to_ne_bytes());
+            }
+            Some(IpAddr::V6(Ipv6Addr::from(o)))
+        }
+        _ => None,
+    }
 }
 
 fn health_value(h: RecordHealth) -> u8 {
@@ -249,11 +291,12 @@ fn health_of(v: u8) -> Option<RecordHealth> {
 /// is in `control_vip6`).
 const CONTROL_V6: u8 = 6;
 
-/// Values of the `control_state` and `control_vip6` maps for one slot (all
-/// zero: unused; `control_vip6` is zero for an IPv4 service).
+/// Values of the `control_state`, `control_vip6` and `control_dip6` maps
+/// for one slot (all zero: unused; `control_vip6` is zero for an IPv4
+/// service, `control_dip6` for an IPv4 DIP).
 pub fn control_state_value(
     r: Option<&ControlRecord>,
-) -> (sys::nilb_control_state, sys::nilb_addr6) {
+) -> (sys::nilb_control_state, sys::nilb_addr6, sys::nilb_addr6) {
     use sys::nilb_control_admin as a;
     use sys::nilb_control_flags as f;
     let Some(r) = r else {
@@ -289,9 +332,16 @@ pub fn control_state_value(
     if r.first_result_decides {
         flags |= f::NILB_CS_FIRST_DECIDES;
     }
+    let (dip, dip6) = match r.dip {
+        IpAddr::V4(d) => (addr_be(d), sys::nilb_addr6::default()),
+        IpAddr::V6(d) => {
+            flags |= f::NILB_CS_DIP6;
+            (0, addr6_key(d))
+        }
+    };
     let state = sys::nilb_control_state {
         service,
-        dip: addr_be(r.dip),
+        dip,
         weight: r.weight,
         health: health_value(r.health),
         admin: match r.admin {
@@ -307,19 +357,36 @@ pub fn control_state_value(
         removed_at_ms: r.removed_at_ms.unwrap_or(0),
         empty_since_ms: r.empty_since_ms.unwrap_or(0),
     };
-    (state, vip6)
+    (state, vip6, dip6)
 }
 
-/// Decode a `control_state` value (with the slot's `control_vip6` value,
-/// if that map exists); None for an unused slot or one that nilb cannot
-/// read (unknown protocol or enum value, an IPv6 record without its VIP).
-pub fn parse_control_state(bytes: &[u8], vip6: Option<&[u8]>) -> Result<Option<ControlRecord>> {
+/// Decode a `control_state` value (with the slot's `control_vip6` and
+/// `control_dip6` values, if those maps exist); None for an unused slot or
+/// one that nilb cannot read (unknown protocol or enum value, an IPv6
+/// record without its VIP or DIP).
+pub fn parse_control_state(
+    bytes: &[u8],
+    vip6: Option<&[u8]>,
+    dip6: Option<&[u8]>,
+) -> Result<Option<ControlRecord>> {
     use sys::nilb_control_admin as a;
     use sys::nilb_control_flags as f;
     let v: sys::nilb_control_state = read_struct(bytes)?;
-    if v.dip == 0 {
+    let dip = if v.flags as u32 & f::NILB_CS_DIP6 != 0 {
+        let Some(b) = dip6 else {
+            return Ok(None);
+        };
+        let a: sys::nilb_addr6 = read_struct(b)?;
+        let d = Ipv6Addr::from(a.addr);
+        if d.is_unspecified() {
+            return Ok(None);
+        }
+        IpAddr::V6(d)
+    } else if v.dip == 0 {
         return Ok(None);
-    }
+    } else {
+        IpAddr::V4(addr_from_be(v.dip))
+    };
     let Some(mut service) = parse_service_key(bytes_of(&v.service))? else {
         return Ok(None);
     };
@@ -343,7 +410,7 @@ pub fn parse_control_state(bytes: &[u8], vip6: Option<&[u8]>) -> Result<Option<C
     let flag = |b: u32| v.flags as u32 & b != 0;
     Ok(Some(ControlRecord {
         service,
-        dip: addr_from_be(v.dip),
+        dip,
         weight: v.weight,
         admin,
         health,
@@ -356,22 +423,54 @@ pub fn parse_control_state(bytes: &[u8], vip6: Option<&[u8]>) -> Result<Option<C
     }))
 }
 
-/// Value of the `nilb_config` map (`icmp_too_big_rate`: replies per
-/// second per CPU).
+/// Values of the `nilb_config` and `config6` maps (`icmp_too_big_rate`:
+/// replies per second per CPU). An IPv4 `node`: its address and checksum
+/// base in `nilb_config`, `config6` all zero. An IPv6 one (IPv6 cluster
+/// network): `NILB_F_CLUSTER_IPV6` set, `node_addr` and `outer_csum_base`
+/// 0, the address in `config6`.
 pub fn config_value(
-    node: Ipv4Addr,
+    node: IpAddr,
     hash_seed: u32,
     gue_port: u16,
     flags: u32,
     icmp_too_big_rate: u16,
-) -> sys::nilb_config {
-    sys::nilb_config {
-        node_addr: addr_be(node),
-        hash_seed,
-        gue_port: gue_port.to_be(),
-        icmp_too_big_rate,
-        flags,
-        outer_csum_base: outer_csum_base(node),
+) -> (sys::nilb_config, sys::nilb_config6) {
+    let (node_addr, csum, flags, six) = match node {
+        IpAddr::V4(n) => (
+            addr_be(n),
+            outer_csum_base(n),
+            flags & !sys::nilb_config_flags::NILB_F_CLUSTER_IPV6,
+            sys::nilb_config6::default(),
+        ),
+        IpAddr::V6(n) => (
+            0,
+            0,
+            flags | sys::nilb_config_flags::NILB_F_CLUSTER_IPV6,
+            sys::nilb_config6 {
+                node_addr: n.octets(),
+            },
+        ),
+    };
+    (
+        sys::nilb_config {
+            node_addr,
+            hash_seed,
+            gue_port: gue_port.to_be(),
+            icmp_too_big_rate,
+            flags,
+            outer_csum_base: csum,
+        },
+        six,
+    )
+}
+
+/// The node address `nilb_config` and `config6` hold: `config6`'s under
+/// `NILB_F_CLUSTER_IPV6` (None: that map is missing), else `node_addr`.
+pub fn node_of(c: &sys::nilb_config, c6: Option<&sys::nilb_config6>) -> Option<IpAddr> {
+    if c.flags & sys::nilb_config_flags::NILB_F_CLUSTER_IPV6 != 0 {
+        c6.map(|c6| IpAddr::V6(Ipv6Addr::from(c6.node_addr)))
+    } else {
+        Some(IpAddr::V4(addr_from_be(c.node_addr)))
     }
 }
 
@@ -577,7 +676,7 @@ mod tests {
                 port: 80,
                 protocol: Protocol::Tcp,
             },
-            dip: Ipv4Addr::new(10, 0, 0, 13),
+            dip: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 13)),
             weight: 300,
             admin: RecordAdmin::Removing,
             health: RecordHealth::Down,
@@ -588,30 +687,86 @@ mod tests {
             removed_at_ms: Some(0),
             empty_since_ms: None,
         };
-        let (v, v6) = control_state_value(Some(&r));
+        let (v, v6, d6) = control_state_value(Some(&r));
         assert_eq!(&bytes_of(&v)[8..12], &[10, 0, 0, 13]);
         assert_eq!(bytes_of(&v6), &[0; 16]);
+        assert_eq!(bytes_of(&d6), &[0; 16]);
+        assert_eq!(v.flags as u32 & sys::nilb_control_flags::NILB_CS_DIP6, 0);
         assert_eq!(
-            parse_control_state(bytes_of(&v), Some(bytes_of(&v6))).unwrap(),
+            parse_control_state(bytes_of(&v), Some(bytes_of(&v6)), Some(bytes_of(&d6))).unwrap(),
             Some(r.clone())
         );
         assert_eq!(
-            parse_control_state(bytes_of(&v), None).unwrap(),
+            parse_control_state(bytes_of(&v), None, None).unwrap(),
             Some(r.clone())
         );
-        let (unused, _) = control_state_value(None);
-        assert_eq!(parse_control_state(bytes_of(&unused), None).unwrap(), None);
+        let (unused, _, _) = control_state_value(None);
+        assert_eq!(
+            parse_control_state(bytes_of(&unused), None, None).unwrap(),
+            None
+        );
         // An IPv6 service: its VIP in control_vip6; without that map's
         // value the record cannot be read.
         let mut r6 = r;
         r6.service.vip = "2001:db8::100".parse().unwrap();
-        let (v, v6) = control_state_value(Some(&r6));
+        let (v, v6, _) = control_state_value(Some(&r6));
         assert_eq!(&bytes_of(&v)[..4], &[0; 4]);
         assert_eq!(
-            parse_control_state(bytes_of(&v), Some(bytes_of(&v6))).unwrap(),
-            Some(r6)
+            parse_control_state(bytes_of(&v), Some(bytes_of(&v6)), None).unwrap(),
+            Some(r6.clone())
         );
-        assert_eq!(parse_control_state(bytes_of(&v), None).unwrap(), None);
+        assert_eq!(parse_control_state(bytes_of(&v), None, None).unwrap(), None);
+        // An IPv6 DIP (IPv6 cluster network): dip 0 and NILB_CS_DIP6, the
+        // address in control_dip6; without that map's value the record
+        // cannot be read (and an older daemon sees an unused slot).
+        let mut d = r6;
+        d.dip = "2001:db8:1::13".parse().unwrap();
+        let (v, v6, d6) = control_state_value(Some(&d));
+        assert_eq!(v.dip, 0);
+        assert_ne!(v.flags as u32 & sys::nilb_control_flags::NILB_CS_DIP6, 0);
+        assert_eq!(
+            bytes_of(&d6),
+            &"2001:db8:1::13".parse::<Ipv6Addr>().unwrap().octets()
+        );
+        assert_eq!(
+            parse_control_state(bytes_of(&v), Some(bytes_of(&v6)), Some(bytes_of(&d6))).unwrap(),
+            Some(d.clone())
+        );
+        assert_eq!(
+            parse_control_state(bytes_of(&v), Some(bytes_of(&v6)), None).unwrap(),
+            None
+        );
+        assert_eq!(
+            parse_control_state(bytes_of(&v), Some(bytes_of(&v6)), Some(&[0; 16])).unwrap(),
+            None
+        );
+    }
+
+    #[test]
+    fn node_settings_of_either_cluster_family() {
+        use sys::nilb_config_flags::NILB_F_CLUSTER_IPV6;
+        let n4 = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 11));
+        let (c, c6) = config_value(n4, 7, 6080, 0x1, 100);
+        assert_eq!(c.node_addr, addr_be(Ipv4Addr::new(10, 0, 0, 11)));
+        assert_eq!(
+            c.outer_csum_base,
+            outer_csum_base(Ipv4Addr::new(10, 0, 0, 11))
+        );
+        assert_eq!(c.flags, 0x1);
+        assert_eq!(bytes_of(&c6), &[0; 16]);
+        assert_eq!(node_of(&c, Some(&c6)), Some(n4));
+        assert_eq!(node_of(&c, None), Some(n4));
+        let n6: IpAddr = "2001:db8::11".parse().unwrap();
+        let (c, c6) = config_value(n6, 7, 6080, 0x1, 100);
+        assert_eq!((c.node_addr, c.outer_csum_base), (0, 0));
+        assert_eq!(c.flags, 0x1 | NILB_F_CLUSTER_IPV6);
+        assert_eq!((c.hash_seed, u16::from_be(c.gue_port)), (7, 6080));
+        assert_eq!(IpAddr::V6(Ipv6Addr::from(c6.node_addr)), n6);
+        assert_eq!(node_of(&c, Some(&c6)), Some(n6));
+        assert_eq!(node_of(&c, None), None);
+        // The flag follows the node, whatever the caller passed.
+        let (c, _) = config_value(n4, 7, 6080, NILB_F_CLUSTER_IPV6, 100);
+        assert_eq!(c.flags, 0);
     }
 
     #[test]
@@ -631,10 +786,23 @@ mod tests {
         assert_eq!(moved_value(None), 0);
         assert_eq!(moved_value(Some(999)), 1);
         assert_eq!(moved_value(Some(12_345_678)), 12_345);
-        let b = backend_value(Ipv4Addr::new(10, 0, 0, 12));
+        let b = backend_value(Ipv4Addr::new(10, 0, 0, 12).into());
         assert_eq!(&bytes_of(&b)[..4], &[10, 0, 0, 12]);
-        assert_eq!(backend_of(&b), Some(Ipv4Addr::new(10, 0, 0, 12)));
+        assert_eq!(&bytes_of(&b)[4..16], &[0; 12]);
+        assert_eq!(b.family, sys::nilb_family::NILB_FAMILY_IPV4);
+        assert_eq!(backend_of(&b), Some(Ipv4Addr::new(10, 0, 0, 12).into()));
         assert_eq!(backend_of(&sys::nilb_backend::default()), None);
+        // An IPv6 DIP: the 16 bytes in network order, family 6.
+        let d6: Ipv6Addr = "2001:db8::c".parse().unwrap();
+        let b = backend_value(d6.into());
+        assert_eq!(&bytes_of(&b)[..16], &d6.octets());
+        assert_eq!(b.family, sys::nilb_family::NILB_FAMILY_IPV6);
+        assert_eq!(backend_of(&b), Some(d6.into()));
+        assert_eq!(addr_words(d6.into()), b.addr);
+        let q = quic_backend_value(Ipv4Addr::new(10, 0, 0, 12).into(), 9);
+        assert_eq!((q.dip, q.slot), (addr_be(Ipv4Addr::new(10, 0, 0, 12)), 9));
+        let q = quic_backend_value(d6.into(), 9);
+        assert_eq!((q.dip, q.slot), (0, 9));
         assert_eq!(BACKEND_STRIDE, 24);
     }
 }
