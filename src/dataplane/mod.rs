@@ -1143,7 +1143,10 @@ impl Dataplane<'_> {
         }
         let (v, v6) =
             abi::config_value(s.node, s.hash_seed, s.gue_port, flags, s.icmp_too_big_rate);
-        // config6 first: the programs read it once nilb_config says so.
+        // The IPv6 VIPs' program of the cluster's family and config6 first:
+        // the programs use them once nilb_config says so (also when no
+        // interface is attached yet, as in BPF_PROG_TEST_RUN).
+        self.set_ipv6_balancer()?;
         self.skel
             .maps
             .config6

@@ -498,6 +498,42 @@ pub fn config(backends: &[(Ipv4Addr, u32, &str)], unknown_flow: &str) -> String 
     y
 }
 
+/// The RST the last hop must send for a segment (RFC 793): IPv4 VIP ->
+/// client (ID 0, DF, TTL 64), TCP without options, window 0, in a frame
+/// whose Ethernet header is the received one's.
+pub fn rst_frame(
+    mac: [u8; 6],
+    to: Ipv4Addr,
+    sport: u16,
+    dport: u16,
+    seq: u32,
+    ack: Option<u32>,
+) -> Vec<u8> {
+    let mut t = Vec::new();
+    t.extend_from_slice(&sport.to_be_bytes());
+    t.extend_from_slice(&dport.to_be_bytes());
+    t.extend_from_slice(&seq.to_be_bytes());
+    t.extend_from_slice(&ack.unwrap_or(0).to_be_bytes());
+    t.push(5 << 4);
+    t.push(if ack.is_some() { RST | ACK } else { RST });
+    t.extend_from_slice(&[0, 0, 0, 0, 0, 0]);
+    let mut pseudo = VIP.octets().to_vec();
+    pseudo.extend_from_slice(&to.octets());
+    pseudo.extend_from_slice(&[0, 6, 0, 20]);
+    pseudo.extend_from_slice(&t);
+    let c = csum(&pseudo);
+    put16(&mut t, 16, c);
+    let mut ip = vec![0x45, 0, 0, 40, 0, 0, 0x40, 0, 64, 6, 0, 0];
+    ip.extend_from_slice(&VIP.octets());
+    ip.extend_from_slice(&to.octets());
+    let c = csum(&ip);
+    put16(&mut ip, 10, c);
+    let mut f = eth(mac, MAC12, 0x0800);
+    f.extend_from_slice(&ip);
+    f.extend_from_slice(&t);
+    f
+}
+
 /// Hex dump for assertion messages.
 pub fn hex(b: &[u8]) -> String {
     b.chunks(16)
