@@ -1168,9 +1168,7 @@ impl DataplaneOps for Dataplane<'_> {
         // right one back as soon as the family is known. A build without
         // it fails at attach_xdp instead (a node that is not a balancer
         // needs none).
-        if self.cluster_ipv6()
-            && program_named(&self.skel, xdp_balancer_programs(true).1).is_ok()
-        {
+        if self.cluster_ipv6() && program_named(&self.skel, xdp_balancer_programs(true).1).is_ok() {
             self.set_ipv6_balancer()?;
         }
         Ok(())
