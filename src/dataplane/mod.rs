@@ -1164,7 +1164,17 @@ impl Dataplane<'_> {
 impl DataplaneOps for Dataplane<'_> {
     fn set_settings(&mut self, s: &NodeSettings) -> Result<()> {
         self.settings = Some(*s);
-        self.write_config()
+        self.write_config()?;
+        // libbpf filled `ipv6_balancer` (also an adopted one, which an
+        // attached balancer of an IPv6 cluster network tail-calls) with the
+        // IPv4 cluster network's program when the object loaded: put the
+        // right one back as soon as the family is known. A build without
+        // it fails at attach_xdp instead (a node that is not a balancer
+        // needs none).
+        if self.cluster_ipv6() && program_named(&self.skel, xdp_balancer_programs(true).1).is_ok() {
+            self.set_ipv6_balancer()?;
+        }
+        Ok(())
     }
 
     fn install_filters(
