@@ -907,11 +907,15 @@ int nilb_xdp_balancer6_c6(struct xdp_md *ctx)
 	return xdp_balancer6(ctx, 1);
 }
 
-/* Slot 0: nilb_xdp_balancer6, filled by libbpf when the object loads (also
- * into an adopted array); on an IPv6 cluster network the daemon replaces it
- * with nilb_xdp_balancer6_c6 before it attaches the balancer. Pinned: the
- * kernel empties a prog array when its last user reference goes, which
- * would stop IPv6 while a daemon is down. */
+/* Slot 0: the IPv6 program of the node's cluster family,
+ * nilb_xdp_balancer6 or nilb_xdp_balancer6_c6, written by the daemon with
+ * the node settings, before any interface is attached. Not filled by
+ * libbpf at load: it would overwrite an adopted array's program of the
+ * other family until the daemon wrote it back, and a restarting daemon's
+ * predecessor's program serves until then. Empty (a node whose settings
+ * were never written): IPv6 passes (C_XDP_PASS_NON_IP). Pinned: the kernel
+ * empties a prog array when its last user reference goes, which would stop
+ * IPv6 while a daemon is down. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
 	__uint(max_entries, 1);
@@ -919,9 +923,7 @@ struct {
 	 * (libbpf would log a failed attempt at every load). */
 	__uint(key_size, sizeof(__u32));
 	__array(values, int(struct xdp_md *));
-} ipv6_balancer SEC(".maps") = {
-	.values = { [0] = (void *)&nilb_xdp_balancer6 },
-};
+} ipv6_balancer SEC(".maps");
 
 /*
  * The balancer (see the top of this file): IPv4 here, IPv6 frames

@@ -147,7 +147,14 @@ fn encapsulated6(
 }
 
 /// A GUE frame in outer IPv6 from `src` to this node (N6).
-fn gue6_frame(mac: [u8; 6], src: Ipv6Addr, next: u8, hops: &[Ipv6Addr], proto: u8, inner: &[u8]) -> Vec<u8> {
+fn gue6_frame(
+    mac: [u8; 6],
+    src: Ipv6Addr,
+    next: u8,
+    hops: &[Ipv6Addr],
+    proto: u8,
+    inner: &[u8],
+) -> Vec<u8> {
     let mut gi = gue6_header(proto, next, hops);
     gi.extend_from_slice(inner);
     let mut f = eth(mac, MAC12, 0x86dd);
@@ -211,7 +218,12 @@ fn xdp_balancer_sends_outer_ipv6() {
     let (c4, v4) = (IpAddr::V4(CLIENT), IpAddr::V4(VIP));
     let (c6, v6) = (IpAddr::V6(a6(CLIENT6)), IpAddr::V6(a6(VIP6)));
     let syn4 = l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40000, 80, SYN, b""));
-    let syn6 = l3v6(a6(CLIENT6), a6(VIP6), IPPROTO_TCP, &tcp(40000, 80, SYN, b""));
+    let syn6 = l3v6(
+        a6(CLIENT6),
+        a6(VIP6),
+        IPPROTO_TCP,
+        &tcp(40000, 80, SYN, b""),
+    );
     let dns = l3(CLIENT, VIP, IPPROTO_UDP, &udp(5353, 53, b"query"));
     let h4 = hash(c4, v4, 40000, 80, IPPROTO_TCP);
     let h6 = hash(c6, v6, 40000, 80, IPPROTO_TCP);
@@ -250,7 +262,9 @@ fn xdp_balancer_sends_outer_ipv6() {
         ],
     );
     // The header once more, byte by byte against docs/design.md.
-    let (_, out) = l.dp.run_xdp(&client_frame(net.mac, &syn4), net.ifindex).unwrap();
+    let (_, out) =
+        l.dp.run_xdp(&client_frame(net.mac, &syn4), net.ifindex)
+            .unwrap();
     let o = &out[14..];
     assert_eq!(o[0] >> 4, 6, "version 6");
     assert_eq!(
@@ -261,7 +275,11 @@ fn xdp_balancer_sends_outer_ipv6() {
     assert_eq!(&o[6..8], &[17, 64], "next header UDP, hop limit 64");
     assert_eq!(&o[8..24], &a6(N6).octets(), "source: this node");
     assert_eq!(&o[46..48], &[0, 0], "UDP checksum 0");
-    assert_eq!(&o[48..56], &[1, 4, 0, 0, 0, 0, 0, 0], "GUE: hlen 1, proto 4, no hop");
+    assert_eq!(
+        &o[48..56],
+        &[1, 4, 0, 0, 0, 0, 0, 0],
+        "GUE: hlen 1, proto 4, no hop"
+    );
 
     // Drain .12 for .13: every bucket moves, .12 is listed as a 16-byte
     // hop (hlen 1 + 4); a UDP flow lists the first hop again after it.
@@ -278,14 +296,30 @@ fn xdp_balancer_sends_outer_ipv6() {
                 what: "IPv4 SYN, previous owner listed",
                 input: client_frame(net.mac, &syn4),
                 verdict: XDP_TX,
-                output: Some(encapsulated6(MAC13, net.mac, a6(B13_6), &[a6(B12_6)], h4, 4, &syn4)),
+                output: Some(encapsulated6(
+                    MAC13,
+                    net.mac,
+                    a6(B13_6),
+                    &[a6(B12_6)],
+                    h4,
+                    4,
+                    &syn4,
+                )),
                 counters: vec![("xdp_encap_tx", 1)],
             },
             Case {
                 what: "IPv6 SYN, previous owner listed",
                 input: frame6(&syn6),
                 verdict: XDP_TX,
-                output: Some(encapsulated6(MAC13, net.mac, a6(B13_6), &[a6(B12_6)], h6, 41, &syn6)),
+                output: Some(encapsulated6(
+                    MAC13,
+                    net.mac,
+                    a6(B13_6),
+                    &[a6(B12_6)],
+                    h6,
+                    41,
+                    &syn6,
+                )),
                 counters: vec![("xdp_encap_tx", 1)],
             },
             Case {
@@ -305,8 +339,14 @@ fn xdp_balancer_sends_outer_ipv6() {
             },
         ],
     );
-    let (_, out) = l.dp.run_xdp(&client_frame(net.mac, &syn4), net.ifindex).unwrap();
-    assert_eq!(&out[14 + 48..14 + 56], &[5, 4, 0, 0, 0, 0, 0, 1], "hlen 1 + 4, one hop");
+    let (_, out) =
+        l.dp.run_xdp(&client_frame(net.mac, &syn4), net.ifindex)
+            .unwrap();
+    assert_eq!(
+        &out[14 + 48..14 + 56],
+        &[5, 4, 0, 0, 0, 0, 0, 1],
+        "hlen 1 + 4, one hop"
+    );
     assert_eq!(&out[14 + 56..14 + 72], &a6(B12_6).octets());
 }
 
@@ -320,11 +360,21 @@ fn xdp_balancer_c6_too_big_local_and_slow_path() {
     big.extend_from_slice(&tcp(40000, 80, ACK, &[0u8; 1430]));
     let input = client_frame(net.mac, &big);
     let ((v, out), d) = l.counted(|| l.dp.run_xdp(&input, net.ifindex).unwrap());
-    assert_eq!((v, d), (XDP_TX, vec![("xdp_icmp_too_big", 1)]), "1450 + 56 > 1500");
-    assert_bytes("frag needed, MTU 1444", &out, &icmp_frag_needed_reply(&input, 1444));
+    assert_eq!(
+        (v, d),
+        (XDP_TX, vec![("xdp_icmp_too_big", 1)]),
+        "1450 + 56 > 1500"
+    );
+    assert_bytes(
+        "frag needed, MTU 1444",
+        &out,
+        &icmp_frag_needed_reply(&input, 1444),
+    );
     let mut fits = ipv4(CLIENT, VIP, IPPROTO_TCP, 20 + 1424, 0x4000, &[]);
     fits.extend_from_slice(&tcp(40000, 80, ACK, &[0u8; 1424]));
-    let (v, _) = l.dp.run_xdp(&client_frame(net.mac, &fits), net.ifindex).unwrap();
+    let (v, _) =
+        l.dp.run_xdp(&client_frame(net.mac, &fits), net.ifindex)
+            .unwrap();
     assert_eq!(v, XDP_TX, "1444 + 56 fits");
 
     // This node is the first hop: a SYN passes to the stack without GUE.
@@ -332,7 +382,11 @@ fn xdp_balancer_c6_too_big_local_and_slow_path() {
     let syn4 = l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40000, 80, SYN, b""));
     let input = client_frame(net.mac, &syn4);
     let ((v, out), d) = l.counted(|| l.dp.run_xdp(&input, net.ifindex).unwrap());
-    assert_eq!((v, d), (XDP_PASS, vec![("xdp_local_direct", 1)]), "local first hop");
+    assert_eq!(
+        (v, d),
+        (XDP_PASS, vec![("xdp_local_direct", 1)]),
+        "local first hop"
+    );
     assert_bytes("local first hop", &out, &input);
 
     // A hop without a neighbour entry: the marked slow path through TC.
@@ -354,17 +408,40 @@ fn tc_outer_ipv6_fixture_table() {
     require_root!("BPF, network namespace");
     let net = net6();
     let l = load6(&config6(
-        &[(B12_6, 1, "active"), (B13_6, 1, "active"), (N6, 1, "active")],
+        &[
+            (B12_6, 1, "active"),
+            (B13_6, 1, "active"),
+            (N6, 1, "active"),
+        ],
         "drop",
     ));
     let mac = net.mac;
     let (b12, b13, n6) = (a6(B12_6), a6(B13_6), a6(N6));
     let syn = l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40000, 80, SYN, b""));
-    let data = l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40001, 80, ACK | PSH, b"GET /"));
-    let syn6 = l3v6(a6(CLIENT6), a6(VIP6), IPPROTO_TCP, &tcp(40000, 80, SYN, b""));
-    let data6 = l3v6(a6(CLIENT6), a6(VIP6), IPPROTO_TCP, &tcp(40001, 80, ACK, b"x"));
-    let g4 = |src: Ipv6Addr, next: u8, hops: &[Ipv6Addr], inner: &[u8]| gue6_frame(mac, src, next, hops, 4, inner);
-    let g6 = |src: Ipv6Addr, next: u8, hops: &[Ipv6Addr], inner: &[u8]| gue6_frame(mac, src, next, hops, 41, inner);
+    let data = l3(
+        CLIENT,
+        VIP,
+        IPPROTO_TCP,
+        &tcp(40001, 80, ACK | PSH, b"GET /"),
+    );
+    let syn6 = l3v6(
+        a6(CLIENT6),
+        a6(VIP6),
+        IPPROTO_TCP,
+        &tcp(40000, 80, SYN, b""),
+    );
+    let data6 = l3v6(
+        a6(CLIENT6),
+        a6(VIP6),
+        IPPROTO_TCP,
+        &tcp(40001, 80, ACK, b"x"),
+    );
+    let g4 = |src: Ipv6Addr, next: u8, hops: &[Ipv6Addr], inner: &[u8]| {
+        gue6_frame(mac, src, next, hops, 4, inner)
+    };
+    let g6 = |src: Ipv6Addr, next: u8, hops: &[Ipv6Addr], inner: &[u8]| {
+        gue6_frame(mac, src, next, hops, 41, inner)
+    };
     // Forwarded: outer source this node, destination the hop, next hop + 1.
     let forwarded = |f: &[u8], hop: Ipv6Addr| {
         let mut o = f.to_vec();
@@ -391,7 +468,9 @@ fn tc_outer_ipv6_fixture_table() {
     let fix = |f: &mut Vec<u8>, old: &[u8]| {
         let mut sum: u32 = (!u16::from_be_bytes([old[14 + 46], old[14 + 47]])) as u32;
         let words = |b: &[u8], r: std::ops::Range<usize>| -> u32 {
-            b[r].chunks(2).map(|c| u16::from_be_bytes([c[0], c[1]]) as u32).sum()
+            b[r].chunks(2)
+                .map(|c| u16::from_be_bytes([c[0], c[1]]) as u32)
+                .sum()
         };
         sum += 0xffff * 40 - words(old, 14 + 8..14 + 40) + words(f, 14 + 8..14 + 40);
         sum += 0xffff - words(old, 14 + 54..14 + 56) + words(f, 14 + 54..14 + 56);
@@ -502,7 +581,11 @@ fn tc_outer_ipv6_fixture_table() {
         let what = format!("relay to {bad}");
         let input = g4(b12, 0, &[a6(bad)], &data);
         let ((v, _), d) = l.counted(|| l.dp.run_tc(&input, net.ifindex).unwrap());
-        let want = if bad == "::" { "tc_drop_malformed" } else { "tc_drop_bad_next_hop" };
+        let want = if bad == "::" {
+            "tc_drop_malformed"
+        } else {
+            "tc_drop_bad_next_hop"
+        };
         assert_eq!((v, d), (TC_ACT_SHOT, vec![(want, 1)]), "{what}");
     }
 }
@@ -539,7 +622,12 @@ fn xdp_backend_receives_outer_ipv6() {
     let l = load6(&config6(&[(B12_6, 1, "active"), (N6, 1, "active")], "drop"));
     let mac = net.mac;
     let syn = l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40000, 80, SYN, b""));
-    let syn6 = l3v6(a6(CLIENT6), a6(VIP6), IPPROTO_TCP, &tcp(40000, 80, SYN, b""));
+    let syn6 = l3v6(
+        a6(CLIENT6),
+        a6(VIP6),
+        IPPROTO_TCP,
+        &tcp(40000, 80, SYN, b""),
+    );
     let data = l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40001, 80, ACK, b"x"));
     let cases = vec![
         Case {

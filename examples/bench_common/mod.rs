@@ -34,8 +34,9 @@ pub fn median(v: &[f64]) -> f64 {
 pub fn prog_func_name(id: u32) -> Option<String> {
     use libbpf_rs::btf::{Btf, BtfType};
     use libbpf_rs::query::{ProgInfoIter, ProgInfoQueryOptions};
-    let info = ProgInfoIter::with_query_opts(ProgInfoQueryOptions::default().include_func_info(true))
-        .find(|p| p.id == id)?;
+    let info =
+        ProgInfoIter::with_query_opts(ProgInfoQueryOptions::default().include_func_info(true))
+            .find(|p| p.id == id)?;
     let type_id = info.func_info.first()?.type_id;
     let btf = Btf::from_prog_id(id).ok()?;
     let ty: BtfType<'_> = btf.type_by_id(type_id.into())?;

@@ -829,14 +829,11 @@ impl<'obj> Dataplane<'obj> {
         program_named(&self.skel, xdp_balancer_programs(self.cluster_ipv6()).0)
     }
 
-    /// On an IPv6 cluster network, put the IPv6 VIPs' balancer built for it
-    /// into `ipv6_balancer` (libbpf fills the array with the IPv4 cluster
-    /// network's when the object loads).
+    /// Put the IPv6 VIPs' balancer built for this node's cluster network
+    /// into `ipv6_balancer` (libbpf leaves the array alone at load: an
+    /// adopted one keeps the previous daemon's program until this write).
     fn set_ipv6_balancer(&self) -> Result<()> {
-        if !self.cluster_ipv6() {
-            return Ok(());
-        }
-        let name = xdp_balancer_programs(true).1;
+        let name = xdp_balancer_programs(self.cluster_ipv6()).1;
         let prog = program_named(&self.skel, name)?;
         let fd = std::os::fd::AsRawFd::as_raw_fd(&prog.as_fd());
         self.skel
