@@ -88,6 +88,8 @@ def main():
         "vip_prev3": "TCP to a VIP, 3 previous owners in every bucket",
         "vip_100_services": "TCP to a VIP with 100 services (flows over all)",
         "vip_ipv6": "TCP to an IPv6 VIP (GUE protocol 41 over IPv4)",
+        "vip_c6": "TCP to an IPv4 VIP over an IPv6 cluster network (outer IPv6)",
+        "vip6_c6": "TCP to an IPv6 VIP over an IPv6 cluster network (outer IPv6)",
         "non_vip_pass": "non-VIP (UDP to the node itself), XDP_PASS",
         "quic_plaintext": "QUIC-LB short header, plaintext server ID",
         "quic_four_pass": "QUIC-LB short header, four-pass (3 AES in XDP)",
@@ -119,6 +121,23 @@ def main():
                     status(ok),
                 ))
                 targets.append(("XDP IPv6 VIP path", f"{rel:.3f} of the IPv4 VIP path", ">= 0.9", ok))
+                continue
+            if c["case"] in ("vip_c6", "vip6_c6"):
+                # issue 13: the IPv6 cluster network's paths against the IPv4
+                # VIP path over IPv4 (back to back, xdp_pairs); no target.
+                name = {"vip_c6": "c6_vs_ipv4", "vip6_c6": "c6_ipv6_vs_ipv4"}[c["case"]]
+                pair = next((p for p in dp.get("xdp_pairs", []) if p["pair"] == name), None)
+                rel = pair["ratio_median"] if pair else float("nan")
+                spread = f" ({min(pair['ratio']):.2f}-{max(pair['ratio']):.2f}, back to back)" if pair else ""
+                rows.append((
+                    "XDP, Mpps (1 CPU)",
+                    xdp_names[c["case"]],
+                    fmt(c["nilb_mpps_median"], 3),
+                    f"{fmt(tcp_vip, 3)} (nilb, TCP to an IPv4 VIP over IPv4, same run)",
+                    f"{fmt(rel, 3)}{spread} of the IPv4 VIP path; {fmt(c['ratio_median'], 3)} of MAC swap",
+                    "-",
+                    status(None),
+                ))
                 continue
             if c["case"].startswith("quic_"):
                 # QUIC-LB paths: reported as a ratio to the TCP VIP path of

@@ -169,7 +169,8 @@ struct Loaded {
     tc_id: u32,
 }
 
-fn load_nilb(pin: Option<&std::path::Path>) -> Result<Loaded> {
+fn load_nilb(pin: Option<&std::path::Path>, cluster6: bool) -> Result<Loaded> {
+    let balancer = nilb::dataplane::xdp_balancer_programs(cluster6).0;
     let before: BTreeSet<i32> = my_prog_fds().iter().map(|p| p.0).collect();
     let storage: &'static mut MaybeUninit<libbpf_rs::OpenObject> =
         Box::leak(Box::new(MaybeUninit::uninit()));
@@ -188,7 +189,7 @@ fn load_nilb(pin: Option<&std::path::Path>) -> Result<Loaded> {
         match ty {
             PROG_TYPE_XDP => match prog_func_name(id).as_deref() {
                 Some("nilb_xdp_backend") => xdp_backend = Some(owned),
-                Some("nilb_xdp_balancer") => xdp = Some((owned, id)),
+                Some(n) if n == balancer => xdp = Some((owned, id)),
                 // The IPv6 program (tail-called) and the IPv6 cluster
                 // network's variants.
                 _ => {}
@@ -221,21 +222,21 @@ fn load_nilb(pin: Option<&std::path::Path>) -> Result<Loaded> {
     })
 }
 
-fn configured(cfgs: &[&str], node: Ipv4Addr) -> Result<(Loaded, ControlPlane)> {
-    configured_pinned(cfgs, node, None)
+fn configured(cfgs: &[&str], node: impl Into<std::net::IpAddr>) -> Result<(Loaded, ControlPlane)> {
+    configured_pinned(cfgs, node.into(), None)
 }
 
 fn configured_pinned(
     cfgs: &[&str],
-    node: Ipv4Addr,
+    node: std::net::IpAddr,
     pin: Option<&std::path::Path>,
 ) -> Result<(Loaded, ControlPlane)> {
-    let mut l = load_nilb(pin)?;
+    let mut l = load_nilb(pin, node.is_ipv6())?;
     let mut cp = ControlPlane::new(parse(cfgs[0])?, 0);
-    cp.apply(&mut l.dp, node.into(), &cp.full_plan())?;
+    cp.apply(&mut l.dp, node, &cp.full_plan())?;
     for (i, c) in cfgs.iter().enumerate().skip(1) {
         let plan = cp.update(parse(c)?, 1000 * i as u64);
-        cp.apply(&mut l.dp, node.into(), &plan)?;
+        cp.apply(&mut l.dp, node, &plan)?;
     }
     Ok((l, cp))
 }
@@ -391,6 +392,9 @@ fn vip_frame(gen_mac: [u8; 6], dport: u16) -> Vec<u8> {
 
 /// The IPv6 VIP of the `vip_ipv6` case (docs/design.md "IPv6").
 const VIP6: &str = "2001:db8:99::100";
+/// The node's address on the IPv6 cluster network of the `*_c6` cases
+/// (backends fd99::11-13 are neighbours on gen0, set up by scripts/bench.sh).
+const NODE6: &str = "fd99::1";
 
 /// TCP segment (ACK, 10 bytes of data) from an IPv6 client to VIP6:dport:
 /// 84 bytes. The generator's "source port" bytes (offset 34) fall in the
@@ -757,6 +761,17 @@ fn main() -> Result<()> {
             .unwrap_or_default()
     );
     let (dp6, _) = configured(&[&one6], NODE)?;
+    // Both over an IPv6 cluster network (docs/design.md "IPv6 cluster
+    // network"): the node fd99::1, the backends fd99::11-13 (neighbours on
+    // gen0, set up by scripts/bench.sh).
+    let one_c6 = one6
+        .replace(
+            "balancers: [10.99.0.1]",
+            &format!("balancers: [\"{NODE6}\"]"),
+        )
+        .replace("{dip: 10.99.0.", "{dip: \"fd99::")
+        .replace(", state: ", "\", state: ");
+    let (dp_c6, _) = configured(&[&one_c6], NODE6.parse::<std::net::Ipv6Addr>()?)?;
     let (dp2, cp2) = configured(&[&one, &moved], NODE)?;
     let (dp100, _) = configured(&[&hundred], NODE)?;
     // Two and three previous owners in every bucket: the second-hop table
@@ -879,6 +894,26 @@ fn main() -> Result<()> {
             expect: "xdp_encap_tx",
         },
         Case {
+            name: "vip_c6",
+            what: "TCP to an IPv4 VIP over an IPv6 cluster network (outer IPv6), 1 service, no second hop",
+            nilb: &dp_c6,
+            base: macswap,
+            base_name: "macswap_tx",
+            gen: &g_vip,
+            frame: &vip,
+            expect: "xdp_encap_tx",
+        },
+        Case {
+            name: "vip6_c6",
+            what: "TCP to an IPv6 VIP over an IPv6 cluster network (outer IPv6), 1 service, no second hop",
+            nilb: &dp_c6,
+            base: macswap,
+            base_name: "macswap_tx",
+            gen: &g_vip6,
+            frame: &vip6,
+            expect: "xdp_encap_tx",
+        },
+        Case {
             name: "vip_second_hop",
             what: "TCP to a VIP, every bucket with a second hop",
             nilb: &dp2,
@@ -981,7 +1016,7 @@ fn main() -> Result<()> {
             )?;
         }
         let pin = pin.join(format!("nilb-bench-variant-{}", std::process::id()));
-        let (mut dpv, _) = configured_pinned(&[&one], NODE, Some(&pin))?;
+        let (mut dpv, _) = configured_pinned(&[&one], NODE.into(), Some(&pin))?;
         let mut open = ObjectBuilder::default().open_file(&variant)?;
         for mut m in open.maps_mut() {
             let p = pin.join(m.name());
@@ -1134,14 +1169,18 @@ fn main() -> Result<()> {
     // alternating, so that the ratio of the two is not the ratio of two
     // cases measured minutes apart on a shared machine (issue 13: the IPv6
     // VIP path against the IPv4 one). (name, case A, case B): ratio A / B.
-    let pairs: Vec<(&str, usize, usize)> = [("ipv6_vs_ipv4", "vip_ipv6", "vip")]
-        .iter()
-        .filter_map(|(n, a, b)| {
-            let ia = cases.iter().position(|c| c.name == *a)?;
-            let ib = cases.iter().position(|c| c.name == *b)?;
-            Some((*n, ia, ib))
-        })
-        .collect();
+    let pairs: Vec<(&str, usize, usize)> = [
+        ("ipv6_vs_ipv4", "vip_ipv6", "vip"),
+        ("c6_vs_ipv4", "vip_c6", "vip"),
+        ("c6_ipv6_vs_ipv4", "vip6_c6", "vip"),
+    ]
+    .iter()
+    .filter_map(|(n, a, b)| {
+        let ia = cases.iter().position(|c| c.name == *a)?;
+        let ib = cases.iter().position(|c| c.name == *b)?;
+        Some((*n, ia, ib))
+    })
+    .collect();
     let mut pair_json = Vec::new();
     for (name, ia, ib) in &pairs {
         let (ca, cb) = (&cases[*ia], &cases[*ib]);

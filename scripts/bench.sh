@@ -182,6 +182,13 @@ if want xdp; then
     for h in 11 12 13 14 15 16 50; do
       ip -n "$NS" neigh replace "10.99.0.$h" lladdr "$SINK_MAC" dev gen0 nud permanent
     done
+    # the IPv6 cluster network of the *_c6 cases: node fd99::1, backends
+    # fd99::11-13 (the FIB answers IPv6 only with forwarding on)
+    ip -n "$NS" -6 addr add fd99::1/64 dev gen0 nodad &&
+      ip netns exec "$NS" sysctl -qw net.ipv6.conf.all.forwarding=1 net.ipv6.conf.gen0.forwarding=1
+    for h in 11 12 13; do
+      ip -n "$NS" -6 neigh replace "fd99::$h" lladdr "$SINK_MAC" dev gen0 nud permanent
+    done
     # instructions executed per path (no hardware counters here): nilb's BPF
     # object built as build.rs builds it, run in bench/bpf_paths.py
     if clang-19 -O2 -g -Wall -target bpf -I "$REPO/vmlinux" -I "$REPO/bpf" -I "$INC" \
