@@ -183,8 +183,11 @@ if want xdp; then
       ip -n "$NS" neigh replace "10.99.0.$h" lladdr "$SINK_MAC" dev gen0 nud permanent
     done
     # the IPv6 cluster network of the *_c6 cases: node fd99::1, backends
-    # fd99::11-13 (the FIB answers IPv6 only with forwarding on)
-    ip -n "$NS" -6 addr add fd99::1/64 dev gen0 nodad &&
+    # fd99::11-13 (IPv6 on gen0 only; the FIB answers IPv6 only with
+    # forwarding on)
+    ip netns exec "$NS" sysctl -qw net.ipv6.conf.all.disable_ipv6=0 \
+      net.ipv6.conf.gen0.disable_ipv6=0 net.ipv6.conf.gen0.accept_ra=0 &&
+      ip -n "$NS" -6 addr add fd99::1/64 dev gen0 nodad &&
       ip netns exec "$NS" sysctl -qw net.ipv6.conf.all.forwarding=1 net.ipv6.conf.gen0.forwarding=1
     for h in 11 12 13; do
       ip -n "$NS" -6 neigh replace "fd99::$h" lladdr "$SINK_MAC" dev gen0 nud permanent
