@@ -2031,6 +2031,59 @@ malformed:
 	return TC_ACT_SHOT;
 }
 
+/*
+ * An IPv6 cluster network's frame to this node whose outer IPv6 header is
+ * followed by an extension header (0, 43, 60) or a fragment header (44)
+ * rather than UDP: nilb never sends either, so UDP to the GUE port behind
+ * them is malformed GUE (the IPv4 twin: outer options or an outer fragment),
+ * dropped before the stack sees it (which would answer a forged source
+ * with ICMPv6 port unreachable, or hand it to any socket on the port
+ * without the cluster-source check). A first fragment is judged by the UDP
+ * header it carries; a later one cannot be, and passes like anything else.
+ * A subprogram: only such IPv6 frames enter it.
+ * Returns: TC_ACT_SHOT (counted: C_TC_DROP_MALFORMED) or TC_ACT_OK (not GUE
+ * for this node; counted: C_TC_PASS_OTHER).
+ */
+static __noinline int tc_outer6_ext(struct __sk_buff *skb, __u16 gue_port)
+{
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	struct ipv6hdr *oip6 = data + sizeof(struct ethhdr);
+	__u32 *node6 = get_node6(), l4_off = 0, payload_len;
+	struct udphdr *udp = NULL;
+	__u8 proto = 0, *frag;
+
+	if (!node6 || (void *)(oip6 + 1) > data_end ||
+	    !addr6_eq((__u32 *)&oip6->daddr, node6))
+		goto pass;
+	payload_len = bpf_ntohs(oip6->payload_len);
+	switch (ipv6_walk(oip6, data_end, payload_len, &l4_off, &proto)) {
+	case IP6_L4:
+		if (proto != IPPROTO_UDP || l4_off > sizeof(*oip6) + NILB_IPV6_MAX_EXT * 2048)
+			goto pass;
+		udp = (void *)oip6 + l4_off;
+		break;
+	case IP6_FRAGMENT:
+		/* A fragment header right after the IPv6 header, first
+		 * fragment (offset 0) of UDP. */
+		frag = (void *)(oip6 + 1);
+		if (oip6->nexthdr != NEXTHDR_FRAGMENT || (void *)(frag + 8) > data_end ||
+		    frag[0] != IPPROTO_UDP || (bpf_ntohs(*(__u16 *)(frag + 2)) & ~7))
+			goto pass;
+		udp = (void *)(frag + 8);
+		break;
+	default:
+		goto pass;
+	}
+	if ((void *)(udp + 1) > data_end || udp->dest != gue_port)
+		goto pass;
+	count(C_TC_DROP_MALFORMED);
+	return TC_ACT_SHOT;
+pass:
+	count(C_TC_PASS_OTHER);
+	return TC_ACT_OK;
+}
+
 /* tc_gue_o6's answer for inner IPv6 (not a TC verdict). */
 #define TC_GUE_INNER_IPV6 0x100
 
@@ -2118,8 +2171,24 @@ int nilb_tc_second_chance(struct __sk_buff *skb)
 		struct ipv6hdr *oip6 = outer_udp6(data, data_end, &udp);
 		int verdict;
 
-		if (!oip6)
-			goto pass;
+		if (!oip6) {
+			/* Outer extension or fragment headers to this node:
+			 * malformed GUE if UDP to the GUE port follows. */
+			struct ipv6hdr *ip6 = data + sizeof(struct ethhdr);
+			__u8 nh;
+
+			if ((void *)(ip6 + 1) > data_end ||
+			    ((struct ethhdr *)data)->h_proto != bpf_htons(ETH_P_IPV6))
+				goto pass;
+			nh = ip6->nexthdr;
+			if (nh != NEXTHDR_HOP && nh != NEXTHDR_ROUTING && nh != NEXTHDR_DEST &&
+			    nh != NEXTHDR_FRAGMENT)
+				goto pass;
+			cfg = get_config();
+			if (!cfg || !(cfg->flags & NILB_F_CLUSTER_IPV6))
+				goto pass;
+			return tc_outer6_ext(skb, cfg->gue_port);
+		}
 		cfg = get_config();
 		if (!cfg || !(cfg->flags & NILB_F_CLUSTER_IPV6) || udp->dest != cfg->gue_port)
 			goto pass;

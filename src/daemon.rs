@@ -66,9 +66,8 @@ pub struct RunOptions {
     pub config: PathBuf,
     /// Interface to attach to.
     pub interface: String,
-    /// This node's address, of the cluster network's family; default: the
-    /// interface's first IPv4 address, or its first global IPv6 address on
-    /// an IPv6 cluster network.
+    /// This node's address, of the cluster network's family; default:
+    /// [`interface_address`].
     pub node_address: Option<IpAddr>,
     /// XDP attach mode.
     pub xdp_mode: XdpMode,
@@ -85,12 +84,18 @@ pub struct RunOptions {
     pub keep_dataplane: bool,
 }
 
-/// The address of `interface` nilb uses as this node's: its first IPv4
+/// The address of `interface` nilb uses as this node's ([`pick_node_address`]
+/// of its addresses): one the configuration names as a cluster address
+/// (`cluster`: balancers and DIPs) if it has one, else its first IPv4
 /// address, or (`ipv6`: an IPv6 cluster network) its first global or
-/// unique-local IPv6 address ([`node_address6`]).
-pub fn interface_address(interface: &str, ipv6: bool) -> Result<IpAddr> {
+/// unique-local IPv6 address.
+pub fn interface_address(
+    interface: &str,
+    ipv6: bool,
+    cluster: &std::collections::BTreeSet<IpAddr>,
+) -> Result<IpAddr> {
     let addrs = nix::ifaddrs::getifaddrs().context("listing interface addresses")?;
-    let mut v6 = Vec::new();
+    let mut all = Vec::new();
     for a in addrs {
         if a.interface_name != interface {
             continue;
@@ -98,20 +103,46 @@ pub fn interface_address(interface: &str, ipv6: bool) -> Result<IpAddr> {
         let Some(s) = a.address.as_ref() else {
             continue;
         };
-        if let (false, Some(sin)) = (ipv6, s.as_sockaddr_in()) {
-            return Ok(IpAddr::V4(sin.ip()));
-        }
-        if let (true, Some(sin6)) = (ipv6, s.as_sockaddr_in6()) {
-            v6.push(sin6.ip());
+        if let Some(sin) = s.as_sockaddr_in() {
+            all.push(IpAddr::V4(sin.ip()));
+        } else if let Some(sin6) = s.as_sockaddr_in6() {
+            all.push(IpAddr::V6(sin6.ip()));
         }
     }
-    if let Some(a) = node_address6(&v6) {
-        return Ok(IpAddr::V6(a));
+    if let Some(a) = pick_node_address(&all, ipv6, cluster) {
+        return Ok(a);
     }
     if ipv6 {
-        bail!("interface {interface} has no global IPv6 address (the cluster network is IPv6); pass --node-address")
+        bail!("interface {interface} has no global or unique-local IPv6 address (the cluster network is IPv6); pass --node-address")
     }
     bail!("interface {interface} has no IPv4 address; pass --node-address")
+}
+
+/// This node's address among an interface's addresses `addrs` (in the
+/// kernel's order) on a cluster network of family `ipv6`: the first that
+/// the configuration names (`cluster`), so that a host with several
+/// addresses (a second prefix, a deprecated or temporary IPv6 address)
+/// is the node the file means; else the first IPv4 address, or the first
+/// IPv6 one that can be a node's ([`node_address6`]). Pure.
+pub fn pick_node_address(
+    addrs: &[IpAddr],
+    ipv6: bool,
+    cluster: &std::collections::BTreeSet<IpAddr>,
+) -> Option<IpAddr> {
+    let of_family = || addrs.iter().copied().filter(|a| a.is_ipv6() == ipv6);
+    if let Some(a) = of_family().find(|a| cluster.contains(a)) {
+        return Some(a);
+    }
+    if ipv6 {
+        let v6: Vec<Ipv6Addr> = of_family()
+            .filter_map(|a| match a {
+                IpAddr::V6(a) => Some(a),
+                IpAddr::V4(_) => None,
+            })
+            .collect();
+        return node_address6(&v6).map(IpAddr::V6);
+    }
+    of_family().next()
 }
 
 /// The first of an interface's IPv6 addresses that can be a node's address
@@ -164,7 +195,7 @@ pub fn pinned_family_problem(pinned: IpAddr, node: IpAddr, pin_dir: &Path) -> Op
     }
     let family = |a: IpAddr| if a.is_ipv6() { "IPv6" } else { "IPv4" };
     Some(format!(
-        "the pinned maps in {} belong to a data plane of an {} cluster network (node address {pinned}) and this configuration's is {}: nilb does not adopt them across a change of family. Stop the old data plane and remove its pins (`ip link set dev IF xdp off`, then `rm -r {}`), then start again: tables are rebuilt and flows through this node are rebalanced",
+        "the pinned maps in {} belong to a data plane of an {} cluster network (node address {pinned}) and this configuration's is {}: nilb does not adopt them across a change of family. Stop the old daemon, remove its programs and pins (`nilb cleanup --interface IF --pin-dir {}`), then start again: tables are rebuilt and flows through this node are rebalanced",
         pin_dir.display(),
         family(pinned),
         family(node),
@@ -307,8 +338,9 @@ fn mtu_warning(mtu: u32, previous: u32, udp: bool, cluster_ipv6: bool) -> Option
     );
     if mtu < 1500 + tcp {
         s += &format!(
-            " or clamp the TCP MSS of the VIPs to {}",
-            mtu.saturating_sub(tcp + 40)
+            " or clamp the TCP MSS of the VIPs to {} ({} for IPv6 clients)",
+            mtu.saturating_sub(tcp + 40),
+            mtu.saturating_sub(tcp + 60)
         );
     }
     if udp {
@@ -929,7 +961,11 @@ pub fn run(opts: &RunOptions) -> Result<()> {
         as i32;
     let node = match opts.node_address {
         Some(a) => a,
-        None => interface_address(&opts.interface, config.cluster.is_ipv6())?,
+        None => interface_address(
+            &opts.interface,
+            config.cluster.is_ipv6(),
+            &config.cluster_addresses(),
+        )?,
     };
     if let Some(problem) = node_family_problem(&config, node) {
         bail!("{problem}");
@@ -1730,6 +1766,10 @@ impl Daemon<'_, '_> {
                     if hook.published.get(&key).is_some_and(|(r, _)| *r > rev) {
                         continue;
                     }
+                    if let Some(why) = t.family_problem(self.node.is_ipv6()) {
+                        error!(%key, leader = %t.leader, "a published table cannot be installed here: {why}; the running table stays");
+                        continue;
+                    }
                     match t.decode() {
                         Ok(f) => {
                             hook.followed.insert(key, f);
@@ -2455,7 +2495,8 @@ impl Daemon<'_, '_> {
 mod tests {
     use super::{
         listening_in, lock_pin_dir_in, mtu_warning, mtu_warning_ipv6, nat_ports_at_risk,
-        node_address6, node_family_problem, pinned_family_problem, port_reserved,
+        node_address6, node_family_problem, pick_node_address, pinned_family_problem,
+        port_reserved,
     };
     use std::net::{IpAddr, Ipv6Addr};
 
@@ -2477,6 +2518,41 @@ mod tests {
             None
         );
         assert_eq!(node_address6(&[]), None);
+    }
+
+    /// An interface with several addresses: the one the configuration
+    /// names is the node's (not a deprecated or second prefix's address
+    /// listed before it); else the first usable of the family.
+    #[test]
+    fn the_configured_address_of_an_interface_is_the_node_s() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let on_if = [
+            ip("10.0.0.5"),
+            ip("fe80::1"),
+            ip("2001:db8::bb"),
+            ip("fd00::11"),
+            ip("10.0.0.11"),
+        ];
+        let cluster = [ip("fd00::11"), ip("fd00::12")].into_iter().collect();
+        assert_eq!(
+            pick_node_address(&on_if, true, &cluster),
+            Some(ip("fd00::11"))
+        );
+        let none = Default::default();
+        assert_eq!(
+            pick_node_address(&on_if, true, &none),
+            Some(ip("2001:db8::bb"))
+        );
+        let cluster4 = [ip("10.0.0.11")].into_iter().collect();
+        assert_eq!(
+            pick_node_address(&on_if, false, &cluster4),
+            Some(ip("10.0.0.11"))
+        );
+        assert_eq!(
+            pick_node_address(&on_if, false, &none),
+            Some(ip("10.0.0.5"))
+        );
+        assert_eq!(pick_node_address(&[ip("fe80::1")], true, &none), None);
     }
 
     /// The node's address is of the configuration's family, and pins of
@@ -2512,7 +2588,10 @@ mod tests {
         );
         let p = pinned_family_problem(n4, n6, dir).unwrap();
         assert!(p.contains("IPv4 cluster network"), "{p}");
-        assert!(p.contains("rm -r /sys/fs/bpf/nilb"), "{p}");
+        assert!(
+            p.contains("nilb cleanup --interface IF --pin-dir /sys/fs/bpf/nilb"),
+            "{p}"
+        );
         assert!(pinned_family_problem(n6, n4, dir).is_some());
     }
 

@@ -59,8 +59,9 @@ enum Command {
         #[arg(short, long)]
         interface: String,
         /// This node's address, IPv4 or IPv6 as the cluster network
-        /// (default: the interface's first IPv4 address, or its first
-        /// global IPv6 address on an IPv6 cluster network).
+        /// (default: the interface's address the config names as a balancer
+        /// or DIP, else its first IPv4 address, or its first global or
+        /// unique-local IPv6 address on an IPv6 cluster network).
         #[arg(long)]
         node_address: Option<IpAddr>,
         /// XDP attach mode; generic (skb) mode is much slower and only for

@@ -456,8 +456,24 @@ fn tc_outer_ipv6_fixture_table() {
     hlen_v4_style[14 + 48] = 2; // 1 + N, as under outer IPv4
     let mut udp_len = g4(b12, 0, &[], &syn);
     udp_len[14 + 44 + 1] ^= 1;
-    let mut ext = g4(b12, 0, &[], &syn);
-    ext[14 + 6] = 60; // a destination-options header claimed before UDP
+    let mut ext_cut = g4(b12, 0, &[], &syn);
+    ext_cut[14 + 6] = 60; // a destination-options header claimed, none there
+                          // Outer extension or fragment headers before the UDP header (nilb
+                          // never sends them): a destination-options header (8 bytes of
+                          // padding), and a first fragment.
+    let with_outer = |next: u8, hdr: [u8; 8]| {
+        let f = g4(b12, 0, &[], &syn);
+        let mut o = f[..14 + 40].to_vec();
+        o[14 + 6] = next;
+        let pl = u16::from_be_bytes([o[14 + 4], o[14 + 5]]) + 8;
+        o[14 + 4..14 + 6].copy_from_slice(&pl.to_be_bytes());
+        o.extend_from_slice(&hdr);
+        o.extend_from_slice(&f[14 + 40..]);
+        o
+    };
+    let ext = with_outer(60, [17, 0, 1, 4, 0, 0, 0, 0]);
+    let frag = with_outer(44, [17, 0, 0, 1, 0, 0, 0, 9]);
+    let frag_later = with_outer(44, [17, 0, 0, 0x19, 0, 0, 0, 9]);
     let mut other_dst = g4(b12, 0, &[], &syn);
     other_dst[14 + 24 + 15] = 0x77;
     let mut csum = fwd4.clone();
@@ -560,8 +576,29 @@ fn tc_outer_ipv6_fixture_table() {
             counters: vec![("tc_drop_malformed", 1)],
         },
         Case {
-            what: "outer extension header: not nilb's GUE, passes",
+            what: "outer destination options before UDP to the GUE port: malformed",
             input: ext,
+            verdict: TC_ACT_SHOT,
+            output: None,
+            counters: vec![("tc_drop_malformed", 1)],
+        },
+        Case {
+            what: "outer first fragment of UDP to the GUE port: malformed",
+            input: frag,
+            verdict: TC_ACT_SHOT,
+            output: None,
+            counters: vec![("tc_drop_malformed", 1)],
+        },
+        Case {
+            what: "a later outer fragment cannot be told from others: passes",
+            input: frag_later,
+            verdict: TC_ACT_OK,
+            output: None,
+            counters: vec![("tc_pass_other", 1)],
+        },
+        Case {
+            what: "an outer extension header cut short: not GUE, passes",
+            input: ext_cut,
             verdict: TC_ACT_OK,
             output: None,
             counters: vec![("tc_pass_other", 1)],

@@ -134,6 +134,27 @@ impl PublishedTable {
         }
     }
 
+    /// Why this table cannot be installed on a node of the cluster family
+    /// `ipv6` (None: it can): its leader or a hop of the other family, as
+    /// when IPv4 and IPv6 cluster networks share one etcd prefix during a
+    /// migration. An IPv4 node would send GUE to the first 4 bytes of an
+    /// IPv6 DIP; nodes never follow another family's tables (as they never
+    /// adopt its pins).
+    pub fn family_problem(&self, ipv6: bool) -> Option<String> {
+        let family = |v6: bool| if v6 { "IPv6" } else { "IPv4" };
+        if let Some(a) = std::iter::once(&self.leader)
+            .chain(&self.hops)
+            .find(|a| a.is_ipv6() != ipv6)
+        {
+            return Some(format!(
+                "it names {a}, an {} address, and this node's cluster network is {}: another family's cluster publishes under this prefix (give each its own cluster.etcd.prefix)",
+                family(a.is_ipv6()),
+                family(ipv6)
+            ));
+        }
+        None
+    }
+
     /// The buckets and move times, checked: the right format and lengths,
     /// a power-of-two size, every entry naming a listed hop.
     pub fn decode(&self) -> Result<FollowedTable, String> {

@@ -262,3 +262,25 @@ fn ipv6_hops_round_trip_through_a_publication() {
     );
     assert!(json4.contains("\"leader\":\"10.0.0.1\""), "{json4}");
 }
+
+/// A table of the other cluster family (IPv4 and IPv6 clusters sharing a
+/// prefix during a migration) is never installed: an IPv4 node would send
+/// GUE to the first 4 bytes of an IPv6 DIP.
+#[test]
+fn a_table_of_the_other_family_is_refused() {
+    let t = table_with_history();
+    let p = PublishedTable::encode(&key(), &t, LEADER, 7, &|m| m);
+    assert!(p.hops.iter().all(|h| h.is_ipv4()));
+    assert_eq!(p.family_problem(false), None);
+    let why = p.family_problem(true).expect("IPv4 hops on an IPv6 node");
+    assert!(
+        why.contains("an IPv4 address") && why.contains("cluster.etcd.prefix"),
+        "{why}"
+    );
+    let mut q = p.clone();
+    q.hops[0] = "fd00::21".parse().unwrap();
+    assert!(q.family_problem(false).unwrap().contains("fd00::21"));
+    let mut r = p.clone();
+    r.leader = "fd00::11".parse().unwrap();
+    assert!(r.family_problem(false).unwrap().contains("fd00::11"));
+}
