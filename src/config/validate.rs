@@ -95,7 +95,7 @@ pub(crate) fn unusable_address6(a: Ipv6Addr) -> Option<&'static str> {
     } else if s[0] & 0xffc0 == 0xfe80 {
         Some("link-local (fe80::/10): it names a different host on every link")
     } else if s[..5] == [0; 5] && s[5] == 0xffff {
-        Some("IPv4-mapped (::ffff:0:0/96): use the IPv4 address itself")
+        Some("IPv4-mapped (::ffff:0:0/96), which means its IPv4 address")
     } else if s[..6] == [0; 6] {
         Some("IPv4-compatible (::/96, deprecated by RFC 4291)")
     } else {
@@ -1453,7 +1453,14 @@ impl Validator {
                     format!("{dip} is the service's VIP; a backend needs its own address"),
                 );
             }
-            if let Some(prev) = dips.insert(dip, bi) {
+            // An unparsable dip was reported as such (and stands as the
+            // unspecified address): not also a duplicate of another one.
+            let duplicate = if dip.is_unspecified() {
+                None
+            } else {
+                dips.insert(dip, bi)
+            };
+            if let Some(prev) = duplicate {
                 self.report(
                     format!("{bp}.dip"),
                     format!("backend {dip} is already listed as {sp}.backends[{prev}]"),
