@@ -1005,11 +1005,8 @@ impl<'obj> Dataplane<'obj> {
     }
 
     /// Run the XDP balancer (the one for this node's cluster network, as
-    /// [`Dataplane::attach_xdp`] attaches, with `ipv6_balancer` holding
-    /// the IPv6 VIPs' balancer it holds then) on one frame
-    /// (BPF_PROG_TEST_RUN).
+    /// [`Dataplane::attach_xdp`] attaches) on one frame (BPF_PROG_TEST_RUN).
     pub fn run_xdp(&self, frame: &[u8], ingress_ifindex: u32) -> Result<(u32, Vec<u8>)> {
-        self.set_ipv6_balancer()?;
         abi::test_run_xdp(&self.xdp_balancer()?, frame, ingress_ifindex)
     }
 
@@ -1017,7 +1014,6 @@ impl<'obj> Dataplane<'obj> {
     /// and egress ifindex on packets handed to TC) split off the resulting
     /// frame.
     pub fn run_xdp_split(&self, frame: &[u8], ingress_ifindex: u32) -> Result<abi::XdpRun> {
-        self.set_ipv6_balancer()?;
         abi::test_run_xdp_split(&self.xdp_balancer()?, frame, ingress_ifindex)
     }
 
