@@ -435,8 +435,9 @@ pub struct Loaded {
     pub cp: ControlPlane,
 }
 
-/// Load the BPF object and fill it from `yaml` for node `node`.
-pub fn load(yaml: &str, node: Ipv4Addr) -> Loaded {
+/// Load the BPF object and fill it from `yaml` for node `node` (an
+/// address of the config's cluster network: IPv4 or IPv6).
+pub fn load(yaml: &str, node: impl Into<std::net::IpAddr>) -> Loaded {
     let storage: &'static mut MaybeUninit<OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
     let mut dp = Dataplane::load(storage).expect("loading BPF (root needed)");
     let cp = ControlPlane::new(Config::parse(yaml).expect("test config"), 0);
@@ -447,7 +448,7 @@ pub fn load(yaml: &str, node: Ipv4Addr) -> Loaded {
 
 /// [`load`] with the maps sized for the config (`Dataplane::load_for`:
 /// its bucket pool and `cluster.nat.max_flows`).
-pub fn load_sized(yaml: &str, node: Ipv4Addr) -> Loaded {
+pub fn load_sized(yaml: &str, node: impl Into<std::net::IpAddr>) -> Loaded {
     let storage: &'static mut MaybeUninit<OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
     let config = Config::parse(yaml).expect("test config");
     let mut dp = Dataplane::load_for(storage, &config).expect("loading BPF (root needed)");
@@ -459,7 +460,7 @@ pub fn load_sized(yaml: &str, node: Ipv4Addr) -> Loaded {
 
 impl Loaded {
     /// Apply a new config (like SIGHUP).
-    pub fn reload(&mut self, yaml: &str, node: Ipv4Addr) {
+    pub fn reload(&mut self, yaml: &str, node: impl Into<std::net::IpAddr>) {
         let plan = self.cp.update(Config::parse(yaml).expect("test config"), 1);
         self.cp
             .apply(&mut self.dp, node.into(), &plan)

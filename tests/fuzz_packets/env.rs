@@ -5,6 +5,7 @@ use std::net::{Ipv4Addr, SocketAddrV4, SocketAddrV6, TcpListener, TcpStream, Udp
 
 use nilb::config::UnknownFlow;
 
+use super::cluster::*;
 use super::*;
 
 /// Services: web (TCP VIP:80, six backends reaching every XDP verdict: this
@@ -16,13 +17,15 @@ use super::*;
 /// backend), wild6 (TCP [VIP6B]:8080).
 /// `drained`: the reload that gives buckets a second hop. ICMP "too big"
 /// replies at 65535 per second per CPU: a run never meets the limit.
-pub fn fuzz_config(unknown_flow: &str, drained: bool) -> String {
+/// `fam`: the cluster network's family; on an IPv6 one every cluster
+/// address (balancer, DIPs) is the `cluster::host6` twin of the IPv4 one.
+pub fn fuzz_config(unknown_flow: &str, drained: bool, fam: Fam) -> String {
     let (s13, s12) = if drained {
         ("drained", "drained")
     } else {
         ("active", "active")
     };
-    format!(
+    let text = format!(
         "version: 1
 cluster:
   hash_seed: {HASH_SEED:#x}
@@ -99,7 +102,19 @@ services:
     table_size: 64
     backends: [{{dip: 10.0.0.11}}, {{dip: 10.0.0.12, state: {s12}}}]
 "
-    )
+    );
+    if fam == Fam::V4 {
+        return text;
+    }
+    let mut text = text.replace(
+        "balancers: [10.0.0.11]",
+        &format!("balancers: [\"{}\"]", node6()),
+    );
+    for a in [NODE, B12, B13, B14, R5, FAR] {
+        text = text.replace(&format!("dip: {a}}}"), &format!("dip: \"{}\"}}", host6(a)));
+        text = text.replace(&format!("dip: {a},"), &format!("dip: \"{}\",", host6(a)));
+    }
+    text
 }
 
 /// Sockets held open for the whole run (the TC program looks them up).
@@ -120,10 +135,27 @@ pub struct Sockets {
     pub _udpc6: UdpSocket,
 }
 
-/// A worker's namespace with the data planes loaded: `a` (unknown_flow:
-/// drop) serves XDP and TC, `b` (unknown_flow: local) and `c`
-/// (unknown_flow: rst) serve TC.
+/// A worker's namespace with the data planes of both cluster families
+/// loaded (`p4`, `p6`); it derefs to `p4`, the IPv4 cluster network's.
 pub struct Env {
+    pub ifindex: u32,
+    pub p4: Planes,
+    pub p6: Planes,
+    pub _socks: Sockets,
+}
+
+impl std::ops::Deref for Env {
+    type Target = Planes;
+    fn deref(&self) -> &Planes {
+        &self.p4
+    }
+}
+
+/// The data planes of one cluster network: `a` (unknown_flow: drop)
+/// serves XDP and TC, `b` (unknown_flow: local) and `c` (unknown_flow:
+/// rst) serve TC.
+pub struct Planes {
+    /// nt0's, where frames come in.
     pub ifindex: u32,
     pub a: Loaded,
     pub b: Loaded,
@@ -133,7 +165,6 @@ pub struct Env {
     pub wc: World,
     /// Counters of `a`, `b` and `c` after the last run.
     pub last: [std::cell::RefCell<Vec<u64>>; 3],
-    pub _socks: Sockets,
 }
 
 /// Give some buckets of web (TCP) and dns (UDP) longer chains than the
@@ -141,7 +172,7 @@ pub struct Env {
 /// three previous owners, with repeats, the first hop among them and
 /// backends of other services (every hop has a slot with its address).
 /// The move times stay as they are.
-pub fn lengthen_chains(l: &mut Loaded) {
+pub fn lengthen_chains(l: &mut Loaded, fam: Fam) {
     let live = l.dp.live_tables().expect("live tables");
     let slots: std::collections::BTreeMap<std::net::IpAddr, u32> =
         live.iter().flat_map(|(_, t)| t.slots.clone()).collect();
@@ -170,7 +201,7 @@ pub fn lengthen_chains(l: &mut Loaded) {
             }
             let p = &patterns[(i / 2) % patterns.len()];
             // A pattern naming the first hop first shows that it is skipped.
-            c.1 = p.iter().map(|&h| h.into()).collect();
+            c.1 = p.iter().map(|&h| fam.host(h)).collect();
             changed.push(i as u32);
         }
         l.dp.install_chains(
@@ -196,33 +227,76 @@ pub fn setup() -> Env {
     let nt2 = (nt2_mac, nix::net::if_::if_nametoindex("nt2").unwrap());
     let nt0 = (net.mac, net.ifindex);
 
-    let mut a = load(&fuzz_config("drop", false), NODE);
-    a.reload(&fuzz_config("drop", true), NODE);
-    lengthen_chains(&mut a);
-    let mut b = load(&fuzz_config("local", false), NODE);
-    b.reload(&fuzz_config("local", true), NODE);
-    lengthen_chains(&mut b);
-    let mut c = load(&fuzz_config("rst", false), NODE);
-    c.reload(&fuzz_config("rst", true), NODE);
-    lengthen_chains(&mut c);
-    let wa = World::new(&a, nt0, nt2, UnknownFlow::Drop);
-    let wb = World::new(&b, nt0, nt2, UnknownFlow::Local);
-    let wc = World::new(&c, nt0, nt2, UnknownFlow::Rst);
-    // The reload must have produced buckets with a second hop, and
-    // lengthen_chains buckets with longer chains in a TCP and a UDP service.
-    for (key, n) in [
-        ((VIP.into(), 80, IPPROTO_TCP), 1),
-        ((VIP.into(), 80, IPPROTO_TCP), 3),
-        ((VIP.into(), 53, IPPROTO_UDP), 3),
-        ((VIP6.into(), 80, IPPROTO_TCP), 1),
-        ((VIP6.into(), 80, IPPROTO_TCP), 3),
-        ((VIP6.into(), 53, IPPROTO_UDP), 3),
+    // The IPv6 cluster network: the node and its neighbours in
+    // cluster::PREFIX6 on nt0 and nt2, as in IPv4 (10.0.0.14: no
+    // neighbour entry; 172.16.0.5: no route); forwarding on for the FIB.
+    ip(&format!("-6 addr add {}/120 dev nt0 nodad", node6()));
+    ip(&format!(
+        "-6 addr add {}/120 dev nt2 nodad",
+        host6(Ipv4Addr::new(10, 1, 0, 1))
+    ));
+    for (a, dev, mac) in [
+        (B12, "nt0", MAC12),
+        (B13, "nt0", MAC13),
+        (R5, "nt2", MAC_R5),
     ] {
-        assert!(
-            wa.services[&key].buckets.iter().any(|b| b.1.len() == n),
-            "{key:?}: no bucket with {n} previous owners"
-        );
+        let m: Vec<String> = mac.iter().map(|b| format!("{b:02x}")).collect();
+        ip(&format!(
+            "-6 neigh replace {} lladdr {} dev {dev} nud permanent",
+            host6(a),
+            m.join(":")
+        ));
     }
+    for conf in ["all", "nt0", "nt2"] {
+        std::fs::write(format!("/proc/sys/net/ipv6/conf/{conf}/forwarding"), "1")
+            .expect("IPv6 forwarding");
+    }
+    let planes = |fam: Fam| {
+        let node = fam.host(NODE);
+        let one = |uf: &str| {
+            let mut l = load(&fuzz_config(uf, false, fam), node);
+            l.reload(&fuzz_config(uf, true, fam), node);
+            lengthen_chains(&mut l, fam);
+            l
+        };
+        let (a, b, c) = (one("drop"), one("local"), one("rst"));
+        let wa = World::new(&a, nt0, nt2, UnknownFlow::Drop);
+        let wb = World::new(&b, nt0, nt2, UnknownFlow::Local);
+        let wc = World::new(&c, nt0, nt2, UnknownFlow::Rst);
+        assert_eq!(wa.fam, fam);
+        // The reload must have produced buckets with a second hop, and
+        // lengthen_chains buckets with longer chains in a TCP and a UDP
+        // service.
+        for (key, n) in [
+            ((VIP.into(), 80, IPPROTO_TCP), 1),
+            ((VIP.into(), 80, IPPROTO_TCP), 3),
+            ((VIP.into(), 53, IPPROTO_UDP), 3),
+            ((VIP6.into(), 80, IPPROTO_TCP), 1),
+            ((VIP6.into(), 80, IPPROTO_TCP), 3),
+            ((VIP6.into(), 53, IPPROTO_UDP), 3),
+        ] {
+            assert!(
+                wa.services[&key].buckets.iter().any(|b| b.1.len() == n),
+                "{key:?}: no bucket with {n} previous owners ({fam:?} cluster)"
+            );
+        }
+        let last = [
+            std::cell::RefCell::new(a.dp.counters().unwrap()),
+            std::cell::RefCell::new(b.dp.counters().unwrap()),
+            std::cell::RefCell::new(c.dp.counters().unwrap()),
+        ];
+        Planes {
+            ifindex: net.ifindex,
+            a,
+            b,
+            c,
+            wa,
+            wb,
+            wc,
+            last,
+        }
+    };
+    let (p4, p6) = (planes(Fam::V4), planes(Fam::V6));
 
     let listener = TcpListener::bind(SocketAddrV4::new(VIP, 80)).unwrap();
     let wild = TcpListener::bind(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 8080)).unwrap();
@@ -248,20 +322,17 @@ pub fn setup() -> Env {
     let udp53_6 = UdpSocket::bind(v6(VIP6, 53)).unwrap();
     let udpc6 = UdpSocket::bind(v6(VIP6, UDP_CONN_PORT)).unwrap();
     udpc6.connect(v6(CLIENT6, UDP_PEER_PORT)).unwrap();
-    let last = [
-        std::cell::RefCell::new(a.dp.counters().unwrap()),
-        std::cell::RefCell::new(b.dp.counters().unwrap()),
-        std::cell::RefCell::new(c.dp.counters().unwrap()),
-    ];
+    // (The counters after the sockets' own packets: none reach TC or XDP
+    // test runs, but the snapshot is taken last all the same.)
+    for p in [&p4, &p6] {
+        for (l, last) in [&p.a, &p.b, &p.c].into_iter().zip(&p.last) {
+            *last.borrow_mut() = l.dp.counters().unwrap();
+        }
+    }
     Env {
         ifindex: net.ifindex,
-        a,
-        b,
-        c,
-        wa,
-        wb,
-        wc,
-        last,
+        p4,
+        p6,
         _socks: Sockets {
             _listener: listener,
             _wild: wild,

@@ -21,6 +21,7 @@ use std::sync::Arc;
 
 use nilb::filters::{FilterSet, Lists, Verdict};
 
+use super::cluster::Fam;
 use super::*;
 
 /// The filters added to the fuzz configuration: global deny rules (one
@@ -68,9 +69,9 @@ const SOURCES: [[u8; 4]; 16] = [
 /// like the worker's (second hops, longer chains), then the filters
 /// compiled and applied.
 fn filtered() -> (Loaded, Arc<FilterSet>) {
-    let mut f = load(&with_filters(&fuzz_config("drop", false)), NODE);
-    f.reload(&with_filters(&fuzz_config("drop", true)), NODE);
-    lengthen_chains(&mut f);
+    let mut f = load(&with_filters(&fuzz_config("drop", false, Fam::V4)), NODE);
+    f.reload(&with_filters(&fuzz_config("drop", true, Fam::V4)), NODE);
+    lengthen_chains(&mut f, Fam::V4);
     let set = Arc::new(
         FilterSet::compile(f.cp.config(), &Lists::new(), &BTreeMap::new()).expect("compile"),
     );

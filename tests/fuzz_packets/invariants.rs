@@ -5,48 +5,87 @@
 
 use nilb::config::UnknownFlow;
 
+use std::net::IpAddr;
+
+use super::cluster::*;
 use super::*;
+
+/// Where an outer-IPv6 frame's UDP checksum lies.
+fn udp_csum6() -> usize {
+    14 + 46
+}
 
 /// Independent structural check of an encapsulation the balancer produced
 /// (`out` without the mark) of a packet of `tot` bytes whose GUE protocol
-/// must be `proto` (4 or 41): returns what is wrong, if anything.
-pub fn check_encapsulation(frame: &[u8], tot: usize, proto: u8, out: &[u8]) -> Option<String> {
-    if out.len() < 14 + 36 + 20 {
+/// must be `proto` (4 or 41), in the cluster network's family: returns
+/// what is wrong, if anything.
+pub fn check_encapsulation(
+    w: &World,
+    frame: &[u8],
+    tot: usize,
+    proto: u8,
+    out: &[u8],
+) -> Option<String> {
+    let fam = w.fam;
+    if out.len() < 14 + fam.overhead(0) + 20 {
         return Some("shorter than Ethernet + GUE + IPv4".into());
     }
     let o = &out[14..];
-    let n = o[28 + 7] as usize;
-    let checks: [(bool, &str); 12] = [
-        (be16(out, 12) == 0x0800, "ethertype"),
-        (o[0] == 0x45 && o[1] == 0, "outer version/IHL/TOS"),
-        (be16(o, 2) as usize == o.len(), "outer total length"),
+    let u = fam.ip_len();
+    let g = &o[u + 8..];
+    let n = g[7] as usize;
+    let words = 1 + n * fam.hop_len() / 4;
+    let outer: [(bool, &str); 6] = match fam {
+        Fam::V4 => [
+            (be16(out, 12) == 0x0800, "ethertype"),
+            (o[0] == 0x45 && o[1] == 0, "outer version/IHL/TOS"),
+            (be16(o, 2) as usize == o.len(), "outer total length"),
+            (
+                o[4..10] == [0, 0, 0x40, 0, 64, 17],
+                "outer ID/DF/TTL/protocol",
+            ),
+            (csum(&o[..20]) == 0, "outer checksum"),
+            (IpAddr::V4(addr(o, 12)) == w.node, "outer source"),
+        ],
+        Fam::V6 => [
+            (be16(out, 12) == 0x86dd, "ethertype"),
+            (
+                o[0] == 0x60 && o[1] >> 4 == 0,
+                "outer version/traffic class",
+            ),
+            (be16(o, 4) as usize + 40 == o.len(), "outer payload length"),
+            (o[6..8] == [17, 64], "outer next header/hop limit"),
+            (
+                u32::from_be_bytes([0, o[1] & 15, o[2], o[3]]) & 0x7fff
+                    == (be16(o, 40) & 0x7fff) as u32,
+                "flow label and UDP source port not of one hash",
+            ),
+            (IpAddr::V6(addr16(o, 8)) == w.node, "outer source"),
+        ],
+    };
+    let checks: [(bool, &str); 6] = [
         (
-            o[4..10] == [0, 0, 0x40, 0, 64, 17],
-            "outer ID/DF/TTL/protocol",
-        ),
-        (csum(&o[..20]) == 0, "outer checksum"),
-        (addr(o, 12) == NODE, "outer source"),
-        (
-            be16(o, 20) & 0x8000 != 0 && be16(o, 22) == GUE_PORT,
+            be16(o, u) & 0x8000 != 0 && be16(o, u + 2) == GUE_PORT,
             "UDP ports",
         ),
-        (be16(o, 24) as usize == o.len() - 20, "UDP length"),
-        (be16(o, 26) == 0, "UDP checksum"),
+        (be16(o, u + 4) as usize == o.len() - u, "UDP length"),
+        (be16(o, u + 6) == 0, "UDP checksum"),
         (
-            n <= nilb::limits::MAX_PREVIOUS_OWNERS as usize + 1 && o[28] as usize == 1 + n,
+            n <= nilb::limits::MAX_PREVIOUS_OWNERS as usize + 1 && g[0] as usize == words,
             "GUE hlen/N",
         ),
         (
-            o[29..35] == [proto, 0, 0, 0, 0, 0],
+            g[1..7] == [proto, 0, 0, 0, 0, 0],
             "GUE proto/flags/type/next",
         ),
         (
-            o.get(36 + 4 * n..) == Some(&frame[14..14 + tot]),
+            g.get(4 + 4 * words..) == Some(&frame[14..14 + tot]),
             "inner packet",
         ),
     ];
-    checks
+    outer
         .iter()
+        .chain(&checks)
         .find(|(ok, _)| !ok)
         .map(|(_, what)| format!("bad encapsulation: {what}"))
 }
@@ -154,18 +193,42 @@ pub fn checksum_problems(
             ) {
                 bad.push(format!("checksum: XDP sent a packet with {s:?}"));
             }
-            let is_gue = out.len() >= 14 + 28
-                && out[14 + 9] == IPPROTO_UDP
-                && be16(out, 14 + 22) == GUE_PORT;
-            if is_gue && out[14 + 26..14 + 28] != [0, 0] {
+            let fam = Fam::of_frame(out);
+            let u = 14 + fam.ip_len();
+            let is_gue = out.len() >= u + 8
+                && out[14 + if fam == Fam::V4 { 9 } else { 6 }] == IPPROTO_UDP
+                && be16(out, u + 2) == GUE_PORT;
+            if is_gue && out[u + 6..u + 8] != [0, 0] {
                 bad.push("checksum: XDP encapsulated with a non-zero UDP checksum".into());
             }
-            if is_gue && out.len() > 14 + 36 {
-                let n = out[14 + 28 + 7] as usize;
-                let inner = out.get(14 + 36 + 4 * n..).unwrap_or(&[]);
+            if is_gue && out.len() > fam.gue_at() + 8 {
+                let n = out[fam.gue_at() + 7] as usize;
+                let inner = out
+                    .get(fam.gue_at() + 8 + fam.hop_len() * n..)
+                    .unwrap_or(&[]);
                 if sums(inner) != sums(&l3(frame)) {
                     bad.push("checksum: the inner packet's checksums changed".into());
                 }
+            }
+        }
+        (Prog::Tc, TC_ACT_REDIRECT, Some((h, true)))
+            if Fam::of_frame(frame) == Fam::V6 && out.len() >= 14 + 48 =>
+        {
+            // Second chance over an IPv6 cluster network: no header
+            // checksum; a non-zero UDP checksum kept valid.
+            let (u_in, u_out) = (be16(frame, 14 + 46), be16(out, 14 + 46));
+            let verify = |f: &[u8]| udp6_sum(f) == Some(0);
+            if u_in == 0 && u_out != 0 {
+                bad.push("checksum: a zero outer UDP checksum became non-zero".into());
+            } else if u_in != 0 && (u_out == 0 || verify(out) != verify(frame)) {
+                bad.push(format!(
+                    "checksum: outer UDP checksum valid {} before the forward, {} after (now {u_out:#06x})",
+                    verify(frame),
+                    u_out != 0 && verify(out)
+                ));
+            }
+            if out.get(14 + h..) != frame.get(14 + h..) {
+                bad.push("checksum: the forward changed the inner packet".into());
             }
         }
         (Prog::Tc, TC_ACT_REDIRECT, Some((h, true))) if out.len() >= 14 + 28 => {
@@ -245,7 +308,10 @@ pub fn check_icmp_reply(w: &World, frame: &[u8], class: &XdpClass, out: &[u8]) -
             "ICMP reply to a packet without DF",
         ),
         (
-            flow.tot + nilb::limits::GUE_OVERHEAD_MAX as usize > MTU,
+            flow.tot
+                + w.fam
+                    .overhead(nilb::limits::MAX_PREVIOUS_OWNERS as usize + 1)
+                > MTU,
             "ICMP reply to a packet that fits even with the most hops listed",
         ),
         (
@@ -274,9 +340,10 @@ pub fn check_icmp_reply(w: &World, frame: &[u8], class: &XdpClass, out: &[u8]) -
         ),
         (csum(icmp) == 0, "ICMP checksum"),
         (
-            (0..=nilb::limits::MAX_PREVIOUS_OWNERS as usize + 1).any(|n| mtu == MTU - 36 - 4 * n)
+            (0..=nilb::limits::MAX_PREVIOUS_OWNERS as usize + 1)
+                .any(|n| mtu == MTU - w.fam.overhead(n))
                 && flow.tot > mtu,
-            "next-hop MTU is not the wire's minus 36 + 4N, or the packet fits it",
+            "next-hop MTU is not the wire's minus the GUE overhead, or the packet fits it",
         ),
         (
             icmp.get(8..) == Some(&ip[..ihl + 8]),
@@ -324,7 +391,7 @@ pub fn xdp_notes(frame: &[u8], flow: &Flow) -> Vec<&'static str> {
 
 pub fn tc_notes(w: &World, frame: &[u8], g: &Gue, verdict: u32) -> Vec<&'static str> {
     let mut v = Vec::new();
-    if csum(&frame[14..34]) != 0 {
+    if w.fam == Fam::V4 && csum(&frame[14..34]) != 0 {
         v.push(
             "note: tc decapsulates/forwards GUE whose outer IPv4 checksum is wrong (not verified)",
         );
@@ -398,8 +465,13 @@ pub fn check(
                     }
                     None
                 }
-                // An ICMPv6 Packet Too Big (an encapsulation is IPv4).
-                XDP_TX if out.len() >= 14 && be16(out, 12) == 0x86dd => {
+                // An ICMPv6 Packet Too Big (an encapsulation is outer
+                // IPv6 UDP).
+                XDP_TX
+                    if out.len() >= 14 + 40
+                        && be16(out, 12) == 0x86dd
+                        && out[14 + 6] != IPPROTO_UDP =>
+                {
                     if let Some(why) = super::model6::check_icmp6_reply(w, frame, &class, out) {
                         bad.push(why);
                     }
@@ -433,7 +505,7 @@ pub fn check(
                 match &class {
                     XdpClass::Balance(flow) => {
                         let proto = if flow.key.0.is_ipv6() { 41 } else { 4 };
-                        if let Some(why) = check_encapsulation(frame, flow.tot, proto, e) {
+                        if let Some(why) = check_encapsulation(w, frame, flow.tot, proto, e) {
                             bad.push(why);
                         }
                         observations.extend(xdp_notes(frame, flow));
@@ -519,7 +591,7 @@ pub fn check(
                 (TC_ACT_REDIRECT, TcClass::Valid(g)) => {
                     let hop = g.hops.get(g.next).copied();
                     if hop.is_none()
-                        || hop == Some(NODE)
+                        || hop == Some(w.node)
                         || hop.is_some_and(|h| !super::model::relayable(w, h))
                     {
                         bad.push(format!("forwarded without a usable next hop: {g:?}"));
@@ -551,10 +623,16 @@ pub fn check(
             Out::Unchanged => out == frame,
             Out::Exact(v) => out == &v[..],
             Out::Rewritten(v, csum_valid) => {
+                // All but the outer UDP checksum (and IPv4's header one).
+                let (ip, udp) = match Fam::of_frame(v) {
+                    Fam::V4 => (24, 40),
+                    Fam::V6 => (udp_csum6(), udp_csum6()),
+                };
+                let same = |a: usize, b: usize| out.get(a..b) == v.get(a..b);
                 out.len() == v.len()
-                    && out[..24] == v[..24]
-                    && out[26..40] == v[26..40]
-                    && out[42..] == v[42..]
+                    && same(0, ip)
+                    && same(ip + 2, udp.max(ip + 2))
+                    && same(udp + 2, v.len())
                     && (!csum_valid || csum(&out[14..34]) == 0)
             }
         };

@@ -39,11 +39,26 @@
 //!                      of NILB_FUZZ_PACKETS; IPv6 sweeps thinned to half of
 //!                      it when they are more); the filter test runs the
 //!                      rest (at least 20000)
+//!   NILB_FUZZ_CLUSTER6_PACKETS  packets per program over the IPv6 cluster
+//!                      network besides (default half of the default
+//!                      NILB_FUZZ_PACKETS)
 //!   NILB_FUZZ_THREADS  workers per program, each in its own netns (default 1)
 //!   NILB_FUZZ_SEED     base seed (default fixed, so plain `cargo test` is
 //!                      deterministic); printed with every failure
 //!   NILB_FUZZ_FRAME    hex of one Ethernet frame: run only it (with
 //!   NILB_FUZZ_PROGRAM  xdp | tc) and print what happened and what the model says
+//!   NILB_FUZZ_CLUSTER  6: replay on the IPv6 cluster network's data plane
+//!
+//! IPv6 cluster network (`cluster.rs`): the same namespace holds data
+//! planes loaded with the same services over IPv6 cluster addresses (the
+//! node, balancer and DIPs are `cluster::host6` of the IPv4 ones), run
+//! after the IPv4 cluster's share: client frames of both families for the
+//! `_c6` balancer (outer IPv6 GUE: 16-byte hops, flow label of the hash,
+//! UDP checksum 0), outer-IPv6 GUE for the node for TC and the backends'
+//! XDP program (every IPv4-cluster seed and generated frame turned into
+//! its outer-IPv6 twin by `cluster::to_o6`, then outer-IPv6 mutations,
+//! seeds and sweeps), all under the same invariants and model, which take
+//! the family from the frame and the world (`Fam`).
 //!
 //! Needs root (BPF, network namespaces); skipped (one line on stderr) without
 //! it. `scripts/fuzz.sh` drives the long run.
@@ -57,10 +72,12 @@
 //! tests, the constants and the byte helpers every file uses); `env.rs`
 //! builds a worker's namespace and data planes; `seeds.rs` (valid seeds and
 //! systematic sweeps) and `generate.rs` (random frames and mutations) make
-//! the packets, `seeds6.rs` and `generate6.rs` the IPv6 ones; `model.rs`
+//! the packets, `seeds6.rs` and `generate6.rs` the IPv6 ones, `cluster.rs`
+//! the IPv6 cluster network's (and what differs by family); `model.rs`
 //! is the reference parser with the outcome it expects, `model6.rs` its
 //! IPv6 part; `invariants.rs` checks one run against both.
 
+mod cluster;
 #[path = "../common/mod.rs"]
 mod common;
 mod env;
@@ -74,9 +91,10 @@ mod seeds;
 mod seeds6;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::Instant;
 
+use cluster::*;
 use common::*;
 use env::*;
 use generate::*;
@@ -169,6 +187,8 @@ struct Tally {
     packets: u64,
     /// IPv6 packets among them (`is_ipv6`).
     ipv6: u64,
+    /// Packets run over the IPv6 cluster network among them.
+    cluster6: u64,
     /// IPv6 seeds and sweeps run, and how many there are.
     sweeps6: (u64, u64),
     verdicts: BTreeMap<u32, u64>,
@@ -191,6 +211,7 @@ impl Tally {
     fn merge(&mut self, o: Tally) {
         self.packets += o.packets;
         self.ipv6 += o.ipv6;
+        self.cluster6 += o.cluster6;
         self.sweeps6.0 += o.sweeps6.0;
         self.sweeps6.1 += o.sweeps6.1;
         for (k, v) in o.verdicts {
@@ -240,12 +261,14 @@ struct Ctx {
     prog: Prog,
     seed: u64,
     worker: usize,
+    /// The cluster network's family of the data planes run.
+    fam: Fam,
 }
 
 /// Counter deltas of data plane `which` since the last snapshot (which
 /// becomes this one).
-fn deltas_since(env: &Env, l: &Loaded, which: usize) -> Vec<(&'static str, u64)> {
-    let mut last = env.last[which].borrow_mut();
+fn deltas_since(p: &Planes, l: &Loaded, which: usize) -> Vec<(&'static str, u64)> {
+    let mut last = p.last[which].borrow_mut();
     let now = l.dp.counters().expect("reading counters");
     let d: Vec<(&'static str, u64)> = COUNTER_NAMES
         .iter()
@@ -271,16 +294,16 @@ struct XdpFirst {
 
 /// Run `frame` through `nilb_xdp_backend` (and TC on what it decapsulated).
 /// Err: the test run failed (frames shorter than Ethernet: refused).
-fn xdp_first(env: &Env, l: &Loaded, which: usize, frame: &[u8]) -> Result<XdpFirst, String> {
+fn xdp_first(p: &Planes, l: &Loaded, which: usize, frame: &[u8]) -> Result<XdpFirst, String> {
     let (verdict, out) =
-        l.dp.run_xdp_backend(frame, env.ifindex)
+        l.dp.run_xdp_backend(frame, p.ifindex)
             .map_err(|e| format!("{e:#}"))?;
-    let deltas = deltas_since(env, l, which);
+    let deltas = deltas_since(p, l, which);
     let tc_after = if out != frame {
         let r =
-            l.dp.run_tc(&out, env.ifindex)
+            l.dp.run_tc(&out, p.ifindex)
                 .map_err(|e| format!("TC after XDP: {e:#}"))?;
-        Some((r.0, r.1, deltas_since(env, l, which)))
+        Some((r.0, r.1, deltas_since(p, l, which)))
     } else {
         None
     };
@@ -296,6 +319,7 @@ fn xdp_first(env: &Env, l: &Loaded, which: usize, frame: &[u8]) -> Result<XdpFir
 /// output and counters): the differential invariants of the module's
 /// documentation. Returns the problems.
 fn check_xdp_first(
+    w: &World,
     frame: &[u8],
     x: &XdpFirst,
     verdict: u32,
@@ -316,13 +340,21 @@ fn check_xdp_first(
         }
         _ => None,
     };
-    let gue_for_node = frame.len() >= 14 + 28
+    // (The node's IPv4 address is 0.0.0.0 in the data plane of an IPv6
+    // cluster network; outer IPv6 is looked at only there.)
+    let gue_for_node = (frame.len() >= 14 + 28
         && be16(frame, 12) == 0x0800
         && frame[14 + 9] == IPPROTO_UDP
         && (frame[14] & 0x0f) >= 5
-        && addr(frame, 14 + 16) == NODE
+        && addr(frame, 14 + 16) == w.node4
         && frame.len() >= 14 + (frame[14] as usize & 0x0f) * 4 + 8
-        && be16(frame, 14 + (frame[14] as usize & 0x0f) * 4 + 2) == GUE_PORT;
+        && be16(frame, 14 + (frame[14] as usize & 0x0f) * 4 + 2) == GUE_PORT)
+        || (w.fam == Fam::V6
+            && frame.len() >= 14 + 48
+            && be16(frame, 12) == 0x86dd
+            && frame[14 + 6] == IPPROTO_UDP
+            && IpAddr::V6(addr16(frame, 14 + 24)) == w.node
+            && be16(frame, 14 + 42) == GUE_PORT);
     match &x.tc_after {
         Some((tv, tout, tdeltas)) => {
             if tc_accepts.map(|c| vec![(c, 1)]) != Some(x.deltas.clone()) {
@@ -363,8 +395,9 @@ fn check_xdp_first(
     bad
 }
 
-/// Run one frame, check it, record it.
-fn run_one(env: &Env, ctx: &Ctx, t: &mut Tally, index: u64, origin: &str, frame: &[u8]) {
+/// Run one frame on the data planes `env` (one cluster network's), check
+/// it, record it.
+fn run_one(env: &Planes, ctx: &Ctx, t: &mut Tally, index: u64, origin: &str, frame: &[u8]) {
     // TC takes turns with the data planes of unknown_flow drop, local, rst.
     let which = if ctx.prog == Prog::Tc {
         (index % 3) as usize
@@ -423,7 +456,7 @@ fn run_one(env: &Env, ctx: &Ctx, t: &mut Tally, index: u64, origin: &str, frame:
     } = check(ctx.prog, w, frame, verdict, &out, &deltas);
     match &first {
         Some(Ok(x)) => {
-            bad.extend(check_xdp_first(frame, x, verdict, &out, &deltas));
+            bad.extend(check_xdp_first(w, frame, x, verdict, &out, &deltas));
             for (n, v) in &x.deltas {
                 *t.counters.entry(n).or_default() += v;
             }
@@ -473,10 +506,15 @@ fn run_one(env: &Env, ctx: &Ctx, t: &mut Tally, index: u64, origin: &str, frame:
     }
     if !bad.is_empty() {
         t.violation(format!(
-            "{:?} seed {:#x} worker {} packet {index} ({origin}{}): {}\n  reference: {class}\n  frame ({} bytes): {}\n{}\n  verdict {} counters {:?}\n  output ({} bytes):\n{}",
+            "{:?} seed {:#x} worker {} packet {index} ({origin}{}{}): {}\n  reference: {class}\n  frame ({} bytes): {}\n{}\n  verdict {} counters {:?}\n  output ({} bytes):\n{}",
             ctx.prog,
             ctx.seed,
             ctx.worker,
+            if ctx.fam == Fam::V6 {
+                ", IPv6 cluster network (NILB_FUZZ_CLUSTER=6 to replay)"
+            } else {
+                ""
+            },
             match (ctx.prog, which) {
                 (Prog::Xdp, _) => "",
                 (_, 0) => ", unknown_flow: drop",
@@ -496,10 +534,13 @@ fn run_one(env: &Env, ctx: &Ctx, t: &mut Tally, index: u64, origin: &str, frame:
 }
 
 /// An IPv6 packet for `prog`: EtherType 0x86DD for XDP; for TC, IPv4/UDP
-/// whose GUE header says protocol 41.
+/// or IPv6/UDP whose GUE header says protocol 41.
 pub fn is_ipv6(prog: Prog, f: &[u8]) -> bool {
     match prog {
         Prog::Xdp => f.len() >= 14 && be16(f, 12) == 0x86dd,
+        Prog::Tc if f.len() >= 14 && be16(f, 12) == 0x86dd => {
+            f.len() > 14 + 49 && f[14 + 6] == IPPROTO_UDP && f[14 + 49] == 41
+        }
         Prog::Tc => {
             let ihl = f.get(14).map(|b| (b & 15) as usize * 4).unwrap_or(0);
             f.len() > 14 + ihl + 9
@@ -521,7 +562,7 @@ fn kernel_refuses_tc(f: &[u8]) -> bool {
 }
 
 /// Compare the statistics maps with what the model expected over the run.
-fn check_stats(env: &Env, ctx: &Ctx, t: &mut Tally) {
+fn check_stats(env: &Planes, ctx: &Ctx, t: &mut Tally) {
     let mut problems = Vec::new();
     if ctx.prog == Prog::Xdp {
         let slots: HashSet<u32> = env
@@ -564,8 +605,8 @@ fn check_stats(env: &Env, ctx: &Ctx, t: &mut Tally) {
     }
     for p in problems {
         t.violation(format!(
-            "{:?} seed {:#x} worker {}: statistics: {p}",
-            ctx.prog, ctx.seed, ctx.worker
+            "{:?} seed {:#x} worker {} ({:?} cluster network): statistics: {p}",
+            ctx.prog, ctx.seed, ctx.worker, ctx.fam
         ));
     }
 }
@@ -586,13 +627,17 @@ fn env_u64(name: &str, default: u64) -> u64 {
     }
 }
 
-/// One worker: `share` packets, of them at least `share6` IPv6.
-fn worker(prog: Prog, seed: u64, w: usize, share: u64, share6: u64) -> Tally {
+/// One worker: `share` packets, of them at least `share6` IPv6, over the
+/// IPv4 cluster network, then `share_c6` over the IPv6 one (`worker_c6`);
+/// the tallies of each.
+fn worker(prog: Prog, seed: u64, w: usize, shares: [u64; 3]) -> (Tally, Tally) {
+    let [share, share6, share_c6] = shares;
     let env = setup();
     let ctx = Ctx {
         prog,
         seed,
         worker: w,
+        fam: Fam::V4,
     };
     let mut t = Tally::default();
     let mac = env.wa.nt0_mac;
@@ -655,6 +700,101 @@ fn worker(prog: Prog, seed: u64, w: usize, share: u64, share6: u64) -> Tally {
         index += 1;
     }
     check_stats(&env, &ctx, &mut t);
+    let t6 = worker_c6(&env, prog, seed, w, share_c6);
+    (t, t6)
+}
+
+/// `share` packets over the IPv6 cluster network (`env.p6`): client
+/// frames of both families to the VIPs for XDP, and outer-IPv6 GUE
+/// (inner IPv4 and IPv6) for TC and the backends' XDP program (and the
+/// balancer's receive path). Worker 0 runs the seeds and sweeps first,
+/// every k-th when they are more than half of the share.
+fn worker_c6(env: &Env, prog: Prog, seed: u64, w: usize, share: u64) -> Tally {
+    let ctx = Ctx {
+        prog,
+        seed,
+        worker: w,
+        fam: Fam::V6,
+    };
+    let p = &env.p6;
+    let mut t = Tally::default();
+    if share == 0 {
+        return t;
+    }
+    let mac = p.wa.nt0_mac;
+    let (tc4, tc6) = (tc_seeds(mac), tc_seeds6(mac));
+    let mut gue: Vec<(String, Vec<u8>)> = tc4
+        .iter()
+        .chain(&tc6)
+        .map(|(n, f)| (format!("o6 {n}"), to_o6(f)))
+        .collect();
+    gue.extend(tc_seeds_o6(mac));
+    // XDP: client frames as they are (IPv4, IPv6), GUE for this node among
+    // the IPv6 ones (mutate6 walks its outer header).
+    let (seeds4, seeds6): (Vec<_>, Vec<_>) = match prog {
+        Prog::Xdp => (
+            xdp_seeds(mac),
+            xdp_seeds6(mac).into_iter().chain(gue.clone()).collect(),
+        ),
+        Prog::Tc => (tc4.clone(), tc6.clone()),
+    };
+    let mut index = 0u64;
+    let mut run = |t: &mut Tally, origin: &str, f: &[u8]| {
+        run_one(p, &ctx, t, index, origin, f);
+        index += 1;
+    };
+    if w == 0 {
+        let sweeps = tc_sweeps_o6(&tc_seeds_o6(mac));
+        let all: Vec<&(String, Vec<u8>)> = match prog {
+            Prog::Xdp => seeds4.iter().chain(&seeds6).chain(&sweeps).collect(),
+            Prog::Tc => gue.iter().chain(&sweeps).collect(),
+        };
+        let k = (all.len() as u64).div_ceil((share / 2).max(1)).max(1) as usize;
+        t.sweeps6.1 = all.len() as u64;
+        for (name, f) in all.into_iter().step_by(k) {
+            run(&mut t, name, f);
+            t.sweeps6.0 += 1;
+        }
+    }
+    let salt = match prog {
+        Prog::Xdp => 0x6666_1111_0000,
+        Prog::Tc => 0x6666_2222_0000,
+    };
+    let mut g = Gen::new(seed ^ salt ^ (w as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    while t.packets + t.refused < share {
+        let (origin, f) = match (prog, g.below(20)) {
+            (Prog::Xdp, 0..=7) => g.xdp_frame(&seeds4),
+            (Prog::Xdp, 8..=15) => g.xdp_frame6(&seeds6),
+            (Prog::Xdp, 16 | 17) => {
+                let f = g.tc_frame(&seeds4);
+                g.o6(f)
+            }
+            (Prog::Xdp, _) => {
+                let f = g.tc_frame6(&tc6);
+                g.o6(f)
+            }
+            (Prog::Tc, 0..=8) => {
+                let f = g.tc_frame(&seeds4);
+                g.o6(f)
+            }
+            (Prog::Tc, 9..=15) => {
+                let f = g.tc_frame6(&seeds6);
+                g.o6(f)
+            }
+            (Prog::Tc, _) => {
+                let (name, s) = &gue[g.below(gue.len())];
+                let mut f = s.clone();
+                for _ in 0..1 + g.below(4) {
+                    g.mutate_o6(&mut f);
+                }
+                g.clamp(&mut f);
+                (format!("mutated seed {name}"), f)
+            }
+        };
+        run(&mut t, &origin, &f);
+    }
+    check_stats(p, &ctx, &mut t);
+    t.cluster6 = t.packets;
     t
 }
 
@@ -720,26 +860,40 @@ fn fuzz(prog: Prog) {
     let packets = env_u64("NILB_FUZZ_PACKETS", DEFAULT_PACKETS);
     let packets6 = env_u64("NILB_FUZZ_IPV6_PACKETS", packets / 2);
     let threads = env_u64("NILB_FUZZ_THREADS", 1).max(1) as usize;
+    let packets_c6 = env_u64("NILB_FUZZ_CLUSTER6_PACKETS", DEFAULT_PACKETS / 2);
     let seed = env_u64("NILB_FUZZ_SEED", DEFAULT_SEED);
     let start = Instant::now();
-    let per = packets / threads as u64;
-    let per6 = packets6 / threads as u64;
     let handles: Vec<_> = (0..threads)
         .map(|w| {
-            let (share, share6) = if w == 0 {
-                (
-                    packets - per * (threads as u64 - 1),
-                    packets6 - per6 * (threads as u64 - 1),
-                )
-            } else {
-                (per, per6)
-            };
-            std::thread::spawn(move || worker(prog, seed, w, share, share6))
+            // Worker 0 takes the remainders.
+            let shares = [packets, packets6, packets_c6].map(|n| {
+                let per = n / threads as u64;
+                if w == 0 {
+                    n - per * (threads as u64 - 1)
+                } else {
+                    per
+                }
+            });
+            std::thread::spawn(move || worker(prog, seed, w, shares))
         })
         .collect();
     let mut total = Tally::default();
+    let mut total6 = Tally::default();
     for h in handles {
-        total.merge(h.join().expect("fuzz worker panicked"));
+        let (t, t6) = h.join().expect("fuzz worker panicked");
+        let mut copy = Tally {
+            packets: t6.packets,
+            ipv6: t6.ipv6,
+            cluster6: t6.cluster6,
+            verdicts: t6.verdicts.clone(),
+            counters: t6.counters.clone(),
+            classes: t6.classes.clone(),
+            ..Tally::default()
+        };
+        copy.refused = t6.refused;
+        total.merge(t);
+        total.merge(t6);
+        total6.merge(copy);
     }
     let secs = start.elapsed().as_secs_f64();
 
@@ -754,9 +908,10 @@ fn fuzz(prog: Prog) {
         .map(|(c, n)| format!("{c} {n}"))
         .collect();
     println!(
-        "\nfuzz {name}: {} packets, of them {} IPv6 (IPv6 seeds and sweeps: {} of {}), seed {seed:#x}, {threads} worker(s), {secs:.1} s ({:.1} us/packet/worker){}",
+        "\nfuzz {name}: {} packets, of them {} IPv6 and {} over the IPv6 cluster network (IPv6 and IPv6-cluster seeds and sweeps: {} of {}), seed {seed:#x}, {threads} worker(s), {secs:.1} s ({:.1} us/packet/worker){}",
         total.packets,
         total.ipv6,
+        total.cluster6,
         total.sweeps6.0,
         total.sweeps6.1,
         secs * 1e6 * threads as f64 / total.packets.max(1) as f64,
@@ -777,6 +932,36 @@ fn fuzz(prog: Prog) {
         .map(|(c, n)| format!("{c}: {n}"))
         .collect();
     println!("fuzz {name}: reference classes: {}", classes.join("; "));
+    // The IPv6 cluster network's share on its own (included above).
+    let verdicts6: Vec<String> = total6
+        .verdicts
+        .iter()
+        .map(|(v, n)| format!("{} {n}", verdict_name(prog, *v)))
+        .collect();
+    let counters6: Vec<String> = total6
+        .counters
+        .iter()
+        .map(|(c, n)| format!("{c} {n}"))
+        .collect();
+    println!(
+        "fuzz {name} (IPv6 cluster): {} packets, {} with inner IPv6; verdicts: {}",
+        total6.packets,
+        total6.ipv6,
+        verdicts6.join(", ")
+    );
+    println!(
+        "fuzz {name} (IPv6 cluster): counters: {}",
+        counters6.join(", ")
+    );
+    println!(
+        "fuzz {name} (IPv6 cluster): reference classes: {}",
+        total6
+            .classes
+            .iter()
+            .map(|(c, n)| format!("{c}: {n}"))
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
     for (what, (n, example)) in &total.observations {
         println!("fuzz {name}: {what} ({n}x); first frame: {example}");
     }
@@ -792,8 +977,14 @@ fn fuzz(prog: Prog) {
 }
 
 /// NILB_FUZZ_FRAME: run one frame, print everything.
+/// NILB_FUZZ_CLUSTER=6: on the IPv6 cluster network's data plane.
 fn replay(prog: Prog, frame: &[u8]) {
-    let env = setup();
+    let all = setup();
+    let env = if std::env::var("NILB_FUZZ_CLUSTER").as_deref() == Ok("6") {
+        &all.p6
+    } else {
+        &all.p4
+    };
     let (r, deltas) = env.a.counted(|| match prog {
         Prog::Xdp => env.a.dp.run_xdp(frame, env.ifindex),
         Prog::Tc => env.a.dp.run_tc(frame, env.ifindex),
@@ -923,7 +1114,7 @@ fn checker_flags_tampered_results() {
     // forwards, and a SYN left to TC, are flagged.
     let _ = deltas_since(&env, &env.a, 0); // (this test's runs so far)
     let x = xdp_first(&env, &env.a, 0, &good).unwrap();
-    assert!(check_xdp_first(&good, &x, r.0, &r.1, &d).is_empty());
+    assert!(check_xdp_first(w, &good, &x, r.0, &r.1, &d).is_empty());
     let inner = decapsulated(&good, 40);
     let stolen = XdpFirst {
         verdict: XDP_PASS,
@@ -931,7 +1122,7 @@ fn checker_flags_tampered_results() {
         deltas: vec![("xdp_decap_established", 1)],
         tc_after: Some((TC_ACT_OK, inner, vec![("tc_pass_other", 1)])),
     };
-    assert!(!check_xdp_first(&good, &stolen, r.0, &r.1, &d).is_empty());
+    assert!(!check_xdp_first(w, &good, &stolen, r.0, &r.1, &d).is_empty());
     let syn_gue = gue_frame(
         mac,
         MAC12,
@@ -948,6 +1139,7 @@ fn checker_flags_tampered_results() {
         tc_after: None,
     };
     assert!(!check_xdp_first(
+        w,
         &syn_gue,
         &left,
         TC_ACT_OK,
@@ -1110,4 +1302,73 @@ fn checker_flags_tampered_results() {
     )
     .bad;
     assert!(bad.iter().any(|b| b.contains("one verdict")), "{bad:?}");
+
+    // The IPv6 cluster network (`env.p6`): a SYN to VIP:80 in outer IPv6
+    // sent out passes; a flow label of another hash, a non-zero UDP
+    // checksum, or outer IPv4 GUE instead, are flagged.
+    let p6 = &env.p6;
+    let w6 = &p6.wa;
+    let (syn, v, out, d) = (40000..41000u16)
+        .find_map(|sport| {
+            let syn = client_frame(
+                mac,
+                &l3(CLIENT, VIP, IPPROTO_TCP, &tcp(sport, 80, SYN, b"")),
+            );
+            let (r, d) = p6.a.counted(|| p6.a.dp.run_xdp(&syn, p6.ifindex).unwrap());
+            (r.0 == XDP_TX).then_some((syn, r.0, r.1, d))
+        })
+        .expect("a flow to a neighbour over IPv6");
+    assert_eq!(be16(&out, 12), 0x86dd);
+    assert!(check(Prog::Xdp, w6, &syn, v, &out, &d).bad.is_empty());
+    let mut label = out.clone();
+    label[14 + 3] ^= 1;
+    let bad = check(Prog::Xdp, w6, &syn, v, &label, &d).bad;
+    assert!(bad.iter().any(|b| b.contains("flow label")), "{bad:?}");
+    let mut summed = out.clone();
+    summed[14 + 47] = 1;
+    let bad = check(Prog::Xdp, w6, &syn, v, &summed, &d).bad;
+    assert!(bad.iter().any(|b| b.contains("UDP checksum")), "{bad:?}");
+    let (_, out4, _) = {
+        let (r, d) = env
+            .a
+            .counted(|| env.a.dp.run_xdp(&syn, env.ifindex).unwrap());
+        (r.0, r.1, d)
+    };
+    assert!(!check(Prog::Xdp, w6, &syn, v, &out4, &d).bad.is_empty());
+
+    // TC over it: an ACK no socket owns, to be forwarded to B13's twin
+    // with a non-zero UDP checksum: the real forward passes; a stale
+    // checksum, a wrong destination, or the same "forward" to fe80::1
+    // (no node may relay there), are flagged; inner IPv4 decapsulated
+    // from outer IPv6 must say 0x0800.
+    let data = l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40001, 80, ACK, b"x"));
+    let fwd = with_udp6_checksum(gue_frame_o6(mac, host6(B12), 0, &[host6(B13)], 4, &data));
+    let (r, d) = p6.a.counted(|| p6.a.dp.run_tc(&fwd, p6.ifindex).unwrap());
+    assert_eq!((r.0, &d[..]), (TC_ACT_REDIRECT, &[("tc_forward", 1)][..]));
+    assert!(check(Prog::Tc, w6, &fwd, r.0, &r.1, &d).bad.is_empty());
+    let mut stale = r.1.clone();
+    stale[14 + 46..14 + 48].copy_from_slice(&fwd[14 + 46..14 + 48]);
+    let bad = check(Prog::Tc, w6, &fwd, r.0, &stale, &d).bad;
+    assert!(bad.iter().any(|b| b.contains("checksum")), "{bad:?}");
+    let mut wrong = r.1.clone();
+    wrong[14 + 39] ^= 1;
+    assert!(!check(Prog::Tc, w6, &fwd, r.0, &wrong, &d).bad.is_empty());
+    let link_local = gue_frame_o6(mac, host6(B12), 0, &["fe80::1".parse().unwrap()], 4, &data);
+    let bad = check(Prog::Tc, w6, &link_local, r.0, &r.1, &d).bad;
+    assert!(bad.iter().any(|b| b.contains("usable next hop")), "{bad:?}");
+    let syn6 = gue_frame_o6(
+        mac,
+        host6(B12),
+        0,
+        &[],
+        4,
+        &l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40002, 80, SYN, b"")),
+    );
+    let (r, d) = p6.a.counted(|| p6.a.dp.run_tc(&syn6, p6.ifindex).unwrap());
+    assert_eq!((r.0, &d[..]), (TC_ACT_OK, &[("tc_decap_syn", 1)][..]));
+    assert_eq!(be16(&r.1, 12), 0x0800);
+    assert!(check(Prog::Tc, w6, &syn6, r.0, &r.1, &d).bad.is_empty());
+    let mut v6type = r.1.clone();
+    v6type[12..14].copy_from_slice(&[0x86, 0xdd]);
+    assert!(!check(Prog::Tc, w6, &syn6, r.0, &v6type, &d).bad.is_empty());
 }

@@ -7,14 +7,15 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use nilb::config::UnknownFlow;
 
+use super::cluster::{encapsulation, hop_at, v4_of, Fam};
 use super::*;
 
 /// One table as installed in the data plane.
 pub struct Svc {
     pub index: u32,
     /// Per bucket: the first hop and the previous owners, newest first.
-    pub buckets: Vec<(Option<Ipv4Addr>, Vec<Ipv4Addr>)>,
-    pub slots: BTreeMap<Ipv4Addr, u32>,
+    pub buckets: Vec<(Option<IpAddr>, Vec<IpAddr>)>,
+    pub slots: BTreeMap<IpAddr, u32>,
 }
 
 /// What the reference needs to know about a loaded data plane.
@@ -28,7 +29,13 @@ pub struct World {
     pub services: HashMap<(IpAddr, u16, u8), Svc>,
     pub vips: HashSet<Ipv4Addr>,
     pub vips6: HashSet<Ipv6Addr>,
-    pub cluster: HashSet<Ipv4Addr>,
+    /// The cluster network's family, this node's address on it, and what
+    /// the data plane holds as its IPv4 address (0.0.0.0 on an IPv6 one).
+    pub fam: Fam,
+    pub node: IpAddr,
+    pub node4: Ipv4Addr,
+    /// Cluster addresses (balancers, DIPs) of the cluster's family.
+    pub cluster: HashSet<IpAddr>,
     pub unknown_flow: UnknownFlow,
 }
 
@@ -53,17 +60,18 @@ impl World {
                 (k.vip, k.port, k.protocol.number()),
                 Svc {
                     index: t.service_index,
-                    // An IPv4 cluster network: every hop is IPv4.
-                    buckets: t
-                        .chains
-                        .iter()
-                        .map(|(f, p)| (f.map(v4), p.iter().copied().map(v4).collect()))
-                        .collect(),
-                    slots: t.slots.iter().map(|(d, s)| (v4(*d), *s)).collect(),
+                    buckets: t.chains.clone(),
+                    slots: t.slots.clone(),
                 },
             );
         }
         let cfg = l.cp.config();
+        let cluster: HashSet<IpAddr> = cfg.cluster_addresses().into_iter().collect();
+        let fam = if cluster.iter().any(|a| a.is_ipv6()) {
+            Fam::V6
+        } else {
+            Fam::V4
+        };
         World {
             nt0_mac: nt0.0,
             nt2_mac: nt2.0,
@@ -86,7 +94,13 @@ impl World {
                     IpAddr::V6(v) => Some(v),
                 })
                 .collect(),
-            cluster: cfg.cluster_addresses_v4().into_iter().collect(),
+            fam,
+            node: fam.host(NODE),
+            node4: match fam {
+                Fam::V4 => NODE,
+                Fam::V6 => Ipv4Addr::UNSPECIFIED,
+            },
+            cluster,
             unknown_flow,
         }
     }
@@ -100,8 +114,16 @@ impl World {
     }
 
     /// The netns of `Env`: 10.0.0.0/24 on nt0 with neighbours .12 and .13,
-    /// 10.1.0.0/24 on nt2 with neighbour .5, nothing else.
-    pub fn route(&self, hop: Ipv4Addr) -> Route {
+    /// 10.1.0.0/24 on nt2 with neighbour .5, nothing else; the same in
+    /// IPv6 (`cluster::host6` of each).
+    pub fn route(&self, hop: IpAddr) -> Route {
+        let hop = match hop {
+            IpAddr::V4(h) => h,
+            IpAddr::V6(h) => match v4_of(h) {
+                Some(h) => h,
+                None => return Route::Unroutable,
+            },
+        };
         let o = hop.octets();
         match (o[0], o[1], o[2], o[3]) {
             (10, 0, 0, 12) => Route::Tx(MAC12),
@@ -160,14 +182,6 @@ pub struct Outcome {
     pub counters: Vec<&'static str>,
     pub out: Out,
     pub stat: Stat,
-}
-
-/// A hop of an IPv4 cluster network's table.
-fn v4(a: IpAddr) -> Ipv4Addr {
-    match a {
-        IpAddr::V4(a) => a,
-        IpAddr::V6(a) => panic!("hop {a} on an IPv4 cluster network"),
-    }
 }
 
 pub fn outcome(verdict: u32, counters: &[&'static str], out: Out) -> Outcome {
@@ -289,7 +303,8 @@ pub fn parse_xdp(w: &World, f: &[u8]) -> XdpClass {
                 return bad("TCP data offset past the segment");
             }
             let (sport, dport) = (be16(l4, 0), be16(l4, 2));
-            if proto == IPPROTO_UDP && daddr == NODE && dport == GUE_PORT {
+            // (An IPv6 cluster network's balancer has no IPv4 GUE path.)
+            if proto == IPPROTO_UDP && w.fam == Fam::V4 && daddr == NODE && dport == GUE_PORT {
                 return XdpClass::GueForNode;
             }
             let key = (daddr.into(), dport, proto);
@@ -393,8 +408,8 @@ pub fn icmp_quote(l4: &[u8], vip: Ipv4Addr) -> IcmpQuote {
 /// newest first) and a flow of `proto`: the previous owners in order, each
 /// once and none equal to the first hop; for UDP, when any is listed, the
 /// first hop again after them.
-pub fn listed_hops(first: Ipv4Addr, previous: &[Ipv4Addr], proto: u8) -> Vec<Ipv4Addr> {
-    let mut hops: Vec<Ipv4Addr> = Vec::new();
+pub fn listed_hops(first: IpAddr, previous: &[IpAddr], proto: u8) -> Vec<IpAddr> {
+    let mut hops: Vec<IpAddr> = Vec::new();
     for &p in previous {
         if p != first && !hops.contains(&p) {
             hops.push(p);
@@ -404,28 +419,6 @@ pub fn listed_hops(first: Ipv4Addr, previous: &[Ipv4Addr], proto: u8) -> Vec<Ipv
         hops.push(first);
     }
     hops
-}
-
-/// Ethernet + outer IPv4 + UDP + GUE (inner protocol `proto`: 4 or 41)
-/// listing `hops` + `inner`, as the README specifies.
-pub fn encapsulation(
-    dmac: &[u8],
-    smac: &[u8],
-    first: Ipv4Addr,
-    hops: &[Ipv4Addr],
-    hash: u32,
-    proto: u8,
-    inner: &[u8],
-) -> Vec<u8> {
-    let mut gi = gue_header(proto, 0, hops);
-    gi.extend_from_slice(inner);
-    let mut f = eth(
-        dmac[..6].try_into().unwrap(),
-        smac[..6].try_into().unwrap(),
-        0x0800,
-    );
-    f.extend_from_slice(&gue_outer(NODE, first, gue_sport(hash), GUE_PORT, &gi));
-    f
 }
 
 /// The flow hash (src/hash.rs, either family) with `HASH_SEED`.
@@ -470,7 +463,7 @@ pub fn expect_xdp(w: &World, f: &[u8], class: &XdpClass) -> Outcome {
                 };
             };
             let hops = listed_hops(first, previous, flow.tuple.4);
-            let overhead = 36 + 4 * hops.len();
+            let overhead = w.fam.overhead(hops.len());
             let inner = &f[14..14 + flow.tot];
             // Does not fit the 1500-byte wire with GUE: answered (DF, not an
             // ICMP error, unicast source) or dropped.
@@ -506,7 +499,7 @@ pub fn expect_xdp(w: &World, f: &[u8], class: &XdpClass) -> Outcome {
                 }
                 _ => false,
             };
-            if first == NODE && accepted_here {
+            if first == w.node && accepted_here {
                 // TC would only take the GUE off again: no GUE at all (the
                 // Ethernet padding trimmed, as for the encapsulation).
                 return Outcome {
@@ -521,31 +514,43 @@ pub fn expect_xdp(w: &World, f: &[u8], class: &XdpClass) -> Outcome {
                     },
                 };
             }
-            let (verdict, counter, out) = if first == NODE {
+            let node = w.node;
+            let (verdict, counter, out) = if first == node {
                 if !hops.is_empty() && too_big {
                     refused()
                 } else {
-                    let e =
-                        encapsulation(&f[0..6], &f[6..12], first, &hops, hash, gue_proto, inner);
+                    let e = encapsulation(
+                        &f[0..6],
+                        &f[6..12],
+                        node,
+                        first,
+                        &hops,
+                        hash,
+                        gue_proto,
+                        inner,
+                    );
                     (XDP_PASS, "xdp_encap_local", Out::Exact(marked(&e)))
                 }
             } else {
                 match w.route(first) {
                     _ if too_big && !matches!(w.route(first), Route::Unroutable) => refused(),
                     Route::Tx(mac) => {
-                        let e =
-                            encapsulation(&mac, &w.nt0_mac, first, &hops, hash, gue_proto, inner);
+                        let e = encapsulation(
+                            &mac, &w.nt0_mac, node, first, &hops, hash, gue_proto, inner,
+                        );
                         (XDP_TX, "xdp_encap_tx", Out::Exact(e))
                     }
                     Route::Redirect(mac) => {
-                        let e =
-                            encapsulation(&mac, &w.nt2_mac, first, &hops, hash, gue_proto, inner);
+                        let e = encapsulation(
+                            &mac, &w.nt2_mac, node, first, &hops, hash, gue_proto, inner,
+                        );
                         (XDP_REDIRECT, "xdp_encap_redirect", Out::Exact(e))
                     }
                     Route::NoNeigh(ifindex) => {
                         let e = encapsulation(
                             &f[0..6],
                             &f[6..12],
+                            node,
                             first,
                             &hops,
                             hash,
@@ -626,7 +631,7 @@ pub enum Local {
 pub struct Gue {
     pub n: usize,
     pub next: usize,
-    pub hops: Vec<Ipv4Addr>,
+    pub hops: Vec<IpAddr>,
     pub hdr_len: usize,
     pub stats: Option<u32>,
     pub local: Local,
@@ -708,54 +713,115 @@ pub fn udp_lookup(s: Ipv4Addr, d: Ipv4Addr, sp: u16, dp: u16) -> USock {
 }
 
 /// The reference parser for frames reaching the TC program (test runs carry
-/// no XDP metadata, so nothing is "marked").
+/// no XDP metadata, so nothing is "marked"): the outer header of either
+/// family, then the GUE header and the inner packet, the same rules for
+/// both (docs/design.md "IPv6 cluster network": "the IPv4 rules in the
+/// same order").
 pub fn parse_tc(w: &World, f: &[u8]) -> TcClass {
+    let outer = if f.len() >= 14 && be16(f, 12) == 0x86dd {
+        parse_outer6(w, f)
+    } else {
+        parse_outer4(w, f)
+    };
+    match outer {
+        Ok((fam, udp_len)) => parse_gue(w, &f[fam.gue_at()..], fam, udp_len),
+        Err(c) => c,
+    }
+}
+
+/// Outer IPv4 + UDP of a frame for TC: the UDP length of GUE for this
+/// node, or its class.
+fn parse_outer4(w: &World, f: &[u8]) -> Result<(Fam, usize), TcClass> {
     use TcClass::*;
     if f.len() < 34 || be16(f, 12) != 0x0800 || f[14 + 9] != IPPROTO_UDP {
-        return NotForUs("not IPv4/UDP");
+        return Err(NotForUs("not IPv4/UDP"));
     }
     let o = &f[14..];
     let oihl = (o[0] & 15) as usize * 4;
     if oihl < 20 {
-        return NotForUs("outer IHL < 5");
+        return Err(NotForUs("outer IHL < 5"));
     }
     if 14 + oihl + 8 > f.len() {
-        return NotForUs("no UDP header");
+        return Err(NotForUs("no UDP header"));
     }
     if be16(o, oihl + 2) != GUE_PORT {
-        return NotForUs("not the GUE port");
+        return Err(NotForUs("not the GUE port"));
     }
     let (saddr, daddr) = (addr(o, 12), addr(o, 16));
-    if daddr != NODE {
-        return NotForUs("GUE to another node");
+    if daddr != w.node4 {
+        return Err(NotForUs("GUE to another node"));
     }
-    if !w.cluster.contains(&saddr) {
-        return NotCluster;
+    if !w.cluster.contains(&saddr.into()) {
+        return Err(NotCluster);
     }
-    if saddr == NODE {
-        return SelfUnmarked;
+    if saddr == w.node4 {
+        return Err(SelfUnmarked);
     }
     if oihl != 20 {
-        return Malformed("outer IP options");
+        return Err(Malformed("outer IP options"));
     }
     let tot = be16(o, 2) as usize;
     let udp_len = be16(o, 24) as usize;
     if o[0] >> 4 != 4 {
-        return Malformed("outer version");
+        return Err(Malformed("outer version"));
     }
     if be16(o, 6) & 0x3fff != 0 {
-        return Malformed("outer fragment");
+        return Err(Malformed("outer fragment"));
     }
     if tot < 20 || udp_len != tot - 20 {
-        return Malformed("UDP length != IP length - 20");
+        return Err(Malformed("UDP length != IP length - 20"));
     }
     if 14 + tot > f.len() {
-        return Malformed("outer total length beyond the frame");
+        return Err(Malformed("outer total length beyond the frame"));
     }
+    Ok((Fam::V4, udp_len))
+}
+
+/// Outer IPv6 + UDP of a frame for TC (an IPv6 cluster network's GUE:
+/// next header UDP, no extension headers).
+fn parse_outer6(w: &World, f: &[u8]) -> Result<(Fam, usize), TcClass> {
+    use TcClass::*;
+    if f.len() < 14 + 48 || f[14 + 6] != IPPROTO_UDP {
+        return Err(NotForUs("not IPv6/UDP without extension headers"));
+    }
+    if w.fam != Fam::V6 {
+        return Err(NotForUs("outer IPv6 on an IPv4 cluster network"));
+    }
+    let o = &f[14..];
+    if be16(o, 42) != GUE_PORT {
+        return Err(NotForUs("not the GUE port"));
+    }
+    let (saddr, daddr) = (super::cluster::addr16(o, 8), super::cluster::addr16(o, 24));
+    if IpAddr::V6(daddr) != w.node {
+        return Err(NotForUs("GUE to another node"));
+    }
+    if !w.cluster.contains(&saddr.into()) {
+        return Err(NotCluster);
+    }
+    if IpAddr::V6(saddr) == w.node {
+        return Err(SelfUnmarked);
+    }
+    let plen = be16(o, 4) as usize;
+    let udp_len = be16(o, 44) as usize;
+    if o[0] >> 4 != 6 {
+        return Err(Malformed("outer version"));
+    }
+    if udp_len != plen || udp_len < 8 {
+        return Err(Malformed("UDP length != payload length"));
+    }
+    if 14 + 40 + plen > f.len() {
+        return Err(Malformed("outer payload length beyond the frame"));
+    }
+    Ok((Fam::V6, udp_len))
+}
+
+/// The GUE header (`g`: from its first byte to the frame's end) of GUE for
+/// this node in outer `fam`, UDP length `udp_len`, and the inner packet.
+fn parse_gue(w: &World, g: &[u8], fam: Fam, udp_len: usize) -> TcClass {
+    use TcClass::*;
     if udp_len < 16 {
         return Malformed("GUE header beyond the UDP length");
     }
-    let g = &o[28..];
     let n = g[7] as usize;
     let next = g[6] as usize;
     if g[0] >> 6 != 0 {
@@ -770,26 +836,38 @@ pub fn parse_tc(w: &World, f: &[u8]) -> TcClass {
     if g[4] != 0 || g[5] != 0 {
         return Malformed("GUE private type");
     }
-    if n > 8 {
-        return Malformed("more than 8 hops");
+    if n > fam.max_hops() {
+        return Malformed("more hops than the family allows");
     }
-    if (g[0] & 0x1f) as usize != 1 + n {
-        return Malformed("hlen != 1 + N");
+    if (g[0] & 0x1f) as usize != 1 + n * fam.hop_len() / 4 {
+        return Malformed("hlen != 1 + N entries' words");
     }
     if next > n {
         return Malformed("next hop index > N");
     }
+    let gue_len = 8 + fam.hop_len() * n;
+    let hdr_len = fam.ip_len() + 8 + gue_len;
     if g[1] == 41 {
-        return super::model6::parse_tc6(w, g, udp_len, n, next);
+        if udp_len < 8 + gue_len + 40 {
+            return Malformed("inner IPv6 header beyond the UDP length");
+        }
+        let hops = (0..n).map(|i| hop_at(fam, g, i)).collect();
+        return super::model6::parse_tc6(
+            w,
+            &g[gue_len..],
+            udp_len - 8 - gue_len,
+            next,
+            hops,
+            hdr_len,
+        );
     }
     if g[1] != 4 {
         return Malformed("inner protocol not 4");
     }
-    let gue_len = 8 + 4 * n;
     if udp_len < 8 + gue_len + 20 {
         return Malformed("inner IPv4 header beyond the UDP length");
     }
-    let hops: Vec<Ipv4Addr> = (0..n).map(|i| addr(g, 8 + 4 * i)).collect();
+    let hops: Vec<IpAddr> = (0..n).map(|i| hop_at(fam, g, i)).collect();
     let inner = &g[gue_len..];
     let itot = be16(inner, 2) as usize;
     let iihl = (inner[0] & 15) as usize * 4;
@@ -856,7 +934,7 @@ pub fn parse_tc(w: &World, f: &[u8]) -> TcClass {
                         n,
                         next,
                         hops,
-                        hdr_len: 28 + gue_len,
+                        hdr_len,
                         stats: None,
                         local: Local::Ping,
                         proto,
@@ -888,7 +966,7 @@ pub fn parse_tc(w: &World, f: &[u8]) -> TcClass {
         n,
         next,
         hops,
-        hdr_len: 28 + gue_len,
+        hdr_len,
         stats,
         local,
         proto,
@@ -897,11 +975,13 @@ pub fn parse_tc(w: &World, f: &[u8]) -> TcClass {
 }
 
 /// A GUE frame without its outer headers (`hdr_len` bytes after
-/// Ethernet); a frame whose GUE header (after 20 bytes of outer IPv4 and
-/// the UDP header) says protocol 41 becomes IPv6 (Ethernet type 0x86DD).
+/// Ethernet), its Ethernet type that of the inner packet: 0x86DD when the
+/// GUE header (after the outer IPv4 or IPv6 and UDP headers) says protocol
+/// 41, else 0x0800.
 pub fn decapsulated(f: &[u8], hdr_len: usize) -> Vec<u8> {
     let mut v = f[..14].to_vec();
-    if f.get(14 + 28 + 1) == Some(&41) {
+    v[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+    if f.get(Fam::of_frame(f).gue_at() + 1) == Some(&41) {
         v[12..14].copy_from_slice(&0x86ddu16.to_be_bytes());
     }
     v.extend_from_slice(&f[14 + hdr_len..]);
@@ -939,20 +1019,27 @@ pub fn expect_tc(w: &World, f: &[u8], class: &TcClass) -> Outcome {
             }
             if g.next < g.n {
                 let hop = g.hops[g.next];
-                if hop == NODE {
+                if hop == w.node {
                     return decap("tc_decap_loop_guard");
                 }
-                if hop == Ipv4Addr::UNSPECIFIED {
+                if hop.is_unspecified() {
                     return shot("tc_drop_malformed");
                 }
                 if !relayable(w, hop) {
                     return shot("tc_drop_bad_next_hop");
                 }
+                // From this node to the hop, the next hop index past it.
                 let mut v = f.to_vec();
-                v[14 + 12..14 + 16].copy_from_slice(&NODE.octets());
-                v[14 + 16..14 + 20].copy_from_slice(&hop.octets());
-                v[14 + 28 + 6] = g.next as u8 + 1;
-                let had_valid_csum = csum(&f[14..34]) == 0;
+                let fam = Fam::of_frame(f);
+                let (s, d) = match fam {
+                    Fam::V4 => (14 + 12, 14 + 16),
+                    Fam::V6 => (14 + 8, 14 + 24),
+                };
+                let a = super::cluster::octets(w.node);
+                v[s..s + a.len()].copy_from_slice(&a);
+                v[d..d + a.len()].copy_from_slice(&super::cluster::octets(hop));
+                v[fam.gue_at() + 6] = g.next as u8 + 1;
+                let had_valid_csum = fam == Fam::V4 && csum(&f[14..34]) == 0;
                 if had_valid_csum {
                     fix_ip_csum(&mut v, 14);
                 }
@@ -1003,7 +1090,7 @@ pub fn expect_tc(w: &World, f: &[u8], class: &TcClass) -> Outcome {
 
 /// The RST (RFC 793) that `unknown_flow: rst` sends for the inner TCP
 /// segment of GUE frame `f` (outer headers `hdr_len` bytes): the frame's
-/// Ethernet header, IPv4 VIP -> client (ID 0, DF, TTL 64), TCP without
+/// MACs with type 0x0800, IPv4 VIP -> client (ID 0, DF, TTL 64), TCP without
 /// options, window 0, both checksums valid. None for a RST (not answered).
 pub fn rst_reply(f: &[u8], hdr_len: usize) -> Option<Vec<u8>> {
     let inner = &f[14 + hdr_len..];
@@ -1040,7 +1127,9 @@ pub fn rst_reply(f: &[u8], hdr_len: usize) -> Option<Vec<u8>> {
     ip.extend_from_slice(&client.octets());
     let c = csum(&ip);
     put16(&mut ip, 10, c);
-    let mut out = f[..14].to_vec();
+    // (IPv4 whatever the outer family.)
+    let mut out = f[..12].to_vec();
+    out.extend_from_slice(&[0x08, 0x00]);
     out.extend_from_slice(&ip);
     out.extend_from_slice(&tcp_h);
     Some(out)
@@ -1123,9 +1212,23 @@ pub fn tolerated(
 }
 
 /// Whether TC may send a second-chance packet on to `hop`: a unicast
-/// address (not 0/8, 127/8, 169.254/16, 224/4 or 240/4) that is not a VIP
-/// (`gue_hop_relayable` in bpf/gue.h).
-pub fn relayable(w: &World, hop: Ipv4Addr) -> bool {
-    let [first, second, ..] = hop.octets();
-    !(first == 0 || first == 127 || first >= 224 || (first, second) == (169, 254) || w.is_vip(hop))
+/// address (not 0/8, 127/8, 169.254/16, 224/4 or 240/4; IPv6: not ::/96,
+/// ::ffff:0:0/96, fe80::/10 or ff00::/8) that is not a VIP
+/// (docs/design.md "Second chance (TC)" and "IPv6 cluster network").
+pub fn relayable(w: &World, hop: IpAddr) -> bool {
+    match hop {
+        IpAddr::V4(hop) => {
+            let [first, second, ..] = hop.octets();
+            !(first == 0
+                || first == 127
+                || first >= 224
+                || (first, second) == (169, 254)
+                || w.is_vip(hop))
+        }
+        IpAddr::V6(hop) => {
+            let s = hop.segments();
+            let low96 = s[..5] == [0; 5] && (s[5] == 0 || s[5] == 0xffff);
+            !(low96 || s[0] >> 8 == 0xff || s[0] & 0xffc0 == 0xfe80 || w.is_vip6(hop))
+        }
+    }
 }

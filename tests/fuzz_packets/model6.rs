@@ -137,6 +137,20 @@ pub fn parse_xdp6(w: &World, f: &[u8]) -> XdpClass {
     }
     let ip = &f[14..];
     let (saddr, daddr) = (addr6(ip, 8), addr6(ip, 24));
+    if w.fam == super::cluster::Fam::V6 && IpAddr::V6(daddr) == w.node {
+        // An IPv6 cluster network's GUE for this node: a valid IPv6
+        // header whose next header is UDP (no extension headers) to the
+        // GUE port, the UDP header within the payload.
+        let plen = be16(ip, 4) as usize;
+        if ip[0] >> 4 == 6
+            && 14 + 40 + plen <= f.len()
+            && walk6(ip, plen) == Walk::L4(40, IPPROTO_UDP)
+            && plen >= 8
+            && be16(ip, 42) == GUE_PORT
+        {
+            return XdpClass::GueForNode;
+        }
+    }
     if !w.is_vip6(daddr) {
         return XdpClass::NotService("not an IPv6 VIP");
     }
@@ -268,7 +282,10 @@ pub fn check_icmp6_reply(w: &World, frame: &[u8], class: &XdpClass, out: &[u8]) 
         (flow.key.0.is_ipv6(), "ICMPv6 reply to IPv4"),
         (!flow.icmp, "ICMPv6 reply about an ICMPv6 error"),
         (
-            flow.tot + nilb::limits::GUE_OVERHEAD_MAX as usize > MTU,
+            flow.tot
+                + w.fam
+                    .overhead(nilb::limits::MAX_PREVIOUS_OWNERS as usize + 1)
+                > MTU,
             "ICMPv6 reply to a packet that fits even with the most hops listed",
         ),
         (
@@ -297,9 +314,9 @@ pub fn check_icmp6_reply(w: &World, frame: &[u8], class: &XdpClass, out: &[u8]) 
         (
             mtu >= MIN_IPV6_MTU
                 && (0..=nilb::limits::MAX_PREVIOUS_OWNERS as usize + 1)
-                    .any(|n| mtu == (MTU - 36 - 4 * n).max(MIN_IPV6_MTU))
-                && flow.tot + 36 > mtu,
-            "MTU below 1280, not the wire's minus 36 + 4N, or the packet fits it",
+                    .any(|n| mtu == (MTU - w.fam.overhead(n)).max(MIN_IPV6_MTU))
+                && flow.tot + w.fam.overhead(0) > mtu,
+            "MTU below 1280, not the wire's minus the GUE overhead, or the packet fits it",
         ),
         (
             quote.len() >= 48
@@ -341,22 +358,25 @@ pub fn udp_lookup6(s: Ipv6Addr, d: Ipv6Addr, sp: u16, dp: u16) -> USock {
     }
 }
 
-/// The TC reference for GUE protocol 41: `g` the GUE header and what
-/// follows it in the frame, the outer checks and the GUE header's already
-/// passed (`udp_len`, `n` hops, `next`).
-pub fn parse_tc6(w: &World, g: &[u8], udp_len: usize, n: usize, next: usize) -> TcClass {
+/// The TC reference for GUE protocol 41: `ip` the inner packet and what
+/// follows it in the frame, `carried` the bytes the GUE payload carries
+/// (at least 40), the outer checks and the GUE header's already passed
+/// (`next`, `hops`; the outer headers take `hdr_len` bytes).
+pub fn parse_tc6(
+    w: &World,
+    ip: &[u8],
+    carried: usize,
+    next: usize,
+    hops: Vec<IpAddr>,
+    hdr_len: usize,
+) -> TcClass {
     use TcClass::*;
-    let gue_len = 8 + 4 * n;
-    if udp_len < 8 + gue_len + 40 {
-        return Malformed("inner IPv6 header beyond the UDP length");
-    }
-    let hops: Vec<std::net::Ipv4Addr> = (0..n).map(|i| addr(g, 8 + 4 * i)).collect();
-    let ip = &g[gue_len..];
+    let n = hops.len();
     if ip[0] >> 4 != 6 {
         return Malformed("inner IPv6 version");
     }
     let plen = be16(ip, 4) as usize;
-    if 40 + plen != udp_len - 8 - gue_len {
+    if 40 + plen != carried {
         return Malformed("inner IPv6 length != UDP length - GUE");
     }
     let ip = &ip[..40 + plen];
@@ -434,7 +454,7 @@ pub fn parse_tc6(w: &World, g: &[u8], udp_len: usize, n: usize, next: usize) -> 
         n,
         next,
         hops,
-        hdr_len: 28 + gue_len,
+        hdr_len,
         stats,
         local,
         proto: nh,
