@@ -781,7 +781,10 @@ fn parse_outer4(w: &World, f: &[u8]) -> Result<(Fam, usize), TcClass> {
 /// next header UDP, no extension headers).
 fn parse_outer6(w: &World, f: &[u8]) -> Result<(Fam, usize), TcClass> {
     use TcClass::*;
-    if f.len() < 14 + 48 || f[14 + 6] != IPPROTO_UDP {
+    if f.len() >= 14 + 40 && f[14 + 6] != IPPROTO_UDP {
+        return Err(outer6_ext(w, f));
+    }
+    if f.len() < 14 + 48 {
         return Err(NotForUs("not IPv6/UDP without extension headers"));
     }
     if w.fam != Fam::V6 {
@@ -813,6 +816,37 @@ fn parse_outer6(w: &World, f: &[u8]) -> Result<(Fam, usize), TcClass> {
         return Err(Malformed("outer payload length beyond the frame"));
     }
     Ok((Fam::V6, udp_len))
+}
+
+/// An outer IPv6 frame whose next header is not UDP (tc_outer6_ext): on an
+/// IPv6 cluster network, extension headers (or a first fragment's header
+/// right after the IPv6 header) before UDP to the GUE port, addressed to
+/// this node, are malformed GUE; anything else is not for us.
+fn outer6_ext(w: &World, f: &[u8]) -> TcClass {
+    use super::model6::{is_ext, walk6, Walk};
+    use TcClass::*;
+    let o = &f[14..];
+    let nh = o[6];
+    if w.fam != Fam::V6 || !(is_ext(nh) || nh == 44) {
+        return NotForUs("not IPv6/UDP without extension headers");
+    }
+    if IpAddr::V6(super::cluster::addr16(o, 24)) != w.node {
+        return NotForUs("outer extension headers to another node");
+    }
+    let udp = match walk6(o, be16(o, 4) as usize) {
+        Walk::L4(off, IPPROTO_UDP) => off,
+        Walk::Fragment
+            if nh == 44 && o.len() >= 48 && o[40] == IPPROTO_UDP && be16(o, 42) & !7 == 0 =>
+        {
+            48
+        }
+        _ => return NotForUs("outer extension headers, not before UDP"),
+    };
+    if o.len() >= udp + 8 && be16(o, udp + 2) == GUE_PORT {
+        Malformed("outer extension or fragment header before UDP to the GUE port")
+    } else {
+        NotForUs("outer extension headers, not GUE")
+    }
 }
 
 /// The GUE header (`g`: from its first byte to the frame's end) of GUE for
