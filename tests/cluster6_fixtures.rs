@@ -101,31 +101,9 @@ fn hash(s: IpAddr, d: IpAddr, sp: u16, dp: u16, proto: u8) -> u32 {
     )
 }
 
-/// GUE header with 16-byte hops: hlen 1 + 4N, protocol, next hop, N.
-fn gue6_header(inner_proto: u8, next: u8, hops: &[Ipv6Addr]) -> Vec<u8> {
-    let n = hops.len() as u8;
-    let mut g = vec![1 + 4 * n, inner_proto, 0, 0, 0, 0, next, n];
-    for h in hops {
-        g.extend_from_slice(&h.octets());
-    }
-    g
-}
-
-/// Outer IPv6 (class 0, flow label `label`, hop limit 64, next header UDP)
-/// + UDP (checksum 0) around `gue_and_inner`.
-fn outer6(src: Ipv6Addr, dst: Ipv6Addr, sport: u16, label: u32, gue_and_inner: &[u8]) -> Vec<u8> {
-    let udp_len = 8 + gue_and_inner.len();
-    let mut h = (0x6000_0000u32 | (label & 0xfffff)).to_be_bytes().to_vec();
-    h.extend_from_slice(&(udp_len as u16).to_be_bytes());
-    h.extend_from_slice(&[17, 64]);
-    h.extend_from_slice(&src.octets());
-    h.extend_from_slice(&dst.octets());
-    h.extend_from_slice(&sport.to_be_bytes());
-    h.extend_from_slice(&GUE_PORT.to_be_bytes());
-    h.extend_from_slice(&(udp_len as u16).to_be_bytes());
-    h.extend_from_slice(&[0, 0]);
-    h.extend_from_slice(gue_and_inner);
-    h
+/// IPv6 hops as the generic GUE builder takes them.
+fn v6s(hops: &[Ipv6Addr]) -> Vec<IpAddr> {
+    hops.iter().map(|h| IpAddr::V6(*h)).collect()
 }
 
 /// What the balancer sends for `inner` (protocol 4 or 41) of a flow with
@@ -139,10 +117,10 @@ fn encapsulated6(
     inner_proto: u8,
     inner: &[u8],
 ) -> Vec<u8> {
-    let mut gi = gue6_header(inner_proto, 0, hops);
+    let mut gi = gue_header_any(inner_proto, 0, &v6s(hops));
     gi.extend_from_slice(inner);
     let mut f = eth(dst_mac, src_mac, 0x86dd);
-    f.extend_from_slice(&outer6(a6(N6), first, gue_sport(hash), hash, &gi));
+    f.extend_from_slice(&gue_outer6(a6(N6), first, hash, gue_sport(hash), &gi));
     f
 }
 
@@ -155,10 +133,10 @@ fn gue6_frame(
     proto: u8,
     inner: &[u8],
 ) -> Vec<u8> {
-    let mut gi = gue6_header(proto, next, hops);
+    let mut gi = gue_header_any(proto, next, &v6s(hops));
     gi.extend_from_slice(inner);
     let mut f = eth(mac, MAC12, 0x86dd);
-    f.extend_from_slice(&outer6(src, a6(N6), 0x8123, 0x12345, &gi));
+    f.extend_from_slice(&gue_outer6(src, a6(N6), 0x12345, 0x8123, &gi));
     f
 }
 

@@ -6,7 +6,7 @@
 #![allow(dead_code)]
 
 use std::mem::MaybeUninit;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::process::Command;
 
 use libbpf_rs::OpenObject;
@@ -533,6 +533,57 @@ pub fn rst_frame(
     f.extend_from_slice(&ip);
     f.extend_from_slice(&t);
     f
+}
+
+/// Bytes of an address (4 or 16).
+pub fn octets(a: IpAddr) -> Vec<u8> {
+    match a {
+        IpAddr::V4(a) => a.octets().to_vec(),
+        IpAddr::V6(a) => a.octets().to_vec(),
+    }
+}
+
+/// A GUE header (version 0, C 0, flags and type 0) listing `hops` of one
+/// family: hlen 1 + N words of 4 or 1 + 4N of 16 bytes.
+pub fn gue_header_any(inner_proto: u8, next: u8, hops: &[IpAddr]) -> Vec<u8> {
+    let words: usize = hops.iter().map(|h| octets(*h).len() / 4).sum();
+    let mut g = vec![
+        (1 + words) as u8 & 0x1f,
+        inner_proto,
+        0,
+        0,
+        0,
+        0,
+        next,
+        hops.len() as u8,
+    ];
+    for h in hops {
+        g.extend_from_slice(&octets(*h));
+    }
+    g
+}
+
+/// Outer IPv6 (class 0, flow label `label`, next header UDP, hop limit 64)
+/// + UDP (checksum 0) around `gue_and_inner`.
+pub fn gue_outer6(
+    src: Ipv6Addr,
+    dst: Ipv6Addr,
+    label: u32,
+    sport: u16,
+    gue_and_inner: &[u8],
+) -> Vec<u8> {
+    let udp_len = 8 + gue_and_inner.len();
+    let mut h = (0x6000_0000u32 | (label & 0xfffff)).to_be_bytes().to_vec();
+    h.extend_from_slice(&(udp_len as u16).to_be_bytes());
+    h.extend_from_slice(&[17, 64]);
+    h.extend_from_slice(&src.octets());
+    h.extend_from_slice(&dst.octets());
+    h.extend_from_slice(&sport.to_be_bytes());
+    h.extend_from_slice(&GUE_PORT.to_be_bytes());
+    h.extend_from_slice(&(udp_len as u16).to_be_bytes());
+    h.extend_from_slice(&[0, 0]);
+    h.extend_from_slice(gue_and_inner);
+    h
 }
 
 /// Hex dump for assertion messages.

@@ -1069,9 +1069,9 @@ pub fn expect_tc(w: &World, f: &[u8], class: &TcClass) -> Outcome {
                     Fam::V4 => (14 + 12, 14 + 16),
                     Fam::V6 => (14 + 8, 14 + 24),
                 };
-                let a = super::cluster::octets(w.node);
+                let a = octets(w.node);
                 v[s..s + a.len()].copy_from_slice(&a);
-                v[d..d + a.len()].copy_from_slice(&super::cluster::octets(hop));
+                v[d..d + a.len()].copy_from_slice(&octets(hop));
                 v[fam.gue_at() + 6] = g.next as u8 + 1;
                 let had_valid_csum = fam == Fam::V4 && csum(&f[14..34]) == 0;
                 if had_valid_csum {
