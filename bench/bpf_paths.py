@@ -103,7 +103,7 @@ HELPERS = {1: "map_lookup_elem", 5: "ktime_get_ns", 9: "skb_store_bytes", 23: "r
            44: "xdp_adjust_head", 50: "skb_adjust_room", 54: "xdp_adjust_meta",
            39: "skb_pull_data", 65: "xdp_adjust_tail", 69: "fib_lookup", 84: "sk_lookup_tcp", 85: "sk_lookup_udp",
            86: "sk_release", 99: "skc_lookup_tcp", 100: "tcp_check_syncookie",
-           152: "redirect_neigh", 160: "ktime_get_coarse_ns", 163: "check_mtu"}
+           118: "jiffies64", 152: "redirect_neigh", 160: "ktime_get_coarse_ns", 163: "check_mtu"}
 
 
 class Fault(Exception):
@@ -250,7 +250,7 @@ class Run:
             return 0
         if hid in (23, 152):
             return 7 if sc["kind"] == "tc" else 4
-        if hid in (5, 160):
+        if hid in (5, 118, 160):
             return 1
         raise Fault(f"helper {hid} not modelled")
 

@@ -87,6 +87,7 @@ def main():
         "vip_prev2": "TCP to a VIP, 2 previous owners in every bucket",
         "vip_prev3": "TCP to a VIP, 3 previous owners in every bucket",
         "vip_100_services": "TCP to a VIP with 100 services (flows over all)",
+        "vip_vs_encap": "TCP to a VIP, no second hop, against GUE encapsulation alone",
         "vip_ipv6": "TCP to an IPv6 VIP (GUE protocol 41 over IPv4)",
         "vip_c6": "TCP to an IPv4 VIP over an IPv6 cluster network (outer IPv6)",
         "vip6_c6": "TCP to an IPv6 VIP over an IPv6 cluster network (outer IPv6)",
@@ -135,6 +136,25 @@ def main():
                     fmt(c["nilb_mpps_median"], 3),
                     f"{fmt(tcp_vip, 3)} (nilb, TCP to an IPv4 VIP over IPv4, same run)",
                     f"{fmt(rel, 3)}{spread} of the IPv4 VIP path; {fmt(c['ratio_median'], 3)} of MAC swap",
+                    "-",
+                    status(None),
+                ))
+                continue
+            if c["case"] == "vip_vs_encap":
+                # issue 12: the nearest thing to the VIP path that does no
+                # balancing (encap_tx: the same 36 bytes to one fixed hop,
+                # no parsing, hash or lookup), and it against MAC swap
+                # (xdp_pairs, back to back); no target: what is left of the
+                # path's cost once the encapsulation is paid.
+                pair = next((p for p in dp.get("xdp_pairs", []) if p["pair"] == "encap_vs_macswap"), None)
+                floor = (f"; encap_tx itself {pair['ratio_median']:.3f} ({min(pair['ratio']):.2f}-"
+                         f"{max(pair['ratio']):.2f}) of MAC swap, back to back") if pair else ""
+                rows.append((
+                    "XDP, Mpps (1 CPU)",
+                    xdp_names[c["case"]],
+                    fmt(c["nilb_mpps_median"], 3),
+                    f"{fmt(c['base_mpps_median'], 3)} (encap_tx: GUE to one fixed hop, no balancing)",
+                    f"{fmt(c['ratio_median'], 3)} ({min(c['ratio']):.2f}-{max(c['ratio']):.2f}) of encap_tx{floor}",
                     "-",
                     status(None),
                 ))
@@ -280,6 +300,26 @@ def main():
                     cpu_s = (r["client_cpu_pct"] + r["server_cpu_pct"]) / 100 * r["seconds"]
                     out.append(cpu_s / (r["bytes"] / 1e9))
             return out
+        # The whole machine's CPU (/proc/stat, both CPUs: client, balancer
+        # and backend together, softirqs included) per GB and its busy
+        # share over the run, per path: what the balancer's hop costs, and
+        # whether the runs were bound by CPU.
+        def machine(path):
+            per_gb, busy = [], []
+            for r in e2e:
+                if r["kind"] == "iperf3" and r["path"] == path and r.get("machine_cpu_s") and r.get("bytes"):
+                    per_gb.append(r["machine_busy_s"] / (r["bytes"] / 1e9))
+                    busy.append(r["machine_busy_s"] / r["machine_cpu_s"])
+            return per_gb, busy
+        mv, md, mr = machine("vip"), machine("direct"), machine("routed")
+        if mv[0] and md[0]:
+            routed = (f"; routed {fmt(statistics.median(mr[0]), 2)} s, busy {statistics.median(mr[1]) * 100:.0f} %"
+                      if mr[0] else "")
+            rows.append(("End to end", "machine CPU per GB received (iperf3; all namespaces: client, balancer, "
+                         "backend, softirqs), s; share of the CPUs busy",
+                         f"{fmt(statistics.median(mv[0]), 2)} (busy {statistics.median(mv[1]) * 100:.0f} %)",
+                         f"{fmt(statistics.median(md[0]), 2)} (direct, busy {statistics.median(md[1]) * 100:.0f} %){routed}",
+                         fmt(statistics.median(mv[0]) / statistics.median(md[0]), 3), "-", "-"))
         for kind, label in (("http", "CPU per HTTP request (client + server processes), us"),
                             ("iperf3", "CPU per GB received (iperf3 client + server), s")):
             v, d = cpu_per("vip", kind), cpu_per("direct", kind)

@@ -104,6 +104,71 @@ static __always_inline struct nilb_service *service_of(__u32 vip, __u16 port, __
 	return bpf_map_lookup_elem(&services, &key);
 }
 
+/* Returns: the slot of the service caches for a key whose words fold
+ * (XOR) to w: its top NILB_SERVICE_CACHE_BITS bits times 2^32 / phi
+ * (Knuth's multiplicative hash). */
+static __always_inline __u32 service_cache_slot(__u32 w)
+{
+	return (w * 0x9e3779b1u) >> (32 - NILB_SERVICE_CACHE_BITS);
+}
+
+/* Returns: services_gen (0 before the control plane's first change). */
+static __always_inline __u32 services_generation(void)
+{
+	__u32 zero = 0, *gen = bpf_map_lookup_elem(&services_gen, &zero);
+
+	return gen ? *(volatile __u32 *)gen : 0;
+}
+
+/* service_cached's miss: look the key k (struct nilb_service_key as one
+ * word) up in `services` and, if found, fill e with it, generation gen,
+ * fresh until now + NILB_SERVICE_CACHE_JIFFIES. A subprogram, so that
+ * the key takes no room in the frames of the programs' fast paths.
+ * Returns: 1 if e now holds the service, 0 if no such service. */
+static __noinline int service_fill(struct nilb_service_cache *e, __u64 k, __u32 gen, __u64 now)
+{
+	struct nilb_service *svc = bpf_map_lookup_elem(&services, &k);
+
+	if (!svc || !e)
+		return 0;
+	e->svc = *svc;
+	e->key = k;
+	e->gen = gen;
+	e->expires = now + NILB_SERVICE_CACHE_JIFFIES;
+	return 1;
+}
+
+/*
+ * service_of through this CPU's service cache (docs/design.md "Service
+ * cache"), for the XDP programs: a hit is an entry of the same key and
+ * the current services_gen, younger than NILB_SERVICE_CACHE_JIFFIES; a
+ * miss looks `services` up and fills the entry. The generation is read
+ * before the lookup: an entry filled while the control plane changes the
+ * map carries the older generation and serves no packet after the
+ * increment. For the XDP programs, which run one at a time on a CPU (as
+ * the hop cache assumes); TC keeps the plain lookup.
+ * Returns: the service's value (a copy in the cache entry, valid for this
+ * program run), or NULL if no such service is configured.
+ */
+static __always_inline struct nilb_service *service_cached(__u32 vip, __u16 port, __u8 proto)
+{
+	/* struct nilb_service_key as one word (little-endian layout: vip,
+	 * port, proto, pad 0). */
+	__u64 k = (__u64)vip | (__u64)port << 32 | (__u64)proto << 48;
+	__u32 slot = service_cache_slot(vip ^ ((__u32)port << 8) ^ proto);
+	__u32 gen = services_generation();
+	struct nilb_service_cache *e;
+	__u64 now;
+
+	e = bpf_map_lookup_elem(&service_cache, &slot);
+	if (!e)
+		return NULL; /* never: slot < the map's size */
+	now = bpf_jiffies64();
+	if (e->key == k && e->gen == gen && e->expires > now)
+		return &e->svc;
+	return service_fill(e, k, gen, now) ? &e->svc : NULL;
+}
+
 /* Returns: the per-service counters of svc, or NULL. */
 static __always_inline struct nilb_service_stats *
 service_stats_of(const struct nilb_service *svc)

@@ -98,6 +98,54 @@ static __always_inline struct nilb_service *service6_of(const __u32 *vip, __u16 
 	return bpf_map_lookup_elem(&services6, &key);
 }
 
+/* service6_cached's miss: service_fill for IPv6 (vip: four network-order
+ * words; pp: the port, network order, in bits 0-15 and the protocol in
+ * bits 16-23, one argument: a subprogram takes five). A subprogram, like
+ * service_fill.
+ * Returns: 1 if e now holds the service, 0 if no such service. */
+static __noinline int service6_fill(struct nilb_service6_cache *e, const __u32 *vip, __u32 pp,
+				    __u32 gen, __u64 now)
+{
+	__u16 port = pp & 0xffff;
+	__u8 proto = pp >> 16;
+	struct nilb_service *svc;
+
+	if (!e)
+		return 0;
+	svc = service6_of(vip, port, proto);
+	if (!svc)
+		return 0;
+	e->svc = *svc;
+	addr6_copy((__u32 *)e->key.vip, vip);
+	e->key.port = port;
+	e->key.proto = proto;
+	e->key.pad = 0;
+	e->gen = gen;
+	e->expires = now + NILB_SERVICE_CACHE_JIFFIES;
+	return 1;
+}
+
+/* service6_of through this CPU's IPv6 service cache: service_cached
+ * (common.h) for IPv6 services. Returns: as service_cached. */
+static __always_inline struct nilb_service *service6_cached(const __u32 *vip, __u16 port,
+							    __u8 proto)
+{
+	__u32 slot = service_cache_slot(vip[0] ^ vip[1] ^ vip[2] ^ vip[3] ^ ((__u32)port << 8) ^
+					proto);
+	__u32 gen = services_generation();
+	struct nilb_service6_cache *e;
+	__u64 now;
+
+	e = bpf_map_lookup_elem(&service_cache6, &slot);
+	if (!e)
+		return NULL; /* never: slot < the map's size */
+	now = bpf_jiffies64();
+	if (addr6_eq((__u32 *)e->key.vip, vip) && e->key.port == port && e->key.proto == proto &&
+	    e->gen == gen && e->expires > now)
+		return &e->svc;
+	return service6_fill(e, vip, port | (__u32)proto << 16, gen, now) ? &e->svc : NULL;
+}
+
 /* tcp_tuple_owned (common.h) of an IPv6 flow f. Returns: as said. */
 static __always_inline int tcp_flow_owned6(void *ctx, struct flow6 *f)
 {

@@ -33,6 +33,36 @@ struct {
 	__type(value, struct nilb_service);
 } services6 SEC(".maps");
 
+/* Key 0: the generation of `services` and `services6`, incremented (never
+ * to 0) by the control plane after each update or delete in either, so
+ * that the XDP programs' service caches drop what they hold (struct
+ * nilb_service_cache). Not pinned, like the caches: a new load starts
+ * both at 0. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} services_gen SEC(".maps");
+
+/* Per CPU: the XDP programs' cache of `services` (bpf/common.h
+ * service_cached), NILB_SERVICE_CACHE_SLOTS entries. Each entry is written
+ * only by the CPU that reads it, within one program run. Not pinned. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, NILB_SERVICE_CACHE_SLOTS);
+	__type(key, __u32);
+	__type(value, struct nilb_service_cache);
+} service_cache SEC(".maps");
+
+/* The same for `services6` (bpf/ipv6.h service6_cached). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, NILB_SERVICE_CACHE_SLOTS);
+	__type(key, __u32);
+	__type(value, struct nilb_service6_cache);
+} service_cache6 SEC(".maps");
+
 /* The bucket pool: every service's buckets, at table_base + (hash &
  * table_mask). A plain ARRAY, so the verifier inlines its lookups; sized by
  * the control plane when it creates the map (max_entries here is a
@@ -151,7 +181,7 @@ struct {
  * CPU: each entry is written only by the CPU that reads it, so no reader
  * sees half of another CPU's update (a new hop with old MACs). Costs
  * NILB_MAX_BACKEND_SLOTS * 40 bytes per CPU and one FIB lookup per hop, CPU
- * and NILB_HOP_CACHE_NS. Not pinned: a restarted daemon starts cold. */
+ * and NILB_HOP_CACHE_JIFFIES. Not pinned: a restarted daemon starts cold. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, NILB_MAX_BACKEND_SLOTS);

@@ -94,7 +94,7 @@ static __always_inline int xdp_to_tc(struct xdp_md *ctx, __u32 ifindex)
 static __always_inline struct nilb_service *xdp_flow_service(const struct flow4 *flow,
 							      __u32 seed, __u32 *hash)
 {
-	struct nilb_service *svc = service_of(flow->daddr, flow->dport, flow->proto);
+	struct nilb_service *svc = service_cached(flow->daddr, flow->dport, flow->proto);
 
 	if (svc)
 		*hash = nilb_flow_hash(flow->saddr, flow->daddr, flow->sport, flow->dport,
@@ -476,7 +476,7 @@ static __always_inline int xdp_local_direct(struct xdp_md *ctx, __u32 overhead, 
 	th = (void *)in + in->ihl * 4;
 	if ((void *)(th + 1) > data_end)
 		return -1;
-	svc = service_of(in->daddr, th->dest, IPPROTO_TCP);
+	svc = service_cached(in->daddr, th->dest, IPPROTO_TCP);
 	verdict = xdp_tcp_accepts(ctx, in, th, svc, node, &nat);
 	if (verdict == -2)
 		return 2;
@@ -593,7 +593,7 @@ static __always_inline int xdp_next_hop(struct xdp_md *ctx, struct ethhdr *eth,
 
 	/* Most packets reuse the hop's recent FIB answer: a FIB and
 	 * neighbour lookup costs more than all the rest of the path. */
-	now = bpf_ktime_get_coarse_ns();
+	now = bpf_jiffies64();
 	hc = bpf_map_lookup_elem(&hop_cache, &hops->slot);
 	if (!hc) {
 		/* Slots lie within the map: only the verifier needs this. */
@@ -601,7 +601,7 @@ static __always_inline int xdp_next_hop(struct xdp_md *ctx, struct ethhdr *eth,
 		return XDP_DROP;
 	}
 	if ((c6 ? addr6_eq(hc->hop, addr6) : hc->hop[0] == first) && hc->in_ifindex == in &&
-	    hc->expires_ns > now) {
+	    hc->expires > now) {
 		if (out_len <= hc->max_len)
 			goto wire;
 		if (hc->mtu) {
@@ -637,7 +637,7 @@ static __always_inline int xdp_next_hop(struct xdp_md *ctx, struct ethhdr *eth,
 		hc->mtu = 0;
 		__builtin_memcpy(hc->macs, fib.dmac, ETH_ALEN);
 		__builtin_memcpy(hc->macs + ETH_ALEN, fib.smac, ETH_ALEN);
-		hc->expires_ns = now + NILB_HOP_CACHE_NS;
+		hc->expires = now + NILB_HOP_CACHE_JIFFIES;
 		goto wire;
 	case BPF_FIB_LKUP_RET_NO_NEIGH:
 		/* XDP cannot queue a packet while ARP resolves, so the
@@ -660,7 +660,7 @@ static __always_inline int xdp_next_hop(struct xdp_md *ctx, struct ethhdr *eth,
 		 * that the next such packets are answered without the FIB. */
 		mtu = fib.mtu_result;
 		if ((c6 ? addr6_eq(hc->hop, addr6) : hc->hop[0] == first) &&
-		    hc->in_ifindex == in && hc->expires_ns > now) {
+		    hc->in_ifindex == in && hc->expires > now) {
 			hc->mtu = mtu;
 			hc->max_len = mtu;
 		}
@@ -855,7 +855,7 @@ static __always_inline int xdp_balancer6(struct xdp_md *ctx, const int c6)
 	default:
 		goto not_service;
 	}
-	table = service6_of(daddr, dport, fproto);
+	table = service6_cached(daddr, dport, fproto);
 	if (!table)
 		goto not_service;
 	/* A service's datagram: its UDP length covers the header and lies

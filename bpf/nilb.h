@@ -87,8 +87,13 @@ enum nilb_wire {
 	NILB_MIN_IPV6_MTU = 1280,
 	/* Outer TTL of encapsulated packets. */
 	NILB_OUTER_TTL = 64,
-	/* How long the balancer reuses a hop's FIB/neighbour answer (ns). */
-	NILB_HOP_CACHE_NS = 250000000,
+	/* How long the balancer reuses a hop's FIB/neighbour answer, in
+	 * jiffies (bpf_jiffies64, which the verifier inlines to one load; the
+	 * ktime helpers cost a call, 20 ns per packet here, docs/design.md
+	 * "Data-plane cost"): 25 ms at HZ 1000, 100 ms at 250, 250 ms at 100.
+	 * One FIB lookup per hop, CPU and lifetime costs nothing measurable
+	 * at any of them. */
+	NILB_HOP_CACHE_JIFFIES = 25,
 	/* First word of the XDP metadata (struct nilb_xdp_meta) that marks a
 	 * GUE packet our own XDP program handed to our TC program ("nilb"). */
 	NILB_XDP_MARK = 0x6e696c62,
@@ -306,6 +311,42 @@ struct nilb_service {
 	__u16 nat_port;
 };
 
+/* The XDP programs' per-CPU cache of `services` and `services6`
+ * (docs/design.md "Service cache"): a direct-mapped array of
+ * NILB_SERVICE_CACHE_SLOTS entries per CPU, indexed by a multiplicative
+ * hash of the key. An entry serves while its generation equals
+ * `services_gen` (which the control plane increments after every change
+ * to either map) and for at most NILB_SERVICE_CACHE_JIFFIES: a HASH lookup
+ * costs a call and 20 ns per packet here, a cache hit two inlined array
+ * reads and a compare. */
+enum {
+	NILB_SERVICE_CACHE_BITS = 10,
+	NILB_SERVICE_CACHE_SLOTS = 1 << NILB_SERVICE_CACHE_BITS,
+	/* 25 ms at HZ 1000, 100 ms at 250, 250 ms at 100: far below the
+	 * second a released region of the pool waits before another service
+	 * gets it (the bound if the control plane could not increment
+	 * services_gen, e.g. killed between a write and the increment). */
+	NILB_SERVICE_CACHE_JIFFIES = 25,
+};
+
+/* Value of `service_cache` (PERCPU_ARRAY): one IPv4 service. 40 bytes. */
+struct nilb_service_cache {
+	__u64 expires;                /* bpf_jiffies64() deadline */
+	__u64 key;                    /* struct nilb_service_key, as one word */
+	__u32 gen;                    /* services_gen when it was filled */
+	struct nilb_service svc;      /* the `services` value */
+	__u32 pad;
+};
+
+/* Value of `service_cache6` (PERCPU_ARRAY): one IPv6 service. 56 bytes. */
+struct nilb_service6_cache {
+	__u64 expires;                /* bpf_jiffies64() deadline */
+	struct nilb_service6_key key;
+	__u32 gen;                    /* services_gen when it was filled */
+	struct nilb_service svc;      /* the `services6` value */
+	__u32 pad;
+};
+
 /* Bits of nilb_service.flags. */
 enum nilb_service_flags {
 	/* The service has `quic_lb`: its UDP packets go through the QUIC-LB
@@ -393,10 +434,10 @@ struct nilb_backend_stats {
  * CPU's recent bpf_fib_lookup answer for the slot's hop, so that most
  * packets skip the FIB and neighbour lookup. Per CPU so that an entry is
  * only ever written by the CPU that reads it (never torn). Entries expire
- * after NILB_HOP_CACHE_NS and are checked against the hop and the ingress
- * interface. */
+ * after NILB_HOP_CACHE_JIFFIES and are checked against the hop and the
+ * ingress interface. */
 struct nilb_hop_cache {
-	__u64 expires_ns;   /* bpf_ktime_get_coarse_ns() deadline */
+	__u64 expires;      /* bpf_jiffies64() deadline */
 	__u32 hop[4];       /* address this answer is for, network order (IPv4:
 			     * hop[0], the rest 0; as struct nilb_backend) */
 	__u32 in_ifindex;   /* interface the packets came in on */

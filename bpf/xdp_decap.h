@@ -120,7 +120,7 @@ static __always_inline int xdp_gue_receive6_of(struct xdp_md *ctx, const int o6)
 	syn = th->syn && !th->ack;
 	if (!syn && !tcp_flow_owned6(ctx, &f))
 		goto to_tc;
-	svc = service6_of(f.daddr, f.dport, IPPROTO_TCP);
+	svc = service6_cached(f.daddr, f.dport, IPPROTO_TCP);
 	if (svc)
 		st = service_stats_of(svc);
 
@@ -186,7 +186,7 @@ static __always_inline int xdp_gue_receive_in4(struct xdp_md *ctx, struct iphdr 
 	if ((void *)(th + 1) > data_end || l4_len < sizeof(*th) || th->doff < 5 ||
 	    th->doff * 4 > l4_len)
 		goto to_tc;
-	svc = service_of(in->daddr, th->dest, IPPROTO_TCP);
+	svc = service_cached(in->daddr, th->dest, IPPROTO_TCP);
 	/* A NAT-only address without its NAT service: TC drops it. */
 	if ((vflags & NILB_ADDR_F_NAT_ONLY) && !(svc && (svc->flags & NILB_SVC_F_NAT)))
 		goto to_tc;

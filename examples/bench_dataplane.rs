@@ -463,6 +463,8 @@ fn gen_value(frame: &[u8], vary_sport: bool, dport_count: u32, dport_base: u32) 
     // fib probe: node -> backend .11
     v[80..84].copy_from_slice(&NODE.octets());
     v[84..88].copy_from_slice(&Ipv4Addr::new(10, 99, 0, 11).octets());
+    // encap_tx: the GUE port (network order)
+    v[92..94].copy_from_slice(&GUE_PORT.to_be_bytes());
     v
 }
 
@@ -860,6 +862,7 @@ fn main() -> Result<()> {
     let g_node = gen_value(&node, true, 0, 0);
 
     let macswap = bench.prog("macswap_tx")?;
+    let encap = bench.prog("encap_tx")?;
     let pass = bench.prog("xdp_pass_only")?;
 
     struct Case<'a> {
@@ -879,6 +882,16 @@ fn main() -> Result<()> {
             nilb: &dp1,
             base: macswap,
             base_name: "macswap_tx",
+            gen: &g_vip,
+            frame: &vip,
+            expect: "xdp_encap_tx",
+        },
+        Case {
+            name: "vip_vs_encap",
+            what: "TCP to a VIP, 1 service, no second hop, against GUE encapsulation to one fixed hop without balancing",
+            nilb: &dp1,
+            base: encap,
+            base_name: "encap_tx",
             gen: &g_vip,
             frame: &vip,
             expect: "xdp_encap_tx",
@@ -1165,49 +1178,75 @@ fn main() -> Result<()> {
         }
     }
 
-    // Paired cases: two nilb paths back to back in each repetition, order
+    // Paired runs: two programs back to back in each repetition, order
     // alternating, so that the ratio of the two is not the ratio of two
     // cases measured minutes apart on a shared machine (issue 13: the IPv6
-    // VIP path against the IPv4 one). (name, case A, case B): ratio A / B.
-    let pairs: Vec<(&str, usize, usize)> = [
+    // VIP path against the IPv4 one; issue 12: the encapsulation floor
+    // against MAC swap). (name, side A, side B): ratio A / B; a side is a
+    // case's nilb program, or a baseline program on a case's frames.
+    struct Side<'a> {
+        name: &'a str,
+        fd: BorrowedFd<'a>,
+        gen: &'a [u8],
+        frame: &'a [u8],
+    }
+    let nilb_side = |case: &str| -> Option<Side<'_>> {
+        let c = cases.iter().find(|c| c.name == case)?;
+        Some(Side {
+            name: c.name,
+            fd: c.nilb.xdp.as_fd(),
+            gen: c.gen,
+            frame: c.frame,
+        })
+    };
+    let mut pairs: Vec<(&str, Side<'_>, Side<'_>)> = [
         ("ipv6_vs_ipv4", "vip_ipv6", "vip"),
         ("c6_vs_ipv4", "vip_c6", "vip"),
         ("c6_ipv6_vs_ipv4", "vip6_c6", "vip"),
     ]
     .iter()
-    .filter_map(|(n, a, b)| {
-        let ia = cases.iter().position(|c| c.name == *a)?;
-        let ib = cases.iter().position(|c| c.name == *b)?;
-        Some((*n, ia, ib))
-    })
+    .filter_map(|(n, a, b)| Some((*n, nilb_side(a)?, nilb_side(b)?)))
     .collect();
+    pairs.push((
+        "encap_vs_macswap",
+        Side {
+            name: "encap_tx",
+            fd: encap,
+            gen: &g_vip,
+            frame: &vip,
+        },
+        Side {
+            name: "macswap_tx",
+            fd: macswap,
+            gen: &g_vip,
+            frame: &vip,
+        },
+    ));
     let mut pair_json = Vec::new();
-    for (name, ia, ib) in &pairs {
-        let (ca, cb) = (&cases[*ia], &cases[*ib]);
+    for (name, sa, sb) in &pairs {
         let mut ratios = Vec::new();
         for rep in 0..reps {
-            let run = |c: &Case<'_>| -> Result<f64> {
-                Ok(bench.live(c.nilb.xdp.as_fd(), c.gen, c.frame, frames)?.0)
-            };
+            let run =
+                |s: &Side<'_>| -> Result<f64> { Ok(bench.live(s.fd, s.gen, s.frame, frames)?.0) };
             let (a, b) = if rep % 2 == 0 {
-                let a = run(ca)?;
-                (a, run(cb)?)
+                let a = run(sa)?;
+                (a, run(sb)?)
             } else {
-                let b = run(cb)?;
-                (run(ca)?, b)
+                let b = run(sb)?;
+                (run(sa)?, b)
             };
             ratios.push(a / b);
             eprintln!(
                 "pair {name} rep {rep}: {} {a:.3} Mpps, {} {b:.3} Mpps, ratio {:.3}",
-                ca.name,
-                cb.name,
+                sa.name,
+                sb.name,
                 a / b
             );
         }
         pair_json.push(format!(
             "{{\"pair\": \"{name}\", \"a\": \"{}\", \"b\": \"{}\", \"ratio\": {}, \"ratio_median\": {:.4}}}",
-            ca.name,
-            cb.name,
+            sa.name,
+            sb.name,
             json_list(&ratios),
             median(&ratios)
         ));
@@ -1470,6 +1509,29 @@ fn main() -> Result<()> {
         }
         probe_json.push(format!(
             "{{\"probe\": \"{name}\", \"what\": \"{what}\", \"ns\": {:.1}}}",
+            median(&v)
+        ));
+    }
+    // The backend receive path's socket check alone, on the inner segment
+    // of the established connection the TC and XDP receive cases use.
+    {
+        let inner = eth(
+            gen_mac,
+            [0x02, 0, 0, 0, 0, 0x01],
+            &ipv4(LOCAL_CLIENT, VIP, 6, &tcp(cport, 80, TCP_ACK, 10)),
+        );
+        let p = bench.prog("probe_sk_lookup")?;
+        let mut v = Vec::new();
+        for _ in 0..5 {
+            let mut c = xdp_ctx(inner.len(), gen_if);
+            let r = test_run(p, &inner, Some(&mut c), 200_000, 0)?;
+            if r.retval != XDP_PASS {
+                bail!("probe_sk_lookup: no socket found (verdict {})", r.retval);
+            }
+            v.push(r.duration_ns as f64);
+        }
+        probe_json.push(format!(
+            "{{\"probe\": \"probe_sk_lookup\", \"what\": \"bpf_skc_lookup_tcp + bpf_sk_release, established socket\", \"ns\": {:.1}}}",
             median(&v)
         ));
     }

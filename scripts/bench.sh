@@ -434,11 +434,15 @@ EOF
     for path in $order; do
       pi=5201
       case $path in vip) a=$vip ;; direct) a=$b ;; routed) a=$routed ;; nat) a=${NH_NODE_IP[node1]} pi=5202 ;; esac
+      m0=$(machine_cpu)
       if nh_fg client timeout 30 iperf3 -c "$a" -p "$pi" -t 3 -J >"$NH_OUT/iperf-$r-$path.json" 2>&1; then
+        m1=$(machine_cpu)
         python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); e=d["end"]; c=e.get("cpu_utilization_percent", {})
+b0, t0 = map(float, sys.argv[4].split()); b1, t1 = map(float, sys.argv[5].split())
 print(json.dumps({"rep": int(sys.argv[2]), "path": sys.argv[3], "kind": "iperf3", "bps": e["sum_received"]["bits_per_second"],
   "bytes": e["sum_received"]["bytes"], "seconds": e["sum_received"]["seconds"], "retransmits": e["sum_sent"].get("retransmits", 0),
-  "client_cpu_pct": c.get("host_total"), "server_cpu_pct": c.get("remote_total")}))' "$NH_OUT/iperf-$r-$path.json" "$r" "$path" \
+  "client_cpu_pct": c.get("host_total"), "server_cpu_pct": c.get("remote_total"),
+  "machine_busy_s": round(b1 - b0, 2), "machine_cpu_s": round(t1 - t0, 2)}))' "$NH_OUT/iperf-$r-$path.json" "$r" "$path" "$m0" "$m1" \
           >>"$WORK/e2e-runs.jsonl"
         echo "  rep $r $path iperf3: $(tail -n 1 "$WORK/e2e-runs.jsonl")"
       else
@@ -470,6 +474,13 @@ print(json.dumps({"rep": int(sys.argv[2]), "path": sys.argv[3], "kind": "iperf3"
 declare -A E2E_NILB_PID=()
 HTTP_SERVER_PID=0
 HTTP_NAT_SERVER_PID=0
+# machine_cpu: "BUSY TOTAL" CPU seconds of the whole machine so far, all CPUs
+# (/proc/stat; busy = all but idle and iowait): every namespace's work, the
+# client's, the balancer's and the backend's, softirqs included
+machine_cpu() {
+  awk -v hz="$(getconf CLK_TCK)" '/^cpu / { t = 0; for (i = 2; i <= NF; i++) t += $i
+    printf "%.2f %.2f", (t - $5 - $6) / hz, t / hz; exit }' /proc/stat
+}
 # proc_cpu PID: user+system CPU seconds of a process (and its threads) so far
 proc_cpu() {
   awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); printf "%.3f", ($12 + $13) / hz }' "/proc/$1/stat" 2>/dev/null || echo 0

@@ -12,6 +12,10 @@
  *                 overwrites the original Ethernet header), and it lets every
  *                 program under test see the same, varying, flows.
  *   macswap_tx    baseline of the XDP VIP path: swap MACs, XDP_TX.
+ *   encap_tx      the nearest thing to the VIP path that does no balancing:
+ *                 the same 36 bytes of outer IPv4, UDP and GUE nilb writes
+ *                 (lengths and IPv4 checksum per packet) to one fixed hop,
+ *                 MACs swapped, XDP_TX; no parsing, hash or lookup.
  *   xdp_pass_only baseline of the non-VIP path: XDP_PASS.
  *   count_drop    the counting peer: count per CPU, XDP_DROP.
  *   tc_pass_only  baseline of the TC path: TC_ACT_OK.
@@ -19,6 +23,8 @@
  *   probe_trie    the alternative design for the global deny list: one
  *                 LPM_TRIE lookup of the source, XDP_DROP on a hit
  *                 (examples/bench_filters.rs compares it with nilb).
+ *   probe_sk_lookup  bpf_skc_lookup_tcp + bpf_sk_release of the frame's
+ *                 TCP 4-tuple (the backend receive path's socket check).
  *   probe_*       single operations of nilb's fast path, for the cost
  *                 breakdown (run with BPF_PROG_TEST_RUN repeat, packet
  *                 unchanged).
@@ -30,6 +36,8 @@
 
 #define TC_ACT_OK 0
 #define AF_INET 2
+#define ETH_P_IP 0x0800
+#define ENCAP_LEN 36 /* outer IPv4 20 + UDP 8 + GUE 8, no hop listed */
 #define L4_OFF 34 /* Ethernet 14 + IPv4 20 */
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
@@ -45,7 +53,8 @@ struct gen_cfg {
 	__u32 fib_src;
 	__u32 fib_dst;
 	__u32 sink;        /* keeps probe results alive */
-	__u32 pad;
+	__u16 gue_port;    /* encap_tx: UDP destination port, network order */
+	__u16 pad;
 };
 
 struct gen_cfg gen;
@@ -119,6 +128,60 @@ int macswap_tx(struct xdp_md *ctx)
 	__builtin_memcpy(tmp, eth->h_dest, 6);
 	__builtin_memcpy(eth->h_dest, eth->h_source, 6);
 	__builtin_memcpy(eth->h_source, tmp, 6);
+	return XDP_TX;
+}
+
+SEC("xdp")
+int encap_tx(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	struct iphdr *oip;
+	struct udphdr *udp;
+	__u32 *gue, len, sum, i;
+	__u16 *w;
+	__u8 macs[12];
+
+	if ((void *)(eth + 1) > data_end)
+		return XDP_DROP;
+	__builtin_memcpy(macs, eth->h_source, 6);
+	__builtin_memcpy(macs + 6, eth->h_dest, 6);
+	len = (data_end - data) - sizeof(*eth) + ENCAP_LEN;
+	if (bpf_xdp_adjust_head(ctx, -ENCAP_LEN))
+		return XDP_DROP;
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	eth = data;
+	oip = (void *)(eth + 1);
+	udp = (void *)(oip + 1);
+	gue = (void *)(udp + 1);
+	if ((void *)(gue + 2) > data_end)
+		return XDP_DROP;
+	__builtin_memcpy(eth, macs, 12);
+	eth->h_proto = bpf_htons(ETH_P_IP);
+	*(__u16 *)oip = bpf_htons(0x4500);
+	oip->tot_len = bpf_htons(len);
+	oip->id = 0;
+	oip->frag_off = bpf_htons(0x4000);
+	oip->ttl = 64;
+	oip->protocol = IPPROTO_UDP;
+	oip->check = 0;
+	oip->saddr = gen.fib_src;
+	oip->daddr = gen.fib_dst;
+	w = (__u16 *)oip;
+	sum = 0;
+	for (i = 0; i < 10; i++)
+		sum += w[i];
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	oip->check = (__u16)~sum;
+	udp->source = bpf_htons(0xc000);
+	udp->dest = gen.gue_port;
+	udp->len = bpf_htons(len - sizeof(*oip));
+	udp->check = 0;
+	gue[0] = bpf_htonl((1 << 24) | (IPPROTO_IPIP << 16));
+	gue[1] = 0;
 	return XDP_TX;
 }
 
@@ -227,6 +290,32 @@ int probe_hash_lookup(struct xdp_md *ctx)
 
 	if (v)
 		gen.sink += (__u32)*v;
+	return XDP_PASS;
+}
+
+/* The socket check of the backend receive path: bpf_skc_lookup_tcp of
+ * the frame's TCP 4-tuple (Ethernet, IPv4 without options, TCP) in this
+ * namespace, then bpf_sk_release. XDP_PASS if a socket was found. */
+SEC("xdp")
+int probe_sk_lookup(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct iphdr *iph = data + 14;
+	__u16 *ports = data + L4_OFF;
+	struct bpf_sock_tuple t = {};
+	struct bpf_sock *sk;
+
+	if ((void *)(ports + 2) > data_end)
+		return XDP_DROP;
+	t.ipv4.saddr = iph->saddr;
+	t.ipv4.daddr = iph->daddr;
+	t.ipv4.sport = ports[0];
+	t.ipv4.dport = ports[1];
+	sk = bpf_skc_lookup_tcp(ctx, &t, sizeof(t.ipv4), BPF_F_CURRENT_NETNS, 0);
+	if (!sk)
+		return XDP_DROP;
+	bpf_sk_release(sk);
 	return XDP_PASS;
 }
 

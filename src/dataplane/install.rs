@@ -108,9 +108,37 @@ pub(super) struct PoolMaps<'a> {
     pub buckets: &'a dyn MapCore,
     pub moved: &'a dyn MapCore,
     pub backends: &'a dyn MapCore,
+    /// `services_gen` of the loaded programs (None: pins, read only),
+    /// incremented after every write to `services` or `services6` so that
+    /// the XDP programs' service caches drop what they hold
+    /// (docs/design.md "Service cache").
+    pub services_gen: Option<&'a dyn MapCore>,
 }
 
 impl PoolMaps<'_> {
+    /// Increment `services_gen` (skipping 0), read from the map so that
+    /// any book over these maps continues the sequence. Called after each
+    /// update or delete in `services`/`services6`: the cached copy of the
+    /// old value then serves no later packet. Without the map (pins) a
+    /// no-op.
+    fn bump_services_gen(&self) -> Result<()> {
+        let Some(map) = self.services_gen else {
+            return Ok(());
+        };
+        let key = 0u32.to_ne_bytes();
+        let cur = map
+            .lookup(&key, MapFlags::ANY)
+            .context("reading services_gen")?
+            .and_then(|v| {
+                v.get(..4)
+                    .map(|b| u32::from_ne_bytes(b.try_into().expect("4 bytes")))
+            })
+            .unwrap_or(0);
+        let next = cur.wrapping_add(1).max(1);
+        map.update(&key, &next.to_ne_bytes(), MapFlags::ANY)
+            .context("incrementing services_gen")
+    }
+
     /// The services map of `key` (by its VIP's family) and its key bytes.
     fn service_entry(&self, key: &ServiceKey) -> Result<(&dyn MapCore, Vec<u8>)> {
         let (which, bytes) = abi::service_key(key);
@@ -595,6 +623,7 @@ impl PoolBook {
             let (map, k) = maps.service_entry(&it.key)?;
             map.update(&k, abi::bytes_of(&val), MapFlags::ANY)
                 .with_context(|| format!("pointing {} at its table", it.key))?;
+            maps.bump_services_gen()?;
         }
         if fresh {
             if let Some((old, _, _)) = cur {
@@ -655,6 +684,7 @@ impl PoolBook {
         let (map, k) = maps.service_entry(key)?;
         map.update(&k, abi::bytes_of(&val), MapFlags::ANY)
             .with_context(|| format!("setting the flags of {key}"))?;
+        maps.bump_services_gen()?;
         self.regions.insert(*key, (r, index, next));
         Ok(())
     }
@@ -669,6 +699,7 @@ impl PoolBook {
         let (map, k) = maps.service_entry(key)?;
         map.delete(&k)
             .with_context(|| format!("removing service {key}"))?;
+        maps.bump_services_gen()?;
         if let Some((r, _, _)) = self.regions.remove(key) {
             let b = maps.map_bucket_range(r.base as u64..r.end(), false)?;
             for i in 0..r.size as usize {

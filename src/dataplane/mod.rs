@@ -156,6 +156,7 @@ fn pool_maps<'a>(skel: &'a NilbSkel<'_>) -> install::PoolMaps<'a> {
         buckets: &skel.maps.buckets,
         moved: &skel.maps.bucket_moved,
         backends: &skel.maps.backends,
+        services_gen: Some(&skel.maps.services_gen),
     }
 }
 

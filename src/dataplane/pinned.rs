@@ -3,7 +3,8 @@
 //! reading them from another process (`nilb stats`, `nilb tables`, `nilb
 //! lookup --live`) or from an adopted data plane ([`LiveTable`]), all
 //! through one reader of the tables ([`PinnedMaps::raw_tables`]).
-//! `hop_cache` is not pinned: a restarted daemon starts with an empty cache.
+//! `hop_cache`, the service caches and `services_gen` are not pinned: a
+//! restarted daemon's programs start with empty caches.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -278,6 +279,8 @@ impl PinnedMaps {
             buckets: &self.buckets,
             moved: &self.bucket_moved,
             backends: &self.backends,
+            // Read only: these pins are never written through this view.
+            services_gen: None,
         }
     }
 
