@@ -112,10 +112,10 @@ static __always_inline __u32 service_cache_slot(__u32 w)
 	return (w * 0x9e3779b1u) >> (32 - NILB_SERVICE_CACHE_BITS);
 }
 
-/* Returns: services_gen (0 before the control plane's first change). */
-static __always_inline __u32 services_generation(void)
+/* Returns: cache_gen (0 before the control plane's first change). */
+static __always_inline __u32 cache_generation(void)
 {
-	__u32 zero = 0, *gen = bpf_map_lookup_elem(&services_gen, &zero);
+	__u32 zero = 0, *gen = bpf_map_lookup_elem(&cache_gen, &zero);
 
 	return gen ? *(volatile __u32 *)gen : 0;
 }
@@ -139,9 +139,9 @@ static __noinline int service_fill(struct nilb_service_cache *e, __u64 k, __u32 
 }
 
 /*
- * service_of through this CPU's service cache (docs/design.md "Service
- * cache"), for the XDP programs: a hit is an entry of the same key and
- * the current services_gen, younger than NILB_SERVICE_CACHE_JIFFIES; a
+ * service_of through this CPU's service cache (docs/design.md "Lookup
+ * caches"), for the XDP programs: a hit is an entry of the same key and
+ * the current cache_gen, younger than NILB_SERVICE_CACHE_JIFFIES; a
  * miss looks `services` up and fills the entry. The generation is read
  * before the lookup: an entry filled while the control plane changes the
  * map carries the older generation and serves no packet after the
@@ -156,7 +156,7 @@ static __always_inline struct nilb_service *service_cached(__u32 vip, __u16 port
 	 * port, proto, pad 0). */
 	__u64 k = (__u64)vip | (__u64)port << 32 | (__u64)proto << 48;
 	__u32 slot = service_cache_slot(vip ^ ((__u32)port << 8) ^ proto);
-	__u32 gen = services_generation();
+	__u32 gen = cache_generation();
 	struct nilb_service_cache *e;
 	__u64 now;
 
@@ -167,6 +167,78 @@ static __always_inline struct nilb_service *service_cached(__u32 vip, __u16 port
 	if (e->key == k && e->gen == gen && e->expires > now)
 		return &e->svc;
 	return service_fill(e, k, gen, now) ? &e->svc : NULL;
+}
+
+/* addr_cached's miss for `vips` (a subprogram, like service_fill): fill
+ * e with addr's entry, if any. Returns: its flags, or -1 if addr is no
+ * VIP. */
+static __noinline int vip_fill(struct nilb_addr_cache *e, __u32 addr, __u32 gen, __u64 now)
+{
+	struct nilb_addr_info *a = bpf_map_lookup_elem(&vips, &addr);
+
+	if (!a || !e)
+		return -1;
+	e->addr = addr;
+	e->map = NILB_ADDR_CACHE_VIPS;
+	e->flags = a->flags;
+	e->gen = gen;
+	e->expires = now + NILB_SERVICE_CACHE_JIFFIES;
+	return (int)(a->flags & 0xffff);
+}
+
+/* addr_cached's miss for `cluster_nodes`: as vip_fill. Returns: its flags,
+ * or -1 if addr is no cluster node. */
+static __noinline int cluster_fill(struct nilb_addr_cache *e, __u32 addr, __u32 gen, __u64 now)
+{
+	struct nilb_addr_info *a = bpf_map_lookup_elem(&cluster_nodes, &addr);
+
+	if (!a || !e)
+		return -1;
+	e->addr = addr;
+	e->map = NILB_ADDR_CACHE_CLUSTER;
+	e->flags = a->flags;
+	e->gen = gen;
+	e->expires = now + NILB_SERVICE_CACHE_JIFFIES;
+	return (int)(a->flags & 0xffff);
+}
+
+/*
+ * The entry of IPv4 address addr (network order) in `vips` (which:
+ * NILB_ADDR_CACHE_VIPS, a constant) or `cluster_nodes`
+ * (NILB_ADDR_CACHE_CLUSTER) through this CPU's address cache: the rules
+ * of service_cached (generation, expiry, XDP only); an address found in
+ * neither map is looked up every time.
+ * Returns: the entry's flags (low 16 bits), or -1 if addr is not in the
+ * map.
+ */
+static __always_inline int addr_cached(__u32 addr, const __u32 which)
+{
+	__u32 slot = service_cache_slot(addr ^ which) >> (NILB_SERVICE_CACHE_BITS - NILB_ADDR_CACHE_BITS);
+	__u32 gen = cache_generation();
+	struct nilb_addr_cache *e;
+	__u64 now;
+
+	e = bpf_map_lookup_elem(&addr_cache, &slot);
+	if (!e)
+		return -1; /* never: slot < the map's size */
+	now = bpf_jiffies64();
+	if (e->addr == addr && e->map == which && e->gen == gen && e->expires > now)
+		return (int)(e->flags & 0xffff);
+	return which == NILB_ADDR_CACHE_VIPS ? vip_fill(e, addr, gen, now)
+					     : cluster_fill(e, addr, gen, now);
+}
+
+/* Returns: vip_flags(addr), through this CPU's address cache (XDP only). */
+static __always_inline int vip_flags_cached(__u32 addr)
+{
+	return addr_cached(addr, NILB_ADDR_CACHE_VIPS);
+}
+
+/* Returns: non-zero if addr (network order) is in `cluster_nodes`, through
+ * this CPU's address cache (XDP only). */
+static __always_inline int cluster_node_cached(__u32 addr)
+{
+	return addr_cached(addr, NILB_ADDR_CACHE_CLUSTER) >= 0;
 }
 
 /* Returns: the per-service counters of svc, or NULL. */

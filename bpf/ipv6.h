@@ -132,7 +132,7 @@ static __always_inline struct nilb_service *service6_cached(const __u32 *vip, __
 {
 	__u32 slot = service_cache_slot(vip[0] ^ vip[1] ^ vip[2] ^ vip[3] ^ ((__u32)port << 8) ^
 					proto);
-	__u32 gen = services_generation();
+	__u32 gen = cache_generation();
 	struct nilb_service6_cache *e;
 	__u64 now;
 

@@ -33,17 +33,18 @@ struct {
 	__type(value, struct nilb_service);
 } services6 SEC(".maps");
 
-/* Key 0: the generation of `services` and `services6`, incremented (never
- * to 0) by the control plane after each update or delete in either, so
- * that the XDP programs' service caches drop what they hold (struct
- * nilb_service_cache). Not pinned, like the caches: a new load starts
- * both at 0. */
+/* Key 0: the generation of the maps the XDP programs cache (`services`,
+ * `services6`, `vips`, `cluster_nodes`), incremented (never to 0) by the
+ * control plane after each update or delete in any of them, so that the
+ * caches drop what they hold (struct nilb_service_cache, struct
+ * nilb_addr_cache). Not pinned, like the caches: a new load starts both
+ * at 0. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
 	__type(value, __u32);
-} services_gen SEC(".maps");
+} cache_gen SEC(".maps");
 
 /* Per CPU: the XDP programs' cache of `services` (bpf/common.h
  * service_cached), NILB_SERVICE_CACHE_SLOTS entries. Each entry is written
@@ -54,6 +55,16 @@ struct {
 	__type(key, __u32);
 	__type(value, struct nilb_service_cache);
 } service_cache SEC(".maps");
+
+/* Per CPU: the XDP programs' cache of IPv4 addresses found in `vips` or
+ * `cluster_nodes` (bpf/common.h vip_flags_cached, cluster_node_cached),
+ * NILB_ADDR_CACHE_SLOTS entries. Not pinned. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, NILB_ADDR_CACHE_SLOTS);
+	__type(key, __u32);
+	__type(value, struct nilb_addr_cache);
+} addr_cache SEC(".maps");
 
 /* The same for `services6` (bpf/ipv6.h service6_cached). */
 struct {

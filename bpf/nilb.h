@@ -311,21 +311,22 @@ struct nilb_service {
 	__u16 nat_port;
 };
 
-/* The XDP programs' per-CPU cache of `services` and `services6`
- * (docs/design.md "Service cache"): a direct-mapped array of
- * NILB_SERVICE_CACHE_SLOTS entries per CPU, indexed by a multiplicative
- * hash of the key. An entry serves while its generation equals
- * `services_gen` (which the control plane increments after every change
- * to either map) and for at most NILB_SERVICE_CACHE_JIFFIES: a HASH lookup
- * costs a call and 20 ns per packet here, a cache hit two inlined array
- * reads and a compare. */
+/* The XDP programs' per-CPU caches of `services` and `services6`, and of
+ * `vips` and `cluster_nodes` (docs/design.md "Lookup caches"): direct-mapped
+ * arrays per CPU, indexed by a multiplicative hash of the key. An entry
+ * serves while its generation equals `cache_gen` (which the control plane
+ * increments after every change to any of those maps) and for at most
+ * NILB_SERVICE_CACHE_JIFFIES: a HASH lookup costs a call and 20 ns per
+ * packet here, a cache hit two inlined array reads and a compare. */
 enum {
 	NILB_SERVICE_CACHE_BITS = 10,
 	NILB_SERVICE_CACHE_SLOTS = 1 << NILB_SERVICE_CACHE_BITS,
+	NILB_ADDR_CACHE_BITS = 8,
+	NILB_ADDR_CACHE_SLOTS = 1 << NILB_ADDR_CACHE_BITS,
 	/* 25 ms at HZ 1000, 100 ms at 250, 250 ms at 100: far below the
 	 * second a released region of the pool waits before another service
 	 * gets it (the bound if the control plane could not increment
-	 * services_gen, e.g. killed between a write and the increment). */
+	 * cache_gen, e.g. killed between a write and the increment). */
 	NILB_SERVICE_CACHE_JIFFIES = 25,
 };
 
@@ -333,16 +334,33 @@ enum {
 struct nilb_service_cache {
 	__u64 expires;                /* bpf_jiffies64() deadline */
 	__u64 key;                    /* struct nilb_service_key, as one word */
-	__u32 gen;                    /* services_gen when it was filled */
+	__u32 gen;                    /* cache_gen when it was filled */
 	struct nilb_service svc;      /* the `services` value */
 	__u32 pad;
+};
+
+/* What an `addr_cache` entry caches: the IPv4 address's entry in `vips`
+ * or in `cluster_nodes`. */
+enum nilb_addr_cache_map {
+	NILB_ADDR_CACHE_VIPS = 1,
+	NILB_ADDR_CACHE_CLUSTER = 2,
+};
+
+/* Value of `addr_cache` (PERCPU_ARRAY): an IPv4 address found in `vips`
+ * or `cluster_nodes` (absent addresses are not cached). 24 bytes. */
+struct nilb_addr_cache {
+	__u64 expires;                /* bpf_jiffies64() deadline */
+	__u32 addr;                   /* IPv4, network order */
+	__u32 map;                    /* enum nilb_addr_cache_map */
+	__u32 gen;                    /* cache_gen when it was filled */
+	__u32 flags;                  /* that map's nilb_addr_info.flags */
 };
 
 /* Value of `service_cache6` (PERCPU_ARRAY): one IPv6 service. 56 bytes. */
 struct nilb_service6_cache {
 	__u64 expires;                /* bpf_jiffies64() deadline */
 	struct nilb_service6_key key;
-	__u32 gen;                    /* services_gen when it was filled */
+	__u32 gen;                    /* cache_gen when it was filled */
 	struct nilb_service svc;      /* the `services6` value */
 	__u32 pad;
 };

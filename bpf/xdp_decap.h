@@ -178,7 +178,7 @@ static __always_inline int xdp_gue_receive_in4(struct xdp_md *ctx, struct iphdr 
 	__u8 macs[2 * ETH_ALEN];
 	int counter, nat, vflags;
 
-	vflags = vip_flags(in->daddr);
+	vflags = vip_flags_cached(in->daddr);
 	if (in->protocol != IPPROTO_TCP || vflags < 0)
 		goto to_tc;
 	th = (void *)in + in->ihl * 4;
@@ -254,7 +254,7 @@ static __always_inline int xdp_gue_receive(struct xdp_md *ctx, const struct nilb
 	/* TC's rules before it decapsulates, in its order. A packet from
 	 * this node's own address is TC's to judge (our XDP's are marked and
 	 * never pass here; anything else is forged). */
-	if (saddr == cfg->node_addr || !bpf_map_lookup_elem(&cluster_nodes, &saddr))
+	if (saddr == cfg->node_addr || !cluster_node_cached(saddr))
 		goto to_tc;
 	if (oip->ihl != 5)
 		goto to_tc;

@@ -178,7 +178,8 @@ fn xdp_too_big_with_a_second_hop_counts_its_four_bytes() {
 }
 
 /// After the FIB has said "too big" for a hop, the hop cache answers alone
-/// until it expires: a raised MTU is seen only after NILB_HOP_CACHE_NS.
+/// until it expires: a raised MTU is seen only after NILB_HOP_CACHE_JIFFIES
+/// (25 jiffies: at most 250 ms, at HZ 100).
 #[test]
 fn xdp_too_big_hop_cache_answers_without_the_fib() {
     require_root!("BPF, network namespace");

@@ -108,35 +108,17 @@ pub(super) struct PoolMaps<'a> {
     pub buckets: &'a dyn MapCore,
     pub moved: &'a dyn MapCore,
     pub backends: &'a dyn MapCore,
-    /// `services_gen` of the loaded programs (None: pins, read only),
+    /// `cache_gen` of the loaded programs (None: pins, read only),
     /// incremented after every write to `services` or `services6` so that
     /// the XDP programs' service caches drop what they hold
-    /// (docs/design.md "Service cache").
-    pub services_gen: Option<&'a dyn MapCore>,
+    /// (docs/design.md "Lookup caches").
+    pub cache_gen: Option<&'a dyn MapCore>,
 }
 
 impl PoolMaps<'_> {
-    /// Increment `services_gen` (skipping 0), read from the map so that
-    /// any book over these maps continues the sequence. Called after each
-    /// update or delete in `services`/`services6`: the cached copy of the
-    /// old value then serves no later packet. Without the map (pins) a
-    /// no-op.
-    fn bump_services_gen(&self) -> Result<()> {
-        let Some(map) = self.services_gen else {
-            return Ok(());
-        };
-        let key = 0u32.to_ne_bytes();
-        let cur = map
-            .lookup(&key, MapFlags::ANY)
-            .context("reading services_gen")?
-            .and_then(|v| {
-                v.get(..4)
-                    .map(|b| u32::from_ne_bytes(b.try_into().expect("4 bytes")))
-            })
-            .unwrap_or(0);
-        let next = cur.wrapping_add(1).max(1);
-        map.update(&key, &next.to_ne_bytes(), MapFlags::ANY)
-            .context("incrementing services_gen")
+    /// [`bump_cache_gen`] of these maps' `cache_gen` (pins: a no-op).
+    fn bump_cache_gen(&self) -> Result<()> {
+        bump_cache_gen(self.cache_gen)
     }
 
     /// The services map of `key` (by its VIP's family) and its key bytes.
@@ -181,6 +163,30 @@ impl PoolMaps<'_> {
         )
         .context("mapping backends")
     }
+}
+
+/// Increment `cache_gen` (skipping 0), read from the map so that any
+/// writer continues the sequence. Called after each update or delete in
+/// the maps the XDP programs cache (`services`, `services6`, `vips`,
+/// `cluster_nodes`): the cached copy of the old entry then serves no later
+/// packet (docs/design.md "Lookup caches"). Without the map (pins, read
+/// only) a no-op.
+pub(super) fn bump_cache_gen(map: Option<&dyn MapCore>) -> Result<()> {
+    let Some(map) = map else {
+        return Ok(());
+    };
+    let key = 0u32.to_ne_bytes();
+    let cur = map
+        .lookup(&key, MapFlags::ANY)
+        .context("reading cache_gen")?
+        .and_then(|v| {
+            v.get(..4)
+                .map(|b| u32::from_ne_bytes(b.try_into().expect("4 bytes")))
+        })
+        .unwrap_or(0);
+    let next = cur.wrapping_add(1).max(1);
+    map.update(&key, &next.to_ne_bytes(), MapFlags::ANY)
+        .context("incrementing cache_gen")
 }
 
 /// One service's table as the maps hold it, raw: what `nilb tables` shows
@@ -623,7 +629,7 @@ impl PoolBook {
             let (map, k) = maps.service_entry(&it.key)?;
             map.update(&k, abi::bytes_of(&val), MapFlags::ANY)
                 .with_context(|| format!("pointing {} at its table", it.key))?;
-            maps.bump_services_gen()?;
+            maps.bump_cache_gen()?;
         }
         if fresh {
             if let Some((old, _, _)) = cur {
@@ -684,7 +690,7 @@ impl PoolBook {
         let (map, k) = maps.service_entry(key)?;
         map.update(&k, abi::bytes_of(&val), MapFlags::ANY)
             .with_context(|| format!("setting the flags of {key}"))?;
-        maps.bump_services_gen()?;
+        maps.bump_cache_gen()?;
         self.regions.insert(*key, (r, index, next));
         Ok(())
     }
@@ -699,7 +705,7 @@ impl PoolBook {
         let (map, k) = maps.service_entry(key)?;
         map.delete(&k)
             .with_context(|| format!("removing service {key}"))?;
-        maps.bump_services_gen()?;
+        maps.bump_cache_gen()?;
         if let Some((r, _, _)) = self.regions.remove(key) {
             let b = maps.map_bucket_range(r.base as u64..r.end(), false)?;
             for i in 0..r.size as usize {

@@ -156,7 +156,7 @@ fn pool_maps<'a>(skel: &'a NilbSkel<'_>) -> install::PoolMaps<'a> {
         buckets: &skel.maps.buckets,
         moved: &skel.maps.bucket_moved,
         backends: &skel.maps.backends,
-        services_gen: Some(&skel.maps.services_gen),
+        cache_gen: Some(&skel.maps.cache_gen),
     }
 }
 
@@ -1196,8 +1196,14 @@ impl DataplaneOps for Dataplane<'_> {
             abi::vip_value(plan.vip_flags(a))
         })
         .and_then(|()| sync_set6(&self.skel.maps.vips6, &have6, &want6, "vips6"));
+        // Whatever was written: the XDP address caches drop their copies.
+        let bumped = if have != *want {
+            install::bump_cache_gen(Some(&self.skel.maps.cache_gen))
+        } else {
+            Ok(())
+        };
         self.vips = if r.is_ok() { want.clone() } else { have };
-        r
+        r.and(bumped)
     }
 
     fn cluster_nodes(&self) -> &BTreeSet<IpAddr> {
@@ -1223,8 +1229,13 @@ impl DataplaneOps for Dataplane<'_> {
                 "cluster_nodes6",
             )
         });
+        let bumped = if have != *want {
+            install::bump_cache_gen(Some(&self.skel.maps.cache_gen))
+        } else {
+            Ok(())
+        };
         self.nodes = if r.is_ok() { want.clone() } else { have };
-        r
+        r.and(bumped)
     }
 
     fn zero_backend_stats(&mut self, slot: u32) -> Result<()> {
@@ -1328,6 +1339,7 @@ impl DataplaneOps for Dataplane<'_> {
                     MapFlags::ANY,
                 )
                 .with_context(|| format!("flagging {a} in vips"))?;
+            install::bump_cache_gen(Some(&self.skel.maps.cache_gen))?;
         }
         self.nat.synced = true;
         // Each installed service's NAT flag and port.

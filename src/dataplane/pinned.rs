@@ -3,7 +3,7 @@
 //! reading them from another process (`nilb stats`, `nilb tables`, `nilb
 //! lookup --live`) or from an adopted data plane ([`LiveTable`]), all
 //! through one reader of the tables ([`PinnedMaps::raw_tables`]).
-//! `hop_cache`, the service caches and `services_gen` are not pinned: a
+//! `hop_cache`, the service caches and `cache_gen` are not pinned: a
 //! restarted daemon's programs start with empty caches.
 
 use std::collections::BTreeMap;
@@ -280,7 +280,7 @@ impl PinnedMaps {
             moved: &self.bucket_moved,
             backends: &self.backends,
             // Read only: these pins are never written through this view.
-            services_gen: None,
+            cache_gen: None,
         }
     }
 

@@ -1,13 +1,15 @@
-//! The XDP programs' per-CPU service cache (docs/design.md "Service
-//! cache"): every change the control plane makes to `services` or
-//! `services6` is seen by the very next packet on a CPU whose cache holds
-//! the old value, because each change increments `services_gen`. The
-//! cases are the changes that rewrite a service's value: a table of
-//! another size (a new region of the pool; the old one, still holding the
-//! old buckets, is quarantined for a second, so a cache that missed the
-//! change would send the packet to the old first hop), a removal, and the
-//! same for an IPv6 service. All on one CPU, the cache filled first. Needs
-//! root; skipped (one line on stderr) without it.
+//! The XDP programs' per-CPU lookup caches (docs/design.md "Lookup
+//! caches"): every change the control plane makes to `services`,
+//! `services6`, `vips` or `cluster_nodes` is seen by the very next packet
+//! on a CPU whose cache holds the old entry, because each change
+//! increments `cache_gen`. The cases: a table of another size (a new
+//! region of the pool; the old one, still holding the old buckets, is
+//! quarantined for a second, so a cache that missed the change would send
+//! the packet to the old first hop), a removed service, the same for an
+//! IPv6 service, a balancer that left the cluster and a removed VIP (the
+//! backends' receive path). All on one CPU, the cache filled first; each
+//! test fails with the increment left out. Needs root; skipped (one line
+//! on stderr) without it.
 
 mod common;
 
@@ -139,4 +141,58 @@ fn an_ipv6_service_change_reaches_the_next_packet() {
         (XDP_PASS, vec![("xdp_pass_not_service", 1)]),
         "web6 removed"
     );
+}
+
+/// A SYN from CLIENT to VIP:80 in GUE from `src` to `node`, no hop listed.
+fn gue_syn(mac: [u8; 6], src: Ipv4Addr, node: Ipv4Addr, sport: u16) -> Vec<u8> {
+    let inner = l3(CLIENT, VIP, IPPROTO_TCP, &tcp(sport, 80, SYN, b""));
+    gue_frame(mac, CLIENT_MAC, src, node, 0, &[], &inner)
+}
+
+/// The address cache (`vips`, `cluster_nodes`) of the backends' XDP
+/// receive path: a balancer removed from the cluster, and a VIP removed,
+/// are each seen by the very next packet after the cache held them.
+#[test]
+fn a_removed_cluster_node_or_vip_reaches_the_next_packet() {
+    require_root!("BPF, network namespace");
+    assert!(pin_to_cpu(0), "pinning to CPU 0");
+    let net = TestNet::new();
+    let b14 = Ipv4Addr::new(10, 0, 0, 14);
+    // This node is backend .12; the balancer is .11 (NODE).
+    let yaml = config(&[(B12, 1, "active")], "drop");
+    let mut l = load(&yaml, B12);
+    let from11 = gue_syn(net.mac, NODE, B12, 40200);
+    for _ in 0..2 {
+        let ((v, _), d) = l.counted(|| l.dp.run_xdp_backend(&from11, net.ifindex).unwrap());
+        assert_eq!(
+            (v, d),
+            (XDP_PASS, vec![("xdp_decap_syn", 1)]),
+            "from the balancer"
+        );
+    }
+    // The balancer is .14 now: .11 is no cluster node.
+    let yaml14 = yaml.replace("balancers: [10.0.0.11]", "balancers: [10.0.0.14]");
+    l.reload(&yaml14, B12);
+    let ((v, out), d) = l.counted(|| l.dp.run_xdp_backend(&from11, net.ifindex).unwrap());
+    assert_eq!(
+        (v, d),
+        (XDP_PASS, vec![("xdp_gue_to_tc", 1)]),
+        ".11 left the cluster: TC's to judge (it drops it), not decapsulated from the cache"
+    );
+    assert_bytes("untouched", &out, &from11);
+
+    // The VIP: every service of 10.0.0.100 moved to 10.0.0.101.
+    let from14 = gue_syn(net.mac, b14, B12, 40201);
+    for _ in 0..2 {
+        let ((v, _), d) = l.counted(|| l.dp.run_xdp_backend(&from14, net.ifindex).unwrap());
+        assert_eq!((v, d), (XDP_PASS, vec![("xdp_decap_syn", 1)]), "to a VIP");
+    }
+    l.reload(&yaml14.replace("vip: 10.0.0.100", "vip: 10.0.0.101"), B12);
+    let ((v, out), d) = l.counted(|| l.dp.run_xdp_backend(&from14, net.ifindex).unwrap());
+    assert_eq!(
+        (v, d),
+        (XDP_PASS, vec![("xdp_gue_to_tc", 1)]),
+        "10.0.0.100 is no VIP any more: TC's (it drops it), not decapsulated from the cache"
+    );
+    assert_bytes("untouched", &out, &from14);
 }
