@@ -122,6 +122,16 @@ static __always_inline struct nilb_service *xdp_l4_service(const struct iphdr *i
 	return xdp_flow_service(&flow, seed, hash);
 }
 
+/* Returns: non-zero if a TCP or UDP packet to daddr is this node's own
+ * traffic and can be no service's: daddr is this node's address (IPv4
+ * cluster network) and no service is in NAT mode, the only mode in which
+ * a node's own address may be a service address (the config refuses it
+ * otherwise). Such packets pass without a service lookup. */
+static __always_inline int xdp_own_traffic(const struct nilb_config *cfg, __u32 daddr)
+{
+	return daddr == cfg->node_addr && daddr && !(cfg->flags & NILB_F_NAT);
+}
+
 /* The hops a bucket gives a flow. A hop is named by its IPv4 address
  * (network order) on an IPv4 cluster network, by its backend slot on an
  * IPv6 one (c6: the programs built for it), whose 16-byte address gue_write6
@@ -1020,6 +1030,8 @@ static __always_inline int xdp_balancer(struct xdp_md *ctx, const int c6)
 		    ((__u8 *)th)[12] < 5 << 4 ||
 		    ihl_len + (((__u8 *)th)[12] >> 4) * 4 > tot_len)
 			goto malformed;
+		if (xdp_own_traffic(cfg, iph->daddr))
+			goto not_service;
 		table = xdp_l4_service(iph, l4, IPPROTO_TCP, cfg->hash_seed, &hash);
 		what = th->syn && !th->ack ? WHAT_SYN : 0;
 		break;
@@ -1033,6 +1045,8 @@ static __always_inline int xdp_balancer(struct xdp_md *ctx, const int c6)
 		if (!c6 && iph->daddr == cfg->node_addr &&
 		    ((struct udphdr *)l4)->dest == cfg->gue_port)
 			return xdp_gue_receive(ctx, cfg, iph);
+		if (xdp_own_traffic(cfg, iph->daddr))
+			goto not_service;
 		table = xdp_l4_service(iph, l4, IPPROTO_UDP, cfg->hash_seed, &hash);
 		/* A service's datagram (the node's own traffic pays nothing):
 		 * its UDP length covers the header and lies within the IP
