@@ -196,3 +196,99 @@ fn a_removed_cluster_node_or_vip_reaches_the_next_packet() {
     );
     assert_bytes("untouched", &out, &from14);
 }
+
+/// `config` with `cluster.nat` and the service natweb 10.0.0.200:80/tcp
+/// on backends .11, .12, .13: `mode: nat` with `target_port` if `target`,
+/// else a DSR service.
+fn natweb(target: Option<u16>) -> String {
+    let mut y = config(&[(B12, 1, "active")], "drop").replace(
+        "  unknown_flow:",
+        "  nat: {max_flows: 1024}\n  unknown_flow:",
+    );
+    y += "  - name: natweb\n    vip: 10.0.0.200\n    port: 80\n    protocol: tcp\n    table_size: 256\n";
+    if let Some(t) = target {
+        y += &format!("    mode: nat\n    target_port: {t}\n");
+    }
+    y += "    backends:\n      - {dip: 10.0.0.11}\n      - {dip: 10.0.0.12}\n      - {dip: 10.0.0.13}\n";
+    y
+}
+
+/// The TCP destination port of a decapsulated IPv4 frame (no options).
+fn inner_dport(out: &[u8]) -> u16 {
+    u16::from_be_bytes([out[36], out[37]])
+}
+
+/// A change of only the attributes of a `services` value (a NAT target
+/// port, NAT mode itself, and with it the VIP's flags in `vips`) reaches
+/// the very next packet of the backends' XDP receive path and of the
+/// balancer's local first hop (`xdp_local_direct`), after the cache held
+/// the old value.
+#[test]
+fn a_nat_attribute_change_reaches_the_next_packet() {
+    require_root!("BPF, network namespace");
+    assert!(pin_to_cpu(0), "pinning to CPU 0");
+    let net = TestNet::new();
+    let nat_vip = Ipv4Addr::new(10, 0, 0, 200);
+    let mut l = load(&natweb(Some(8080)), NODE);
+    let gue = |sport: u16| {
+        let inner = l3(CLIENT, nat_vip, IPPROTO_TCP, &tcp(sport, 80, SYN, b""));
+        gue_frame(net.mac, MAC12, B12, NODE, 0, &[], &inner)
+    };
+    for sport in [45000, 45001] {
+        let ((v, out), d) = l.counted(|| l.dp.run_xdp_backend(&gue(sport), net.ifindex).unwrap());
+        assert_eq!(v, XDP_PASS);
+        assert!(d.contains(&("nat_in", 1)), "translated: {d:?}");
+        assert_eq!(inner_dport(&out), 8080, "to the target port");
+    }
+    // Only the target port changes: the same region, flags and index.
+    l.reload(&natweb(Some(9090)), NODE);
+    let ((v, out), d) = l.counted(|| l.dp.run_xdp_backend(&gue(45002), net.ifindex).unwrap());
+    assert_eq!(v, XDP_PASS);
+    assert!(d.contains(&("nat_in", 1)), "translated: {d:?}");
+    assert_eq!(
+        inner_dport(&out),
+        9090,
+        "the new target port at once (a stale cache entry would say 8080)"
+    );
+    // NAT mode off: a DSR service, the VIP no longer NAT-only.
+    l.reload(&natweb(None), NODE);
+    let ((v, out), d) = l.counted(|| l.dp.run_xdp_backend(&gue(45003), net.ifindex).unwrap());
+    assert_eq!(v, XDP_PASS);
+    assert_eq!(d, vec![("xdp_decap_syn", 1)], "decapsulated, untranslated");
+    assert_eq!(inner_dport(&out), 80);
+    // And on again.
+    l.reload(&natweb(Some(8080)), NODE);
+    let ((_, out), d) = l.counted(|| l.dp.run_xdp_backend(&gue(45004), net.ifindex).unwrap());
+    assert!(d.contains(&("nat_in", 1)), "translated again: {d:?}");
+    assert_eq!(inner_dport(&out), 8080);
+
+    // The balancer's local first hop: only this node as natweb's backend.
+    let only_me = |t| {
+        natweb(t).replace(
+            "      - {dip: 10.0.0.11}\n      - {dip: 10.0.0.12}\n      - {dip: 10.0.0.13}\n",
+            "      - {dip: 10.0.0.11}\n",
+        )
+    };
+    l.reload(&only_me(Some(8080)), NODE);
+    let direct = |sport: u16| {
+        client_frame(
+            net.mac,
+            &l3(CLIENT, nat_vip, IPPROTO_TCP, &tcp(sport, 80, SYN, b"")),
+        )
+    };
+    for sport in [45100, 45101] {
+        let ((v, out), d) = l.counted(|| l.dp.run_xdp(&direct(sport), net.ifindex).unwrap());
+        assert_eq!(v, XDP_PASS);
+        assert!(d.contains(&("xdp_local_direct", 1)), "{d:?}");
+        assert_eq!(inner_dport(&out), 8080);
+    }
+    l.reload(&only_me(Some(9090)), NODE);
+    let ((v, out), d) = l.counted(|| l.dp.run_xdp(&direct(45102), net.ifindex).unwrap());
+    assert_eq!(v, XDP_PASS);
+    assert!(d.contains(&("xdp_local_direct", 1)), "{d:?}");
+    assert_eq!(
+        inner_dport(&out),
+        9090,
+        "local first hop: the new target port at once"
+    );
+}
