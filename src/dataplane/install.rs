@@ -624,12 +624,12 @@ impl PoolBook {
         }
         let old_attrs = cur.map_or(0, |c| c.2);
         let flags = abi::with_nat(old_attrs, it.nat_port);
-        if fresh || cur.map(|c| c.1) != Some(it.index) || flags != old_attrs {
+        let rewritten = fresh || cur.map(|c| c.1) != Some(it.index) || flags != old_attrs;
+        if rewritten {
             let val = abi::service_value(region.base, region.size, it.index, flags);
             let (map, k) = maps.service_entry(&it.key)?;
             map.update(&k, abi::bytes_of(&val), MapFlags::ANY)
                 .with_context(|| format!("pointing {} at its table", it.key))?;
-            maps.bump_cache_gen()?;
         }
         if fresh {
             if let Some((old, _, _)) = cur {
@@ -644,6 +644,11 @@ impl PoolBook {
             }
         }
         self.regions.insert(it.key, (region, it.index, flags));
+        // The book matches the maps before the increment, so that a failed
+        // one leaves nothing to repair but the caches' 25 jiffies.
+        if rewritten {
+            maps.bump_cache_gen()?;
+        }
         Ok(())
     }
 
@@ -690,9 +695,8 @@ impl PoolBook {
         let (map, k) = maps.service_entry(key)?;
         map.update(&k, abi::bytes_of(&val), MapFlags::ANY)
             .with_context(|| format!("setting the flags of {key}"))?;
-        maps.bump_cache_gen()?;
         self.regions.insert(*key, (r, index, next));
-        Ok(())
+        maps.bump_cache_gen()
     }
 
     /// The services with an installed table.
@@ -705,20 +709,27 @@ impl PoolBook {
         let (map, k) = maps.service_entry(key)?;
         map.delete(&k)
             .with_context(|| format!("removing service {key}"))?;
-        maps.bump_cache_gen()?;
+        let mut unref = Ok(());
         if let Some((r, _, _)) = self.regions.remove(key) {
-            let b = maps.map_bucket_range(r.base as u64..r.end(), false)?;
-            for i in 0..r.size as usize {
-                add_refs(
-                    &mut self.slot_refs,
-                    b.load_u64((r.base as usize + i) * BUCKET_BYTES),
-                    -1,
-                );
-            }
+            unref = maps
+                .map_bucket_range(r.base as u64..r.end(), false)
+                .map(|b| {
+                    for i in 0..r.size as usize {
+                        add_refs(
+                            &mut self.slot_refs,
+                            b.load_u64((r.base as usize + i) * BUCKET_BYTES),
+                            -1,
+                        );
+                    }
+                });
             let now = self.now_ms();
             self.pool.release(r, now);
         }
-        Ok(())
+        // After the book (a released region waits out its quarantine
+        // first, far longer than the caches keep an entry), whatever the
+        // slot counts' mapping did.
+        let bumped = maps.bump_cache_gen();
+        unref.and(bumped)
     }
 
     /// Bucket words stored since the book was made.
