@@ -97,6 +97,19 @@ def main():
         "quic_four_pass": "QUIC-LB short header, four-pass (3 AES in XDP)",
         "quic_single_pass": "QUIC-LB short header, single-pass (1 AES in XDP)",
     }
+    def pair_of(name):
+        # A back-to-back pair of xdp_pairs: (median ratio, " (lo-hi, back to
+        # back)"), or (nan, "") if the run has none of that name.
+        p = next((p for p in dp.get("xdp_pairs", []) if p["pair"] == name), None)
+        if not p:
+            return float("nan"), ""
+        return p["ratio_median"], f" ({min(p['ratio']):.2f}-{max(p['ratio']):.2f}, back to back)"
+
+    def info_row(c, ref, ratio):
+        # An XDP row with no target: nilb's Mpps, the reference, the ratio.
+        rows.append(("XDP, Mpps (1 CPU)", xdp_names.get(c["case"], c["case"]), fmt(c["nilb_mpps_median"], 3),
+                     ref, ratio, "-", status(None)))
+
     if dp:
         tcp_vip = next((c["nilb_mpps_median"] for c in dp["xdp_live"] if c["case"] == "vip"), None)
         for c in dp["xdp_live"]:
@@ -105,11 +118,8 @@ def main():
                 # median of per-repetition ratios of the two run back to
                 # back (xdp_pairs); older results: the ratio of the cases'
                 # medians.
-                pair = next((p for p in dp.get("xdp_pairs", []) if p["pair"] == "ipv6_vs_ipv4"), None)
-                if pair:
-                    rel = pair["ratio_median"]
-                    spread = f" ({min(pair['ratio']):.2f}-{max(pair['ratio']):.2f}, back to back)"
-                else:
+                rel, spread = pair_of("ipv6_vs_ipv4")
+                if not spread:
                     rel = c["nilb_mpps_median"] / tcp_vip if tcp_vip else float("nan")
                     spread = ""
                 ok = rel >= 0.9
@@ -127,19 +137,9 @@ def main():
             if c["case"] in ("vip_c6", "vip6_c6"):
                 # issue 13: the IPv6 cluster network's paths against the IPv4
                 # VIP path over IPv4 (back to back, xdp_pairs); no target.
-                name = {"vip_c6": "c6_vs_ipv4", "vip6_c6": "c6_ipv6_vs_ipv4"}[c["case"]]
-                pair = next((p for p in dp.get("xdp_pairs", []) if p["pair"] == name), None)
-                rel = pair["ratio_median"] if pair else float("nan")
-                spread = f" ({min(pair['ratio']):.2f}-{max(pair['ratio']):.2f}, back to back)" if pair else ""
-                rows.append((
-                    "XDP, Mpps (1 CPU)",
-                    xdp_names[c["case"]],
-                    fmt(c["nilb_mpps_median"], 3),
-                    f"{fmt(tcp_vip, 3)} (nilb, TCP to an IPv4 VIP over IPv4, same run)",
-                    f"{fmt(rel, 3)}{spread} of the IPv4 VIP path; {fmt(c['ratio_median'], 3)} of MAC swap",
-                    "-",
-                    status(None),
-                ))
+                rel, spread = pair_of({"vip_c6": "c6_vs_ipv4", "vip6_c6": "c6_ipv6_vs_ipv4"}[c["case"]])
+                info_row(c, f"{fmt(tcp_vip, 3)} (nilb, TCP to an IPv4 VIP over IPv4, same run)",
+                         f"{fmt(rel, 3)}{spread} of the IPv4 VIP path; {fmt(c['ratio_median'], 3)} of MAC swap")
                 continue
             if c["case"] == "vip_vs_encap":
                 # issue 12: the nearest thing to the VIP path that does no
@@ -147,32 +147,17 @@ def main():
                 # no parsing, hash or lookup), and it against MAC swap
                 # (xdp_pairs, back to back); no target: what is left of the
                 # path's cost once the encapsulation is paid.
-                pair = next((p for p in dp.get("xdp_pairs", []) if p["pair"] == "encap_vs_macswap"), None)
-                floor = (f"; encap_tx itself {pair['ratio_median']:.3f} ({min(pair['ratio']):.2f}-"
-                         f"{max(pair['ratio']):.2f}) of MAC swap, back to back") if pair else ""
-                rows.append((
-                    "XDP, Mpps (1 CPU)",
-                    xdp_names[c["case"]],
-                    fmt(c["nilb_mpps_median"], 3),
-                    f"{fmt(c['base_mpps_median'], 3)} (encap_tx: GUE to one fixed hop, no balancing)",
-                    f"{fmt(c['ratio_median'], 3)} ({min(c['ratio']):.2f}-{max(c['ratio']):.2f}) of encap_tx{floor}",
-                    "-",
-                    status(None),
-                ))
+                rel, spread = pair_of("encap_vs_macswap")
+                floor = f"; encap_tx itself {rel:.3f}{spread} of MAC swap" if spread else ""
+                info_row(c, f"{fmt(c['base_mpps_median'], 3)} (encap_tx: GUE to one fixed hop, no balancing)",
+                         f"{fmt(c['ratio_median'], 3)} ({min(c['ratio']):.2f}-{max(c['ratio']):.2f}) of encap_tx{floor}")
                 continue
             if c["case"] == "vip_100_services_1024":
                 # issue 12: the 100-service case with a quarter of the bucket
                 # memory (800 KiB instead of 3.2 MiB): how much of that
                 # case is the bucket arrays' cache misses; no target.
-                rows.append((
-                    "XDP, Mpps (1 CPU)",
-                    xdp_names[c["case"]],
-                    fmt(c["nilb_mpps_median"], 3),
-                    f"{fmt(c['base_mpps_median'], 3)} (MAC swap + XDP_TX)",
-                    f"{fmt(c['ratio_median'], 3)} ({min(c['ratio']):.2f}-{max(c['ratio']):.2f})",
-                    "-",
-                    status(None),
-                ))
+                info_row(c, f"{fmt(c['base_mpps_median'], 3)} (MAC swap + XDP_TX)",
+                         f"{fmt(c['ratio_median'], 3)} ({min(c['ratio']):.2f}-{max(c['ratio']):.2f})")
                 continue
             if c["case"].startswith("quic_"):
                 # QUIC-LB paths: reported as a ratio to the TCP VIP path of

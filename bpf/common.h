@@ -169,37 +169,36 @@ static __always_inline struct nilb_service *service_cached(__u32 vip, __u16 port
 	return service_fill(e, k, gen, now) ? &e->svc : NULL;
 }
 
-/* addr_cached's miss for `vips` (a subprogram, like service_fill): fill
- * e with addr's entry, if any. Returns: its flags, or -1 if addr is no
- * VIP. */
-static __noinline int vip_fill(struct nilb_addr_cache *e, __u32 addr, __u32 gen, __u64 now)
+/* Fill address-cache entry e with addr's entry a (NULL: none) of map
+ * `which` (enum nilb_addr_cache_map), generation gen, fresh until now +
+ * NILB_SERVICE_CACHE_JIFFIES. Returns: a's flags (low 16 bits), or -1 if
+ * a is NULL (e left as it was). */
+static __always_inline int addr_fill(struct nilb_addr_cache *e, const struct nilb_addr_info *a,
+				     __u32 addr, __u32 which, __u32 gen, __u64 now)
 {
-	struct nilb_addr_info *a = bpf_map_lookup_elem(&vips, &addr);
-
 	if (!a || !e)
 		return -1;
 	e->addr = addr;
-	e->map = NILB_ADDR_CACHE_VIPS;
+	e->map = which;
 	e->flags = a->flags;
 	e->gen = gen;
 	e->expires = now + NILB_SERVICE_CACHE_JIFFIES;
 	return (int)(a->flags & 0xffff);
 }
 
-/* addr_cached's miss for `cluster_nodes`: as vip_fill. Returns: its flags,
- * or -1 if addr is no cluster node. */
+/* addr_cached's miss for `vips` (a subprogram, like service_fill; one per
+ * map: a lookup's map must be known where it is made). Returns: as
+ * addr_fill. */
+static __noinline int vip_fill(struct nilb_addr_cache *e, __u32 addr, __u32 gen, __u64 now)
+{
+	return addr_fill(e, bpf_map_lookup_elem(&vips, &addr), addr, NILB_ADDR_CACHE_VIPS, gen, now);
+}
+
+/* addr_cached's miss for `cluster_nodes`. Returns: as addr_fill. */
 static __noinline int cluster_fill(struct nilb_addr_cache *e, __u32 addr, __u32 gen, __u64 now)
 {
-	struct nilb_addr_info *a = bpf_map_lookup_elem(&cluster_nodes, &addr);
-
-	if (!a || !e)
-		return -1;
-	e->addr = addr;
-	e->map = NILB_ADDR_CACHE_CLUSTER;
-	e->flags = a->flags;
-	e->gen = gen;
-	e->expires = now + NILB_SERVICE_CACHE_JIFFIES;
-	return (int)(a->flags & 0xffff);
+	return addr_fill(e, bpf_map_lookup_elem(&cluster_nodes, &addr), addr,
+			 NILB_ADDR_CACHE_CLUSTER, gen, now);
 }
 
 /*

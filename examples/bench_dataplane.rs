@@ -1498,25 +1498,40 @@ fn main() -> Result<()> {
     // ---- probes (single operations, repeat) --------------------------------
     let mut probe_json = Vec::new();
     bench.set_gen(&g_vip)?;
-    for (name, what) in [
-        ("xdp_pass_only", "empty program (test-run floor)"),
-        ("probe_counter", "one per-CPU counter increment"),
-        ("probe_hash_lookup", "one HASH lookup, 8-byte key"),
+    // probe_sk_lookup runs on the inner segment of the established
+    // connection the TC and XDP receive cases use (its verdict is XDP_PASS
+    // only if the socket is found); the others on the VIP frame.
+    let inner = eth(
+        gen_mac,
+        [0x02, 0, 0, 0, 0, 0x01],
+        &ipv4(LOCAL_CLIENT, VIP, 6, &tcp(cport, 80, TCP_ACK, 10)),
+    );
+    for (name, what, frame) in [
+        ("xdp_pass_only", "empty program (test-run floor)", &vip),
+        ("probe_counter", "one per-CPU counter increment", &vip),
+        ("probe_hash_lookup", "one HASH lookup, 8-byte key", &vip),
         (
             "probe_hash",
             "nilb_flow_hash (MurmurHash3 over the 5-tuple)",
+            &vip,
         ),
-        ("probe_adjust", "bpf_xdp_adjust_head -40 and +40"),
+        ("probe_adjust", "bpf_xdp_adjust_head -40 and +40", &vip),
         (
             "probe_fib",
             "bpf_fib_lookup of a backend (neighbour resolved)",
+            &vip,
+        ),
+        (
+            "probe_sk_lookup",
+            "bpf_skc_lookup_tcp + bpf_sk_release, established socket",
+            &inner,
         ),
     ] {
         let p = bench.prog(name)?;
         let mut v = Vec::new();
         for _ in 0..5 {
-            let mut c = gctx.clone();
-            let r = test_run(p, &vip, Some(&mut c), 200_000, 0)?;
+            let mut c = xdp_ctx(frame.len(), gen_if);
+            let r = test_run(p, frame, Some(&mut c), 200_000, 0)?;
             if r.retval != XDP_PASS {
                 bail!("probe {name}: verdict {}", r.retval);
             }
@@ -1524,29 +1539,6 @@ fn main() -> Result<()> {
         }
         probe_json.push(format!(
             "{{\"probe\": \"{name}\", \"what\": \"{what}\", \"ns\": {:.1}}}",
-            median(&v)
-        ));
-    }
-    // The backend receive path's socket check alone, on the inner segment
-    // of the established connection the TC and XDP receive cases use.
-    {
-        let inner = eth(
-            gen_mac,
-            [0x02, 0, 0, 0, 0, 0x01],
-            &ipv4(LOCAL_CLIENT, VIP, 6, &tcp(cport, 80, TCP_ACK, 10)),
-        );
-        let p = bench.prog("probe_sk_lookup")?;
-        let mut v = Vec::new();
-        for _ in 0..5 {
-            let mut c = xdp_ctx(inner.len(), gen_if);
-            let r = test_run(p, &inner, Some(&mut c), 200_000, 0)?;
-            if r.retval != XDP_PASS {
-                bail!("probe_sk_lookup: no socket found (verdict {})", r.retval);
-            }
-            v.push(r.duration_ns as f64);
-        }
-        probe_json.push(format!(
-            "{{\"probe\": \"probe_sk_lookup\", \"what\": \"bpf_skc_lookup_tcp + bpf_sk_release, established socket\", \"ns\": {:.1}}}",
             median(&v)
         ));
     }
