@@ -198,6 +198,20 @@ class Run:
                 if base <= idx <= base + mask:
                     return self.value(("buckets", idx), t["bucket"])
             return 0
+        if name == "bucket_first":
+            # four buckets per element: each the first hop's slot, with
+            # 0x8000 when the bucket lists previous owners
+            elem = self.mem.read(keyaddr, 4)
+            lanes = []
+            for idx in range(elem * 4, elem * 4 + 4):
+                e = 0
+                for t in sc["tables"].values():
+                    base, mask = struct.unpack_from("<II", t["service"])
+                    if base <= idx <= base + mask:
+                        hops = struct.unpack("<HHHH", t["bucket"])
+                        e = hops[0] | (0x8000 if hops[1] else 0)
+                lanes.append(e)
+            return self.value(("bucket_first", elem), struct.pack("<HHHH", *lanes))
         if name == "backends":
             slot = self.mem.read(keyaddr, 4)
             addr = sc.get("backends", {}).get(slot, 0)

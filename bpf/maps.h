@@ -86,6 +86,24 @@ struct {
 	__type(value, struct nilb_bucket);
 } buckets SEC(".maps");
 
+/* Parallel to `buckets`: each bucket's first hop as the balancer reads it
+ * first, a __u16 per bucket, four per element (an ARRAY element takes 8
+ * bytes at least), so that through the mapping it is a flat array of __u16
+ * with the buckets' indexes: the backend slot of hops[0], with
+ * NILB_FIRST_HOP_CHAIN set when the bucket lists previous owners (then the
+ * balancer reads the bucket itself). A quarter of the buckets' bytes, so
+ * that the hot data of many tables stays in cache (docs/design.md
+ * "Buckets"). The control plane writes a bucket before its entry here;
+ * the bucket is the truth (adoption rewrites this array from it). Sized
+ * with the pool. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, __u64);
+} bucket_first SEC(".maps");
+
 /* Parallel to `buckets`: CLOCK_BOOTTIME seconds of each bucket's last
  * first-hop change (0: never), a __u32 per bucket, two per element (an
  * ARRAY element takes 8 bytes at least), so that through the mapping it is

@@ -230,10 +230,14 @@ static __always_inline void xdp_previous_owners(__u64 chain, __u32 first, __u8 u
 
 /*
  * Bucket lookup: the bucket `hash` selects in service svc's region of the
- * pool, read as one word (a chain written concurrently is seen whole), its
- * slots turned into addresses. udp: the flow is UDP, whose packets come
- * back to the first hop when no listed hop has a connected socket for
- * them: the first hop is listed again at the end.
+ * pool. Its `bucket_first` entry first (2 bytes: the hot data of many
+ * tables fits in cache); only a bucket that lists previous owners is read
+ * itself, as one word (a chain written concurrently is seen whole). The
+ * control plane writes the bucket before its entry, so either read gives
+ * the bucket as it was before a change or as it is after. Slots are turned
+ * into addresses. udp: the flow is UDP, whose packets come back to the
+ * first hop when no listed hop has a connected socket for them: the first
+ * hop is listed again at the end.
  * Returns: 0 with *hops filled, or -1 if there is no first hop (counted:
  * C_XDP_DROP_NO_BACKEND and the service's xdp_drops).
  */
@@ -241,13 +245,20 @@ static __always_inline int xdp_bucket(const struct nilb_service *svc, __u32 hash
 				      struct xdp_hops *hops, int c6)
 {
 	struct nilb_bucket *b;
-	__u32 idx, first, slot;
-	__u64 chain;
+	__u32 idx, elem, first, slot;
+	__u64 chain = 0;
+	__u16 *f;
 
 	idx = svc->table_base + (hash & svc->table_mask);
-	b = bpf_map_lookup_elem(&buckets, &idx);
-	chain = b ? *(volatile __u64 *)b : 0;
-	slot = chain & 0xffff;
+	elem = idx / NILB_FIRST_HOPS_PER_ELEM;
+	f = bpf_map_lookup_elem(&bucket_first, &elem);
+	slot = f ? ((volatile __u16 *)f)[idx % NILB_FIRST_HOPS_PER_ELEM] : 0;
+	if (slot & NILB_FIRST_HOP_CHAIN) {
+		b = bpf_map_lookup_elem(&buckets, &idx);
+		chain = b ? *(volatile __u64 *)b : 0;
+		slot = chain & 0xffff;
+		chain >>= 16;
+	}
 	first = slot ? backend_addr(slot, c6) : 0;
 	if (!first) {
 		struct nilb_service_stats *st = service_stats_of(svc);
@@ -259,7 +270,6 @@ static __always_inline int xdp_bucket(const struct nilb_service *svc, __u32 hash
 	}
 	hops->first = first;
 	hops->slot = slot;
-	chain >>= 16;
 	if (!chain) {
 		/* The common case: a bucket that never moved lists no hop. */
 		hops->nhops = 0;

@@ -28,6 +28,11 @@ enum nilb_limits {
 	/* Owners a bucket remembers: its first hop and up to three previous
 	 * owners (struct nilb_bucket). */
 	NILB_MAX_OWNERS = 4,
+	/* Buckets per element of `bucket_first` (a __u16 each). */
+	NILB_FIRST_HOPS_PER_ELEM = 4,
+	/* Bit of a `bucket_first` entry: the bucket lists previous owners
+	 * (slots are below NILB_MAX_BACKEND_SLOTS, so the bit is free). */
+	NILB_FIRST_HOP_CHAIN = 0x8000,
 	/* Most hops nilb's balancer lists: a bucket's previous owners other
 	 * than its first hop (up to NILB_MAX_OWNERS - 1), and for a UDP flow
 	 * with any listed the first hop again after them (docs/design.md

@@ -944,6 +944,7 @@ mod tests {
             },
             buckets: vec![[7, 0, 0, 0], [9, 7, 0, 0], [7, 11, 9, 0], [0, 9, 0, 0]],
             moved_s: vec![0, 1_700_000_000, 0, 1_700_000_100],
+            first: vec![],
         };
         let r = table_report(&raw, &slots());
         assert_eq!(r.key, "10.0.0.100:80/tcp");
@@ -1051,6 +1052,7 @@ mod tests {
             },
             buckets: vec![[3, 0, 0, 0], [0, 3, 0, 0]],
             moved_s: vec![0, 0],
+            first: vec![],
         };
         let t = table_report(&raw, &slots);
         assert_eq!(t.buckets[0].first_hop, Some(b6));
@@ -1091,6 +1093,118 @@ mod tests {
         if let Err(e) = r {
             std::panic::resume_unwind(e);
         }
+    }
+
+    /// Buckets of the pinned tables whose `bucket_first` entry is not the
+    /// one their bucket gives ([`abi::first_hop_entry`]), and the buckets
+    /// read.
+    fn first_entries_off(pins: &Path) -> (usize, usize) {
+        use crate::dataplane::abi;
+        let (tables, _) = PinnedMaps::open(pins).unwrap().raw_tables().unwrap();
+        let mut off = 0;
+        let mut n = 0;
+        for t in &tables {
+            assert_eq!(
+                t.first.len(),
+                t.buckets.len(),
+                "{}: bucket_first read",
+                t.key
+            );
+            for (h, f) in t.buckets.iter().zip(&t.first) {
+                n += 1;
+                off += usize::from(abi::first_hop_entry(abi::bucket_word(*h)) != *f);
+            }
+        }
+        (off, n)
+    }
+
+    /// Overwrite the first `elems` elements of the pinned `bucket_first`
+    /// (four entries each) with `v` in every entry.
+    fn smudge_first_entries(pins: &Path, elems: u32, v: u16) {
+        use libbpf_rs::MapCore;
+        let m = libbpf_rs::MapHandle::from_pinned_path(pins.join("bucket_first")).unwrap();
+        let word = [v; 4].map(u16::to_ne_bytes).concat();
+        for i in 0..elems {
+            m.update(&i.to_ne_bytes(), &word, libbpf_rs::MapFlags::ANY)
+                .unwrap();
+        }
+    }
+
+    /// A daemon killed between a bucket and its `bucket_first` entry, or
+    /// an older one without `bucket_first` (its pin missing): the next
+    /// daemon's adoption rewrites every entry from the buckets before its
+    /// programs run, and the installs that follow keep them so.
+    #[test]
+    fn adoption_rewrites_bucket_first_from_the_buckets() {
+        with_private_bpffs(|pins| {
+            use crate::dataplane::Dataplane;
+            let cfg = |w: [u32; 3]| {
+                let mut y = "version: 1
+cluster: {balancers: [10.0.0.11], hash_seed: 7}
+defaults:
+  rebalance: {min_interval_ms: 0, max_step_percent: 100, min_bucket_age_ms: 0}
+services:
+  - name: web
+    vip: 10.0.0.100
+    port: 80
+    protocol: tcp
+    table_size: 256
+    backends:
+"
+                .to_string();
+                for (i, w) in w.iter().enumerate() {
+                    y += &format!("      - {{dip: 10.0.0.{}, weight: {w}}}\n", 11 + i);
+                }
+                Config::parse(&y).unwrap()
+            };
+            let now = 1_700_000_000_000;
+            let mut storage = std::mem::MaybeUninit::uninit();
+            let mut dp = Dataplane::load_pinned(&mut storage, Some(pins), 65536).unwrap();
+            let mut cp = ControlPlane::new(cfg([1, 1, 2]), now);
+            for i in 0..3u8 {
+                cp.observe(&key(), Ipv4Addr::new(10, 0, 0, 11 + i).into(), Ok(()), now);
+            }
+            cp.apply(&mut dp, B11, &cp.full_plan()).unwrap();
+            // previous owners in some buckets: entries with the chain bit
+            let plan = cp.update(cfg([3, 1, 1]), now + 5_000);
+            cp.apply(&mut dp, B11, &plan).unwrap();
+            let (off, n) = first_entries_off(pins);
+            assert_eq!((off, n), (0, 256), "after the installs");
+            let chained = cp
+                .service(&key())
+                .unwrap()
+                .table
+                .buckets()
+                .iter()
+                .filter(|b| b.second().is_some())
+                .count();
+            assert!(chained > 0, "no bucket lists a previous owner");
+
+            // Killed half way: entries that name no backend.
+            smudge_first_entries(pins, 64, 0);
+            assert_eq!(first_entries_off(pins).0, 256);
+            std::mem::forget(dp);
+            let mut storage2 = std::mem::MaybeUninit::uninit();
+            let dp2 = Dataplane::load_pinned(&mut storage2, Some(pins), 65536).unwrap();
+            assert!(dp2.adopted());
+            assert_eq!(first_entries_off(pins), (0, 256), "adoption rewrote them");
+
+            // An older daemon's pins: no bucket_first at all.
+            std::mem::forget(dp2);
+            std::fs::remove_file(pins.join("bucket_first")).unwrap();
+            let mut storage3 = std::mem::MaybeUninit::uninit();
+            let mut dp3 = Dataplane::load_pinned(&mut storage3, Some(pins), 65536).unwrap();
+            assert!(dp3.adopted(), "bucket_first is not needed to adopt");
+            assert_eq!(first_entries_off(pins), (0, 256), "made and filled");
+            let live = dp3.live_tables().unwrap();
+            let records = dp3.control_state().unwrap();
+            let (mut cp3, plan) = ControlPlane::adopt(cfg([3, 1, 1]), live, records, now + 6_000);
+            cp3.apply(&mut dp3, B11, &plan).unwrap();
+            let plan = cp3.update(cfg([1, 3, 1]), now + 7_000);
+            cp3.apply(&mut dp3, B11, &plan).unwrap();
+            assert_eq!(first_entries_off(pins), (0, 256), "after more installs");
+            drop(dp3);
+        });
     }
 
     /// An IPv6 cluster network in the real maps: `nilb_config` flagged
@@ -1282,9 +1396,10 @@ mod tests {
 
             // kill -9 and restart with a config that wants a larger pool: the
             // next data plane adopts the pins, copies the pool into a larger
-            // one (every region where it was), and installing the adopted
-            // state stores no bucket word.
+            // one (every region where it was; `bucket_first` too), and
+            // installing the adopted state stores no bucket word.
             let before = tables_report(pins).unwrap();
+            assert_eq!(first_entries_off(pins), (0, 64));
             assert!(dp.bucket_stores() > 0);
             // A crash: no clean-up runs (dropping would unpin).
             std::mem::forget(dp);
@@ -1293,6 +1408,12 @@ mod tests {
             assert!(dp2.adopted());
             assert_eq!(dp2.pool_grew(), Some((65536, 3 * 65536)));
             assert_eq!(tables_report(pins).unwrap().services, before.services);
+            assert_eq!(first_entries_off(pins), (0, 64));
+            {
+                use libbpf_rs::MapCore;
+                let f = libbpf_rs::MapHandle::from_pinned_path(pins.join("bucket_first")).unwrap();
+                assert_eq!(f.max_entries(), 3 * 65536 / 4, "bucket_first grew");
+            }
             let live = dp2.live_tables().unwrap();
             let records = dp2.control_state().unwrap();
             let (cp2, plan) = ControlPlane::adopt(c.clone(), live, records, now + 6_000);

@@ -5,8 +5,9 @@
 //!
 //! An install of a service whose region keeps its size writes the buckets
 //! that changed in place, each with one aligned 8-byte store (the programs
-//! read a bucket as one word), and touches no other map: no `services`
-//! update, no RCU wait. A new service or a new size gets a region of its
+//! read a bucket as one word) followed by its 2-byte `bucket_first` entry
+//! (what the balancer reads first; the bucket is the truth), and touches
+//! no other map: no `services` update, no RCU wait. A new service or a new size gets a region of its
 //! own, filled completely, then one `services` update points the programs
 //! at it; the old region goes into quarantine. Every slot a chain names has
 //! its address written in `backends` before the first bucket names it.
@@ -18,7 +19,9 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use libbpf_rs::{MapCore, MapFlags};
 
-use super::abi::{self, ArrayMapping, BACKEND_STRIDE, BUCKET_BYTES, MAX_OWNERS, MOVED_BYTES};
+use super::abi::{
+    self, ArrayMapping, BACKEND_STRIDE, BUCKET_BYTES, FIRST_BYTES, MAX_OWNERS, MOVED_BYTES,
+};
 use super::pool::{Pool, Region, Usage, CHUNK_BUCKETS};
 use crate::limits::MAX_BACKEND_SLOTS;
 use crate::table::Table;
@@ -106,6 +109,8 @@ pub(super) struct PoolMaps<'a> {
     /// `services6` (None: pins of a daemon without IPv6, read only).
     pub services6: Option<&'a dyn MapCore>,
     pub buckets: &'a dyn MapCore,
+    /// `bucket_first` (None: pins of a daemon without it, read only).
+    pub first: Option<&'a dyn MapCore>,
     pub moved: &'a dyn MapCore,
     pub backends: &'a dyn MapCore,
     /// `cache_gen` of the loaded programs (None: pins, read only),
@@ -144,6 +149,23 @@ impl PoolMaps<'_> {
             write,
         )
         .context("mapping the bucket pool")
+    }
+    fn map_first_range(
+        &self,
+        range: std::ops::Range<u64>,
+        write: bool,
+    ) -> Result<Option<ArrayMapping>> {
+        let Some(first) = self.first else {
+            return Ok(None);
+        };
+        ArrayMapping::new(
+            first.as_fd(),
+            range.start as usize * FIRST_BYTES,
+            (range.end - range.start) as usize * FIRST_BYTES,
+            write,
+        )
+        .context("mapping bucket_first")
+        .map(Some)
     }
     fn map_moved_range(&self, range: std::ops::Range<u64>, write: bool) -> Result<ArrayMapping> {
         ArrayMapping::new(
@@ -201,6 +223,10 @@ pub struct RawTable {
     pub buckets: Vec<[u16; MAX_OWNERS]>,
     /// Its buckets' `bucket_moved` seconds (0: never), in bucket order.
     pub moved_s: Vec<u32>,
+    /// Its buckets' `bucket_first` entries, in bucket order (empty: maps
+    /// without `bucket_first`); each is [`abi::first_hop_entry`] of its
+    /// bucket once an install is done.
+    pub first: Vec<u16>,
 }
 
 impl RawTable {
@@ -274,14 +300,20 @@ pub(super) fn read_raw(maps: &PoolMaps<'_>, only: Option<&ServiceKey>) -> Result
     if found.is_empty() {
         return Ok((out, backends, errors));
     }
-    let (b, m) = (
+    let (b, m, f) = (
         maps.map_bucket_range(lo..hi, false)?,
         maps.map_moved_range(lo..hi, false)?,
+        maps.map_first_range(lo..hi, false)?,
     );
     for (key, service, region) in found {
         let (base, size) = (region.base as usize, region.size as usize);
         let words = b.read(base * BUCKET_BYTES, size * BUCKET_BYTES);
         let moved = m.read(base * MOVED_BYTES, size * MOVED_BYTES);
+        let first = f.as_ref().map_or_else(Vec::new, |f| {
+            (base..base + size)
+                .map(|i| f.load_u16(i * FIRST_BYTES))
+                .collect()
+        });
         out.push(RawTable {
             key,
             service,
@@ -293,6 +325,7 @@ pub(super) fn read_raw(maps: &PoolMaps<'_>, only: Option<&ServiceKey>) -> Result
                 .chunks_exact(MOVED_BYTES)
                 .map(|w| u32::from_ne_bytes(w.try_into().expect("4 bytes")))
                 .collect(),
+            first,
         });
     }
     out.sort_by_key(|t| t.key);
@@ -347,9 +380,12 @@ impl PoolBook {
     }
 
     /// The book of maps an earlier daemon filled (adoption, possibly after
-    /// the pool grew): each service's region reserved as it is. Returns
-    /// the book and what could not be taken over (a region that does not
-    /// fit or overlaps another: that service is installed anew).
+    /// the pool grew): each service's region reserved as it is, its
+    /// `bucket_first` entries rewritten from its buckets (an earlier daemon
+    /// may have had no `bucket_first`, or died between a bucket and its
+    /// entry). Returns the book and what could not be taken over (a region
+    /// that does not fit or overlaps another: that service is installed
+    /// anew).
     pub fn adopt(maps: &PoolMaps<'_>) -> Result<(Self, Vec<String>)> {
         let mut book = PoolBook::new(maps.buckets.max_entries());
         let (tables, backends, mut errors) = read_raw(maps, None)?;
@@ -358,6 +394,15 @@ impl PoolBook {
             if let Err(e) = book.pool.reserve(t.region(), t.key) {
                 errors.push(format!("{}: {e}", t.key));
                 continue;
+            }
+            let r = t.region();
+            if let Some(f) = maps.map_first_range(r.base as u64..r.end(), true)? {
+                for (i, h) in t.buckets.iter().enumerate() {
+                    let e = abi::first_hop_entry(abi::bucket_word(*h));
+                    if t.first.get(i) != Some(&e) {
+                        f.store_u16_release((r.base as usize + i) * FIRST_BYTES, e);
+                    }
+                }
             }
             for h in &t.buckets {
                 add_refs(&mut book.slot_refs, abi::bucket_word(*h), 1);
@@ -437,14 +482,16 @@ impl PoolBook {
         let (lo, hi) = touched.fold((u64::MAX, 0u64), |(lo, hi), r| {
             (lo.min(r.base as u64), hi.max(r.end()))
         });
-        let (b, m, be) = (
+        let (b, f, m, be) = (
             maps.map_bucket_range(lo..hi, true)?,
+            maps.map_first_range(lo..hi, true)?
+                .context("installing a table needs bucket_first")?,
             maps.map_moved_range(lo..hi, true)?,
             maps.map_backends(true)?,
         );
         for (i, it) in items.iter().enumerate() {
             let region = regions[i].expect("allocated above");
-            if let Err(e) = self.install_one(maps, (&b, &m, &be), it, region, now) {
+            if let Err(e) = self.install_one(maps, (&b, &f, &m, &be), it, region, now) {
                 // Regions of the items not installed go back (their own
                 // service may take them again at once).
                 for (j, later) in items.iter().enumerate().skip(i) {
@@ -462,7 +509,7 @@ impl PoolBook {
     fn install_one(
         &mut self,
         maps: &PoolMaps<'_>,
-        (b, m, be): (&ArrayMapping, &ArrayMapping, &ArrayMapping),
+        (b, f, m, be): (&ArrayMapping, &ArrayMapping, &ArrayMapping, &ArrayMapping),
         it: &Install<'_>,
         region: Region,
         now: u64,
@@ -607,7 +654,9 @@ impl PoolBook {
             be.store_u32(off, v.addr[0]);
             self.slot_addr[*s as usize] = Some(*a);
         }
-        // Buckets.
+        // Buckets, each before its `bucket_first` entry: a program uses an
+        // entry without the chain bit alone and otherwise the whole bucket,
+        // so it forwards by the bucket as it was or as it is, never a mix.
         let base = region.base as usize;
         for &(i, w, mv) in &words {
             let off = (base + i) * BUCKET_BYTES;
@@ -619,6 +668,10 @@ impl PoolBook {
                     add_refs(&mut self.slot_refs, old, -1);
                 }
                 add_refs(&mut self.slot_refs, w, 1);
+            }
+            let (foff, e) = ((base + i) * FIRST_BYTES, abi::first_hop_entry(w));
+            if fresh || f.load_u16(foff) != e {
+                f.store_u16_release(foff, e);
             }
             m.store_u32((base + i) * MOVED_BYTES, mv);
         }

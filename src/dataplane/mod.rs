@@ -154,6 +154,7 @@ fn pool_maps<'a>(skel: &'a NilbSkel<'_>) -> install::PoolMaps<'a> {
         services: &skel.maps.services,
         services6: Some(&skel.maps.services6),
         buckets: &skel.maps.buckets,
+        first: Some(&skel.maps.bucket_first),
         moved: &skel.maps.bucket_moved,
         backends: &skel.maps.backends,
         cache_gen: Some(&skel.maps.cache_gen),
@@ -164,7 +165,17 @@ fn pool_maps<'a>(skel: &'a NilbSkel<'_>) -> install::PoolMaps<'a> {
 /// `new` buckets holding the old contents in their prefix: each new map is
 /// created, filled, pinned beside the old pin and renamed over it (bpffs
 /// renames atomically), so that a crash in between leaves a usable pin.
+/// `bucket_first` grows with them when it is pinned at the old size.
 fn grow_pinned_pool(dir: &Path, old: u32, new: u32) -> Result<()> {
+    let per = abi::FIRST_HOPS_PER_ELEM;
+    let first = libbpf_rs::MapHandle::from_pinned_path(dir.join(pinned::BUCKET_FIRST))
+        .is_ok_and(|m| m.max_entries() == old / per);
+    let first = first.then_some((
+        pinned::BUCKET_FIRST,
+        old / per,
+        new / per,
+        old as usize * abi::FIRST_BYTES,
+    ));
     for (name, entries_old, entries_new, bytes) in [
         (pinned::BUCKETS, old, new, old as usize * abi::BUCKET_BYTES),
         (
@@ -173,7 +184,10 @@ fn grow_pinned_pool(dir: &Path, old: u32, new: u32) -> Result<()> {
             new / 2,
             old as usize * abi::MOVED_BYTES,
         ),
-    ] {
+    ]
+    .into_iter()
+    .chain(first)
+    {
         let path = dir.join(name);
         let from = libbpf_rs::MapHandle::from_pinned_path(&path)
             .with_context(|| format!("opening {}", path.display()))?;
@@ -372,13 +386,19 @@ impl<'obj> Dataplane<'obj> {
                 }
             }
             let is_pool = |m: &libbpf_rs::OpenMapMut<'_>| POOL_MAPS.contains(&name(m).as_str());
+            let is_first = |m: &libbpf_rs::OpenMapMut<'_>| name(m) == pinned::BUCKET_FIRST;
             let matches = |map: &libbpf_rs::OpenMapMut<'_>| {
                 pinned(map).is_some_and(|h| {
                     h.map_type() == map.map_type()
                         && h.key_size() == map.key_size()
                         && h.value_size() == map.value_size()
-                        && (h.max_entries() == map.max_entries()
-                            || (is_pool(map) && pinned_pool.is_some()))
+                        && if is_first(map) {
+                            pinned_pool
+                                .is_some_and(|p| h.max_entries() == p / abi::FIRST_HOPS_PER_ELEM)
+                        } else {
+                            h.max_entries() == map.max_entries()
+                                || (is_pool(map) && pinned_pool.is_some())
+                        }
                 })
             };
             let optional =
@@ -433,6 +453,10 @@ impl<'obj> Dataplane<'obj> {
             .bucket_moved
             .set_max_entries(pool_size / 2)
             .context("sizing bucket_moved")?;
+        open.maps
+            .bucket_first
+            .set_max_entries(pool_size / abi::FIRST_HOPS_PER_ELEM)
+            .context("sizing bucket_first")?;
         open.maps
             .nat_flows
             .set_max_entries(nat_flows)
@@ -511,10 +535,11 @@ impl<'obj> Dataplane<'obj> {
         self.book.usage()
     }
 
-    /// Bytes of BPF map memory the pool takes: buckets and their move
-    /// times.
+    /// Bytes of BPF map memory the pool takes: buckets, their
+    /// `bucket_first` entries and their move times (14 bytes a bucket).
     pub fn pool_bytes(&self) -> u64 {
-        self.book.usage().buckets as u64 * (abi::BUCKET_BYTES + abi::MOVED_BYTES) as u64
+        self.book.usage().buckets as u64
+            * (abi::BUCKET_BYTES + abi::FIRST_BYTES + abi::MOVED_BYTES) as u64
     }
 
     /// `(old, new)` pool size if loading grew the adopted pool: the

@@ -39,6 +39,10 @@ pub const CONTROL_DIP6: &str = "control_dip6";
 pub const IPV6_BALANCER: &str = "ipv6_balancer";
 /// `buckets`: the bucket pool (every service's buckets).
 pub const BUCKETS: &str = "buckets";
+/// `bucket_first`: each bucket's first hop as the balancer reads it first
+/// (a `u16` per bucket, with a bit for "lists previous owners"), rewritten
+/// from `buckets` on adoption.
+pub const BUCKET_FIRST: &str = "bucket_first";
 /// `bucket_moved`: each bucket's last first-hop change (control plane only).
 pub const BUCKET_MOVED: &str = "bucket_moved";
 /// `backends`: each backend slot's address.
@@ -87,7 +91,7 @@ pub const NAT_FLOWS_RESIZING: &str = "nat_flows_resizing";
 
 /// Names of the maps pinned under the pin directory, as the BPF object
 /// names them.
-pub const PINNED_MAPS: [&str; 28] = [
+pub const PINNED_MAPS: [&str; 29] = [
     SERVICES,
     IPV6_BALANCER,
     SERVICES6,
@@ -95,6 +99,7 @@ pub const PINNED_MAPS: [&str; 28] = [
     CONTROL_VIP6,
     CONTROL_DIP6,
     BUCKETS,
+    BUCKET_FIRST,
     BUCKET_MOVED,
     BACKENDS,
     CLUSTER_NODES,
@@ -121,8 +126,10 @@ pub const PINNED_MAPS: [&str; 28] = [
 /// Pinned maps a daemon may adopt the others without: pins of an older
 /// daemon that did not have them are completed with empty ones (the
 /// forwarding state, which is in the other maps, carries over).
-pub const ADOPT_WITHOUT: [&str; 19] = [
+pub const ADOPT_WITHOUT: [&str; 20] = [
     CONTROL_STATE,
+    // Rewritten from `buckets` on adoption (an older daemon had none).
+    BUCKET_FIRST,
     IPV6_BALANCER,
     // IPv6: an older daemon had no IPv6 services.
     SERVICES6,
@@ -150,7 +157,9 @@ pub const ADOPT_WITHOUT: [&str; 19] = [
 
 /// Pinned maps sized with the pool: adopted when at least as large as this
 /// daemon wants (their size then stays), grown (copied into the prefix of a
-/// larger map) when smaller.
+/// larger map) when smaller. `bucket_first` follows them (a quarter of the
+/// pool's elements) but is optional: one that is missing or of another size
+/// is made anew and filled from `buckets`.
 pub const POOL_MAPS: [&str; 2] = [BUCKETS, BUCKET_MOVED];
 
 /// Maps of a running daemon, opened from their pins (for `nilb stats`,
@@ -162,6 +171,8 @@ pub struct PinnedMaps {
     pub services6: Option<libbpf_rs::MapHandle>,
     /// `buckets` (the pool).
     pub buckets: libbpf_rs::MapHandle,
+    /// `bucket_first` (None: pins of a daemon without it).
+    pub bucket_first: Option<libbpf_rs::MapHandle>,
     /// `bucket_moved`.
     pub bucket_moved: libbpf_rs::MapHandle,
     /// `backends`.
@@ -199,6 +210,7 @@ impl PinnedMaps {
             services: open(SERVICES)?,
             services6: libbpf_rs::MapHandle::from_pinned_path(dir.join(SERVICES6)).ok(),
             buckets: open(BUCKETS)?,
+            bucket_first: libbpf_rs::MapHandle::from_pinned_path(dir.join(BUCKET_FIRST)).ok(),
             bucket_moved: open(BUCKET_MOVED)?,
             backends: open(BACKENDS)?,
             counters: open(COUNTERS)?,
@@ -277,6 +289,7 @@ impl PinnedMaps {
             services: &self.services,
             services6: self.services6.as_ref().map(|m| m as &dyn MapCore),
             buckets: &self.buckets,
+            first: self.bucket_first.as_ref().map(|m| m as &dyn MapCore),
             moved: &self.bucket_moved,
             backends: &self.backends,
             // Read only: these pins are never written through this view.

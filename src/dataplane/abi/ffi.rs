@@ -111,6 +111,23 @@ impl ArrayMapping {
         unsafe { (*p).load(std::sync::atomic::Ordering::Relaxed) }
     }
 
+    /// Store `v` at array byte `off` (2-byte aligned), at once, ordered
+    /// after every earlier store of this thread (release): a program that
+    /// reads it sees the stores made before it, such as a bucket before its
+    /// `bucket_first` entry.
+    pub fn store_u16_release(&self, off: usize, v: u16) {
+        let p = self.at(off, 2, 2).cast::<std::sync::atomic::AtomicU16>();
+        // SAFETY: aligned, within the (writable) mapping.
+        unsafe { (*p).store(v, std::sync::atomic::Ordering::Release) }
+    }
+
+    /// Load the 2 bytes at array byte `off` (2-byte aligned) at once.
+    pub fn load_u16(&self, off: usize) -> u16 {
+        let p = self.at(off, 2, 2).cast::<std::sync::atomic::AtomicU16>();
+        // SAFETY: aligned and within the mapping.
+        unsafe { (*p).load(std::sync::atomic::Ordering::Relaxed) }
+    }
+
     /// Copy `bytes` to array byte `off` (a range no program reads yet, or
     /// whose readers accept any mix, such as the control plane's own
     /// `bucket_moved`).

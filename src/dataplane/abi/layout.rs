@@ -146,6 +146,25 @@ pub const BUCKET_BYTES: usize = std::mem::size_of::<sys::nilb_bucket>();
 /// at byte `4 * index` through the mapping).
 pub const MOVED_BYTES: usize = 4;
 
+/// Bytes a bucket's entry takes in `bucket_first` (a `u16` per bucket, at
+/// byte `2 * index` through the mapping, host order).
+pub const FIRST_BYTES: usize = 2;
+
+/// Buckets per `bucket_first` element (its max_entries is the pool's
+/// buckets divided by this).
+pub const FIRST_HOPS_PER_ELEM: u32 = sys::nilb_limits::NILB_FIRST_HOPS_PER_ELEM;
+
+/// Bit of a `bucket_first` entry: the bucket lists previous owners.
+pub const FIRST_HOP_CHAIN: u16 = sys::nilb_limits::NILB_FIRST_HOP_CHAIN as u16;
+
+/// The `bucket_first` entry of the bucket whose word is `word`
+/// ([`bucket_word`]): the first hop's slot, with [`FIRST_HOP_CHAIN`] when
+/// a previous owner follows it (bpf/maps.h `bucket_first`).
+pub fn first_hop_entry(word: u64) -> u16 {
+    let hops = bucket_hops(word);
+    hops[0] | if hops[1] != 0 { FIRST_HOP_CHAIN } else { 0 }
+}
+
 /// Bytes between two `backends` elements through the mapping (an ARRAY
 /// element is its value rounded up to 8 bytes).
 pub const BACKEND_STRIDE: usize = std::mem::size_of::<sys::nilb_backend>().div_ceil(8) * 8;
