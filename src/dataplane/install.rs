@@ -391,10 +391,9 @@ impl PoolBook {
         let (tables, backends, mut errors) = read_raw(maps, None)?;
         book.slot_addr = backends;
         for t in tables {
-            if let Err(e) = book.pool.reserve(t.region(), t.key) {
-                errors.push(format!("{}: {e}", t.key));
-                continue;
-            }
+            // Every table `services` points at, taken over or not (an entry
+            // depends on its bucket only, and the programs read these
+            // regions until a table not taken over is installed anew).
             let r = t.region();
             if let Some(f) = maps.map_first_range(r.base as u64..r.end(), true)? {
                 for (i, h) in t.buckets.iter().enumerate() {
@@ -403,6 +402,10 @@ impl PoolBook {
                         f.store_u16_release((r.base as usize + i) * FIRST_BYTES, e);
                     }
                 }
+            }
+            if let Err(e) = book.pool.reserve(r, t.key) {
+                errors.push(format!("{}: {e}", t.key));
+                continue;
             }
             for h in &t.buckets {
                 add_refs(&mut book.slot_refs, abi::bucket_word(*h), 1);
