@@ -2368,14 +2368,25 @@ int nilb_tc_nat_egress(struct __sk_buff *skb)
 	return TC_ACT_OK;
 }
 
+/* Returns: non-zero if a is an IPv4-mapped IPv6 address (::ffff:0:0/96). */
+static __always_inline int in6_v4mapped(const struct in6_addr *a)
+{
+	return a->in6_u.u6_addr32[0] == 0 && a->in6_u.u6_addr32[1] == 0 &&
+	       a->in6_u.u6_addr32[2] == bpf_htonl(0x0000ffff);
+}
+
 /*
  * The control plane's sweep of nat_flows, TCP part: run as a BPF iterator
  * over this network namespace's TCP sockets (listeners, request sockets,
- * established and TIME_WAIT alike); each IPv4 socket of a live connection
+ * established and TIME_WAIT alike); each socket of a live IPv4 connection
  * (not TIME_WAIT or CLOSE) whose tuple nat_flows holds gets the current
- * sweep number (nat_gc_pass) in its entry. The control plane then removes
- * the TCP entries the sweep did not stamp and that saw no packet since it
- * began: their connection is over.
+ * sweep number (nat_gc_pass) in its entry. An IPv4 connection is an AF_INET
+ * socket's, or an AF_INET6 socket's whose addresses are IPv4-mapped
+ * (::ffff:a.b.c.d): the connections a dual-stack listener (bound to ::,
+ * e.g. iperf3's) accepts over IPv4, which the IPv4 socket lookups of
+ * nat_track find like any other. The control plane then removes the TCP
+ * entries the sweep did not stamp and that saw no packet since it began:
+ * their connection is over.
  * Returns: 0 (the iterator's contract; it writes no output).
  */
 SEC("iter/tcp")
@@ -2386,8 +2397,20 @@ int nilb_nat_sweep_tcp(struct bpf_iter__tcp *ctx)
 	struct nilb_nat_key k;
 	__u32 zero = 0, *pass;
 
-	if (!skc || skc->skc_family != AF_INET)
+	if (!skc)
 		return 0;
+	/* An IPv6 socket's IPv4 connection (both addresses IPv4-mapped): the
+	 * kernel keeps its IPv4 addresses in skc_daddr and skc_rcv_saddr too,
+	 * the fields an IPv4 lookup (nat_track's) matches it by. Skipping it
+	 * left a dual-stack server's idle connection (iperf3's control
+	 * connection) unstamped: the sweep removed its entry, and its next
+	 * packet was a collision (no entry, a live socket). */
+	if (skc->skc_family == AF_INET6) {
+		if (!in6_v4mapped(&skc->skc_v6_daddr) || !in6_v4mapped(&skc->skc_v6_rcv_saddr))
+			return 0;
+	} else if (skc->skc_family != AF_INET) {
+		return 0;
+	}
 	/* A connection in TIME_WAIT (or CLOSE) is over: its entry goes with
 	 * the sweep. A late packet of it (a retransmitted FIN) makes a new
 	 * entry as it is accepted (nat_track), so its answer is still

@@ -589,6 +589,57 @@ fn full_table_drops_new_flows_only_and_the_sweep_empties_it() {
     drop(client);
 }
 
+#[test]
+fn the_sweep_keeps_a_dual_stack_servers_idle_connection() {
+    // A server listening on :: without IPV6_V6ONLY (iperf3, many others)
+    // accepts IPv4 connections as AF_INET6 sockets with IPv4-mapped
+    // addresses. The sweep's iterator must stamp them like AF_INET ones: an
+    // idle one (iperf3's control connection during a test) otherwise lost
+    // its entry, and its next packet was dropped as a collision (the
+    // end-to-end benchmark's NAT iperf3 stalled at the end of the test).
+    require_root!("BPF, network namespace");
+    use socket2::{Domain, Socket, Type};
+    let net = TestNet::new();
+    let l = load_sized(&nat_config("local", 1024), NODE);
+    let cport = 45001;
+    let syn_c = packet(VIP, NAT_VIP, IPPROTO_TCP, tcp(cport, 80, SYN, b""));
+    let (v, _) =
+        l.dp.run_tc(
+            &gue_frame(net.mac, MAC12, B12, NODE, 0, &[], &syn_c),
+            net.ifindex,
+        )
+        .unwrap();
+    assert_eq!(v, TC_ACT_OK);
+    let listener = Socket::new(Domain::IPV6, Type::STREAM, None).unwrap();
+    listener.set_only_v6(false).unwrap();
+    listener.set_reuse_address(true).unwrap();
+    let any6: std::net::SocketAddr = "[::]:8080".parse().unwrap();
+    listener.bind(&any6.into()).unwrap();
+    listener.listen(16).unwrap();
+    let client = connect_from(VIP, cport, NODE, 8080);
+    let (server, peer) = listener.accept().unwrap();
+    assert!(
+        peer.as_socket_ipv6().is_some(),
+        "the accepted socket is IPv6 (IPv4-mapped): {peer:?}"
+    );
+    // No packet since: only the iterator's stamp keeps the entry.
+    std::thread::sleep(std::time::Duration::from_millis(2100));
+    assert_eq!(l.dp.sweep_nat_flows(1, 1).unwrap(), 0, "nothing removed");
+    let left = l.dp.nat_flows().unwrap();
+    assert_eq!(left.len(), 1, "the live connection's entry stays: {left:?}");
+    assert_eq!(left[0].client, (VIP, cport));
+    assert_eq!(left[0].gc_pass, 1, "stamped by the socket iterator");
+    // Once the connection is over, the next sweep removes it.
+    drop(server);
+    drop(client);
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    assert_eq!(
+        l.dp.sweep_nat_flows(2, 1).unwrap(),
+        1,
+        "the closed connection's entry"
+    );
+}
+
 /// splitmix64: a deterministic stream for the randomized tests
 /// (NILB_NAT_FUZZ_SEED overrides the seed).
 struct Rng(u64);
