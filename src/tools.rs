@@ -460,6 +460,12 @@ pub struct TableReport {
     pub backends: Vec<TableBackend>,
     /// Buckets in index order (the bucket index is the position).
     pub buckets: Vec<BucketReport>,
+    /// Buckets whose `bucket_first` entry (what the balancer reads first)
+    /// is not the one their bucket gives: 0 unless a daemon died between
+    /// a bucket and its entry (the balancer then forwards by the entry
+    /// until the next daemon's start rewrites it) or read during an
+    /// install; `null`: pins without `bucket_first`.
+    pub first_hop_entries_lagging: Option<usize>,
 }
 
 /// Per-backend summary of a live table.
@@ -557,6 +563,13 @@ pub fn table_report(t: &RawTable, backends: &[Option<IpAddr>]) -> TableReport {
             })
             .collect(),
         buckets,
+        first_hop_entries_lagging: (!t.first.is_empty()).then(|| {
+            t.buckets
+                .iter()
+                .zip(&t.first)
+                .filter(|(h, f)| abi::first_hop_entry(abi::bucket_word(**h)) != **f)
+                .count()
+        }),
     }
 }
 
@@ -636,6 +649,12 @@ pub fn tables(dir: &Path, buckets: bool, out: &mut dyn Write) -> Result<()> {
             writeln!(
                 out,
                 "  {empty} bucket(s) without a first hop: the balancer drops their packets"
+            )?;
+        }
+        if let Some(n) = s.first_hop_entries_lagging.filter(|&n| n > 0) {
+            writeln!(
+                out,
+                "  {n} bucket(s) whose bucket_first entry differs from the bucket (the balancer forwards by the entry's first hop until `nilb run` starts again and rewrites it)"
             )?;
         }
         if buckets {
@@ -1183,11 +1202,15 @@ services:
             // Killed half way: entries that name no backend.
             smudge_first_entries(pins, 64, 0);
             assert_eq!(first_entries_off(pins).0, 256);
+            let lagging =
+                |pins: &Path| tables_report(pins).unwrap().services[0].first_hop_entries_lagging;
+            assert_eq!(lagging(pins), Some(256), "nilb tables shows them");
             std::mem::forget(dp);
             let mut storage2 = std::mem::MaybeUninit::uninit();
             let dp2 = Dataplane::load_pinned(&mut storage2, Some(pins), 65536).unwrap();
             assert!(dp2.adopted());
             assert_eq!(first_entries_off(pins), (0, 256), "adoption rewrote them");
+            assert_eq!(lagging(pins), Some(0));
 
             // An older daemon's pins: no bucket_first at all.
             std::mem::forget(dp2);

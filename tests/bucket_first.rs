@@ -26,6 +26,9 @@ use nilb::dataplane::abi::{self, ArrayMapping};
 use nilb::dataplane::{Chains, Dataplane, PinnedMaps};
 use nilb::hash::IPPROTO_TCP;
 
+/// A bucket as (first hop, second hop).
+type Hops = (Ipv4Addr, Option<Ipv4Addr>);
+
 /// Run `f` in a thread of its own with a private mount namespace and a
 /// bpffs of its own (pins of this test only, gone with it), and a private
 /// network namespace ([`TestNet`]).
@@ -257,7 +260,7 @@ fn tables_smaller_than_an_element_keep_their_neighbours_lanes() {
             .slots
             .clone();
         let slot_of = move |a: IpAddr| slots[&a];
-        let chains = |hops: &[(Ipv4Addr, Option<Ipv4Addr>)]| Chains {
+        let chains = |hops: &[Hops]| Chains {
             chains: hops
                 .iter()
                 .map(|(f, p)| (Some((*f).into()), p.iter().map(|&p| p.into()).collect()))
@@ -267,7 +270,7 @@ fn tables_smaller_than_an_element_keep_their_neighbours_lanes() {
         // ports 81, 82 (2 buckets), 83: regions 512, 514-515, 513 (the
         // buddy allocator, smallest block first, lowest address first):
         // one element of `bucket_first`.
-        let tiny: [(u16, u32, &[(Ipv4Addr, Option<Ipv4Addr>)]); 3] = [
+        let tiny: [(u16, u32, &[Hops]); 3] = [
             (81, 20, &[(B12, None)]),
             (82, 21, &[(B13, None), (B13, Some(B12))]),
             (83, 22, &[(B13, None)]),

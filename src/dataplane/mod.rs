@@ -198,7 +198,7 @@ fn grow_pinned_pool(dir: &Path, old: u32, new: u32) -> Result<()> {
         dst.write(0, &src.read(0, bytes));
         drop((src, dst));
         // bpffs refuses names with a dot.
-        let tmp = dir.join(format!("{name}_grown"));
+        let tmp = dir.join(pinned::grown_pin(name));
         let _ = std::fs::remove_file(&tmp);
         to.pin(&tmp)
             .with_context(|| format!("pinning the grown {name}"))?;
@@ -260,7 +260,12 @@ pub fn cleanup(ifindex: i32, pin_dir: &Path) -> Result<Vec<String>> {
             ));
         }
     }
-    for name in PINNED_MAPS.iter().chain([&pinned::NAT_FLOWS_RESIZING]) {
+    let transient = pinned::transient_pins();
+    for name in PINNED_MAPS
+        .iter()
+        .copied()
+        .chain(transient.iter().map(String::as_str))
+    {
         let path = pin_dir.join(name);
         if path.exists() {
             std::fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))?;
@@ -392,6 +397,10 @@ impl<'obj> Dataplane<'obj> {
                     h.map_type() == map.map_type()
                         && h.key_size() == map.key_size()
                         && h.value_size() == map.value_size()
+                        // libbpf refuses to reuse a pin of other flags
+                        // (e.g. without BPF_F_MMAPABLE): such a pin is
+                        // replaced, not a failed start
+                        && h.info().is_ok_and(|i| i.info.map_flags == map.map_flags())
                         && if is_first(map) {
                             pinned_pool
                                 .is_some_and(|p| h.max_entries() == p / abi::FIRST_HOPS_PER_ELEM)
@@ -990,7 +999,12 @@ impl<'obj> Dataplane<'obj> {
         let Some(dir) = self.pin_dir.take() else {
             return Ok(());
         };
-        for name in PINNED_MAPS.iter().chain([&pinned::NAT_FLOWS_RESIZING]) {
+        let transient = pinned::transient_pins();
+        for name in PINNED_MAPS
+            .iter()
+            .copied()
+            .chain(transient.iter().map(String::as_str))
+        {
             let path = dir.join(name);
             if path.exists() {
                 std::fs::remove_file(&path)

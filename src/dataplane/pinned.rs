@@ -89,6 +89,26 @@ pub const NAT_FLOWS: &str = "nat_flows";
 /// flows are copied into the new one (bpffs names take no dot).
 pub const NAT_FLOWS_RESIZING: &str = "nat_flows_resizing";
 
+/// Pins that exist only while a start replaces a map (a daemon that dies
+/// in between leaves them): `nat_flows` renamed for its copy, and each
+/// grown pool map pinned before it is renamed over the old pin. What
+/// `nilb cleanup` and a clean stop remove besides [`PINNED_MAPS`].
+pub fn transient_pins() -> Vec<String> {
+    let mut v = vec![NAT_FLOWS_RESIZING.to_string()];
+    v.extend(
+        [BUCKETS, BUCKET_MOVED, BUCKET_FIRST]
+            .iter()
+            .map(|n| grown_pin(n)),
+    );
+    v
+}
+
+/// The pin a grown pool map `name` is made under before it replaces the
+/// old pin (bpffs names take no dot).
+pub fn grown_pin(name: &str) -> String {
+    format!("{name}_grown")
+}
+
 /// Names of the maps pinned under the pin directory, as the BPF object
 /// names them.
 pub const PINNED_MAPS: [&str; 29] = [
@@ -206,11 +226,20 @@ impl PinnedMaps {
                 )
             })
         };
+        let buckets = open(BUCKETS)?;
+        // Only one of this pool's shape (a pin left by another version may
+        // have another size).
+        let bucket_first = libbpf_rs::MapHandle::from_pinned_path(dir.join(BUCKET_FIRST))
+            .ok()
+            .filter(|m| {
+                m.value_size() == 8
+                    && m.max_entries() == buckets.max_entries() / abi::FIRST_HOPS_PER_ELEM
+            });
         Ok(PinnedMaps {
             services: open(SERVICES)?,
             services6: libbpf_rs::MapHandle::from_pinned_path(dir.join(SERVICES6)).ok(),
-            buckets: open(BUCKETS)?,
-            bucket_first: libbpf_rs::MapHandle::from_pinned_path(dir.join(BUCKET_FIRST)).ok(),
+            buckets,
+            bucket_first,
             bucket_moved: open(BUCKET_MOVED)?,
             backends: open(BACKENDS)?,
             counters: open(COUNTERS)?,
