@@ -92,8 +92,8 @@ struct {
  * with the buckets' indexes: the backend slot of hops[0], with
  * NILB_FIRST_HOP_CHAIN set when the bucket lists previous owners (then the
  * balancer reads the bucket itself). A quarter of the buckets' bytes, so
- * that the hot data of many tables stays in cache (docs/design.md
- * "Buckets"). The control plane writes a bucket before its entry here;
+ * that the hot data of many tables stays in cache (docs/design.md "The
+ * hot first-hop array"). The control plane writes a bucket before its entry here;
  * the bucket is the truth (adoption rewrites this array from it). Sized
  * with the pool. */
 struct {

@@ -7,9 +7,9 @@
 //! that changed in place, each with one aligned 8-byte store (the programs
 //! read a bucket as one word) followed by its 2-byte `bucket_first` entry
 //! (what the balancer reads first; the bucket is the truth), and touches
-//! no other map: no `services` update, no RCU wait. A new service or a new size gets a region of its
-//! own, filled completely, then one `services` update points the programs
-//! at it; the old region goes into quarantine. Every slot a chain names has
+//! no other map: no `services` update, no RCU wait. A new service or a new
+//! size gets a region of its own, filled completely, then one `services`
+//! update points the programs at it; the old region goes into quarantine. Every slot a chain names has
 //! its address written in `backends` before the first bucket names it.
 
 use std::collections::{BTreeMap, HashMap};
