@@ -1114,6 +1114,21 @@ mod tests {
         }
     }
 
+    /// One TCP service 10.0.0.100:80 of `table_size` buckets over backends
+    /// 10.0.0.11-13 (hostnames n1-n3) of weights `w`, balancer 10.0.0.11,
+    /// hash seed `seed`, no pacing (a reload reaches its targets at once).
+    fn web_of_three(seed: u32, table_size: u32, w: [u32; 3]) -> Config {
+        let mut y = format!("version: 1\ncluster: {{balancers: [10.0.0.11], hash_seed: {seed:#x}}}\ndefaults:\n  rebalance: {{min_interval_ms: 0, max_step_percent: 100, min_bucket_age_ms: 0}}\nservices:\n  - name: web\n    vip: 10.0.0.100\n    port: 80\n    protocol: tcp\n    table_size: {table_size}\n    backends:\n");
+        for (i, w) in w.iter().enumerate() {
+            y += &format!(
+                "      - {{dip: 10.0.0.{}, hostname: n{}, weight: {w}}}\n",
+                11 + i,
+                i + 1
+            );
+        }
+        Config::parse(&y).unwrap()
+    }
+
     /// Buckets of the pinned tables whose `bucket_first` entry is not the
     /// one their bucket gives ([`abi::first_hop_entry`]), and the buckets
     /// read.
@@ -1157,25 +1172,7 @@ mod tests {
     fn adoption_rewrites_bucket_first_from_the_buckets() {
         with_private_bpffs(|pins| {
             use crate::dataplane::Dataplane;
-            let cfg = |w: [u32; 3]| {
-                let mut y = "version: 1
-cluster: {balancers: [10.0.0.11], hash_seed: 7}
-defaults:
-  rebalance: {min_interval_ms: 0, max_step_percent: 100, min_bucket_age_ms: 0}
-services:
-  - name: web
-    vip: 10.0.0.100
-    port: 80
-    protocol: tcp
-    table_size: 256
-    backends:
-"
-                .to_string();
-                for (i, w) in w.iter().enumerate() {
-                    y += &format!("      - {{dip: 10.0.0.{}, weight: {w}}}\n", 11 + i);
-                }
-                Config::parse(&y).unwrap()
-            };
+            let cfg = |w: [u32; 3]| web_of_three(7, 256, w);
             let now = 1_700_000_000_000;
             let mut storage = std::mem::MaybeUninit::uninit();
             let mut dp = Dataplane::load_pinned(&mut storage, Some(pins), 65536).unwrap();
@@ -1311,17 +1308,7 @@ services:
     fn reports_read_the_pinned_maps_of_a_data_plane() {
         with_private_bpffs(|pins| {
             use crate::dataplane::Dataplane;
-            let cfg = |w: [u32; 3]| {
-                let mut y = "version: 1\ncluster: {balancers: [10.0.0.11], hash_seed: 0x5eed1234}\ndefaults:\n  rebalance: {min_interval_ms: 0, max_step_percent: 100, min_bucket_age_ms: 0}\nservices:\n  - name: web\n    vip: 10.0.0.100\n    port: 80\n    protocol: tcp\n    table_size: 64\n    backends:\n".to_string();
-                for (i, w) in w.iter().enumerate() {
-                    y += &format!(
-                        "      - {{dip: 10.0.0.{}, hostname: n{}, weight: {w}}}\n",
-                        11 + i,
-                        i + 1
-                    );
-                }
-                Config::parse(&y).unwrap()
-            };
+            let cfg = |w: [u32; 3]| web_of_three(0x5eed1234, 64, w);
             let now = 1_700_000_000_000;
             let mut storage = std::mem::MaybeUninit::uninit();
             let mut dp = Dataplane::load_pinned(&mut storage, Some(pins), 65536).unwrap();

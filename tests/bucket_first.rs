@@ -238,6 +238,21 @@ fn a_lagging_entry_forwards_alone_until_adoption_rewrites_it() {
     });
 }
 
+/// Install the config of [`two_backends`] and return its backends' slots
+/// (those of the TCP service on port 80), for tables installed by hand.
+fn installed_slots(dp: &mut Dataplane<'_>) -> impl Fn(IpAddr) -> u32 {
+    let cp = ControlPlane::new(Config::parse(&two_backends()).unwrap(), 0);
+    cp.apply(dp, NODE.into(), &cp.full_plan()).unwrap();
+    let live = dp.live_tables().unwrap();
+    let slots = live
+        .into_iter()
+        .find(|(k, _)| *k == tcp_key(80))
+        .unwrap()
+        .1
+        .slots;
+    move |a: IpAddr| slots[&a]
+}
+
 /// Tables of 1 and 2 buckets (what `install_chains` and etcd-published
 /// tables may have; the config's minimum is 16): their entries share one
 /// 8-byte element of `bucket_first` with each other. Every write is a
@@ -249,17 +264,7 @@ fn tables_smaller_than_an_element_keep_their_neighbours_lanes() {
     require_root!("BPF, network namespace, bpffs");
     with_private_pins(|pins, net| {
         let dp = load_pinned(pins);
-        let cp = ControlPlane::new(Config::parse(&two_backends()).unwrap(), 0);
-        cp.apply(&mut *dp, NODE.into(), &cp.full_plan()).unwrap();
-        let live = dp.live_tables().unwrap();
-        let slots = live
-            .iter()
-            .find(|(k, _)| *k == tcp_key(80))
-            .unwrap()
-            .1
-            .slots
-            .clone();
-        let slot_of = move |a: IpAddr| slots[&a];
+        let slot_of = installed_slots(dp);
         let chains = |hops: &[Hops]| Chains {
             chains: hops
                 .iter()
@@ -413,17 +418,7 @@ fn a_region_reused_after_quarantine_gets_its_own_entries() {
     require_root!("BPF, network namespace, bpffs");
     with_private_pins(|pins, net| {
         let dp = load_pinned(pins);
-        let cp = ControlPlane::new(Config::parse(&two_backends()).unwrap(), 0);
-        cp.apply(&mut *dp, NODE.into(), &cp.full_plan()).unwrap();
-        let live = dp.live_tables().unwrap();
-        let slots = live
-            .iter()
-            .find(|(k, _)| *k == tcp_key(80))
-            .unwrap()
-            .1
-            .slots
-            .clone();
-        let slot_of = move |a: IpAddr| slots[&a];
+        let slot_of = installed_slots(dp);
         let all = |b: Ipv4Addr| Chains {
             chains: vec![(Some(b.into()), vec![]); 16],
             moved_at: vec![None; 16],
