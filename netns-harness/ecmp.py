@@ -9,22 +9,25 @@
                                                          hop, the same on all; one SUMMARY line; exit 0/1
     ecmp.py balancer-shares STATS_BEFORE,STATS_AFTER ... packets each balancer's XDP program balanced between
                                                          two `nilb stats --json` (xdp_encap_*), as shares
-    ecmp.py watch-agree --nilb BIN --stop-file F --out FILE PIN_DIR...
+    ecmp.py watch-agree --nilb BIN --stop-file F --out FILE --leader I PIN_DIR...
                                                          read every balancer's live table (`nilb tables --json`,
                                                          all at once) in rounds until F exists; a round where
                                                          any two differ (first or second hop of a bucket) opens
                                                          a disagreement, the next round where all agree closes
-                                                         it; a table no balancer showed since its own last one
-                                                         is a new version, and a balancer is behind from the
-                                                         round that first showed a newer version to the round
-                                                         that shows it caught up; writes {"rounds",
+                                                         it; a follower is behind while its table differs from
+                                                         the leader's (PIN_DIR number I, from 0), from the start
+                                                         of the first round that shows it different to the end
+                                                         of the round that shows it equal; writes {"rounds",
                                                          "round_ms_max", "disagreements", "max_disagree_s",
-                                                         "open_at_end", "changes", "intervals", "versions",
+                                                         "open_at_end", "intervals", "leader", "leader_tables",
                                                          "behind", "max_behind_s", "behind_open_at_end",
-                                                         "worst": {"node", "s", "from_unix", "to_unix"}, "lags"}
-                                                         and FILE.timeline ([start, end, version per balancer]
-                                                         per round)
-    ecmp.py check                                        the version rules of watch-agree on a made-up history
+                                                         "worst": {"node", "s", "from_unix", "to_unix"}, "lags",
+                                                         "dumps"} and FILE.timeline ([start, end, leader's
+                                                         tables so far, 1 per follower behind] per round); a
+                                                         follower behind for 0.5 s has every table of that round
+                                                         written to FILE.dump-K.json (at most 5), "dumps" says
+                                                         which buckets differ
+    ecmp.py check                                        the rules of watch-agree's lags on made-up histories
     ecmp.py window-logs FROM TO LOG...                   the lines of nilb and etcd logs stamped between FROM - 1 s
                                                          and TO + 0.5 s (Unix seconds), each with its file's name
 """
@@ -69,52 +72,106 @@ def signature(doc):
         for s in doc.get("services") or []))
 
 
-class Versions:
-    """The tables' versions in the order the balancers showed them: a
-    balancer whose table changes to one that no balancer has shown since its
-    own last one (a new table, or an old one made again) makes a new
-    version; one that changes to a version newer than its own catches up."""
+class Lags:
+    """How long each follower is behind the leader. The leader's table is
+    the newest by definition (only the leader makes tables); a follower is
+    behind while its table differs from the leader's, from the start of the
+    first round that shows it different (the leader's new table, or one of
+    the follower's own) to the end of the round that shows it equal again.
+    (An order of versions made from what the balancers show cannot tell two
+    tables first seen in one round apart: a follower that passed through the
+    leader's short-lived table and then reached its current one looked
+    newer than the leader, which stop 27's CI counted as the leader and the
+    other follower being behind for 1.56 s while all three agreed.)"""
 
-    def __init__(self):
-        self.sigs = []     # signature of version i
-        self.start = []    # monotonic time version i was first seen (the round's start)
+    def __init__(self, n, leader):
+        self.leader = leader
+        self.behind = [None] * n     # since when each follower differs
+        self.leader_sig = None
+        self.leader_tables = 0       # tables the leader showed
+        self.lags = []               # closed: how long a follower differed
+        self.worst = None            # the longest: node, lag, start and end
 
-    def latest(self, sig):
-        for i in range(len(self.sigs) - 1, -1, -1):
-            if self.sigs[i] == sig:
-                return i
-        return -1
+    def round(self, r0, r1, sigs):
+        """One round read in [r0, r1] (monotonic s): `sigs` per balancer."""
+        lead = sigs[self.leader]
+        if lead != self.leader_sig:
+            self.leader_sig = lead
+            self.leader_tables += 1
+        for n, sig in enumerate(sigs):
+            if n == self.leader:
+                continue
+            if sig != lead:
+                if self.behind[n] is None:
+                    self.behind[n] = r0
+            elif self.behind[n] is not None:
+                lag = round(r1 - self.behind[n], 3)
+                self.lags.append(lag)
+                if self.worst is None or lag > self.worst["s"]:
+                    self.worst = {"node": n, "s": lag, "from": self.behind[n], "to": r1}
+                self.behind[n] = None
 
-    def move(self, own, sig, t):
-        """The version index of a balancer that showed version `own` (-1:
-        none yet) and now shows `sig`, first seen at `t`."""
-        i = self.latest(sig)
-        if i > own or (i >= 0 and own < 0):
-            return i
-        self.sigs.append(sig)
-        self.start.append(t)
-        return len(self.sigs) - 1
+    def open_lags(self, now):
+        """How long each follower still behind at `now` has been."""
+        return [round(now - b, 3) for b in self.behind if b is not None]
 
 
-def check_versions():
-    """The version rules on a made-up history (`ecmp.py check`): 0 when they
+def check_lags():
+    """The rules of Lags on made-up histories (`ecmp.py check`): 0 when they
     hold, else 1 with what broke."""
-    v = Versions()
-    steps = [  # (balancer's version, table shown, version expected after)
-        (-1, "A", 0), (-1, "A", 0),   # two balancers start on A
-        (0, "B", 1),                  # the leader makes B
-        (0, "B", 1),                  # a follower catches up
-        (1, "A", 2),                  # the leader makes A again: a new version
-        (1, "A", 2),                  # the follower catches up to it
-        (2, "C", 3), (2, "D", 4),     # the leader makes C then D
-        (2, "D", 4),                  # a follower skips C
+    def run(history):
+        g = Lags(3, 0)
+        for k, sigs in enumerate(history):
+            g.round(float(k), k + 0.5, sigs)
+        return g
+    cases = [
+        # name, rounds (leader first), lags expected, still behind
+        ("all agree", ["AAA", "AAA"], [], 0),
+        ("one follower one round late", ["AAA", "BAB", "BBB"], [1.5], 0),
+        # stop 27's CI: the leader went A -> B -> C within a millisecond; one
+        # follower showed B in the round the leader showed C, then C
+        ("a follower through the leader's short-lived table", ["AAA", "CAB", "CCB", "CCC", "CCC"],
+         [1.5, 2.5], 0),
+        ("a follower off on its own", ["AAA", "AAX", "AAX", "AAA"], [2.5], 0),
+        ("a follower that never catches up", ["AAA", "BBA", "BBA"], [], 1),
+        ("the leader back to an older table", ["AAA", "BBB", "ABB", "AAA"], [1.5, 1.5], 0),
     ]
-    for own, sig, want in steps:
-        got = v.move(own, sig, 0.0)
-        if got != want:
-            print(f"version check: from {own} showing {sig}: version {got}, expected {want}")
-            return 1
-    return 0
+    bad = 0
+    for name, history, want, still in cases:
+        g = run([tuple(h) for h in history])
+        got = sorted(g.lags)
+        open_n = sum(b is not None for b in g.behind)
+        if got != sorted(want) or open_n != still:
+            print(f"lag check '{name}': lags {got}, {open_n} still behind; expected {sorted(want)}, {still}")
+            bad = 1
+    return bad
+
+
+DUMP_AFTER_S = 0.5   # a follower behind this long: every table is dumped
+DUMPS_MAX = 5
+
+
+def dump_tables(out, k, t, docs, leader):
+    """Write the balancers' table documents of one round to OUT.dump-K.json
+    and return a summary: per balancer, the buckets whose first hop, or
+    only whose second hop, differs from the leader's (with examples:
+    [bucket, its hops, the leader's])."""
+    path = f"{out}.dump-{k}.json"
+    with open(path, "w") as f:
+        json.dump({"t": round(t, 3), "leader": leader, "tables": docs}, f)
+
+    def hops(doc):
+        return [(s["key"], i, b.get("first_hop"), b.get("second_hop"))
+                for s in doc.get("services") or [] for i, b in enumerate(s.get("buckets") or [])]
+    ref = hops(docs[leader])
+    diff = {}
+    for n, doc in enumerate(docs):
+        h = hops(doc)
+        first = sum(1 for a, b in zip(h, ref) if a[2] != b[2])
+        second = sum(1 for a, b in zip(h, ref) if a[2] == b[2] and a[3] != b[3])
+        diff[f"node{n + 1}"] = {"first_hop_differs": first, "only_second_hop_differs": second,
+                                "examples": [[a[1], a[2:], b[2:]] for a, b in zip(h, ref) if a[2:] != b[2:]][:5]}
+    return {"t": round(t, 3), "file": path, "leader": f"node{leader + 1}", "vs_leader": diff}
 
 
 def watch_agree(args):
@@ -123,26 +180,26 @@ def watch_agree(args):
     round_max = 0.0
     opened = None
     intervals = []
-    changes = 0
-    last = None
     errors = 0
-    versions = Versions()
-    at = [-1] * len(args.pin_dirs)     # each balancer's version
-    behind = [None] * len(args.pin_dirs)  # since when each has been behind
-    lags = []                          # closed: how long a balancer was behind
-    worst = None                       # the longest: node, lag, wall-clock window
+    n_nodes = len(args.pin_dirs)
+    lags = Lags(n_nodes, args.leader)
     wall = time.time() - time.monotonic()
     timeline = []
+    dumped = set()                     # followers behind whose tables were dumped
+    dumps = []
     while not os.path.exists(args.stop_file) and time.monotonic() - t0 < args.max_seconds:
         r0 = time.monotonic()
         procs = [subprocess.Popen([args.nilb, "tables", "--json", "--pin-dir", d],
                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
                  for d in args.pin_dirs]
         sigs = []
+        docs = []
         for p in procs:
             try:
                 out, _ = p.communicate(timeout=5)
-                sigs.append(signature(json.loads(out)) if p.returncode == 0 else None)
+                doc = json.loads(out) if p.returncode == 0 else None
+                docs.append(doc)
+                sigs.append(signature(doc) if doc is not None else None)
             except (subprocess.TimeoutExpired, ValueError):
                 p.kill()
                 sigs.append(None)
@@ -152,9 +209,6 @@ def watch_agree(args):
             continue
         rounds += 1
         round_max = max(round_max, r1 - r0)
-        if sigs[0] != last:
-            changes += last is not None
-            last = sigs[0]
         agree = all(x == sigs[0] for x in sigs[1:])
         # a disagreement starts when the first read of the round began and
         # ends when the round that agrees again was read
@@ -163,33 +217,30 @@ def watch_agree(args):
         elif agree and opened is not None:
             intervals.append(round(r1 - opened, 3))
             opened = None
-        # per balancer: behind from the start of the round that first showed
-        # the version after its own, until the round that shows it caught up
-        for n, sig in enumerate(sigs):
-            if at[n] < 0 or versions.sigs[at[n]] != sig:
-                at[n] = versions.move(at[n], sig, r0)
-        newest = max(at)
-        for n in range(len(at)):
-            if at[n] < newest and behind[n] is None:
-                behind[n] = versions.start[at[n] + 1]
-            elif at[n] == newest and behind[n] is not None:
-                lags.append(round(r1 - behind[n], 3))
-                if worst is None or lags[-1] > worst["s"]:
-                    worst = {"node": n, "s": lags[-1], "from_unix": round(wall + behind[n], 3),
-                             "to_unix": round(wall + r1, 3)}
-                behind[n] = None
-        timeline.append([round(r0 - t0, 3), round(r1 - t0, 3)] + at)
+        lags.round(r0, r1, sigs)
+        for n, since in enumerate(lags.behind):
+            if since is None:
+                dumped.discard(n)
+            elif r1 - since > DUMP_AFTER_S and n not in dumped and len(dumps) < DUMPS_MAX:
+                # what every balancer holds while this follower is behind
+                dumped.add(n)
+                dumps.append(dump_tables(args.out, len(dumps), r0 - t0, docs, args.leader))
+        timeline.append([round(r0 - t0, 3), round(r1 - t0, 3), lags.leader_tables]
+                        + [int(b is not None) for b in lags.behind])
         time.sleep(args.interval)
-    now = time.monotonic()
-    open_lag = [round(now - b, 3) for b in behind if b is not None]
+    open_lag = lags.open_lags(time.monotonic())
+    worst = lags.worst
+    if worst is not None:
+        worst = {"node": worst["node"], "s": worst["s"], "from_unix": round(wall + worst["from"], 3),
+                 "to_unix": round(wall + worst["to"], 3)}
     res = {"rounds": rounds, "errors": errors, "round_ms_max": round(round_max * 1000, 1),
            "disagreements": len(intervals), "max_disagree_s": max(intervals, default=0.0),
            "open_at_end": None if opened is None else round(time.monotonic() - opened, 3),
-           "changes": changes, "intervals": intervals[-200:],
-           "versions": len(versions.sigs), "behind": len(lags),
-           "max_behind_s": max(lags + open_lag, default=0.0),
+           "intervals": intervals[-200:], "leader": args.leader,
+           "leader_tables": lags.leader_tables, "behind": len(lags.lags),
+           "max_behind_s": max(lags.lags + open_lag, default=0.0),
            "behind_open_at_end": max(open_lag) if open_lag else None, "worst": worst,
-           "lags": lags[-200:]}
+           "lags": lags.lags[-200:], "dumps": dumps}
     with open(args.out, "w") as f:
         json.dump(res, f)
     with open(args.out + ".timeline", "w") as f:
@@ -246,6 +297,7 @@ def main():
     a.add_argument("--out", required=True)
     a.add_argument("--interval", type=float, default=0.02)
     a.add_argument("--max-seconds", type=float, default=180)
+    a.add_argument("--leader", type=int, required=True, help="index of the leader's PIN_DIR (0: the first)")
     a.add_argument("pin_dirs", nargs="+")
     sub.add_parser("check")
     a = sub.add_parser("window-logs")
@@ -256,7 +308,7 @@ def main():
     if args.cmd == "watch-agree":
         return watch_agree(args)
     if args.cmd == "check":
-        return check_versions()
+        return check_lags()
     if args.cmd == "window-logs":
         return window_logs(args)
 

@@ -59,6 +59,10 @@ use crate::status::{rfc3339, FiltersStatus, ReloadStatus, Status};
 /// line (see `Daemon::log_installs`).
 const TABLE_LINES_MAX: usize = 8;
 
+/// A publication that took this long (from the apply that changed the
+/// tables to etcd's answer, ms) is logged as a warning.
+const SLOW_PUBLICATION_MS: u64 = 500;
+
 /// Options of `nilb run`.
 #[derive(Clone, Debug)]
 pub struct RunOptions {
@@ -1054,8 +1058,14 @@ async fn serve(
     )?;
     dp.set_interface(ifindex, opts.xdp_mode);
     let now = clock::control_ms(&clock);
+    // Buckets of each table the adopted maps hold.
+    let mut held: BTreeMap<ServiceKey, u32> = BTreeMap::new();
     let (mut cp, mut plan) = if dp.adopted() {
         let mut live = dp.live_tables().context("reading the adopted tables")?;
+        held = live
+            .iter()
+            .map(|(k, lt)| (*k, lt.chains.len() as u32))
+            .collect();
         // Move times written by an older daemon are Unix seconds.
         let (boot, wall) = (clock.boot_ms(), clock.wall_ms());
         for (_, lt) in &mut live {
@@ -1107,6 +1117,25 @@ async fn serve(
     // At start the filters are always written: an adopted data plane may
     // hold an earlier daemon's rules that this config no longer has.
     plan.filters = true;
+    // A grown pool: the programs still attached read the old one, so a
+    // table that needs a region of its own (a new service, a new size) is
+    // installed only once the new programs are attached; until then its
+    // `services` entry keeps naming the region the old pool holds.
+    let after_attach = match dp.pool_grew() {
+        Some((old, new)) => {
+            let later = plan.take_new_regions(&cp, &held);
+            if !later.install.is_empty() {
+                info!(
+                    old_buckets = old,
+                    new_buckets = new,
+                    tables = later.install.len(),
+                    "bucket pool grown: new and resized tables are installed once the new programs are attached"
+                );
+            }
+            later
+        }
+        None => Plan::default(),
+    };
     // Re-installing adopted tables writes the same buckets: no flow moves.
     cp.apply(&mut dp, node, &plan)
         .context("filling the data plane maps")?;
@@ -1155,6 +1184,10 @@ async fn serve(
                 }
             }
         }
+    }
+    if !after_attach.is_empty() {
+        cp.apply(&mut dp, node, &after_attach)
+            .context("installing the new and resized tables in the grown bucket pool")?;
     }
     let (tx, mut rx) = mpsc::channel::<CheckResult>(4096);
     let (load_tx, mut load_rx) = mpsc::channel::<LoadResult>(4096);
@@ -1500,10 +1533,16 @@ impl Daemon<'_, '_> {
     fn log_installs(&self, plan: &Plan, why: &str) {
         let many = plan.install.len() > TABLE_LINES_MAX;
         for (key, moves) in &plan.install {
+            // Buckets the install compares with the maps (and stores where
+            // they differ): the changed ones, or the whole table.
+            let written = match plan.changed.get(key) {
+                Some(c) => c.len(),
+                None => self.cp.service(key).map_or(0, |s| s.table.size() as usize),
+            };
             if many {
-                debug!(service = %self.service_name(key), %key, moved = moves.moved, forced = moves.forced, swapped = moves.swapped, pending = moves.pending, reason = why, "table installed");
+                debug!(service = %self.service_name(key), %key, moved = moves.moved, forced = moves.forced, swapped = moves.swapped, pending = moves.pending, written, reason = why, "table installed");
             } else {
-                info!(service = %self.service_name(key), %key, moved = moves.moved, forced = moves.forced, swapped = moves.swapped, pending = moves.pending, reason = why, "table installed");
+                info!(service = %self.service_name(key), %key, moved = moves.moved, forced = moves.forced, swapped = moves.swapped, pending = moves.pending, written, reason = why, "table installed");
             }
         }
         if many {
@@ -1792,7 +1831,13 @@ impl Daemon<'_, '_> {
                     }
                 }
                 if hook.role != Role::Leader {
-                    self.apply(&Plan::default(), "published by the cluster's leader");
+                    let why = match newest {
+                        Some((rev, _)) => {
+                            format!("published by the cluster's leader (etcd revision {rev})")
+                        }
+                        None => "published by the cluster's leader".to_string(),
+                    };
+                    self.apply(&Plan::default(), &why);
                 }
                 self.state_dirty = true;
             }
@@ -1836,7 +1881,17 @@ impl Daemon<'_, '_> {
             Event::Published(revision) => {
                 hook.revision = hook.revision.max(revision);
                 if let Some(since) = hook.publishing_since.take() {
-                    hook.lag_ms = Some(since.elapsed().as_millis() as u64);
+                    let ms = since.elapsed().as_millis() as u64;
+                    hook.lag_ms = Some(ms);
+                    if ms >= SLOW_PUBLICATION_MS {
+                        // The followers install it no earlier: say where the
+                        // time went (a slow etcd, or a busy host).
+                        warn!(
+                            ms,
+                            revision,
+                            "publishing the tables to etcd took {ms} ms (followers forward by the previous ones until they read them)"
+                        );
+                    }
                 }
                 hook.updates += 1;
                 self.state_dirty = true;

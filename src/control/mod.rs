@@ -361,6 +361,40 @@ impl Plan {
         self.is_empty() && self.mode_changed.is_empty() && self.reweighted.is_empty()
     }
 
+    /// Take out the installs of the services that need a region of their
+    /// own in a data plane that holds the tables `held` (service -> its
+    /// buckets): a service `held` lacks or holds at another size than
+    /// `state` gives it. Returns them as a plan of their own; everything
+    /// else (settings, records, removals, the other installs) stays here.
+    ///
+    /// At a start that grew the adopted bucket pool, the programs still
+    /// attached read the old pool until the new ones replace them: this
+    /// plan runs before the attach (every `services` entry keeps naming a
+    /// region the old pool holds), the one returned after it
+    /// (docs/design.md "Maps", sizing).
+    pub fn take_new_regions(
+        &mut self,
+        state: &ControlPlane,
+        held: &BTreeMap<ServiceKey, u32>,
+    ) -> Plan {
+        let keys: Vec<ServiceKey> = self
+            .install
+            .keys()
+            .filter(|k| {
+                let size = state.service(k).map(|s| s.table.size());
+                size.is_some() && held.get(k).copied() != size
+            })
+            .copied()
+            .collect();
+        let mut out = Plan::default();
+        for key in keys {
+            let moves = self.install.remove(&key).expect("listed above");
+            let changed = self.changed.remove(&key);
+            out.add_install(key, moves, changed);
+        }
+        out
+    }
+
     /// Add an install of `key` (`changed`: the buckets that differ from
     /// the installed table; None: all of them) to what the plan installs.
     fn add_install(&mut self, key: ServiceKey, moves: Moves, changed: Option<Vec<u32>>) {

@@ -552,8 +552,9 @@ impl<'obj> Dataplane<'obj> {
     }
 
     /// `(old, new)` pool size if loading grew the adopted pool: the
-    /// programs attached before still read the old pool, so the new ones
-    /// must be attached before tables are written.
+    /// programs attached before still read the old pool, so a table that
+    /// needs a region of its own is written only once the new ones are
+    /// attached ([`crate::control::Plan::take_new_regions`]).
     pub fn pool_grew(&self) -> Option<(u32, u32)> {
         self.grew
     }

@@ -259,3 +259,186 @@ fn a_followers_reload_writes_the_published_buckets_only() {
     );
     assert_eq!(differing(&table(&next).buckets(), &table(&f).buckets()), 0);
 }
+
+/// What the daemon does with a follower's plan (`Daemon::apply`): its own
+/// step, then the published tables over it; nothing written for a table
+/// the data plane holds at the published revision already. `installed`:
+/// the revision the data plane holds; `rev`: the one published.
+#[allow(clippy::too_many_arguments)]
+fn follower_apply(
+    f: &mut ControlPlane,
+    dp: &mut super::fake::FakeDataplane,
+    own: Option<Plan>,
+    published: &BTreeMap<ServiceKey, crate::cluster::FollowedTable>,
+    installed: &mut u64,
+    rev: u64,
+    now: u64,
+    from_unix: &dyn Fn(u64) -> u64,
+) {
+    let node: IpAddr = Ipv4Addr::new(10, 0, 0, 13).into();
+    let mut p = own.unwrap_or_default();
+    p.merge(f.follow(published, from_unix, now));
+    if *installed == rev {
+        p.install.remove(&key());
+        p.changed.remove(&key());
+    }
+    if p.is_idle() {
+        return;
+    }
+    f.apply(dp, node, &p).unwrap();
+    *installed = rev;
+}
+
+#[test]
+fn a_follower_holds_the_last_publication_whatever_came_before() {
+    // What a follower holds does not depend on which publications it saw.
+    // The sequence of a CI run of the harness's ecmp-churn (whose watcher,
+    // not nilb, was wrong there): a backend fails on every balancer; the
+    // followers see it first (their own steps are undone), all reload new
+    // weights (paced); the leader publishes its reload (R1) and at once its
+    // health change (R2). One follower installs R1 then R2, the other R2
+    // alone, each with its own paced steps in between: both data planes
+    // must hold the leader's table.
+    use super::fake::FakeDataplane;
+    let node: IpAddr = Ipv4Addr::new(10, 0, 0, 13).into();
+    let w = |a, b, c| {
+        cfg_with(
+            &[(11, a, "active"), (12, b, "active"), (13, c, "active")],
+            1024,
+            (200, 50, 2000),
+        )
+    };
+    // Two clocks: the leader's wall clock is its control clock + LEADER,
+    // the followers' + FOLLOWER; move times travel as whole Unix seconds.
+    const LEADER: u64 = 1_700_000_000_333;
+    const FOLLOWER: u64 = 1_700_000_000_777;
+    let from_unix = |u: u64| u.saturating_sub(FOLLOWER);
+    let mut seed = 0x5eed_u64;
+    let mut rnd = |n: u64| {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (seed >> 33) % n
+    };
+    for round in 0..40 {
+        let c1 = w(1 + rnd(3) as u32, 1 + rnd(3) as u32, 1 + rnd(3) as u32);
+        let mut l = ControlPlane::new(c1.clone(), 0);
+        for d in [B11, B12, B13] {
+            pass(&mut l, d, 10);
+            pass(&mut l, d, 20);
+        }
+        let mut lnow = 50_000 + rnd(1000);
+        for t in (1000..lnow).step_by(200) {
+            l.tick(t);
+        }
+        let r0 = published(&l, LEADER);
+        let start = 70_000 + rnd(3000);
+        let follower = || {
+            let mut f = ControlPlane::new(c1.clone(), 0);
+            for d in [B11, B12, B13] {
+                pass(&mut f, d, 10);
+                pass(&mut f, d, 20);
+            }
+            let mut dp = FakeDataplane::default();
+            f.apply(&mut dp, node, &f.full_plan()).unwrap();
+            let mut installed = 0;
+            follower_apply(
+                &mut f,
+                &mut dp,
+                None,
+                &r0,
+                &mut installed,
+                1,
+                start,
+                &from_unix,
+            );
+            (f, dp, installed)
+        };
+        let (mut fa, mut dpa, mut ia) = follower();
+        let (mut fb, mut dpb, mut ib) = follower();
+        let sick = [B11, B12, B13][rnd(3) as usize];
+        for (f, dp, i) in [(&mut fa, &mut dpa, &mut ia), (&mut fb, &mut dpb, &mut ib)] {
+            let own = fail(f, sick, start);
+            follower_apply(f, dp, own, &r0, i, 1, start, &from_unix);
+            let own = fail(f, sick, start + 500);
+            follower_apply(f, dp, own, &r0, i, 1, start + 500, &from_unix);
+        }
+        let now = start + 700;
+        let c2 = w(1 + rnd(3) as u32, 1 + rnd(3) as u32, 1 + rnd(3) as u32);
+        lnow += 1000;
+        l.update(c2.clone(), lnow);
+        let r1 = published(&l, LEADER);
+        fail(&mut l, sick, lnow);
+        fail(&mut l, sick, lnow);
+        let r2 = published(&l, LEADER);
+        for (f, dp) in [(&mut fa, &mut dpa), (&mut fb, &mut dpb)] {
+            let (next, _) = f
+                .reload_adjusted(
+                    c2.clone(),
+                    None,
+                    now,
+                    dp,
+                    node,
+                    &mut |_| Ok(()),
+                    &mut ReloadTimes::default(),
+                    &mut |n| n.follow(&r0, &from_unix, now),
+                )
+                .unwrap();
+            *f = next;
+        }
+        // Follower a: R1, its own steps, R2; follower b: R2.
+        for k in 0..5 {
+            let own = Some(fa.tick(now + 7 + k * 20));
+            follower_apply(
+                &mut fa,
+                &mut dpa,
+                own,
+                &r1,
+                &mut ia,
+                2,
+                now + 7 + k * 20,
+                &from_unix,
+            );
+        }
+        follower_apply(
+            &mut fa,
+            &mut dpa,
+            None,
+            &r2,
+            &mut ia,
+            3,
+            now + 100,
+            &from_unix,
+        );
+        follower_apply(
+            &mut fb,
+            &mut dpb,
+            None,
+            &r2,
+            &mut ib,
+            3,
+            now + 60,
+            &from_unix,
+        );
+        for k in 1..10 {
+            let t = now + 100 + k * 100;
+            let own = Some(fa.tick(t));
+            follower_apply(&mut fa, &mut dpa, own, &r2, &mut ia, 3, t, &from_unix);
+            let own = Some(fb.tick(t));
+            follower_apply(&mut fb, &mut dpb, own, &r2, &mut ib, 3, t, &from_unix);
+        }
+        let want = table(&l).buckets();
+        for (name, dp) in [("R1 then R2", &dpa), ("R2 alone", &dpb)] {
+            let differ = dp.services[&key()]
+                .buckets
+                .iter()
+                .zip(&want)
+                .filter(|(a, b)| a != b)
+                .count();
+            assert_eq!(
+                differ, 0,
+                "round {round}, {name}: buckets unlike the leader's"
+            );
+        }
+    }
+}

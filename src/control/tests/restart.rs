@@ -331,3 +331,60 @@ fn a_service_removed_while_down_keeps_its_slots_until_its_table_goes() {
     a.apply(&mut dp, NODE, &plan).unwrap();
     assert!(dp.violations.is_empty(), "{:?}", dp.violations);
 }
+
+/// A start that grew the adopted bucket pool (docs/design.md "Restarts and
+/// adoption"): the installs that need a region of their own, a new service
+/// and one whose size changed, wait for the new programs; the adopted table
+/// of the same size and everything else (settings, records) go first.
+#[test]
+fn a_grown_pool_installs_new_and_resized_tables_after_the_attach() {
+    let now = 1_000_000;
+    let cp = node3_down(now);
+    let two = |web_size: u32| {
+        let mut y = String::from(
+            "version: 1\ncluster: {balancers: [10.0.0.11], hash_seed: 7}\nservices:\n",
+        );
+        for (name, vip, size) in [("web", 100, web_size), ("api", 101, 1024)] {
+            y += &format!(
+                "  - name: {name}\n    vip: 10.0.0.{vip}\n    port: 80\n    protocol: tcp\n    table_size: {size}\n    health_check: {{tcp: {{}}}}\n    backends:\n      - {{dip: 10.0.0.11}}\n      - {{dip: 10.0.0.12}}\n      - {{dip: 10.0.0.13}}\n"
+            );
+        }
+        Config::parse(&y).unwrap()
+    };
+    let api = ServiceKey {
+        vip: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 101)),
+        ..key()
+    };
+    let held: BTreeMap<ServiceKey, u32> = [(key(), 1024)].into();
+    for (web_size, later_keys) in [(4096, vec![key(), api]), (1024, vec![api])] {
+        let (a, mut plan) = ControlPlane::adopt(two(web_size), pinned(&cp), cp.records(), now);
+        let first: BTreeSet<ServiceKey> = plan.install.keys().copied().collect();
+        let later = plan.take_new_regions(&a, &held);
+        let later_got: Vec<ServiceKey> = later.install.keys().copied().collect();
+        let mut want = later_keys.clone();
+        want.sort();
+        assert_eq!(later_got, want, "web at {web_size}");
+        // Nothing is lost or written twice; the rest of the plan stays.
+        let now_first: BTreeSet<ServiceKey> = plan.install.keys().copied().collect();
+        assert!(now_first.is_disjoint(&later_got.iter().copied().collect()));
+        assert_eq!(
+            now_first.len() + later_got.len(),
+            first.len(),
+            "web at {web_size}"
+        );
+        assert!(later.records.is_empty() && !later.all_records && !later.settings_changed);
+        // Both applied in order leave the data plane as the whole plan does.
+        let mut dp = FakeDataplane::default();
+        a.apply(&mut dp, NODE, &plan).unwrap();
+        for k in &later_got {
+            assert!(
+                !dp.services.contains_key(k),
+                "{k} not installed before the attach"
+            );
+        }
+        a.apply(&mut dp, NODE, &later).unwrap();
+        for (k, st) in a.services() {
+            assert_eq!(dp.services[k].buckets, st.table.buckets(), "{k}");
+        }
+    }
+}
