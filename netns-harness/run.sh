@@ -47,6 +47,8 @@
 #      no bucket before (or after) its first check, no new connection fails
 #   removerestart  node3 removed from the file with 10 held connections on it; node1's
 #      nilb killed and restarted: node3 still removing and second hop, 0 time-outs
+#   growrestart  node1's nilb killed and restarted with a service added and web's table
+#      resized, so the pinned pool grows: no XDP drop for want of a first hop, 0 resets
 #   offlinecheck  node3 offline, its server stopped, active again: unknown, 0 buckets
 #   drainedfallback  node1 drained and healthy, node2/node3 failing: node1 serves
 #      everything (mode drained-fallback), no fail-open onto the dead ones
@@ -94,7 +96,7 @@
 # scenario runs alone or in any order.
 # Default: all, in the order a b c d h1 h2 h3 h4 h5 h6 spoof mtu encap-check neigh udp quic timewait
 # rst filters nat chain chainwalk v6-http v6-second-chance v6-cluster-http v6-cluster-second-chance
-# v6-cluster-v4vip restart downrestart removerestart offlinecheck drainedfallback panic xdpfail
+# v6-cluster-v4vip restart downrestart removerestart growrestart offlinecheck drainedfallback panic xdpfail
 # clockstep ecmp ecmp-fail ecmp-churn etcd-down dw e.
 # SCENARIO... run in the order given; --only LIST (comma-separated) runs a subset in
 # the default order. "health" means h1,h2,h3,h4,h5,h6, "all" everything.
@@ -143,7 +145,7 @@ source "$HERE/harness.sh"
 usage() { sed -n '2,/^# shellcheck disable/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 
 ALL_SCENARIOS=(a b c d h1 h2 h3 h4 h5 h6 spoof mtu encap-check neigh udp quic timewait rst filters nat chain chainwalk
-  v6-http v6-second-chance v6-cluster-http v6-cluster-second-chance v6-cluster-v4vip restart downrestart removerestart offlinecheck drainedfallback panic xdpfail clockstep ecmp ecmp-fail
+  v6-http v6-second-chance v6-cluster-http v6-cluster-second-chance v6-cluster-v4vip restart downrestart removerestart growrestart offlinecheck drainedfallback panic xdpfail clockstep ecmp ecmp-fail
   ecmp-churn etcd-down dw e)
 # Scenarios run only when named (none at present).
 PENDING_SCENARIOS=()

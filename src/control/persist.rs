@@ -80,9 +80,11 @@ impl ControlPlane {
     /// installs it: every table, every record, and the counter slots and
     /// stats indexes given out here (zeroed before use).
     ///
-    /// Each service whose table size still matches keeps its buckets, their
-    /// move history, its stats index and counter slots, so nothing moves
-    /// that the earlier daemon would not have moved. From `records` (the
+    /// Each service keeps its buckets, their move history, its stats index
+    /// and counter slots, so nothing moves that the earlier daemon would
+    /// not have moved; a table whose size the file changed meanwhile is
+    /// resized from there as a reload would resize it (when it grows, every
+    /// flow keeps its hops). From `records` (the
     /// `control_state` map) each backend keeps its slot, health verdict,
     /// administrative state and removal times; backends still being removed
     /// (in a record, or a hop of the live table that the file no longer
@@ -117,7 +119,13 @@ impl ControlPlane {
                 cp.orphan_indexes.insert(lt.service_index);
                 continue;
             };
-            if lt.chains.len() != service.table_size as usize
+            // A table of another size than the file now asks for is adopted
+            // at its own size: the update below resizes it as a reload would
+            // (`Table::resized`: the same flows keep their hops when it
+            // grows), where building it anew would move most flows.
+            let live_size = lt.chains.len();
+            if !live_size.is_power_of_two()
+                || live_size > limits::MAX_TABLE_SIZE as usize
                 || lt.service_index >= limits::MAX_SERVICES
                 || cp.services.values().any(|s| s.index == lt.service_index)
             {
@@ -239,6 +247,7 @@ impl ControlPlane {
             st.mode = targets::choose(&st, service.panic_threshold_percent).mode;
             st.exiting = st.failed_owners_left();
             let mut as_recorded = service.clone();
+            as_recorded.table_size = live_size as u32;
             as_recorded.backends = st
                 .backends
                 .values()

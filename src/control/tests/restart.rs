@@ -388,3 +388,40 @@ fn a_grown_pool_installs_new_and_resized_tables_after_the_attach() {
         }
     }
 }
+
+/// A restart whose file changed the table size meanwhile resizes the live
+/// table as a reload would: grown, every flow keeps its first hop and
+/// previous owners; nothing is built anew (which would move most flows).
+#[test]
+fn a_restart_with_a_new_table_size_keeps_the_flows() {
+    let now = 1_000_000;
+    let cp = node3_down(now);
+    let live = table(&cp).clone();
+    let bigger = cfg_with(
+        &[(11, 1, "active"), (12, 1, "active"), (13, 1, "active")],
+        4096,
+        (200, 10, 0),
+    );
+    let (a, plan) = ControlPlane::adopt(bigger, pinned(&cp), cp.records(), now + 60_000);
+    let t = table(&a);
+    assert_eq!(t.size(), 4096);
+    let moved = (0..4096)
+        .filter(|&i| t.first(i) != live.first(i % 1024) || t.second(i) != live.second(i % 1024))
+        .count();
+    assert_eq!(moved, 0, "buckets whose hops differ from the live table's");
+    assert!(
+        plan.install.contains_key(&key()),
+        "the resized table is installed"
+    );
+    let s = a.service(&key()).unwrap();
+    assert_eq!(
+        s.index,
+        cp.service(&key()).unwrap().index,
+        "stats index kept"
+    );
+    assert_eq!(
+        s.backends[&B11].slot,
+        cp.service(&key()).unwrap().backends[&B11].slot,
+        "counter slots kept"
+    );
+}
