@@ -296,9 +296,9 @@ fn a_follower_holds_the_last_publication_whatever_came_before() {
     // not nilb, was wrong there): a backend fails on every balancer; the
     // followers see it first (their own steps are undone), all reload new
     // weights (paced); the leader publishes its reload (R1) and at once its
-    // health change (R2). One follower installs R1 then R2, the other R2
-    // alone, each with its own paced steps in between: both data planes
-    // must hold the leader's table.
+    // health change (R2). One follower installs R1, takes its own paced
+    // steps, then installs R2; the other installs R2 alone; both then take
+    // their own steps: both data planes must hold the leader's table.
     use super::fake::FakeDataplane;
     let node: IpAddr = Ipv4Addr::new(10, 0, 0, 13).into();
     let w = |a, b, c| {

@@ -355,7 +355,12 @@ fn a_grown_pool_installs_new_and_resized_tables_after_the_attach() {
         vip: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 101)),
         ..key()
     };
-    let held: BTreeMap<ServiceKey, u32> = [(key(), 1024)].into();
+    // What the pins hold: web at 1024 buckets.
+    let held: BTreeMap<ServiceKey, u32> = pinned(&cp)
+        .iter()
+        .map(|(k, lt)| (*k, lt.chains.len() as u32))
+        .collect();
+    assert_eq!(held, [(key(), 1024)].into());
     for (web_size, later_keys) in [(4096, vec![key(), api]), (1024, vec![api])] {
         let (a, mut plan) = ControlPlane::adopt(two(web_size), pinned(&cp), cp.records(), now);
         let first: BTreeSet<ServiceKey> = plan.install.keys().copied().collect();
