@@ -1058,14 +1058,8 @@ async fn serve(
     )?;
     dp.set_interface(ifindex, opts.xdp_mode);
     let now = clock::control_ms(&clock);
-    // Buckets of each table the adopted maps hold.
-    let mut held: BTreeMap<ServiceKey, u32> = BTreeMap::new();
     let (mut cp, mut plan) = if dp.adopted() {
         let mut live = dp.live_tables().context("reading the adopted tables")?;
-        held = live
-            .iter()
-            .map(|(k, lt)| (*k, lt.chains.len() as u32))
-            .collect();
         // Move times written by an older daemon are Unix seconds.
         let (boot, wall) = (clock.boot_ms(), clock.wall_ms());
         for (_, lt) in &mut live {
@@ -1123,7 +1117,7 @@ async fn serve(
     // `services` entry keeps naming the region the old pool holds.
     let after_attach = match dp.pool_grew() {
         Some((old, new)) => {
-            let later = plan.take_new_regions(&cp, &held);
+            let later = plan.take_new_regions(&cp, &|k| dp.table_size(k));
             if !later.install.is_empty() {
                 info!(
                     old_buckets = old,

@@ -362,8 +362,8 @@ impl Plan {
     }
 
     /// Take out the installs of the services that need a region of their
-    /// own in a data plane that holds the tables `held` (service -> its
-    /// buckets): a service `held` lacks or holds at another size than
+    /// own in a data plane whose installed tables have `held(key)` buckets
+    /// (None: no table): a service it lacks or holds at another size than
     /// `state` gives it. Returns them as a plan of their own; everything
     /// else (settings, records, removals, the other installs) stays here.
     ///
@@ -375,14 +375,14 @@ impl Plan {
     pub fn take_new_regions(
         &mut self,
         state: &ControlPlane,
-        held: &BTreeMap<ServiceKey, u32>,
+        held: &dyn Fn(&ServiceKey) -> Option<u32>,
     ) -> Plan {
         let keys: Vec<ServiceKey> = self
             .install
             .keys()
             .filter(|k| {
                 let size = state.service(k).map(|s| s.table.size());
-                size.is_some() && held.get(k).copied() != size
+                size.is_some() && held(k) != size
             })
             .copied()
             .collect();

@@ -436,6 +436,12 @@ impl PoolBook {
         self.regions.contains_key(key)
     }
 
+    /// Buckets of `key`'s region (None: no installed table): an install of
+    /// another size takes a region of its own.
+    pub fn region_size(&self, key: &ServiceKey) -> Option<u32> {
+        self.regions.get(key).map(|r| r.0.size)
+    }
+
     /// Install `items` (see the module): regions first, for all items at
     /// once (a batch that does not fit the pool fails before anything is
     /// written), then per item the slots' addresses, the buckets and, for a

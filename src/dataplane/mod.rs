@@ -559,6 +559,12 @@ impl<'obj> Dataplane<'obj> {
         self.grew
     }
 
+    /// Buckets of the table installed for `key` (None: none): what
+    /// [`crate::control::Plan::take_new_regions`] asks.
+    pub fn table_size(&self, key: &ServiceKey) -> Option<u32> {
+        self.book.region_size(key)
+    }
+
     /// Bucket words this data plane stored into the pool so far (installs
     /// store only the words that differ from the installed ones).
     pub fn bucket_stores(&self) -> u64 {
