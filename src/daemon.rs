@@ -1040,9 +1040,18 @@ async fn serve(
     let clock = SystemClock;
     let mut storage = MaybeUninit::uninit();
     // The bucket pool holds every table of the config plus one of the
-    // largest (a resize), in whole chunks; adopted pins that are smaller
-    // grow, larger ones keep their size (docs/design.md "Maps").
-    let pool = crate::dataplane::pool_buckets(&config);
+    // largest (a resize), in whole chunks, and at a restart the pinned
+    // regions beside the new ones this start installs; adopted pins that
+    // are smaller grow, larger ones keep their size (docs/design.md "Maps").
+    let pool = crate::dataplane::start_pool_buckets(&config, Some(&opts.pin_dir));
+    let usual = crate::dataplane::pool_buckets(&config);
+    if pool > usual {
+        info!(
+            buckets = pool,
+            tables_plus_largest = usual,
+            "bucket pool sized for the pinned tables beside their new regions: this start installs tables of new sizes while the old ones are in use"
+        );
+    }
     if let Some(problem) = crate::dataplane::PinnedMaps::open(&opts.pin_dir)
         .ok()
         .and_then(|p| p.settings().ok())

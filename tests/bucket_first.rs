@@ -8,7 +8,9 @@
 //! Also the edge cases of the layout: tables of fewer than four buckets
 //! share an 8-byte element with other tables' entries, IPv6 tables, a
 //! table `services` points at that adoption does not take over, and a
-//! region reused by another service after its quarantine. Needs root;
+//! region reused by another service after its quarantine, and a restart
+//! that resizes several tables at once (the pool sized for old and new
+//! regions together). Needs root;
 //! skipped (one line on stderr) without it.
 
 mod common;
@@ -526,5 +528,74 @@ fn a_pinned_bucket_first_without_mmap_is_replaced() {
         });
         assert!(dp2.adopted());
         assert!(entries_off(pins).is_empty());
+    });
+}
+
+/// Three services (web TCP 80, dns UDP 53, api TCP 81) of `size` buckets.
+fn three_tables(size: u32) -> Config {
+    let y = two_backends().replace("table_size: 256", &format!("table_size: {size}"))
+        + &format!(
+            "  - name: api\n    vip: 10.0.0.100\n    port: 81\n    protocol: tcp\n    table_size: {size}\n    backends:\n      - {{dip: 10.0.0.13}}\n"
+        );
+    Config::parse(&y).unwrap()
+}
+
+/// A data plane on the pins under `pins` with a pool of `pool_buckets`,
+/// leaked as [`load_pinned`]'s.
+fn load_sized(pins: &Path, pool_buckets: u32) -> &'static mut Dataplane<'static> {
+    let storage: &'static mut MaybeUninit<OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
+    Box::leak(Box::new(
+        Dataplane::load_pinned(storage, Some(pins), pool_buckets).expect("loading BPF"),
+    ))
+}
+
+/// A restart that resizes several tables at once (docs/design.md "Maps",
+/// sizing): each new region is taken while every old one is still in use.
+/// Three tables of 16,384 buckets in one chunk, all set to 32,768: the old
+/// and new regions need 147,456 buckets, more than every table plus one of
+/// the largest (131,072). A start sized that way (as before) finds no room
+/// and fails, and so would every start after it on these pins; a start
+/// sized by [`start_pool_buckets`] grows the pool to three chunks and
+/// resizes all three tables, each bucket keeping the hops of bucket i mod
+/// 16,384.
+#[test]
+fn a_restart_that_resizes_three_tables_has_room_for_old_and_new() {
+    use nilb::dataplane::{pool_buckets, start_pool_buckets};
+    require_root!("BPF, network namespace, bpffs");
+    with_private_pins(|pins, _net| {
+        let small = three_tables(16384);
+        let dp = load_sized(pins, start_pool_buckets(&small, Some(pins)));
+        let cp = ControlPlane::new(small, 0);
+        cp.apply(&mut *dp, NODE.into(), &cp.full_plan()).unwrap();
+        let before = PinnedMaps::open(pins).unwrap().tables().unwrap();
+        assert_eq!(PinnedMaps::open(pins).unwrap().regions().unwrap().0, 65536);
+
+        let large = three_tables(32768);
+        let start = |pool: u32| {
+            let dp = load_sized(pins, pool);
+            assert!(dp.adopted());
+            let live = dp.live_tables().unwrap();
+            let records = dp.control_state().unwrap();
+            let (cp, plan) = ControlPlane::adopt(large.clone(), live, records, 1000);
+            cp.apply(&mut *dp, NODE.into(), &plan)
+        };
+        // Sized as every table plus one largest: no room.
+        assert_eq!(pool_buckets(&large), 131072);
+        let e = start(pool_buckets(&large)).expect_err("two chunks hold the old and new regions");
+        assert!(format!("{e:#}").contains("no room"), "{e:#}");
+
+        // Sized for the pinned regions beside the new ones.
+        let n = start_pool_buckets(&large, Some(pins));
+        assert_eq!(n, 196608);
+        start(n).expect("three chunks hold the old and new regions");
+        let after = PinnedMaps::open(pins).unwrap().tables().unwrap();
+        assert_eq!(after.len(), 3);
+        for ((k0, t0), (k1, t1)) in before.iter().zip(&after) {
+            assert_eq!(k0, k1);
+            assert_eq!(t1.size(), 32768, "{k1}");
+            for (i, c) in t1.chains.iter().enumerate() {
+                assert_eq!(c, &t0.chains[i % 16384], "{k1} bucket {i}");
+            }
+        }
     });
 }

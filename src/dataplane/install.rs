@@ -243,14 +243,18 @@ impl RawTable {
 /// (index = slot) and what could not be read.
 pub(super) type RawRead = (Vec<RawTable>, Vec<Option<IpAddr>>, Vec<String>);
 
-/// Every installed service's table (or only `only`'s) and the `backends`
-/// slots, read from the maps (through read-only mappings), tables in key
-/// order. A service whose region does not lie within the pool is reported
-/// in the errors, not read.
-pub(super) fn read_raw(maps: &PoolMaps<'_>, only: Option<&ServiceKey>) -> Result<RawRead> {
+/// What [`read_regions`] returns: each service with its `services` value
+/// and region, in key order, and what could not be taken.
+pub(super) type Regions = (
+    Vec<(ServiceKey, abi::sys::nilb_service, Region)>,
+    Vec<String>,
+);
+
+/// Every installed service's `services` value and region (or only
+/// `only`'s), in key order, without reading a bucket. A service whose
+/// region does not lie within the pool is reported in the errors.
+pub(super) fn read_regions(maps: &PoolMaps<'_>, only: Option<&ServiceKey>) -> Result<Regions> {
     let pool = maps.buckets.max_entries();
-    let backends = read_backends(maps)?;
-    let mut out = Vec::new();
     let mut errors = Vec::new();
     let mut keys: Vec<ServiceKey> = match only {
         Some(k) => vec![*k],
@@ -292,6 +296,17 @@ pub(super) fn read_raw(maps: &PoolMaps<'_>, only: Option<&ServiceKey>) -> Result
         }
         found.push((key, service, region));
     }
+    Ok((found, errors))
+}
+
+/// Every installed service's table (or only `only`'s) and the `backends`
+/// slots, read from the maps (through read-only mappings), tables in key
+/// order. A service whose region does not lie within the pool is reported
+/// in the errors, not read.
+pub(super) fn read_raw(maps: &PoolMaps<'_>, only: Option<&ServiceKey>) -> Result<RawRead> {
+    let backends = read_backends(maps)?;
+    let mut out = Vec::new();
+    let (found, errors) = read_regions(maps, only)?;
     // One mapping of the part of the pool the tables span (one table's
     // region when only one is asked for).
     let (lo, hi) = found.iter().fold((u64::MAX, 0u64), |(lo, hi), (_, _, r)| {

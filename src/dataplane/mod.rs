@@ -149,6 +149,28 @@ pub fn pool_buckets(config: &Config) -> u32 {
     pool::pool_buckets_for(config.services.iter().map(|s| s.table_size))
 }
 
+/// Buckets of the pool for a start with `config` on the pins under
+/// `pin_dir`: [`pool_buckets`], or more when the pinned pool's regions and
+/// the new regions the start installs (new services, new table sizes) do
+/// not fit that together ([`pool::pool_buckets_at_start`]; a restart that
+/// resizes several tables at once needs each old region beside its new
+/// one). Pins that cannot be read count as none: the load then replaces
+/// or adopts them and reports why.
+pub fn start_pool_buckets(config: &Config, pin_dir: Option<&Path>) -> u32 {
+    let wanted: Vec<(ServiceKey, u32)> = config
+        .services
+        .iter()
+        .map(|s| (s.key(), s.table_size))
+        .collect();
+    match pin_dir
+        .and_then(|d| PinnedMaps::open(d).ok())
+        .and_then(|p| p.regions().ok())
+    {
+        Some((pinned_pool, pinned)) => pool::pool_buckets_at_start(pinned_pool, &pinned, &wanted),
+        None => pool_buckets(config),
+    }
+}
+
 fn pool_maps<'a>(skel: &'a NilbSkel<'_>) -> install::PoolMaps<'a> {
     install::PoolMaps {
         services: &skel.maps.services,

@@ -14,8 +14,9 @@ use anyhow::{Context, Result};
 use libbpf_rs::{MapCore, MapFlags};
 
 use super::abi;
-use super::install::{read_raw, Chains, PoolMaps, RawTable};
+use super::install::{read_raw, read_regions, Chains, PoolMaps, RawTable};
 use super::ops::{ControlRecord, NodeSettings};
+use super::pool::Region;
 use crate::types::{ServiceKey, UnknownFlow};
 
 /// `services`: HASH from (VIP, port, protocol) to the service's region of
@@ -324,6 +325,18 @@ impl PinnedMaps {
             // Read only: these pins are never written through this view.
             cache_gen: None,
         }
+    }
+
+    /// The pool's size (buckets) and every installed service's region of
+    /// it, in key order, read from `services` alone (no bucket is read). A
+    /// region that does not lie within the pool is left out (adoption
+    /// installs that table anew).
+    pub fn regions(&self) -> Result<(u32, Vec<(ServiceKey, Region)>)> {
+        let (found, _) = read_regions(&self.pool_maps(), None)?;
+        Ok((
+            self.buckets.max_entries(),
+            found.into_iter().map(|(k, _, r)| (k, r)).collect(),
+        ))
     }
 
     /// Every installed service's table, raw, in key order, and the address

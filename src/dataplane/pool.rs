@@ -48,6 +48,50 @@ pub fn pool_buckets_for(sizes: impl IntoIterator<Item = u32>) -> u32 {
     (chunks * chunk).min(u32::MAX as u64 / chunk * chunk) as u32
 }
 
+/// Buckets a pool needs at a start that adopts a pinned pool of
+/// `pinned_pool` buckets holding the regions `pinned` and installs the
+/// tables `wanted` (service, table size): at least [`pool_buckets_for`]
+/// of the wanted sizes, and enough that every wanted table without a pinned
+/// region of its size (a new service, a new size) gets a new region while
+/// all pinned regions are still in use (an install takes its new regions,
+/// largest first, before it frees any old one, and a freed region waits
+/// out its quarantine). Found by placing them as the install will, on a
+/// copy of the pinned pool grown a chunk at a time: the old regions lie
+/// where an earlier daemon put them, so a sum could be short. A pinned
+/// region that cannot be reserved (adoption installs that table anew) or
+/// a size no region can have is left out of the pinned ones.
+pub fn pool_buckets_at_start<K: Clone + Eq + Ord>(
+    pinned_pool: u32,
+    pinned: &[(K, Region)],
+    wanted: &[(K, u32)],
+) -> u32 {
+    let least = pool_buckets_for(wanted.iter().map(|w| w.1));
+    let mut pool: Pool<K> = Pool::new(pinned_pool);
+    let mut kept = BTreeMap::new();
+    for (k, r) in pinned {
+        if pool.reserve(*r, k.clone()).is_ok() {
+            kept.insert(k.clone(), r.size);
+        }
+    }
+    let mut new: Vec<&(K, u32)> = wanted
+        .iter()
+        .filter(|(k, s)| kept.get(k) != Some(s) && order_of(*s).is_some())
+        .collect();
+    new.sort_by_key(|(_, s)| std::cmp::Reverse(*s));
+    // Fresh chunks hold any such list (powers of two, largest first), so
+    // this ends within sum / CHUNK_BUCKETS + 1 steps.
+    let cap = u32::MAX / CHUNK_BUCKETS * CHUNK_BUCKETS;
+    let mut buckets = pool.buckets();
+    loop {
+        let mut p = pool.clone();
+        p.grow(buckets);
+        if buckets >= cap || new.iter().all(|(k, s)| p.alloc(*s, k.clone(), 0).is_ok()) {
+            return buckets.max(least);
+        }
+        buckets += CHUNK_BUCKETS;
+    }
+}
+
 /// A region of the pool: `size` buckets from `base`, `size` a power of two
 /// and `base` a multiple of it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -354,6 +398,49 @@ mod tests {
         assert_eq!(pool_buckets_for([65536, 16]), 3 * CHUNK_BUCKETS);
     }
 
+    /// Whether a pool of `buckets` holding `pinned` gives each of `new` a
+    /// region, largest first, as an install does.
+    fn start_fits(buckets: u32, pinned: &[(u32, Region)], new: &[(u32, u32)]) -> bool {
+        let mut p: Pool<u32> = Pool::new(buckets);
+        for (k, r) in pinned {
+            p.reserve(*r, *k).unwrap();
+        }
+        let mut new = new.to_vec();
+        new.sort_by_key(|(_, s)| std::cmp::Reverse(*s));
+        new.iter().all(|(k, s)| p.alloc(*s, *k, 0).is_ok())
+    }
+
+    #[test]
+    fn a_start_that_resizes_several_tables_has_room_for_old_and_new() {
+        // Three tables of 16,384 pinned in one chunk, all resized to 32,768
+        // at a restart: the old regions stay in use while the new ones are
+        // taken, 147,456 buckets in all. Tables plus one largest is 131,072.
+        let r = |i: u32| Region {
+            base: i * 16384,
+            size: 16384,
+        };
+        let pinned = [(0, r(0)), (1, r(1)), (2, r(2))];
+        let wanted = [(0, 32768), (1, 32768), (2, 32768)];
+        assert_eq!(pool_buckets_for(wanted.map(|w| w.1)), 2 * CHUNK_BUCKETS);
+        assert!(!start_fits(2 * CHUNK_BUCKETS, &pinned, &wanted));
+        let n = pool_buckets_at_start(CHUNK_BUCKETS, &pinned, &wanted);
+        assert_eq!(n, 3 * CHUNK_BUCKETS);
+        assert!(start_fits(n, &pinned, &wanted));
+        // Sizes kept: nothing new, the usual sizing.
+        let same = [(0, 16384), (1, 16384), (2, 16384)];
+        assert_eq!(
+            pool_buckets_at_start(CHUNK_BUCKETS, &pinned, &same),
+            CHUNK_BUCKETS
+        );
+        // No pins: the usual sizing too.
+        assert_eq!(pool_buckets_at_start(0, &[], &wanted), 2 * CHUNK_BUCKETS);
+        // A larger pinned pool keeps its size when it has room.
+        assert_eq!(
+            pool_buckets_at_start(4 * CHUNK_BUCKETS, &pinned, &wanted),
+            4 * CHUNK_BUCKETS
+        );
+    }
+
     #[test]
     fn tables_sized_for_fit_in_any_order_and_one_resize_more() {
         // Sizes in an awkward order: descending-size packing is not needed
@@ -514,6 +601,45 @@ mod tests {
     }
 
     proptest! {
+
+        /// Whatever regions an earlier daemon left and whatever the new
+        /// config keeps, resizes or adds: the start's pool holds the
+        /// pinned regions and every new one, at least the usual sizing,
+        /// and a chunk less would not do (unless the usual sizing or the
+        /// pinned pool decided).
+        #[test]
+        fn a_start_pool_holds_pinned_and_new_regions(
+            old in proptest::collection::vec(0u32..=16, 0..24),
+            change in proptest::collection::vec((any::<bool>(), 0u32..=16), 0..24),
+            added in proptest::collection::vec(0u32..=16, 0..6),
+        ) {
+            let old: Vec<u32> = old.iter().map(|&o| 1 << o).collect();
+            let mut p: Pool<u32> = Pool::new(pool_buckets_for(old.iter().copied()));
+            let pinned: Vec<(u32, Region)> = old
+                .iter()
+                .enumerate()
+                .map(|(i, &s)| (i as u32, p.alloc(s, i as u32, 0).unwrap()))
+                .collect();
+            let pinned_pool = p.buckets();
+            let mut wanted: Vec<(u32, u32)> = old
+                .iter()
+                .zip(change.iter().chain(std::iter::repeat(&(false, 0))))
+                .enumerate()
+                .map(|(i, (&s, &(resize, o)))| (i as u32, if resize { 1 << o } else { s }))
+                .collect();
+            wanted.extend(added.iter().enumerate().map(|(i, &o)| (1000 + i as u32, 1 << o)));
+            let new: Vec<(u32, u32)> = wanted
+                .iter()
+                .filter(|(k, s)| old.get(*k as usize) != Some(s))
+                .copied()
+                .collect();
+            let n = pool_buckets_at_start(pinned_pool, &pinned, &wanted);
+            prop_assert!(n >= pool_buckets_for(wanted.iter().map(|w| w.1)));
+            prop_assert!(start_fits(n, &pinned, &new));
+            if n > pool_buckets_for(wanted.iter().map(|w| w.1)) && n > pinned_pool {
+                prop_assert!(!start_fits(n - CHUNK_BUCKETS, &pinned, &new));
+            }
+        }
         /// Random allocations, releases and waits: regions never overlap,
         /// quarantined regions go to no one else, and a failed request of
         /// `s` buckets leaves fewer than `s` free buckets per region smaller
