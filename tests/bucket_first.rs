@@ -568,7 +568,10 @@ fn a_restart_that_resizes_three_tables_has_room_for_old_and_new() {
         let cp = ControlPlane::new(small, 0);
         cp.apply(&mut *dp, NODE.into(), &cp.full_plan()).unwrap();
         let before = PinnedMaps::open(pins).unwrap().tables().unwrap();
-        assert_eq!(PinnedMaps::open(pins).unwrap().regions().unwrap().0, 65536);
+        assert_eq!(
+            nilb::dataplane::pinned::pinned_regions(pins).unwrap().0,
+            65536
+        );
 
         let large = three_tables(32768);
         let start = |pool: u32| {

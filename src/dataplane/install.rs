@@ -251,19 +251,23 @@ pub(super) type Regions = (
 );
 
 /// Every installed service's `services` value and region (or only
-/// `only`'s), in key order, without reading a bucket. A service whose
-/// region does not lie within the pool is reported in the errors.
-pub(super) fn read_regions(maps: &PoolMaps<'_>, only: Option<&ServiceKey>) -> Result<Regions> {
-    let pool = maps.buckets.max_entries();
+/// `only`'s) from `services` and `services6`, in key order, without
+/// reading a bucket. A service whose region does not lie within a pool of
+/// `pool` buckets is reported in the errors.
+pub(super) fn read_regions(
+    services: &dyn MapCore,
+    services6: Option<&dyn MapCore>,
+    pool: u32,
+    only: Option<&ServiceKey>,
+) -> Result<Regions> {
     let mut errors = Vec::new();
     let mut keys: Vec<ServiceKey> = match only {
         Some(k) => vec![*k],
         None => {
             let mut v = Vec::new();
-            for k in maps
-                .services
+            for k in services
                 .keys()
-                .chain(maps.services6.iter().flat_map(|m| m.keys()))
+                .chain(services6.iter().flat_map(|m| m.keys()))
             {
                 if let Some(key) = abi::parse_service_key(&k)? {
                     v.push(key);
@@ -275,8 +279,13 @@ pub(super) fn read_regions(maps: &PoolMaps<'_>, only: Option<&ServiceKey>) -> Re
     keys.sort();
     let mut found = Vec::with_capacity(keys.len());
     for key in keys {
-        let Ok((map, k)) = maps.service_entry(&key) else {
-            continue;
+        let (which, k) = abi::service_key(&key);
+        let map = match which {
+            abi::ServicesMap::V4 => services,
+            abi::ServicesMap::V6 => match services6 {
+                Some(m) => m,
+                None => continue,
+            },
         };
         let Some(v) = map.lookup(&k, MapFlags::ANY)? else {
             continue;
@@ -306,7 +315,12 @@ pub(super) fn read_regions(maps: &PoolMaps<'_>, only: Option<&ServiceKey>) -> Re
 pub(super) fn read_raw(maps: &PoolMaps<'_>, only: Option<&ServiceKey>) -> Result<RawRead> {
     let backends = read_backends(maps)?;
     let mut out = Vec::new();
-    let (found, errors) = read_regions(maps, only)?;
+    let (found, errors) = read_regions(
+        maps.services,
+        maps.services6,
+        maps.buckets.max_entries(),
+        only,
+    )?;
     // One mapping of the part of the pool the tables span (one table's
     // region when only one is asked for).
     let (lo, hi) = found.iter().fold((u64::MAX, 0u64), |(lo, hi), (_, _, r)| {

@@ -162,10 +162,7 @@ pub fn start_pool_buckets(config: &Config, pin_dir: Option<&Path>) -> u32 {
         .iter()
         .map(|s| (s.key(), s.table_size))
         .collect();
-    match pin_dir
-        .and_then(|d| PinnedMaps::open(d).ok())
-        .and_then(|p| p.regions().ok())
-    {
+    match pin_dir.and_then(|d| pinned::pinned_regions(d).ok()) {
         Some((pinned_pool, pinned)) => pool::pool_buckets_at_start(pinned_pool, &pinned, &wanted),
         None => pool_buckets(config),
     }

@@ -327,18 +327,6 @@ impl PinnedMaps {
         }
     }
 
-    /// The pool's size (buckets) and every installed service's region of
-    /// it, in key order, read from `services` alone (no bucket is read). A
-    /// region that does not lie within the pool is left out (adoption
-    /// installs that table anew).
-    pub fn regions(&self) -> Result<(u32, Vec<(ServiceKey, Region)>)> {
-        let (found, _) = read_regions(&self.pool_maps(), None)?;
-        Ok((
-            self.buckets.max_entries(),
-            found.into_iter().map(|(k, _, r)| (k, r)).collect(),
-        ))
-    }
-
     /// Every installed service's table, raw, in key order, and the address
     /// of every backend slot (index = slot).
     pub fn raw_tables(&self) -> Result<(Vec<RawTable>, Vec<Option<IpAddr>>)> {
@@ -367,6 +355,31 @@ impl PinnedMaps {
             .map(|t| (t.key, LiveTable::from_raw(t, &backends)))
             .collect())
     }
+}
+
+/// The size (buckets) of the pool pinned under `dir` and every installed
+/// service's region of it, in key order, read from the pins of `buckets`,
+/// `services` and `services6` alone (no bucket is read; pins of an older
+/// version without other maps do). A region that does not lie within the
+/// pool is left out (adoption installs that table anew).
+/// Errors: `buckets` or `services` is not pinned there, or a map read
+/// fails.
+pub fn pinned_regions(dir: &Path) -> Result<(u32, Vec<(ServiceKey, Region)>)> {
+    let open = |name: &str| {
+        let p = dir.join(name);
+        libbpf_rs::MapHandle::from_pinned_path(&p)
+            .with_context(|| format!("opening {}", p.display()))
+    };
+    let (buckets, services) = (open(BUCKETS)?, open(SERVICES)?);
+    let services6 = open(SERVICES6).ok();
+    let pool = buckets.max_entries();
+    let (found, _) = read_regions(
+        &services,
+        services6.as_ref().map(|m| m as &dyn MapCore),
+        pool,
+        None,
+    )?;
+    Ok((pool, found.into_iter().map(|(k, _, r)| (k, r)).collect()))
 }
 
 /// Every used slot of a `control_state` map with its record.
