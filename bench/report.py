@@ -209,6 +209,8 @@ def main():
                  "xdp_decap_syn": "decapsulate, inner SYN",
                  "xdp_decap_established": "decapsulate, established socket",
                  "xdp_to_tc": "left to TC (listener, no flow)",
+                 "xdp_decap_syn_o6": "IPv6 cluster network (outer IPv6): decapsulate, inner SYN",
+                 "xdp_decap_syn6_o6": "IPv6 cluster network (outer IPv6): decapsulate, inner IPv6 SYN to an IPv6 VIP",
                  "nat_decap_syn": "NAT mode: decapsulate, inner SYN of a tracked flow, translate",
                  "nat_egress_reply": "NAT mode, egress: translate a reply's source",
                  "nat_egress_other": "NAT mode, egress: another port's packet, passed"}.get(c["case"], c["case"]),

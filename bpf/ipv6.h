@@ -85,6 +85,89 @@ static __always_inline int vip6_flags(const __u32 *addr)
 	return a ? (int)(a->flags & 0xffff) : -1;
 }
 
+/* addr6_cached's miss (a subprogram, like service_fill; one per map, as
+ * vip_fill and cluster_fill): look addr up in `vips6` and, if found, fill
+ * e with it, generation gen, fresh until now + NILB_SERVICE_CACHE_JIFFIES.
+ * Returns: the entry's flags (low 16 bits), or -1 if addr is no VIP (e
+ * left as it was). */
+static __noinline int vip6_fill(struct nilb_addr6_cache *e, const __u32 *addr, __u32 gen,
+				__u64 now)
+{
+	struct nilb_addr6 key;
+	struct nilb_addr_info *a;
+
+	addr6_copy((__u32 *)key.addr, addr);
+	a = bpf_map_lookup_elem(&vips6, &key);
+	if (!a || !e)
+		return -1;
+	addr6_copy(e->addr, addr);
+	e->map = NILB_ADDR_CACHE_VIPS;
+	e->flags = a->flags;
+	e->gen = gen;
+	e->expires = now + NILB_SERVICE_CACHE_JIFFIES;
+	return (int)(a->flags & 0xffff);
+}
+
+/* addr6_cached's miss for `cluster_nodes6`. Returns: as vip6_fill. */
+static __noinline int cluster6_fill(struct nilb_addr6_cache *e, const __u32 *addr, __u32 gen,
+				    __u64 now)
+{
+	struct nilb_addr6 key;
+	struct nilb_addr_info *a;
+
+	addr6_copy((__u32 *)key.addr, addr);
+	a = bpf_map_lookup_elem(&cluster_nodes6, &key);
+	if (!a || !e)
+		return -1;
+	addr6_copy(e->addr, addr);
+	e->map = NILB_ADDR_CACHE_CLUSTER;
+	e->flags = a->flags;
+	e->gen = gen;
+	e->expires = now + NILB_SERVICE_CACHE_JIFFIES;
+	return (int)(a->flags & 0xffff);
+}
+
+/*
+ * The entry of IPv6 address addr (four network-order words) in `vips6`
+ * (which: NILB_ADDR_CACHE_VIPS, a constant) or `cluster_nodes6`
+ * (NILB_ADDR_CACHE_CLUSTER) through this CPU's IPv6 address cache: the
+ * rules of addr_cached (bpf/common.h: generation, expiry, XDP only; an
+ * address found in neither map is looked up every time).
+ * Returns: the entry's flags (low 16 bits), or -1 if addr is not in the
+ * map.
+ */
+static __always_inline int addr6_cached(const __u32 *addr, const __u32 which)
+{
+	__u32 slot = service_cache_slot(addr[0] ^ addr[1] ^ addr[2] ^ addr[3] ^ which) >>
+		     (NILB_SERVICE_CACHE_BITS - NILB_ADDR_CACHE_BITS);
+	__u32 gen = cache_generation();
+	struct nilb_addr6_cache *e;
+	__u64 now;
+
+	e = bpf_map_lookup_elem(&addr_cache6, &slot);
+	if (!e)
+		return -1; /* never: slot < the map's size */
+	now = bpf_jiffies64();
+	if (addr6_eq(e->addr, addr) && e->map == which && e->gen == gen && e->expires > now)
+		return (int)(e->flags & 0xffff);
+	return which == NILB_ADDR_CACHE_VIPS ? vip6_fill(e, addr, gen, now)
+					     : cluster6_fill(e, addr, gen, now);
+}
+
+/* Returns: vip6_flags(addr), through this CPU's IPv6 address cache (XDP
+ * only). */
+static __always_inline int vip6_flags_cached(const __u32 *addr)
+{
+	return addr6_cached(addr, NILB_ADDR_CACHE_VIPS);
+}
+
+/* Returns: non-zero if addr (four network-order words) is in
+ * `cluster_nodes6`, through this CPU's IPv6 address cache (XDP only). */
+static __always_inline int cluster_node6_cached(const __u32 *addr)
+{
+	return addr6_cached(addr, NILB_ADDR_CACHE_CLUSTER) >= 0;
+}
+
 /* Returns: the IPv6 service (vip: four network-order words; port network
  * order), or NULL if none. */
 static __always_inline struct nilb_service *service6_of(const __u32 *vip, __u16 port, __u8 proto)

@@ -66,6 +66,15 @@ struct {
 	__type(value, struct nilb_addr_cache);
 } addr_cache SEC(".maps");
 
+/* The same for IPv6 addresses in `vips6` or `cluster_nodes6` (bpf/ipv6.h
+ * vip6_flags_cached, cluster_node6_cached). Not pinned. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, NILB_ADDR_CACHE_SLOTS);
+	__type(key, __u32);
+	__type(value, struct nilb_addr6_cache);
+} addr_cache6 SEC(".maps");
+
 /* The same for `services6` (bpf/ipv6.h service6_cached). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

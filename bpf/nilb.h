@@ -361,6 +361,17 @@ struct nilb_addr_cache {
 	__u32 flags;                  /* that map's nilb_addr_info.flags */
 };
 
+/* Value of `addr_cache6` (PERCPU_ARRAY): an IPv6 address found in `vips6`
+ * or `cluster_nodes6` (absent addresses are not cached). 40 bytes. */
+struct nilb_addr6_cache {
+	__u64 expires;                /* bpf_jiffies64() deadline */
+	__u32 addr[4];                /* IPv6, four network-order words */
+	__u32 map;                    /* enum nilb_addr_cache_map */
+	__u32 gen;                    /* cache_gen when it was filled */
+	__u32 flags;                  /* that map's nilb_addr_info.flags */
+	__u32 pad;
+};
+
 /* Value of `service_cache6` (PERCPU_ARRAY): one IPv6 service. 56 bytes. */
 struct nilb_service6_cache {
 	__u64 expires;                /* bpf_jiffies64() deadline */

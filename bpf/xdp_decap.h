@@ -105,7 +105,7 @@ static __always_inline int xdp_gue_receive6_of(struct xdp_md *ctx, const int o6)
 	if (in6->version != 6 || in_len != bpf_ntohs(udp->len) - sizeof(*udp) - gue_len ||
 	    ipv6_walk(in6, data_end, in_len - sizeof(*in6), &l4_off, &proto) != IP6_L4 ||
 	    proto != IPPROTO_TCP || l4_off > sizeof(*in6) + NILB_IPV6_MAX_EXT * 2048 ||
-	    vip6_flags((__u32 *)&in6->daddr) < 0)
+	    vip6_flags_cached((__u32 *)&in6->daddr) < 0)
 		goto to_tc;
 	th = (void *)in6 + l4_off;
 	if ((void *)(th + 1) > data_end || in_len - l4_off < sizeof(*th) || th->doff < 5 ||
@@ -286,7 +286,6 @@ static __noinline int xdp_gue_receive_o6(struct xdp_md *ctx)
 	void *data_end = (void *)(long)ctx->data_end;
 	struct ethhdr *eth = data;
 	struct ipv6hdr *oip6 = (void *)(eth + 1);
-	struct nilb_addr6 key;
 	struct gue_hdr *gue;
 	struct iphdr *in;
 	__u32 *node6 = get_node6();
@@ -295,8 +294,7 @@ static __noinline int xdp_gue_receive_o6(struct xdp_md *ctx)
 		goto to_tc; /* never: checked by the caller; for the verifier */
 	if (addr6_eq((__u32 *)&oip6->saddr, node6))
 		goto to_tc;
-	addr6_copy((__u32 *)key.addr, (__u32 *)&oip6->saddr);
-	if (!bpf_map_lookup_elem(&cluster_nodes6, &key))
+	if (!cluster_node6_cached((__u32 *)&oip6->saddr))
 		goto to_tc;
 	switch (gue_parse6(oip6, data_end, data_end - data, &in)) {
 	case GUE_OK:

@@ -443,6 +443,29 @@ fn gue_frame(gen_mac: [u8; 6], sport: u16, flags: u8, hop: Ipv4Addr) -> Vec<u8> 
     )
 }
 
+/// A GUE frame over the IPv6 cluster network of the `*_c6` cases: outer
+/// IPv6 from backend fd99::11 to the node (NODE6), UDP (checksum 0) to the
+/// GUE port, GUE with no hop listed around `inner` (GUE protocol
+/// `inner_proto`: 4 or 41).
+fn gue6_frame(gen_mac: [u8; 6], inner_proto: u8, inner: &[u8]) -> Vec<u8> {
+    let mut g = vec![1u8, inner_proto, 0, 0, 0, 0, 0, 0];
+    g.extend_from_slice(inner);
+    let udp_len = 8 + g.len();
+    let mut l3 = vec![0x60, 0, 0, 0];
+    l3.extend_from_slice(&(udp_len as u16).to_be_bytes());
+    l3.extend_from_slice(&[17, 64]);
+    l3.extend_from_slice(&"fd99::11".parse::<std::net::Ipv6Addr>().unwrap().octets());
+    l3.extend_from_slice(&NODE6.parse::<std::net::Ipv6Addr>().unwrap().octets());
+    l3.extend_from_slice(&(0x8000u16 | 1234).to_be_bytes());
+    l3.extend_from_slice(&GUE_PORT.to_be_bytes());
+    l3.extend_from_slice(&(udp_len as u16).to_be_bytes());
+    l3.extend_from_slice(&[0, 0]);
+    l3.extend_from_slice(&g);
+    let mut f = eth(gen_mac, [0x02, 0, 0, 0, 0, 0x01], &l3);
+    f[12..14].copy_from_slice(&[0x86, 0xdd]);
+    f
+}
+
 /// Recompute the IPv4 header checksum of the (20-byte) header at `o`.
 fn fix_inner_ip_csum(f: &mut [u8], o: usize) {
     f[o + 10] = 0;
@@ -1456,9 +1479,41 @@ fn main() -> Result<()> {
             "xdp_gue_to_tc",
         ),
     ];
-    for (name, what, frame, counter) in rx_cases {
+    // The same SYN over the IPv6 cluster network (outer IPv6 from a cluster
+    // node: `cluster_nodes6`), and an IPv6 client's SYN to the IPv6 VIP in
+    // it (`vips6`), on the `*_c6` cases' node.
+    let syn_o6 = gue6_frame(
+        gen_mac,
+        4,
+        &ipv4(LOCAL_CLIENT, VIP, 6, &tcp(41002, 80, TCP_SYN, 10)),
+    );
+    let syn6_o6 = {
+        let f = vip6_frame(gen_mac, 80);
+        let mut inner = f[14..].to_vec();
+        inner[40 + 13] = TCP_SYN; // the TCP flags after the 40-byte IPv6 header
+        gue6_frame(gen_mac, 41, &inner)
+    };
+    let rx6_cases: [(&str, &str, &[u8], &str); 2] = [
+        (
+            "xdp_decap_syn_o6",
+            "XDP, GUE in outer IPv6 from a cluster node, inner TCP SYN: decapsulate",
+            &syn_o6,
+            "xdp_decap_syn",
+        ),
+        (
+            "xdp_decap_syn6_o6",
+            "XDP, GUE in outer IPv6 from a cluster node, inner IPv6 TCP SYN to an IPv6 VIP: decapsulate",
+            &syn6_o6,
+            "xdp_decap_syn",
+        ),
+    ];
+    let rx_all = rx_cases
+        .iter()
+        .map(|c| (c, &dptc))
+        .chain(rx6_cases.iter().map(|c| (c, &dp_c6)));
+    for (&(name, what, frame, counter), dptc) in rx_all {
         let xctx = xdp_ctx(frame.len(), gen_if);
-        let before = counters(&dptc)?;
+        let before = counters(dptc)?;
         let mut n = Vec::new();
         let mut b = Vec::new();
         for round in 0..4 {
@@ -1472,7 +1527,7 @@ fn main() -> Result<()> {
                 n.extend(nn);
             }
         }
-        let after = counters(&dptc)?;
+        let after = counters(dptc)?;
         let idx = COUNTER_NAMES.iter().position(|c| *c == counter).unwrap();
         let moved = after[idx] - before[idx];
         if moved as usize != n.len() {

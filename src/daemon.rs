@@ -775,6 +775,13 @@ struct Daemon<'a, 'obj> {
     reload_reading: Option<Instant>,
     /// A SIGHUP came while a read was under way: read again after it.
     reload_again: bool,
+    /// When to read the file again after a reload that found no room in
+    /// the bucket pool while regions released by the change before it
+    /// waited out their quarantine (once: a retry that fails the same way
+    /// is not retried).
+    reload_retry_at: Option<Instant>,
+    /// The reload under way is such a retry.
+    reload_is_retry: bool,
 }
 
 /// Longest a reload's read of the files may take before it is abandoned.
@@ -1124,20 +1131,27 @@ async fn serve(
     // table that needs a region of its own (a new service, a new size) is
     // installed only once the new programs are attached; until then its
     // `services` entry keeps naming the region the old pool holds.
-    let after_attach = match dp.pool_grew() {
-        Some((old, new)) => {
-            let later = plan.take_new_regions(&cp, &|k| dp.table_size(k));
-            if !later.install.is_empty() {
-                info!(
-                    old_buckets = old,
-                    new_buckets = new,
-                    tables = later.install.len(),
-                    "bucket pool grown: new and resized tables are installed once the new programs are attached"
-                );
-            }
-            later
+    // The same when an earlier start grew the pins and was stopped before
+    // it attached: the attached programs read the pool it replaced.
+    let other_pool = dp.adopted()
+        && dp
+            .attached_reads_another_pool(ifindex)
+            .context("reading which maps the attached XDP program uses")?;
+    let after_attach = if dp.pool_grew().is_some() || other_pool {
+        let later = plan.take_new_regions(&cp, &|k| dp.table_size(k));
+        if !later.install.is_empty() {
+            let (old, new) = dp.pool_grew().unzip();
+            info!(
+                old_buckets = old,
+                new_buckets = new,
+                attached_reads_another_pool = other_pool,
+                tables = later.install.len(),
+                "bucket pool grown: new and resized tables are installed once the new programs are attached"
+            );
         }
-        None => Plan::default(),
+        later
+    } else {
+        Plan::default()
     };
     // Re-installing adopted tables writes the same buckets: no flow moves.
     cp.apply(&mut dp, node, &plan)
@@ -1239,6 +1253,8 @@ async fn serve(
         reload_seq: 0,
         reload_reading: None,
         reload_again: false,
+        reload_retry_at: None,
+        reload_is_retry: false,
     };
     d.probes.sync(&d.cp)?;
     for (key, st) in d.cp.services() {
@@ -1983,6 +1999,12 @@ impl Daemon<'_, '_> {
 
     fn on_tick(&mut self) {
         self.check_reload_read();
+        if self.reload_retry_at.is_some_and(|t| Instant::now() >= t) {
+            self.reload_retry_at = None;
+            self.reload_is_retry = true;
+            info!("reading the configuration again: the regions the change before released are free now");
+            self.start_reload();
+        }
         if self.is_balancer() {
             self.sample_connections();
         }
@@ -2452,6 +2474,8 @@ impl Daemon<'_, '_> {
         let live_us = started.elapsed().as_micros() as u64;
         let plan = match result {
             Ok((next, plan)) => {
+                self.reload_retry_at = None;
+                self.reload_is_retry = false;
                 // The replaced state goes now (what only it held: the
                 // tables of the services that changed), not at the next
                 // hand-over of the metrics.
@@ -2469,6 +2493,23 @@ impl Daemon<'_, '_> {
                 error!(stage = ?e.stage, "reload failed, running configuration and filters kept: {e}");
                 self.record_reload(Some(e.to_string()));
                 self.write_state();
+                // Regions released less than QUARANTINE_MS ago are free
+                // again after it: a change that found no room for that
+                // reason alone gets one more try then.
+                let quarantined = self.dp.pool_usage().quarantined;
+                if e.reason.contains(crate::dataplane::install::NO_ROOM)
+                    && quarantined > 0
+                    && !std::mem::take(&mut self.reload_is_retry)
+                {
+                    let wait = Duration::from_millis(crate::dataplane::pool::QUARANTINE_MS + 200);
+                    warn!(
+                        quarantined,
+                        retry_in_ms = wait.as_millis() as u64,
+                        "the bucket pool holds regions the change before released less than {} ms ago: the file is read again once they are free",
+                        crate::dataplane::pool::QUARANTINE_MS
+                    );
+                    self.reload_retry_at = Some(Instant::now() + wait);
+                }
                 return;
             }
         };

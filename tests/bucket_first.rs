@@ -585,7 +585,12 @@ fn a_restart_that_resizes_three_tables_has_room_for_old_and_new() {
         // Sized as every table plus one largest: no room.
         assert_eq!(pool_buckets(&large), 131072);
         let e = start(pool_buckets(&large)).expect_err("two chunks hold the old and new regions");
-        assert!(format!("{e:#}").contains("no room"), "{e:#}");
+        let e = format!("{e:#}");
+        assert!(e.contains("no room"), "{e}");
+        // The message gives the live pool (the three old tables), not the
+        // trial copy with this change's regions placed so far.
+        assert!(e.contains("131072 buckets in all, 49152 in tables"), "{e}");
+        assert!(e.contains("needs 98304 buckets in new regions"), "{e}");
 
         // Sized for the pinned regions beside the new ones.
         let n = start_pool_buckets(&large, Some(pins));
@@ -600,5 +605,121 @@ fn a_restart_that_resizes_three_tables_has_room_for_old_and_new() {
                 assert_eq!(c, &t0.chains[i % 16384], "{k1} bucket {i}");
             }
         }
+    });
+}
+
+/// Grow the pinned map `name` to `entries` elements as a start does
+/// (contents copied into the prefix), leaving the copy pinned as
+/// `NAME_grown`; renamed over the old pin if `rename`.
+fn grow_pin(pins: &Path, name: &str, entries: u32, rename: bool) {
+    let from = libbpf_rs::MapHandle::from_pinned_path(pins.join(name)).unwrap();
+    let bytes = from.max_entries() as usize * from.value_size() as usize;
+    let mut to = abi::create_mmapable_array(name, from.value_size(), entries).unwrap();
+    let src = ArrayMapping::new(from.as_fd(), 0, bytes, false).unwrap();
+    let dst = ArrayMapping::new(to.as_fd(), 0, bytes, true).unwrap();
+    dst.write(0, &src.read(0, bytes));
+    let grown = pins.join(format!("{name}_grown"));
+    to.pin(&grown).unwrap();
+    if rename {
+        std::fs::rename(&grown, pins.join(name)).unwrap();
+    }
+}
+
+/// A start killed between the renames of a pool growth (docs/design.md
+/// "Maps", sizing): `buckets` is at the new size, `bucket_moved` still at
+/// the old one, with or without its grown copy pinned beside it. The next
+/// start finishes the growth (takes the copy, or grows `bucket_moved` from
+/// its prefix) and adopts every table as it was, leaving no `_grown` pin.
+/// Before, the sizes disagreed, every pin was replaced and every table
+/// built anew (held connections were lost).
+#[test]
+fn a_start_killed_while_it_grew_the_pool_is_finished_by_the_next() {
+    require_root!("BPF, network namespace, bpffs");
+    with_private_pins(|pins, _net| {
+        let cfg = three_tables(4096);
+        let dp = load_sized(pins, 65536);
+        let cp = ControlPlane::new(cfg.clone(), 0);
+        cp.apply(&mut *dp, NODE.into(), &cp.full_plan()).unwrap();
+        let before = PinnedMaps::open(pins).unwrap().tables().unwrap();
+        let moved_len = |p: &Path| {
+            libbpf_rs::MapHandle::from_pinned_path(p.join("bucket_moved"))
+                .unwrap()
+                .max_entries()
+        };
+        let grown_left = |p: &Path| {
+            std::fs::read_dir(p)
+                .unwrap()
+                .filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.ends_with("_grown"))
+                .collect::<Vec<_>>()
+        };
+        let mut prev = 65536u32;
+        for (pool, moved_copy) in [(131072u32, false), (196608, true)] {
+            // Killed after the rename of `buckets`: `bucket_moved` has its
+            // grown copy pinned (killed before its rename) or none.
+            grow_pin(pins, "buckets", pool, true);
+            if moved_copy {
+                grow_pin(pins, "bucket_moved", pool / 2, false);
+            }
+            assert_eq!(moved_len(pins), prev / 2, "bucket_moved at the old size");
+            prev = pool;
+            let dp = load_sized(pins, 65536);
+            assert!(dp.adopted(), "the pins are adopted, not replaced");
+            assert_eq!(dp.pool_grew(), None);
+            assert_eq!(
+                moved_len(pins),
+                pool / 2,
+                "bucket_moved grown as buckets was"
+            );
+            assert!(grown_left(pins).is_empty(), "{:?}", grown_left(pins));
+            let live = dp.live_tables().unwrap();
+            let records = dp.control_state().unwrap();
+            let (cp, plan) = ControlPlane::adopt(cfg.clone(), live, records, 1000);
+            cp.apply(&mut *dp, NODE.into(), &plan).unwrap();
+            assert_eq!(
+                PinnedMaps::open(pins).unwrap().tables().unwrap(),
+                before,
+                "every table as it was"
+            );
+        }
+    });
+}
+
+/// A start that grew the pool and was killed before it attached leaves the
+/// attached programs reading the pool it replaced, with `services` shared:
+/// the next start must know it even though it grows nothing itself, so
+/// that a table in a region of its own waits for the attach (the daemon's
+/// split, `Plan::take_new_regions`). Once the new programs are attached it
+/// is false again.
+#[test]
+fn an_earlier_start_that_grew_the_pool_and_never_attached_is_seen() {
+    use nilb::dataplane::XdpMode;
+    require_root!("BPF, network namespace, bpffs");
+    with_private_pins(|pins, net| {
+        let ifindex = net.ifindex as i32;
+        let cfg = three_tables(4096);
+        let dp = load_sized(pins, 65536);
+        let cp = ControlPlane::new(cfg.clone(), 0);
+        cp.apply(&mut *dp, NODE.into(), &cp.full_plan()).unwrap();
+        dp.attach_xdp(ifindex, XdpMode::Native).unwrap();
+        assert!(!dp.attached_reads_another_pool(ifindex).unwrap());
+        // A start that grows the pool, killed before it attached.
+        let grower = load_sized(pins, 131072);
+        assert_eq!(grower.pool_grew(), Some((65536, 131072)));
+        assert!(grower.attached_reads_another_pool(ifindex).unwrap());
+        // The next start grows nothing, and still sees it.
+        let next = load_sized(pins, 131072);
+        assert!(next.adopted());
+        assert_eq!(next.pool_grew(), None);
+        assert!(
+            next.attached_reads_another_pool(ifindex).unwrap(),
+            "the attached balancer reads the replaced pool"
+        );
+        next.attach_xdp(ifindex, XdpMode::Native).unwrap();
+        assert!(!next.attached_reads_another_pool(ifindex).unwrap());
+        let after = load_sized(pins, 131072);
+        assert!(!after.attached_reads_another_pool(ifindex).unwrap());
+        after.detach().unwrap();
     });
 }

@@ -682,6 +682,66 @@ fn xdp_backend_receives_outer_ipv6() {
     run(&l, net.ifindex, Prog::Xdp, &bal);
 }
 
+/// The backends' XDP receive path reads `cluster_nodes6` and `vips6`
+/// through this CPU's IPv6 address cache (docs/design.md "Lookup caches"):
+/// a node that left the cluster, and an IPv6 VIP that was removed, are
+/// each seen by the very next packet after the cache held them (the
+/// change increments `cache_gen`). On one CPU, the cache filled first.
+#[test]
+fn an_ipv6_cluster_node_or_vip_change_reaches_the_next_packet() {
+    require_root!("BPF, network namespace");
+    assert!(pin_to_cpu(0), "pinning to CPU 0");
+    let net = net6();
+    let mac = net.mac;
+    // A second balancer, fd00::15, which then leaves the cluster.
+    let yaml = config6(&[(B12_6, 1, "active"), (N6, 1, "active")], "drop");
+    let two = yaml.replace(
+        &format!("balancers: [\"{N6}\"]"),
+        &format!("balancers: [\"{N6}\", \"fd00::15\"]"),
+    );
+    assert_ne!(two, yaml);
+    let mut l = load6(&two);
+    let syn = l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40300, 80, SYN, b""));
+    let from15 = gue6_frame(mac, a6("fd00::15"), 0, &[], 4, &syn);
+    for _ in 0..2 {
+        let ((v, _), d) = l.counted(|| l.dp.run_xdp_backend(&from15, net.ifindex).unwrap());
+        assert_eq!(
+            (v, d),
+            (XDP_PASS, vec![("xdp_decap_syn", 1)]),
+            "from a balancer"
+        );
+    }
+    reload6(&mut l, &yaml);
+    let ((v, out), d) = l.counted(|| l.dp.run_xdp_backend(&from15, net.ifindex).unwrap());
+    assert_eq!(
+        (v, d),
+        (XDP_PASS, vec![("xdp_gue_to_tc", 1)]),
+        "fd00::15 left the cluster: TC's to judge (it drops it), not decapsulated from the cache"
+    );
+    assert_bytes("untouched", &out, &from15);
+
+    // The IPv6 VIP: web6 moved from 2001:db8::100 to 2001:db8::101.
+    let syn6 = l3v6(
+        a6(CLIENT6),
+        a6(VIP6),
+        IPPROTO_TCP,
+        &tcp(40301, 80, SYN, b""),
+    );
+    let from12 = gue6_frame(mac, a6(B12_6), 0, &[], 41, &syn6);
+    for _ in 0..2 {
+        let ((v, _), d) = l.counted(|| l.dp.run_xdp_backend(&from12, net.ifindex).unwrap());
+        assert_eq!((v, d), (XDP_PASS, vec![("xdp_decap_syn", 1)]), "to a VIP");
+    }
+    reload6(&mut l, &yaml.replace("2001:db8::100", "2001:db8::101"));
+    let ((v, out), d) = l.counted(|| l.dp.run_xdp_backend(&from12, net.ifindex).unwrap());
+    assert_eq!(
+        (v, d),
+        (XDP_PASS, vec![("xdp_gue_to_tc", 1)]),
+        "2001:db8::100 is no VIP any more: TC's, not decapsulated from the cache"
+    );
+    assert_bytes("untouched", &out, &from12);
+}
+
 /// An IPv4 cluster network ignores outer IPv6 GUE (its programs never look).
 #[test]
 fn ipv4_cluster_passes_outer_ipv6_gue() {

@@ -22,7 +22,7 @@ use libbpf_rs::{MapCore, MapFlags};
 use super::abi::{
     self, ArrayMapping, BACKEND_STRIDE, BUCKET_BYTES, FIRST_BYTES, MAX_OWNERS, MOVED_BYTES,
 };
-use super::pool::{Pool, Region, Usage, CHUNK_BUCKETS};
+use super::pool::{AllocError, Pool, Region, Usage, CHUNK_BUCKETS};
 use crate::limits::MAX_BACKEND_SLOTS;
 use crate::table::Table;
 use crate::types::ServiceKey;
@@ -371,6 +371,11 @@ fn read_backends(maps: &PoolMaps<'_>) -> Result<Vec<Option<IpAddr>>> {
         .collect()
 }
 
+/// How an install that finds no region for a table begins its error (the
+/// daemon retries a reload that failed so while released regions wait out
+/// their quarantine).
+pub const NO_ROOM: &str = "no room for the table of";
+
 /// What the data plane knows of the pool between installs: regions,
 /// slots' addresses and how many bucket entries name each slot.
 pub(super) struct PoolBook {
@@ -481,6 +486,9 @@ impl PoolBook {
             return Ok(());
         }
         let now = self.now_ms();
+        // Quarantines that are over end now, so that an error below gives
+        // the pool as it is.
+        self.pool.expire(now);
         // 1. Regions: new services and new sizes, largest first (they pack
         //    best), on a copy of the pool until all fit.
         let mut pool = self.pool.clone();
@@ -500,8 +508,25 @@ impl PoolBook {
                 Some((r, _, _)) if r.size == size => regions[i] = Some(*r),
                 _ => {
                     let r = pool.alloc(size, it.key, now).map_err(|e| {
+                        // The live pool's usage, not the trial copy's (which
+                        // holds this batch's regions placed so far).
+                        let e = match e {
+                            AllocError::Full { size, .. } => AllocError::Full {
+                                size,
+                                usage: self.pool.usage(),
+                            },
+                            e => e,
+                        };
+                        let batch: u64 = order
+                            .iter()
+                            .filter(|&&j| {
+                                self.regions.get(&items[j].key).map(|r| r.0.size)
+                                    != Some(items[j].table.size())
+                            })
+                            .map(|&j| items[j].table.size() as u64)
+                            .sum();
                         anyhow::anyhow!(
-                            "no room for the table of {}: {e}; the pool is sized from the configuration when nilb starts (a restart grows it)",
+                            "{NO_ROOM} {}: {e}; this change needs {batch} buckets in new regions while the tables it replaces are still in use; the pool is sized from the configuration when nilb starts (a restart grows it)",
                             it.key
                         )
                     })?;

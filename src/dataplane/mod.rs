@@ -189,42 +189,86 @@ fn grow_pinned_pool(dir: &Path, old: u32, new: u32) -> Result<()> {
     let per = abi::FIRST_HOPS_PER_ELEM;
     let first = libbpf_rs::MapHandle::from_pinned_path(dir.join(pinned::BUCKET_FIRST))
         .is_ok_and(|m| m.max_entries() == old / per);
-    let first = first.then_some((
-        pinned::BUCKET_FIRST,
-        old / per,
-        new / per,
-        old as usize * abi::FIRST_BYTES,
-    ));
-    for (name, entries_old, entries_new, bytes) in [
-        (pinned::BUCKETS, old, new, old as usize * abi::BUCKET_BYTES),
-        (
-            pinned::BUCKET_MOVED,
-            old / 2,
-            new / 2,
-            old as usize * abi::MOVED_BYTES,
-        ),
-    ]
-    .into_iter()
-    .chain(first)
+    let first = first.then_some((pinned::BUCKET_FIRST, new / per));
+    for (name, entries_new) in [(pinned::BUCKETS, new), (pinned::BUCKET_MOVED, new / 2)]
+        .into_iter()
+        .chain(first)
     {
-        let path = dir.join(name);
-        let from = libbpf_rs::MapHandle::from_pinned_path(&path)
-            .with_context(|| format!("opening {}", path.display()))?;
-        debug_assert_eq!(from.max_entries(), entries_old);
-        let mut to = abi::create_mmapable_array(name, from.value_size(), entries_new)?;
-        let src = abi::ArrayMapping::new(from.as_fd(), 0, bytes, false)?;
-        let dst = abi::ArrayMapping::new(to.as_fd(), 0, bytes, true)?;
-        dst.write(0, &src.read(0, bytes));
-        drop((src, dst));
-        // bpffs refuses names with a dot.
-        let tmp = dir.join(pinned::grown_pin(name));
-        let _ = std::fs::remove_file(&tmp);
-        to.pin(&tmp)
-            .with_context(|| format!("pinning the grown {name}"))?;
-        std::fs::rename(&tmp, &path)
-            .with_context(|| format!("replacing {} by the grown pool", path.display()))?;
+        grow_pinned_map(dir, name, entries_new)?;
     }
     Ok(())
+}
+
+/// Replace the array pinned under `dir` as `name` by one of `entries_new`
+/// elements holding its contents in the prefix: created, filled, pinned as
+/// [`pinned::grown_pin`] and renamed over the old pin.
+fn grow_pinned_map(dir: &Path, name: &str, entries_new: u32) -> Result<()> {
+    let path = dir.join(name);
+    let from = libbpf_rs::MapHandle::from_pinned_path(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    let bytes = from.max_entries() as usize * from.value_size() as usize;
+    let mut to = abi::create_mmapable_array(name, from.value_size(), entries_new)?;
+    let src = abi::ArrayMapping::new(from.as_fd(), 0, bytes, false)?;
+    let dst = abi::ArrayMapping::new(to.as_fd(), 0, bytes, true)?;
+    dst.write(0, &src.read(0, bytes));
+    drop((src, dst));
+    // bpffs refuses names with a dot.
+    let tmp = dir.join(pinned::grown_pin(name));
+    let _ = std::fs::remove_file(&tmp);
+    to.pin(&tmp)
+        .with_context(|| format!("pinning the grown {name}"))?;
+    std::fs::rename(&tmp, &path)
+        .with_context(|| format!("replacing {} by the grown pool", path.display()))
+}
+
+/// Finish a growth of the pool pinned under `dir` that an earlier start
+/// did not (killed between [`grow_pinned_pool`]'s renames: `buckets` at the
+/// new size, `bucket_moved` still at the old one), so that the pins adopt
+/// as one pool instead of being replaced; and remove the `_grown` pins
+/// such a start leaves. `bucket_moved` takes its grown copy if that has
+/// the pool's size, else it grows from its own prefix: nothing wrote
+/// either since (a growth runs before a start writes anything; the
+/// programs never write these maps). `bucket_first` of another size is
+/// made anew from the buckets at adoption. Returns what was done (for the
+/// log); nothing if the pins are not such a pool.
+fn finish_pool_growth(dir: &Path) -> Result<Vec<String>> {
+    let mut done = Vec::new();
+    let open = |n: &str| libbpf_rs::MapHandle::from_pinned_path(dir.join(n)).ok();
+    let pool = open(pinned::BUCKETS)
+        .map(|b| b.max_entries())
+        .filter(|&p| p > 0 && p % pool::CHUNK_BUCKETS == 0);
+    if let (Some(p), Some(moved)) = (pool, open(pinned::BUCKET_MOVED)) {
+        let want = p / 2;
+        if moved.max_entries() < want {
+            let grown = open(&pinned::grown_pin(pinned::BUCKET_MOVED));
+            if grown
+                .is_some_and(|g| g.max_entries() == want && g.value_size() == moved.value_size())
+            {
+                std::fs::rename(
+                    dir.join(pinned::grown_pin(pinned::BUCKET_MOVED)),
+                    dir.join(pinned::BUCKET_MOVED),
+                )
+                .context("renaming the grown bucket_moved over the old pin")?;
+                done.push(format!(
+                    "bucket_moved: took the grown copy of {want} elements an earlier start left"
+                ));
+            } else {
+                grow_pinned_map(dir, pinned::BUCKET_MOVED, want)?;
+                done.push(format!(
+                    "bucket_moved: grown from {} to {want} elements, as buckets was",
+                    moved.max_entries()
+                ));
+            }
+        }
+    }
+    for n in [pinned::BUCKETS, pinned::BUCKET_MOVED, pinned::BUCKET_FIRST] {
+        let g = dir.join(pinned::grown_pin(n));
+        if g.exists() {
+            std::fs::remove_file(&g).with_context(|| format!("removing {}", g.display()))?;
+            done.push(format!("removed {}, left by an earlier start", g.display()));
+        }
+    }
+    Ok(done)
 }
 
 /// TC filter handle and priority nilb uses on clsact ingress ("ni").
@@ -355,6 +399,14 @@ impl<'obj> Dataplane<'obj> {
         let mut grew = None;
         if let Some(dir) = pin_dir {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            let finished = finish_pool_growth(dir)?;
+            if !finished.is_empty() {
+                warn!(
+                    pin_dir = %dir.display(),
+                    done = %finished.join("; "),
+                    "an earlier start was stopped while it grew the pinned bucket pool: its growth is finished"
+                );
+            }
             let mut maps: Vec<libbpf_rs::OpenMapMut<'_>> = open
                 .open_object_mut()
                 .maps_mut()
@@ -436,9 +488,22 @@ impl<'obj> Dataplane<'obj> {
             // and fits this binary.
             let required_ok = maps.iter().filter(|m| !optional(m)).all(matches);
             if present > 0 && !required_ok {
+                let unfit: Vec<String> = maps
+                    .iter()
+                    .filter(|m| !optional(m) && !matches(m))
+                    .map(|m| {
+                        let why = if dir.join(name(m)).exists() {
+                            "another layout or size than this binary's"
+                        } else {
+                            "missing"
+                        };
+                        format!("{} ({why})", name(m))
+                    })
+                    .collect();
                 warn!(
                     pin_dir = %dir.display(),
-                    "pinned maps from an earlier run do not match this binary; replacing them (tables are rebuilt, buckets may move)"
+                    unfit = %unfit.join(", "),
+                    "pinned maps from an earlier run cannot be adopted; replacing them all (tables are rebuilt, buckets may move)"
                 );
                 for name in PINNED_MAPS {
                     let _ = std::fs::remove_file(dir.join(name));
@@ -452,6 +517,16 @@ impl<'obj> Dataplane<'obj> {
                     if path.exists() && !matches(map) {
                         warn!(map = %name(map), "pinned map does not match this binary; replacing it (its state is lost)");
                         let _ = std::fs::remove_file(&path);
+                    } else if !path.exists() {
+                        let made = match name(map).as_str() {
+                            pinned::SERVICES6 => "made anew, empty: the IPv6 tables are built anew (their flows may move)",
+                            pinned::BUCKET_FIRST => "made anew and filled from buckets",
+                            _ => "made anew, empty",
+                        };
+                        warn!(
+                            map = %name(map),
+                            "pinned map missing (pins of an older version, or removed): {made}"
+                        );
                     }
                 }
                 let old = pinned_pool.expect("the pool maps matched");
@@ -576,6 +651,40 @@ impl<'obj> Dataplane<'obj> {
     /// attached ([`crate::control::Plan::take_new_regions`]).
     pub fn pool_grew(&self) -> Option<(u32, u32)> {
         self.grew
+    }
+
+    /// Whether a nilb XDP program attached to `ifindex` (an earlier
+    /// daemon's) reads this data plane's `services` with another `buckets`
+    /// map: the pool pins were replaced by a grown copy, by this start
+    /// ([`Dataplane::pool_grew`]) or by an earlier one stopped before it
+    /// attached, and the attached programs read the old pool until the new
+    /// ones replace them. A table that needs a region of its own must wait
+    /// for the attach then ([`crate::control::Plan::take_new_regions`]).
+    /// False when no XDP program is attached, or it reads another
+    /// `services` (its maps were replaced: it never sees these writes).
+    /// Errors: the kernel's map or program information cannot be read.
+    pub fn attached_reads_another_pool(&self, ifindex: i32) -> Result<bool> {
+        let services = self.skel.maps.services.info()?.info.id;
+        let buckets = self.skel.maps.buckets.info()?.info.id;
+        let opts = libbpf_rs::query::ProgInfoQueryOptions::default().include_map_ids(true);
+        for flag in [
+            libbpf_rs::libbpf_sys::XDP_FLAGS_DRV_MODE,
+            libbpf_rs::libbpf_sys::XDP_FLAGS_SKB_MODE,
+        ] {
+            let id = abi::xdp_prog_id(ifindex, flag)?;
+            if id == 0 {
+                continue;
+            }
+            let Some(p) =
+                libbpf_rs::query::ProgInfoIter::with_query_opts(opts.clone()).find(|p| p.id == id)
+            else {
+                continue;
+            };
+            if p.map_ids.contains(&services) && !p.map_ids.contains(&buckets) {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// Buckets of the table installed for `key` (None: none): what

@@ -210,8 +210,9 @@ impl<K: Clone + Eq> Pool<K> {
     }
 
     /// Give released regions whose quarantine is over (at `now_ms`) back to
-    /// the free blocks.
-    fn expire(&mut self, now_ms: u64) {
+    /// the free blocks ([`Pool::alloc`] does it first; call it before
+    /// [`Pool::usage`] for a usage as of `now_ms`).
+    pub fn expire(&mut self, now_ms: u64) {
         let mut i = 0;
         while i < self.quarantine.len() {
             if now_ms >= self.quarantine[i].released_ms + QUARANTINE_MS {
