@@ -1134,9 +1134,12 @@ async fn serve(
     // The same when an earlier start grew the pins and was stopped before
     // it attached: the attached programs read the pool it replaced.
     let other_pool = dp.adopted()
-        && dp
-            .attached_reads_another_pool(ifindex)
-            .context("reading which maps the attached XDP program uses")?;
+        && dp.attached_reads_another_pool(ifindex).unwrap_or_else(|e| {
+            // Not known: deferring is the safe side (those tables wait
+            // for the attach, a few ms).
+            warn!("reading which maps the attached XDP program uses: {e:#}");
+            true
+        });
     let after_attach = if dp.pool_grew().is_some() || other_pool {
         let later = plan.take_new_regions(&cp, &|k| dp.table_size(k));
         if !later.install.is_empty() {
@@ -2497,9 +2500,10 @@ impl Daemon<'_, '_> {
                 // again after it: a change that found no room for that
                 // reason alone gets one more try then.
                 let quarantined = self.dp.pool_usage().quarantined;
+                let was_retry = std::mem::take(&mut self.reload_is_retry);
                 if e.reason.contains(crate::dataplane::install::NO_ROOM)
                     && quarantined > 0
-                    && !std::mem::take(&mut self.reload_is_retry)
+                    && !was_retry
                 {
                     let wait = Duration::from_millis(crate::dataplane::pool::QUARANTINE_MS + 200);
                     warn!(

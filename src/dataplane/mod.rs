@@ -515,7 +515,12 @@ impl<'obj> Dataplane<'obj> {
                 for map in maps.iter().filter(|m| optional(m)) {
                     let path = dir.join(name(map));
                     if path.exists() && !matches(map) {
-                        warn!(map = %name(map), "pinned map does not match this binary; replacing it (its state is lost)");
+                        let lost = if name(map) == pinned::BUCKET_FIRST {
+                            "made anew and filled from buckets"
+                        } else {
+                            "its state is lost"
+                        };
+                        warn!(map = %name(map), "pinned map does not match this binary or the pool; replacing it ({lost})");
                         let _ = std::fs::remove_file(&path);
                     } else if !path.exists() {
                         let made = match name(map).as_str() {
