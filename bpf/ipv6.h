@@ -85,46 +85,42 @@ static __always_inline int vip6_flags(const __u32 *addr)
 	return a ? (int)(a->flags & 0xffff) : -1;
 }
 
-/* addr6_cached's miss (a subprogram, like service_fill; one per map, as
- * vip_fill and cluster_fill): look addr up in `vips6` and, if found, fill
- * e with it, generation gen, fresh until now + NILB_SERVICE_CACHE_JIFFIES.
- * Returns: the entry's flags (low 16 bits), or -1 if addr is no VIP (e
- * left as it was). */
-static __noinline int vip6_fill(struct nilb_addr6_cache *e, const __u32 *addr, __u32 gen,
-				__u64 now)
+/* Fill IPv6 address-cache entry e with addr's entry a (NULL: none) of map
+ * `which`: addr_fill (bpf/common.h) for IPv6. Returns: as addr_fill. */
+static __always_inline int addr6_fill(struct nilb_addr6_cache *e, const struct nilb_addr_info *a,
+				      const __u32 *addr, __u32 which, __u32 gen, __u64 now)
 {
-	struct nilb_addr6 key;
-	struct nilb_addr_info *a;
-
-	addr6_copy((__u32 *)key.addr, addr);
-	a = bpf_map_lookup_elem(&vips6, &key);
 	if (!a || !e)
 		return -1;
 	addr6_copy(e->addr, addr);
-	e->map = NILB_ADDR_CACHE_VIPS;
+	e->map = which;
 	e->flags = a->flags;
 	e->gen = gen;
 	e->expires = now + NILB_SERVICE_CACHE_JIFFIES;
 	return (int)(a->flags & 0xffff);
 }
 
-/* addr6_cached's miss for `cluster_nodes6`. Returns: as vip6_fill. */
+/* addr6_cached's miss for `vips6` (a subprogram, like service_fill; one
+ * per map, as vip_fill and cluster_fill). Returns: as addr_fill. */
+static __noinline int vip6_fill(struct nilb_addr6_cache *e, const __u32 *addr, __u32 gen,
+				__u64 now)
+{
+	struct nilb_addr6 key;
+
+	addr6_copy((__u32 *)key.addr, addr);
+	return addr6_fill(e, bpf_map_lookup_elem(&vips6, &key), addr, NILB_ADDR_CACHE_VIPS, gen,
+			  now);
+}
+
+/* addr6_cached's miss for `cluster_nodes6`. Returns: as addr_fill. */
 static __noinline int cluster6_fill(struct nilb_addr6_cache *e, const __u32 *addr, __u32 gen,
 				    __u64 now)
 {
 	struct nilb_addr6 key;
-	struct nilb_addr_info *a;
 
 	addr6_copy((__u32 *)key.addr, addr);
-	a = bpf_map_lookup_elem(&cluster_nodes6, &key);
-	if (!a || !e)
-		return -1;
-	addr6_copy(e->addr, addr);
-	e->map = NILB_ADDR_CACHE_CLUSTER;
-	e->flags = a->flags;
-	e->gen = gen;
-	e->expires = now + NILB_SERVICE_CACHE_JIFFIES;
-	return (int)(a->flags & 0xffff);
+	return addr6_fill(e, bpf_map_lookup_elem(&cluster_nodes6, &key), addr,
+			  NILB_ADDR_CACHE_CLUSTER, gen, now);
 }
 
 /*
