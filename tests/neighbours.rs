@@ -29,7 +29,8 @@ fn with_peer(ns: &str, f: impl FnOnce(u32, Vec<u8>) + Send + 'static) {
 }
 
 /// [`with_peer`] with these addresses of `nn0` and `nn1` (IPv6 ones
-/// without duplicate address detection, usable at once).
+/// without duplicate address detection, usable at once; `f` runs once the
+/// link-local addresses' detection is done too).
 fn with_peer_at(
     ns: &str,
     (local, peer): (&'static str, &'static str),
@@ -46,6 +47,26 @@ fn with_peer_at(
         ip("link set nn0 up");
         ip(&format!("-n {ns} addr add {peer} dev nn1{nodad}"));
         ip(&format!("-n {ns} link set nn1 up"));
+        if !nodad.is_empty() {
+            // The link-local addresses still do duplicate address
+            // detection (about 2 s): until they are done, neighbour
+            // solicitations go unanswered and a refresh waits for a
+            // retransmission. Wait for both ends (bounded).
+            let tentative = |args: &[&str]| {
+                let out = std::process::Command::new("ip")
+                    .args(args)
+                    .output()
+                    .expect("ip addr");
+                String::from_utf8_lossy(&out.stdout).contains("tentative")
+            };
+            let t0 = std::time::Instant::now();
+            while (tentative(&["-6", "addr", "show", "dev", "nn0"])
+                || tentative(&["-n", &ns, "-6", "addr", "show", "dev", "nn1"]))
+                && t0.elapsed() < std::time::Duration::from_secs(10)
+            {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+        }
         let peer_mac = mac_in(&ns, "nn1");
         let ifindex = nix::net::if_::if_nametoindex("nn0").expect("nn0");
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(ifindex, peer_mac)));
