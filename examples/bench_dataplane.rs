@@ -754,6 +754,27 @@ fn main() -> Result<()> {
     bench
         .map("probe_hash_map")?
         .update(&1u64.to_ne_bytes(), &7u64.to_ne_bytes(), MapFlags::ANY)?;
+    // The floor balancer's table (bench.bpf.c floor_lb): bucket i of every
+    // service holds slot 1 + i % 3, slots 1-3 the backends .11-.13.
+    let floor_first = bench.map("floor_first")?;
+    for e in 0..floor_first.max_entries() {
+        let v: Vec<u8> = (0..4u32)
+            .flat_map(|k| (1 + (e * 4 + k) % 3).to_ne_bytes()[..2].to_vec())
+            .collect();
+        floor_first.update(&e.to_ne_bytes(), &v, MapFlags::ANY)?;
+    }
+    let floor_first8 = bench.map("floor_first8")?;
+    for e in 0..floor_first8.max_entries() {
+        let v: Vec<u8> = (0..8u32).map(|k| (1 + (e * 8 + k) % 3) as u8).collect();
+        floor_first8.update(&e.to_ne_bytes(), &v, MapFlags::ANY)?;
+    }
+    for slot in 1..4u32 {
+        bench.map("floor_hops")?.update(
+            &slot.to_ne_bytes(),
+            &Ipv4Addr::new(10, 99, 0, 10 + slot as u8).octets(),
+            MapFlags::ANY,
+        )?;
+    }
 
     // nilb data planes, filled through the control plane as the daemon does.
     let one = config_yaml(&[(80, three())]);
@@ -1187,8 +1208,21 @@ fn main() -> Result<()> {
     // Live-frame repetitions, baseline and nilb adjacent, order alternating.
     let mut live_json = Vec::new();
     let mut results: Vec<CaseResult> = cases.iter().map(|_| CaseResult::default()).collect();
-    for rep in 0..reps {
+    // --pairs-only 1: only the back-to-back pairs below (e.g. many
+    // repetitions of them alone); no report is written.
+    let pairs_only = arg("--pairs-only", "0") == "1";
+    // The cases with a target (issue 12) run TARGET_REPS times as many
+    // repetitions, interleaved with the others: their per-repetition
+    // ratios spread over +-10 % on this shared machine, and the median of
+    // 10 moved by 0.02-0.03 between runs, as much as the distance to the
+    // target (40 repetitions: about 0.01).
+    const TARGET_REPS: usize = 4;
+    let has_target = |c: &Case<'_>| matches!(c.name, "vip" | "vip_100_services");
+    for rep in 0..if pairs_only { 0 } else { reps * TARGET_REPS } {
         for (ci, c) in cases.iter().enumerate() {
+            if rep >= reps && !has_target(c) {
+                continue;
+            }
             let tx = c.expect != "xdp_pass_not_service";
             let run = |fd: BorrowedFd<'_>| -> Result<f64> {
                 let (d, g) = bench.live(fd, c.gen, c.frame, frames)?;
@@ -1245,6 +1279,86 @@ fn main() -> Result<()> {
     .iter()
     .filter_map(|(n, a, b)| Some((*n, nilb_side(a)?, nilb_side(b)?)))
     .collect();
+    // The floor balancer (bench.bpf.c floor_lb: the least a balancer of
+    // nilb's kind does) against MAC swap, and nilb against it, for 1 and
+    // for 100 services.
+    let floor1 = bench.prog("floor_lb1")?;
+    let floor100 = bench.prog("floor_lb100")?;
+    for (pair, nilb_case, floor_name, floor, gen, frame) in [
+        ("vip_vs_floor", "vip", "floor_lb1", floor1, &g_vip, &vip),
+        (
+            "vip100_vs_floor100",
+            "vip_100_services",
+            "floor_lb100",
+            floor100,
+            &g_vip100,
+            &vip100,
+        ),
+    ] {
+        if let Some(n) = nilb_side(nilb_case) {
+            pairs.push((
+                pair,
+                n,
+                Side {
+                    name: floor_name,
+                    fd: floor,
+                    gen,
+                    frame,
+                },
+            ));
+        }
+        pairs.push((
+            if floor_name == "floor_lb1" {
+                "floor_vs_macswap"
+            } else {
+                "floor100_vs_macswap"
+            },
+            Side {
+                name: floor_name,
+                fd: floor,
+                gen,
+                frame,
+            },
+            Side {
+                name: "macswap_tx",
+                fd: macswap,
+                gen,
+                frame,
+            },
+        ));
+    }
+    for (pair, prog) in [
+        ("floor100_u8_vs_macswap", "floor_lb100_u8"),
+        ("floor100_1024_vs_macswap", "floor_lb100_1024"),
+    ] {
+        pairs.push((
+            pair,
+            Side {
+                name: prog,
+                fd: bench.prog(prog)?,
+                gen: &g_vip100,
+                frame: &vip100,
+            },
+            Side {
+                name: "macswap_tx",
+                fd: macswap,
+                gen: &g_vip100,
+                frame: &vip100,
+            },
+        ));
+    }
+    if let Some(n) = nilb_side("vip_100_services_1024") {
+        pairs.push((
+            "vip100_1024_vs_floor100_1024",
+            n,
+            Side {
+                name: "floor_lb100_1024",
+                fd: bench.prog("floor_lb100_1024")?,
+                gen: &g_vip100,
+                frame: &vip100,
+            },
+        ));
+    }
     pairs.push((
         "encap_vs_macswap",
         Side {
@@ -1260,8 +1374,49 @@ fn main() -> Result<()> {
             frame: &vip,
         },
     ));
+    // In a pairs-only run, the two cases with targets as pairs too (the
+    // same measurement as the cases' repetitions above).
+    if pairs_only {
+        for (pair, case) in [
+            ("vip_vs_macswap", "vip"),
+            ("vip100_vs_macswap", "vip_100_services"),
+        ] {
+            if let Some(n) = nilb_side(case) {
+                let (gen, frame) = (n.gen, n.frame);
+                pairs.push((
+                    pair,
+                    n,
+                    Side {
+                        name: "macswap_tx",
+                        fd: macswap,
+                        gen,
+                        frame,
+                    },
+                ));
+            }
+        }
+    }
+    // --pairs LIST: only these pairs (comma list of names).
+    let pair_filter = arg("--pairs", "");
+    if !pair_filter.is_empty() {
+        pairs.retain(|(n, _, _)| pair_filter.split(',').any(|p| p == *n));
+    }
     let mut pair_json = Vec::new();
     for (name, sa, sb) in &pairs {
+        // Warm-up of both sides (the baselines' programs had none above);
+        // every side sends what it gets (XDP_TX): a frame that did not
+        // reach the peer would make a side look faster than it is.
+        for s in [sa, sb] {
+            let (d, g) = bench.live(s.fd, s.gen, s.frame, 200_000)?;
+            let sent = d / g;
+            if !(0.99..=1.01).contains(&sent) {
+                bail!(
+                    "pair {name}: {} sent {:.1} % of the frames it got to the peer",
+                    s.name,
+                    sent * 100.0
+                );
+            }
+        }
         let mut ratios = Vec::new();
         for rep in 0..reps {
             let run =
@@ -1288,6 +1443,10 @@ fn main() -> Result<()> {
             json_list(&ratios),
             median(&ratios)
         ));
+    }
+
+    if pairs_only {
+        return Ok(());
     }
 
     // Program cost per run (no live frames), same frames.

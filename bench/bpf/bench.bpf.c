@@ -16,6 +16,17 @@
  *                 the same 36 bytes of outer IPv4, UDP and GUE nilb writes
  *                 (lengths and IPv4 checksum per packet) to one fixed hop,
  *                 MACs swapped, XDP_TX; no parsing, hash or lookup.
+ *   floor_lb1, floor_lb100  the least a balancer of nilb's kind can do
+ *                 (issue 12: how far the VIP path is from it): check that
+ *                 the frame is IPv4 TCP without options, pick the service
+ *                 by a range check of the destination port (1 service at
+ *                 port 80, or 100 at ports 1000-1099), nilb's flow hash,
+ *                 one 2-byte read of the bucket (4096 per service, in one
+ *                 array as nilb's bucket_first), one read of the slot's hop
+ *                 address, then encap_tx's encapsulation to it with the
+ *                 hash's UDP source port. No counters, no statistics, no
+ *                 FIB or neighbour cache (MACs swapped), no second hop, no
+ *                 configuration read: each is something nilb does.
  *   xdp_pass_only baseline of the non-VIP path: XDP_PASS.
  *   count_drop    the counting peer: count per CPU, XDP_DROP.
  *   tc_pass_only  baseline of the TC path: TC_ACT_OK.
@@ -183,6 +194,143 @@ int encap_tx(struct xdp_md *ctx)
 	gue[0] = bpf_htonl((1 << 24) | (IPPROTO_IPIP << 16));
 	gue[1] = 0;
 	return XDP_TX;
+}
+
+/* floor_lb: buckets per service (as nilb's default table_size), services
+ * at most, and hop slots (filled by examples/bench_dataplane.rs: bucket i
+ * of every service holds slot 1 + i % 3, slots 1-3 the bench's backends). */
+#define FLOOR_TABLE_BITS 12
+#define FLOOR_SERVICES 100
+#define FLOOR_SLOTS 4
+
+/* Four 2-byte first-hop slots per element, as nilb's bucket_first. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, (FLOOR_SERVICES << FLOOR_TABLE_BITS) / 4);
+	__type(key, __u32);
+	__type(value, __u16[4]);
+} floor_first SEC(".maps");
+
+/* The same with 1-byte slots, eight per element (floor_lb100_u8: what a
+ * bucket layout of half the bytes would give). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, (FLOOR_SERVICES << FLOOR_TABLE_BITS) / 8);
+	__type(key, __u32);
+	__type(value, __u8[8]);
+} floor_first8 SEC(".maps");
+
+/* Hop slot -> IPv4 address (network order). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, FLOOR_SLOTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} floor_hops SEC(".maps");
+
+/* The floor balancer for `services` services at destination ports
+ * port_base.. (host order), 2^bits buckets each, 1-byte slots (floor_first8)
+ * if u8 else 2-byte (floor_first): see the file's head. Returns: XDP_TX,
+ * XDP_PASS (not IPv4 TCP without options, or no service), XDP_DROP (no
+ * hop). */
+static __always_inline int floor_lb(struct xdp_md *ctx, __u32 port_base, __u32 services,
+				    __u32 bits, int u8)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	struct iphdr *iph = (void *)(eth + 1), *oip;
+	__u16 *ports = (void *)(iph + 1), *f;
+	struct udphdr *udp;
+	__u32 *gue, *hop, len, sum, i, svc, hash, idx, elem, slot, addr;
+	__u16 *w;
+	__u8 macs[12];
+
+	if ((void *)(ports + 2) > data_end || eth->h_proto != bpf_htons(ETH_P_IP) ||
+	    *(__u8 *)iph != 0x45 || iph->protocol != IPPROTO_TCP)
+		return XDP_PASS;
+	svc = bpf_ntohs(ports[1]) - port_base;
+	if (svc >= services)
+		return XDP_PASS;
+	hash = nilb_flow_hash(iph->saddr, iph->daddr, ports[0], ports[1], IPPROTO_TCP, 0x5eed);
+	idx = (svc << bits) | (hash & ((1 << bits) - 1));
+	if (u8) {
+		__u8 *f8;
+
+		elem = idx / 8;
+		f8 = bpf_map_lookup_elem(&floor_first8, &elem);
+		slot = f8 ? f8[idx % 8] : 0;
+	} else {
+		elem = idx / 4;
+		f = bpf_map_lookup_elem(&floor_first, &elem);
+		slot = f ? f[idx % 4] : 0;
+	}
+	hop = bpf_map_lookup_elem(&floor_hops, &slot);
+	addr = hop ? *hop : 0;
+	if (!addr)
+		return XDP_DROP;
+	__builtin_memcpy(macs, eth->h_source, 6);
+	__builtin_memcpy(macs + 6, eth->h_dest, 6);
+	len = (data_end - data) - sizeof(*eth) + ENCAP_LEN;
+	if (bpf_xdp_adjust_head(ctx, -ENCAP_LEN))
+		return XDP_DROP;
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	eth = data;
+	oip = (void *)(eth + 1);
+	udp = (void *)(oip + 1);
+	gue = (void *)(udp + 1);
+	if ((void *)(gue + 2) > data_end)
+		return XDP_DROP;
+	__builtin_memcpy(eth, macs, 12);
+	eth->h_proto = bpf_htons(ETH_P_IP);
+	*(__u16 *)oip = bpf_htons(0x4500);
+	oip->tot_len = bpf_htons(len);
+	oip->id = 0;
+	oip->frag_off = bpf_htons(0x4000);
+	oip->ttl = 64;
+	oip->protocol = IPPROTO_UDP;
+	oip->check = 0;
+	oip->saddr = gen.fib_src;
+	oip->daddr = addr;
+	w = (__u16 *)oip;
+	sum = 0;
+	for (i = 0; i < 10; i++)
+		sum += w[i];
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	oip->check = (__u16)~sum;
+	udp->source = bpf_htons(0x8000 | (hash & 0x7fff));
+	udp->dest = gen.gue_port;
+	udp->len = bpf_htons(len - sizeof(*oip));
+	udp->check = 0;
+	gue[0] = bpf_htonl((1 << 24) | (IPPROTO_IPIP << 16));
+	gue[1] = 0;
+	return XDP_TX;
+}
+
+SEC("xdp")
+int floor_lb1(struct xdp_md *ctx)
+{
+	return floor_lb(ctx, 80, 1, FLOOR_TABLE_BITS, 0);
+}
+
+SEC("xdp")
+int floor_lb100(struct xdp_md *ctx)
+{
+	return floor_lb(ctx, 1000, FLOOR_SERVICES, FLOOR_TABLE_BITS, 0);
+}
+
+SEC("xdp")
+int floor_lb100_u8(struct xdp_md *ctx)
+{
+	return floor_lb(ctx, 1000, FLOOR_SERVICES, FLOOR_TABLE_BITS, 1);
+}
+
+SEC("xdp")
+int floor_lb100_1024(struct xdp_md *ctx)
+{
+	return floor_lb(ctx, 1000, FLOOR_SERVICES, 10, 0);
 }
 
 SEC("xdp")
