@@ -112,7 +112,11 @@ def main():
         p = next((p for p in dp.get("xdp_pairs", []) if p["pair"] == name), None)
         if not p:
             return float("nan"), ""
-        return p["ratio_median"], f" ({min(p['ratio']):.2f}-{max(p['ratio']):.2f}, back to back)"
+        ci = ""
+        if len(p["ratio"]) >= 20:
+            lo, hi = median_ci(p["ratio"])
+            ci = f"; median's 95 % CI {lo:.3f}-{hi:.3f}, {len(p['ratio'])} reps"
+        return p["ratio_median"], f" ({min(p['ratio']):.2f}-{max(p['ratio']):.2f}, back to back{ci})"
 
     def info_row(c, ref, ratio):
         # An XDP row with no target: nilb's Mpps, the reference, the ratio.

@@ -1417,8 +1417,18 @@ fn main() -> Result<()> {
                 );
             }
         }
+        // The floor pairs say how far the target cases are from the least
+        // a balancer does: as many repetitions as those cases.
+        let n = if matches!(
+            *name,
+            "vip_vs_floor" | "floor_vs_macswap" | "vip100_vs_floor100" | "floor100_vs_macswap"
+        ) {
+            reps * TARGET_REPS
+        } else {
+            reps
+        };
         let mut ratios = Vec::new();
-        for rep in 0..reps {
+        for rep in 0..n {
             let run =
                 |s: &Side<'_>| -> Result<f64> { Ok(bench.live(s.fd, s.gen, s.frame, frames)?.0) };
             let (a, b) = if rep % 2 == 0 {
