@@ -1429,8 +1429,17 @@ fn main() -> Result<()> {
         };
         let mut ratios = Vec::new();
         for rep in 0..n {
-            let run =
-                |s: &Side<'_>| -> Result<f64> { Ok(bench.live(s.fd, s.gen, s.frame, frames)?.0) };
+            let run = |s: &Side<'_>| -> Result<f64> {
+                let (d, g) = bench.live(s.fd, s.gen, s.frame, frames)?;
+                if !(0.99..=1.01).contains(&(d / g)) {
+                    bail!(
+                        "pair {name} rep {rep}: {} sent {:.1} % of the frames it got to the peer",
+                        s.name,
+                        d / g * 100.0
+                    );
+                }
+                Ok(d)
+            };
             let (a, b) = if rep % 2 == 0 {
                 let a = run(sa)?;
                 (a, run(sb)?)
