@@ -491,6 +491,38 @@ fn gen_value(frame: &[u8], vary_sport: bool, dport_count: u32, dport_base: u32) 
     v
 }
 
+/// Fill the floor balancer's tables of a loaded bench object (bench.bpf.c
+/// floor_lb): bucket i of every service holds slot 1 + i % 3, slots 1-3
+/// the backends .11-.13.
+fn fill_floor(obj: &libbpf_rs::Object) -> Result<()> {
+    let map = |name: &str| {
+        obj.maps()
+            .find(|m| m.name().to_string_lossy() == name)
+            .with_context(|| format!("map {name} not in the bench object"))
+    };
+    let first = map("floor_first")?;
+    for e in 0..first.max_entries() {
+        let v: Vec<u8> = (0..4u32)
+            .flat_map(|k| (1 + (e * 4 + k) % 3).to_ne_bytes()[..2].to_vec())
+            .collect();
+        first.update(&e.to_ne_bytes(), &v, MapFlags::ANY)?;
+    }
+    let first8 = map("floor_first8")?;
+    for e in 0..first8.max_entries() {
+        let v: Vec<u8> = (0..8u32).map(|k| (1 + (e * 8 + k) % 3) as u8).collect();
+        first8.update(&e.to_ne_bytes(), &v, MapFlags::ANY)?;
+    }
+    let hops = map("floor_hops")?;
+    for slot in 1..4u32 {
+        hops.update(
+            &slot.to_ne_bytes(),
+            &Ipv4Addr::new(10, 99, 0, 10 + slot as u8).octets(),
+            MapFlags::ANY,
+        )?;
+    }
+    Ok(())
+}
+
 struct Bench {
     obj: libbpf_rs::Object,
     gen_if: u32,
@@ -754,27 +786,22 @@ fn main() -> Result<()> {
     bench
         .map("probe_hash_map")?
         .update(&1u64.to_ne_bytes(), &7u64.to_ne_bytes(), MapFlags::ANY)?;
-    // The floor balancer's table (bench.bpf.c floor_lb): bucket i of every
-    // service holds slot 1 + i % 3, slots 1-3 the backends .11-.13.
-    let floor_first = bench.map("floor_first")?;
-    for e in 0..floor_first.max_entries() {
-        let v: Vec<u8> = (0..4u32)
-            .flat_map(|k| (1 + (e * 4 + k) % 3).to_ne_bytes()[..2].to_vec())
-            .collect();
-        floor_first.update(&e.to_ne_bytes(), &v, MapFlags::ANY)?;
-    }
-    let floor_first8 = bench.map("floor_first8")?;
-    for e in 0..floor_first8.max_entries() {
-        let v: Vec<u8> = (0..8u32).map(|k| (1 + (e * 8 + k) % 3) as u8).collect();
-        floor_first8.update(&e.to_ne_bytes(), &v, MapFlags::ANY)?;
-    }
-    for slot in 1..4u32 {
-        bench.map("floor_hops")?.update(
-            &slot.to_ne_bytes(),
-            &Ipv4Addr::new(10, 99, 0, 10 + slot as u8).octets(),
-            MapFlags::ANY,
-        )?;
-    }
+    fill_floor(&bench.obj)?;
+    // --floor-instances N (pairs-only runs): N - 1 more copies of the bench
+    // object, each with its own floor tables (other pages of memory), whose
+    // floor_lb100 is measured as a pair of its own: how much the 100-service
+    // floor depends on where its 800 KiB of entries happen to lie.
+    let floor_copies: Vec<libbpf_rs::Object> = (1..arg("--floor-instances", "1")
+        .parse::<usize>()?)
+        .map(|_| -> Result<libbpf_rs::Object> {
+            let o = ObjectBuilder::default()
+                .open_file(&obj_path)?
+                .load()
+                .context("loading a copy of the bench object")?;
+            fill_floor(&o)?;
+            Ok(o)
+        })
+        .collect::<Result<_>>()?;
 
     // nilb data planes, filled through the control plane as the daemon does.
     let one = config_yaml(&[(80, three())]);
@@ -1396,48 +1423,85 @@ fn main() -> Result<()> {
             }
         }
     }
+    for (i, o) in floor_copies.iter().enumerate() {
+        // The copy's floor reads its own .bss (source address, GUE port).
+        o.maps()
+            .find(|m| m.name().to_string_lossy().ends_with(".bss"))
+            .context("no .bss in the copy")?
+            .update(&0u32.to_ne_bytes(), &g_vip100, MapFlags::ANY)?;
+        let p = o
+            .progs()
+            .find(|p| p.name() == "floor_lb100")
+            .context("no floor_lb100 in the copy")?;
+        // SAFETY: the program lives as long as floor_copies, which outlives
+        // the pairs.
+        let fd = unsafe { BorrowedFd::borrow_raw(p.as_fd().as_raw_fd()) };
+        let name: &'static str =
+            Box::leak(format!("floor100_copy{}_vs_macswap", i + 1).into_boxed_str());
+        pairs.push((
+            name,
+            Side {
+                name: "floor_lb100 (copy)",
+                fd,
+                gen: &g_vip100,
+                frame: &vip100,
+            },
+            Side {
+                name: "macswap_tx",
+                fd: macswap,
+                gen: &g_vip100,
+                frame: &vip100,
+            },
+        ));
+    }
     // --pairs LIST: only these pairs (comma list of names).
     let pair_filter = arg("--pairs", "");
     if !pair_filter.is_empty() {
         pairs.retain(|(n, _, _)| pair_filter.split(',').any(|p| p == *n));
     }
-    let mut pair_json = Vec::new();
+    // Warm-up of both sides of every pair (the baselines' programs had none
+    // above); every side sends what it gets (XDP_TX): a frame that did not
+    // reach the peer would make a side look faster than it is.
+    let sent_all = |name: &str, s: &Side<'_>, d: f64, g: f64| -> Result<()> {
+        if !(0.99..=1.01).contains(&(d / g)) {
+            bail!(
+                "pair {name}: {} sent {:.1} % of the frames it got to the peer",
+                s.name,
+                d / g * 100.0
+            );
+        }
+        Ok(())
+    };
     for (name, sa, sb) in &pairs {
-        // Warm-up of both sides (the baselines' programs had none above);
-        // every side sends what it gets (XDP_TX): a frame that did not
-        // reach the peer would make a side look faster than it is.
         for s in [sa, sb] {
             let (d, g) = bench.live(s.fd, s.gen, s.frame, 200_000)?;
-            let sent = d / g;
-            if !(0.99..=1.01).contains(&sent) {
-                bail!(
-                    "pair {name}: {} sent {:.1} % of the frames it got to the peer",
-                    s.name,
-                    sent * 100.0
-                );
-            }
+            sent_all(name, s, d, g)?;
         }
-        // The floor pairs say how far the target cases are from the least
-        // a balancer does: as many repetitions as those cases.
-        let n = if matches!(
-            *name,
+    }
+    // The floor pairs say how far the target cases are from the least a
+    // balancer does: as many repetitions as those cases. Repetitions run
+    // round-robin over the pairs, so that a slow drift of the machine
+    // touches every pair alike.
+    let pair_reps = |name: &str| {
+        if matches!(
+            name,
             "vip_vs_floor" | "floor_vs_macswap" | "vip100_vs_floor100" | "floor100_vs_macswap"
-        ) {
+        ) || name.starts_with("floor100_copy")
+        {
             reps * TARGET_REPS
         } else {
             reps
-        };
-        let mut ratios = Vec::new();
-        for rep in 0..n {
+        }
+    };
+    let mut ratios: Vec<Vec<f64>> = pairs.iter().map(|_| Vec::new()).collect();
+    for rep in 0..reps * TARGET_REPS {
+        for (pi, (name, sa, sb)) in pairs.iter().enumerate() {
+            if rep >= pair_reps(name) {
+                continue;
+            }
             let run = |s: &Side<'_>| -> Result<f64> {
                 let (d, g) = bench.live(s.fd, s.gen, s.frame, frames)?;
-                if !(0.99..=1.01).contains(&(d / g)) {
-                    bail!(
-                        "pair {name} rep {rep}: {} sent {:.1} % of the frames it got to the peer",
-                        s.name,
-                        d / g * 100.0
-                    );
-                }
+                sent_all(name, s, d, g)?;
                 Ok(d)
             };
             let (a, b) = if rep % 2 == 0 {
@@ -1447,7 +1511,7 @@ fn main() -> Result<()> {
                 let b = run(sb)?;
                 (run(sa)?, b)
             };
-            ratios.push(a / b);
+            ratios[pi].push(a / b);
             eprintln!(
                 "pair {name} rep {rep}: {} {a:.3} Mpps, {} {b:.3} Mpps, ratio {:.3}",
                 sa.name,
@@ -1455,12 +1519,15 @@ fn main() -> Result<()> {
                 a / b
             );
         }
+    }
+    let mut pair_json = Vec::new();
+    for ((name, sa, sb), ratios) in pairs.iter().zip(&ratios) {
         pair_json.push(format!(
             "{{\"pair\": \"{name}\", \"a\": \"{}\", \"b\": \"{}\", \"ratio\": {}, \"ratio_median\": {:.4}}}",
             sa.name,
             sb.name,
-            json_list(&ratios),
-            median(&ratios)
+            json_list(ratios),
+            median(ratios)
         ));
     }
 
