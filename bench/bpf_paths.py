@@ -218,6 +218,8 @@ class Run:
             return self.value(("backends", slot), struct.pack("<IIIII", addr, 0, 0, 0, 4 if addr else 0))
         if name in ("vips", "cluster_nodes"):
             return self.value((name, 0)) if self.mem.read(keyaddr, 4) in sc.get(name, ()) else 0
+        if name in ("vips6", "cluster_nodes6"):
+            return self.value((name, 0)) if self.mem.bytes(keyaddr, 16) in sc.get(name, ()) else 0
         pre = sc.get("prefill", {}).get(name)
         return self.value((name, self.mem.read(keyaddr, 4)), pre)
 
@@ -424,6 +426,24 @@ def gue(flags, sport=41000, hop="10.99.0.13", inner=None, next_hop=0, udp_csum=F
     return eth(ipv4(NODE, TC_NODE, 17, bytes(u)))
 
 
+def ip6(s):
+    import ipaddress
+    return ipaddress.IPv6Address(s).packed
+
+
+NODE6, TC_NODE6 = "fd99::1", "fd99::12"
+
+
+def gue_o6(inner, inner_proto=4, src=NODE6, dst=TC_NODE6):
+    """GUE in outer IPv6 (an IPv6 cluster network) from `src` to `dst`, no
+    hop listed, around `inner` (GUE protocol `inner_proto`), as the
+    benchmark's gue6_frame."""
+    g = bytes([1, inner_proto, 0, 0, 0, 0, 0, 0]) + inner
+    u = udp(0x8000 | 1234, 19523, g)
+    l3 = struct.pack(">IHBB", 6 << 28, len(u), 17, 64) + ip6(src) + ip6(dst) + u
+    return bytes.fromhex("020000000001") + bytes.fromhex("020000000050") + b"\x86\xdd" + l3
+
+
 def icmp_error(proto, sport, dport, typ=3, code=4):
     """ICMP error to the VIP quoting a packet the VIP sent (VIP:sport -> client:dport)."""
     quoted = ipv4(VIP, "10.99.0.2", proto, struct.pack(">HHI", sport, dport, 0))[:28]
@@ -513,6 +533,15 @@ SCENARIOS = [
     ("xdp.frags", "rx_decap_established", "backend XDP: GUE, established socket: decapsulate", gue(0x10),
      {"socket": 1}, 2),
     ("xdp.frags", "rx_to_tc", "backend XDP: GUE, listener only: to TC untouched", gue(0x10), {"socket": 10}, 2),
+    ("xdp.frags", "rx_decap_syn_o6", "backend XDP, IPv6 cluster network: GUE in outer IPv6, inner SYN: decapsulate",
+     gue_o6(ipv4("10.99.0.2", VIP, 6, tcp(41000, 80, 0x02))),
+     {"config": config(TC_NODE, 0x4000), "prefill": {"config6": ip6(TC_NODE6)},
+      "cluster_nodes6": {ip6(NODE6)}}, 2),
+    ("xdp.frags", "rx_decap_established_o6",
+     "backend XDP, IPv6 cluster network: GUE in outer IPv6, established socket: decapsulate",
+     gue_o6(ipv4("10.99.0.2", VIP, 6, tcp(41000, 80, 0x10))),
+     {"config": config(TC_NODE, 0x4000), "prefill": {"config6": ip6(TC_NODE6)},
+      "cluster_nodes6": {ip6(NODE6)}, "socket": 1}, 2),
     ("xdp.frags", "rx_non_gue_pass", "backend XDP: TCP to the node (not GUE): pass",
      eth(ipv4("10.99.0.50", TC_NODE, 6, tcp(40000, 22, 0x10))), {}, 2),
 ]
