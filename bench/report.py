@@ -10,6 +10,7 @@ as "not run").
 
 import argparse
 import json
+import math
 import os
 import statistics
 
@@ -200,7 +201,7 @@ def main():
                 lo, hi = median_ci(c["ratio"])
                 spread += f"; median's 95 % CI {lo:.3f}-{hi:.3f}, {len(c['ratio'])} reps"
                 fr, _ = pair_of({"vip": "floor_vs_macswap", "vip_100_services": "floor100_vs_macswap"}[c["case"]])
-                if fr == fr:
+                if not math.isnan(fr):
                     floor = f" (the floor balancer: {fr:.3f})"
             rows.append((
                 "XDP, Mpps (1 CPU)",
@@ -215,8 +216,8 @@ def main():
                             f">= {tgt}", ok))
         # issue 12: the floor balancer (bench.bpf.c floor_lb: the least a
         # balancer of nilb's kind does) against MAC swap, and nilb against
-        # it, back to back (xdp_pairs); no target: what any balancer with
-        # these tables would reach on this machine.
+        # it, back to back (xdp_pairs); no target: how far nilb is from the
+        # least a balancer does with the same tables, in the same run.
         for label, floor_pair, nilb_pair in (
             ("1 service of 4096 buckets, 2-byte entries", "floor_vs_macswap", "vip_vs_floor"),
             ("100 services of 4096 buckets, 2-byte entries (800 KiB, nilb's layout)",
@@ -787,6 +788,11 @@ def main():
     L.append("- TC: `BPF_PROG_TEST_RUN` of `nilb_tc_second_chance` on a GUE frame (outer 10.99.0.1 -> node "
              "10.99.0.12, one listed hop), one run per call, median; an established TCP socket and a listener "
              "on VIP:80 exist in the namespace.")
+    L.append("- Repetitions: the XDP cases run 2N times (N: the report's repetitions), the two with a target "
+             "(issue 12: TCP to a VIP with 1 and with 100 services) and the floor-balancer pairs 8N times: their "
+             "per-repetition ratios spread over +-10 % on this shared machine. The median's 95 % interval is a "
+             "bootstrap over those repetitions (2,000 resamples); it covers the variation within one run, not "
+             "between runs minutes apart, which on this machine is larger (bench/history.md, issue 12 step 4).")
     L.append("- Raw JSON of every run is in the work directory the script prints (kept with `--keep`).")
     L.append("")
     with open(a.out, "w") as f:
