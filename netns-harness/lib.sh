@@ -45,6 +45,7 @@ NH_PREFIX=""              # set by nh_init
 NH_OUT=""                 # per-run output dir (logs, pcaps, JSON)
 NH_CREATED_NS=()          # namespaces this run created (only these are deleted)
 NH_MOUNTS=()              # bpffs mounts this run made (only these are unmounted)
+NH_TMPDIRS=()             # directories this run made outside NH_OUT (removed at cleanup)
 NH_NS_INODES=()           # inodes of those namespaces (for nilb lock files)
 declare -A NH_PID_DESC=() # pid -> description of every live process this run started
 NH_STARTED=0              # how many processes were started in total
@@ -451,6 +452,12 @@ nh_cleanup() {
   else
     echo "cleanup: removed ${#NH_CREATED_NS[@]} namespaces (prefix $NH_PREFIX), started ${NH_STARTED} processes, all stopped"
   fi
+  # our directories outside NH_OUT (e.g. etcd's data on /dev/shm), once the
+  # processes that wrote them are gone
+  local d
+  for d in "${NH_TMPDIRS[@]}"; do
+    rm -rf -- "$d"
+  done
   # our bpffs mounts, after every process that could hold pins in them is gone
   local m mleft=""
   for m in "${NH_MOUNTS[@]}"; do

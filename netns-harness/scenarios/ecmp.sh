@@ -25,17 +25,26 @@ ECMP_ROUTER_IP=10.77.0.1
 ECMP_UP=0
 declare -A BIRD_PID=()
 # etcd: one member in a namespace of its own on the switch, started by the
-# harness (data under the run's output dir); every balancer shares its tables
-# through it (`cluster.etcd`): the elected leader publishes, the others follow.
+# harness; every balancer shares its tables through it (`cluster.etcd`): the
+# elected leader publishes, the others follow. Its data lies on a tmpfs
+# (/dev/shm) when there is one: the harness tests nilb, not etcd's
+# durability, and in stop 30's CI etcd answered nobody for 1.3 s, logging
+# nothing, as a WAL fsync on this machine's shared disk can make it
+# (ecmp-churn's followers waited that long for the leader's publish).
 ECMP_ETCD_IP=10.77.0.5
 ECMP_ETCD_URL=http://$ECMP_ETCD_IP:2379
 ETCD_PID=""
 
+ECMP_ETCD_DIR=""
+
 # ecmp_etcd_start [KEEP]: etcd in its namespace (created once), data in
-# $NH_OUT/etcd (wiped first unless KEEP: a restart keeps what was published);
-# waits until it answers
+# ECMP_ETCD_DIR (/dev/shm/nilb-harness-PREFIX-etcd, removed at cleanup; or
+# $NH_OUT/etcd without a tmpfs), wiped first unless KEEP (a restart keeps
+# what was published); its log in $NH_OUT/etcd.log, a restart's in
+# etcd-restarted.log (the first one's lines stay for window-logs); waits until
+# it answers
 ecmp_etcd_start() {
-  local et
+  local et log=$NH_OUT/etcd${1:+-restarted}.log
   command -v etcd >/dev/null || { ECMP_WHY="etcd not installed (scripts/setup.sh: etcd-server)"; return 1; }
   et=$(nh_ns etcd)
   if [[ ! -e /run/netns/$et ]]; then
@@ -48,14 +57,22 @@ ecmp_etcd_start() {
     nh_run ip -n "$et" link set lo up || return 1
   fi
   [[ -n $ETCD_PID ]] && nh_alive "$ETCD_PID" && return 0
-  [[ -n ${1:-} ]] || rm -rf "$NH_OUT/etcd"
-  nh_bg "etcd" "$NH_OUT/etcd.log" etcd etcd --name nh --data-dir "$NH_OUT/etcd" \
+  if [[ -z $ECMP_ETCD_DIR ]]; then
+    if [[ $(stat -f -c %T /dev/shm 2>/dev/null) == tmpfs ]]; then
+      ECMP_ETCD_DIR=/dev/shm/nilb-harness-$NH_PREFIX-etcd
+      NH_TMPDIRS+=("$ECMP_ETCD_DIR")
+    else
+      ECMP_ETCD_DIR=$NH_OUT/etcd
+    fi
+  fi
+  [[ -n ${1:-} ]] || rm -rf "$ECMP_ETCD_DIR"
+  nh_bg "etcd" "$log" etcd etcd --name nh --data-dir "$ECMP_ETCD_DIR" \
     --listen-client-urls "$ECMP_ETCD_URL" --advertise-client-urls "$ECMP_ETCD_URL" \
     --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
     --initial-cluster nh=http://127.0.0.1:2380
   ETCD_PID=$NH_BG_PID
   if ! nh_wait_until 15 ecmp_etcd_answers; then
-    ECMP_WHY="etcd does not answer on $ECMP_ETCD_URL after 15 s: $(tail -n 3 "$NH_OUT/etcd.log" | tr '\n' ' ')"
+    ECMP_WHY="etcd does not answer on $ECMP_ETCD_URL after 15 s: $(tail -n 3 "$log" | tr '\n' ' ')"
     return 1
   fi
 }
