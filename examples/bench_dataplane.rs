@@ -1289,6 +1289,15 @@ fn main() -> Result<()> {
         gen: &'a [u8],
         frame: &'a [u8],
     }
+    /// The MAC-swap baseline on a case's generator and frame.
+    fn macswap_side<'a>(fd: BorrowedFd<'a>, gen: &'a [u8], frame: &'a [u8]) -> Side<'a> {
+        Side {
+            name: "macswap_tx",
+            fd,
+            gen,
+            frame,
+        }
+    }
     let nilb_side = |case: &str| -> Option<Side<'_>> {
         let c = cases.iter().find(|c| c.name == case)?;
         Some(Side {
@@ -1346,12 +1355,7 @@ fn main() -> Result<()> {
                 gen,
                 frame,
             },
-            Side {
-                name: "macswap_tx",
-                fd: macswap,
-                gen,
-                frame,
-            },
+            macswap_side(macswap, gen, frame),
         ));
     }
     for (pair, prog) in [
@@ -1366,12 +1370,7 @@ fn main() -> Result<()> {
                 gen: &g_vip100,
                 frame: &vip100,
             },
-            Side {
-                name: "macswap_tx",
-                fd: macswap,
-                gen: &g_vip100,
-                frame: &vip100,
-            },
+            macswap_side(macswap, &g_vip100, &vip100),
         ));
     }
     if let Some(n) = nilb_side("vip_100_services_1024") {
@@ -1394,12 +1393,7 @@ fn main() -> Result<()> {
             gen: &g_vip,
             frame: &vip,
         },
-        Side {
-            name: "macswap_tx",
-            fd: macswap,
-            gen: &g_vip,
-            frame: &vip,
-        },
+        macswap_side(macswap, &g_vip, &vip),
     ));
     // In a pairs-only run, the two cases with targets as pairs too (the
     // same measurement as the cases' repetitions above).
@@ -1410,16 +1404,7 @@ fn main() -> Result<()> {
         ] {
             if let Some(n) = nilb_side(case) {
                 let (gen, frame) = (n.gen, n.frame);
-                pairs.push((
-                    pair,
-                    n,
-                    Side {
-                        name: "macswap_tx",
-                        fd: macswap,
-                        gen,
-                        frame,
-                    },
-                ));
+                pairs.push((pair, n, macswap_side(macswap, gen, frame)));
             }
         }
     }
@@ -1446,12 +1431,7 @@ fn main() -> Result<()> {
                 gen: &g_vip100,
                 frame: &vip100,
             },
-            Side {
-                name: "macswap_tx",
-                fd: macswap,
-                gen: &g_vip100,
-                frame: &vip100,
-            },
+            macswap_side(macswap, &g_vip100, &vip100),
         ));
     }
     // --pairs LIST: only these pairs (comma list of names).
