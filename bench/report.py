@@ -225,6 +225,11 @@ def main():
             ("100 services of 4096 buckets, 1-byte entries (400 KiB)", "floor100_u8_vs_macswap", None),
             ("100 services of 1024 buckets, 2-byte entries (200 KiB)", "floor100_1024_vs_macswap",
              "vip100_1024_vs_floor100_1024"),
+            # The footprint sweep: the same floor, other table sizes.
+            ("100 services of 64 buckets (12.5 KiB)", "floor100_64_vs_macswap", None),
+            ("100 services of 256 buckets (50 KiB)", "floor100_256_vs_macswap", None),
+            ("100 services of 2048 buckets (400 KiB)", "floor100_2048_vs_macswap", None),
+            ("100 services of 8192 buckets (1.6 MiB)", "floor100_8192_vs_macswap", None),
         ):
             fr, fspread = pair_of(floor_pair)
             if not fspread:

@@ -6,8 +6,10 @@
  *
  *   outer IPv4   20 bytes, no options, DF, TTL NILB_OUTER_TTL, proto UDP
  *   UDP          source 0x8000 | (flow hash & 0x7fff), destination the GUE
- *                port, checksum 0 (a received non-zero checksum is kept
- *                valid when forwarding)
+ *                port, checksum by local checksum offload (gue_lco_*: valid
+ *                exactly when the inner packet's own checksums are; 0 when
+ *                the inner packet has none to derive it from); a received
+ *                non-zero checksum is kept valid when forwarding
  *   GUE          version 0, C 0, hlen 1 + N, proto 4 (IPv4) or 41 (IPv6),
  *                flags 0
  *   private      type 0, next hop index, hop count N
@@ -22,11 +24,10 @@
  *   outer IPv6   40 bytes, no extension headers, traffic class 0, flow
  *                label the low 20 bits of the flow hash (RFC 6438), hop
  *                limit NILB_OUTER_TTL, next header UDP
- *   UDP          as above; checksum 0 (RFC 6935 and 6936: a tunnel whose
- *                receivers are nilb's own programs, which check every GUE
- *                field and the inner lengths; the inner packet carries its
- *                own transport checksum end to end); a received non-zero
- *                checksum is kept valid when forwarding
+ *   UDP          as above (the checksum over the outer IPv6 pseudo-header;
+ *                0 only where the inner packet has no checksum to derive
+ *                it from, RFC 6935 and 6936: the receivers are nilb's own
+ *                programs)
  *   GUE          as above with hlen 1 + 4N
  *   hops         N IPv6 addresses, network order, the same hops
  */
@@ -51,6 +52,137 @@ struct gue_hdr {
 	__u32 hops[];
 };
 
+/*
+ * Local checksum offload (LCO; the kernel's
+ * Documentation/networking/checksum-offloads.rst, as Katran's GUE
+ * encapsulation does): the outer UDP checksum covers the inner packet, but
+ * an inner packet whose checksums are valid has a known one's complement
+ * sum without reading it: an IPv4 header sums to 0 (negative zero), a TCP
+ * or UDP segment to minus its pseudo-header's sum, an ICMP message to 0.
+ * So the outer checksum is computed from headers only, and it verifies
+ * exactly when the inner checksums do (a client's segment corrupted on the
+ * way to the balancer stays detectable end to end). Why it matters: a NIC
+ * that verified a UDP checksum (or saw 0, "none") marks the frame
+ * CHECKSUM_UNNECESSARY, and after XDP decapsulation (xdp_decap.h) that
+ * mark applies to the inner TCP segment, which the stack then trusts: with
+ * a checksum 0 a corrupted segment would be accepted; with LCO the NIC's
+ * verdict is the inner packet's (docs/design.md "Checksums").
+ *
+ * GUE_NO_LCO: the inner packet has no checksum the outer one can be derived
+ * from (UDP without checksum, a UDP length short of the packet, IPv6
+ * extension headers): the outer UDP checksum is 0 then, as before.
+ */
+#define GUE_NO_LCO (~0ULL)
+
+/* A multiple of 0xffff (so 0 in one's complement) above any sum of the few
+ * words below: minus a sum x is GUE_NEG - x, without folding first. */
+#define GUE_NEG (0xffffULL << 20)
+
+/* Returns: the 16-bit one's complement sum (folded, not inverted) of a sum
+ * below 2^63 of 16- or 32-bit words. */
+static __always_inline __u32 csum_fold64(__u64 s)
+{
+	__u32 t;
+
+	s = (s & 0xffffffff) + (s >> 32);            /* < 2^33 */
+	t = (__u32)(s & 0xffff) + (__u32)(s >> 16); /* < 0x30000 */
+	t = (t & 0xffff) + (t >> 16);                /* <= 0x10001 */
+	return (t & 0xffff) + (t >> 16);
+}
+
+/* The sum (unfolded, below 2^37) of an inner IPv4 packet (addresses
+ * saddr, daddr as in memory, protocol proto, l4_len bytes after its header;
+ * udp_check, udp_len: its UDP checksum as in memory and length field, host
+ * order, if UDP) if its checksums are valid: the header 0, the segment
+ * minus its pseudo-header's sum.
+ * Returns: that sum, or GUE_NO_LCO (UDP without checksum, or whose length
+ * is not the rest of the packet). */
+static __always_inline __u64 gue_lco_inner4(__u32 saddr, __u32 daddr, __u8 proto, __u32 l4_len,
+					    __u16 udp_check, __u32 udp_len)
+{
+	if (proto == IPPROTO_ICMP)
+		return 0;
+	if (proto == IPPROTO_UDP && (!udp_check || udp_len != l4_len))
+		return GUE_NO_LCO;
+	return GUE_NEG - ((__u64)saddr + daddr + bpf_htons(proto) + bpf_htons(l4_len));
+}
+
+/* The same for an inner IPv6 packet without extension headers (first8:
+ * its first two 32-bit words as in memory; the addresses of its
+ * pseudo-header cancel against the header's own), proto TCP, UDP or
+ * ICMPv6, l4_len its payload length.
+ * Returns: that sum, or GUE_NO_LCO (UDP without checksum or whose length
+ * is not the payload's). */
+static __always_inline __u64 gue_lco_inner6(const __u32 *first8, __u8 proto, __u32 l4_len,
+					    __u16 udp_check, __u32 udp_len)
+{
+	if (proto == IPPROTO_UDP && (!udp_check || udp_len != l4_len))
+		return GUE_NO_LCO;
+	return (__u64)first8[0] + first8[1] + GUE_NEG - bpf_htons(l4_len) - bpf_htons(proto);
+}
+
+/* The outer UDP checksum's share of the inner packet at `inner`, of
+ * inner_len bytes (inner_proto: GUE_PROTO_IPV4 or _IPV6; its headers
+ * checked by the balancer before it was encapsulated; data_end for the
+ * verifier).
+ * Returns: gue_lco_inner4/6's sum, or GUE_NO_LCO (as they say, and for an
+ * IPv6 packet with extension headers, which are not summed here). */
+static __always_inline __u64 gue_lco_inner(void *inner, void *data_end, __u32 inner_len,
+					   __u8 inner_proto)
+{
+	struct udphdr *uh;
+	__u8 proto;
+
+	if (inner_proto == GUE_PROTO_IPV4) {
+		struct iphdr *iph = inner;
+		__u32 ihl_len;
+
+		if ((void *)(iph + 1) > data_end)
+			return GUE_NO_LCO; /* never: checked by the balancer */
+		ihl_len = iph->ihl * 4;
+		proto = iph->protocol;
+		if (proto != IPPROTO_UDP)
+			return gue_lco_inner4(iph->saddr, iph->daddr, proto, inner_len - ihl_len, 0, 0);
+		uh = inner + ihl_len;
+		if ((void *)(uh + 1) > data_end)
+			return GUE_NO_LCO; /* never: checked by the balancer */
+		return gue_lco_inner4(iph->saddr, iph->daddr, proto, inner_len - ihl_len, uh->check,
+				      bpf_ntohs(uh->len));
+	} else {
+		struct ipv6hdr *ip6 = inner;
+
+		if ((void *)(ip6 + 1) > data_end)
+			return GUE_NO_LCO; /* never: checked by the balancer */
+		proto = ip6->nexthdr;
+		if (proto != IPPROTO_UDP)
+			return proto == IPPROTO_TCP || proto == NEXTHDR_ICMPV6 ?
+				       gue_lco_inner6(inner, proto, inner_len - sizeof(*ip6), 0, 0) :
+				       GUE_NO_LCO;
+		uh = (void *)(ip6 + 1);
+		if ((void *)(uh + 1) > data_end)
+			return GUE_NO_LCO; /* never: checked by the balancer */
+		return gue_lco_inner6(inner, proto, inner_len - sizeof(*ip6), uh->check,
+				      bpf_ntohs(uh->len));
+	}
+}
+
+/* Returns: the sum of the four 32-bit words of an IPv6 address (not
+ * folded). */
+static __always_inline __u64 addr6_sum(const __u32 *a)
+{
+	return (__u64)a[0] + a[1] + a[2] + a[3];
+}
+
+/* Returns: the UDP checksum to write for a sum (not folded) of everything
+ * it covers, the outer pseudo-header included: never 0 (RFC 768: 0 means
+ * none; 0xffff is the same value). */
+static __always_inline __u16 gue_udp_check(__u64 s)
+{
+	__u16 c = ~csum_fold64(s) & 0xffff;
+
+	return c ? c : 0xffff;
+}
+
 /* Returns: the bytes outer IPv4 + UDP + GUE take with nhops hops listed. */
 static __always_inline __u32 gue_overhead(__u32 nhops)
 {
@@ -68,20 +200,22 @@ static __always_inline __u32 gue_overhead_of(__u32 nhops, int c6)
  * Write the Ethernet type, outer IPv4 (cfg->node_addr -> daddr), UDP and GUE
  * in front of an inner packet of inner_len bytes (inner_proto:
  * GUE_PROTO_IPV4 or GUE_PROTO_IPV6), listing the first
- * nhops (at most NILB_TX_HOPS) addresses of `list`. The caller has checked
- * that the headers and NILB_TX_HOPS hops lie within the packet; the MACs
+ * nhops (at most NILB_TX_HOPS) addresses of `list`; the UDP checksum by
+ * LCO (gue_lco_inner; 0 for GUE_NO_LCO). The caller has checked that the
+ * headers and NILB_TX_HOPS hops lie within the packet (data_end); the MACs
  * are the caller's.
  * Returns: nothing.
  */
-static __always_inline void gue_write(struct ethhdr *eth, const struct nilb_config *cfg,
-				      __u32 daddr, const __u32 *list, __u32 nhops, __u32 hash,
-				      __u32 inner_len, __u8 inner_proto)
+static __always_inline void gue_write(struct ethhdr *eth, void *data_end,
+				      const struct nilb_config *cfg, __u32 daddr, const __u32 *list,
+				      __u32 nhops, __u32 hash, __u32 inner_len, __u8 inner_proto)
 {
 	struct iphdr *oip = (void *)(eth + 1);
 	struct udphdr *udp = (void *)(oip + 1);
 	struct gue_hdr *gue = (void *)(udp + 1);
 	__u32 len = inner_len + gue_overhead(nhops);
 	__u32 sum;
+	__u64 inner_sum;
 
 	_Static_assert(NILB_TX_HOPS == 4, "gue_write lists up to four hops");
 	eth->h_proto = bpf_htons(ETH_P_IP);
@@ -116,6 +250,28 @@ static __always_inline void gue_write(struct ethhdr *eth, const struct nilb_conf
 		gue->hops[2] = list[2];
 	if (nhops > 3)
 		gue->hops[3] = list[3];
+	inner_sum = gue_lco_inner((void *)gue->hops + 4 * (nhops & 7), data_end, inner_len,
+				  inner_proto);
+	if (inner_sum != GUE_NO_LCO) {
+		/* Pseudo-header (addresses, protocol, length), the UDP header
+		 * (its length again), GUE and the hops, the inner packet. */
+		__u64 s = inner_sum + cfg->node_addr + daddr + bpf_htons(IPPROTO_UDP) +
+			  2 * (__u32)udp->len + *(__u32 *)udp + ((__u32 *)gue)[0] +
+			  ((__u32 *)gue)[1];
+
+		if (nhops) { /* nested: a bucket that never moved pays one test */
+			s += list[0];
+			if (nhops > 1) {
+				s += list[1];
+				if (nhops > 2) {
+					s += list[2];
+					if (nhops > 3)
+						s += list[3];
+				}
+			}
+		}
+		udp->check = gue_udp_check(s);
+	}
 }
 
 /* Copy the IPv6 address of backend slot `slot` to dst (packet memory).
@@ -138,7 +294,8 @@ static __always_inline int gue_slot_addr6(__u32 *dst, __u32 slot)
  * nhops (at most NILB_TX_HOPS) backend slots of `slots`. The caller has
  * checked that the outer headers and GUE base header lie within the
  * packet (data_end); each hop is checked here (a short inner packet leaves
- * no room for hops not listed). The MACs are the caller's.
+ * no room for hops not listed). The UDP checksum as gue_write's. The MACs
+ * are the caller's.
  * Returns: 0, or -1 if a hop does not fit or a slot has no IPv6 address
  * (neither happens: the verifier needs the checks).
  */
@@ -153,6 +310,7 @@ static __always_inline int gue_write6(struct ethhdr *eth, void *data_end,
 	__u32 *hop = gue->hops;
 	/* UDP header, GUE base header and hops, inner packet. */
 	__u32 len = inner_len + gue_overhead_of(nhops, 1) - sizeof(*oip6);
+	__u64 s, inner_sum;
 
 	_Static_assert(NILB_TX_HOPS == 4, "gue_write6 lists up to four hops");
 	eth->h_proto = bpf_htons(ETH_P_IPV6);
@@ -171,6 +329,13 @@ static __always_inline int gue_write6(struct ethhdr *eth, void *data_end,
 
 	((__u32 *)gue)[0] = bpf_htonl(((1 + 4 * nhops) << 24) | ((__u32)inner_proto << 16));
 	((__u32 *)gue)[1] = bpf_htonl(nhops);
+	/* gue_write's sum, over the IPv6 pseudo-header (the length as a
+	 * 32-bit word: the UDP length's 16 bits), kept folded in the checksum
+	 * field until the hops and the inner packet are added (nothing to
+	 * keep on the stack across the hops' lookups). */
+	udp->check = csum_fold64(addr6_sum(node6) + addr6_sum(daddr) + bpf_htons(IPPROTO_UDP) +
+				 2 * (__u32)udp->len + *(__u32 *)udp + ((__u32 *)gue)[0] +
+				 ((__u32 *)gue)[1]);
 	if (nhops > 0) {
 		if ((void *)(hop + 4) > data_end || gue_slot_addr6(hop, slots[0]))
 			return -1;
@@ -189,7 +354,40 @@ static __always_inline int gue_write6(struct ethhdr *eth, void *data_end,
 	if (nhops > 3) {
 		if ((void *)(hop + 4) > data_end || gue_slot_addr6(hop, slots[3]))
 			return -1;
+		hop += 4;
 	}
+	inner_sum = gue_lco_inner(hop, data_end, inner_len, inner_proto);
+	if (inner_sum == GUE_NO_LCO) {
+		udp->check = 0;
+		return 0;
+	}
+	/* The hops read back as written. */
+	s = inner_sum + udp->check;
+	hop = gue->hops;
+	if (nhops > 0) {
+		if ((void *)(hop + 4) > data_end)
+			return -1;
+		s += addr6_sum(hop);
+		hop += 4;
+	}
+	if (nhops > 1) {
+		if ((void *)(hop + 4) > data_end)
+			return -1;
+		s += addr6_sum(hop);
+		hop += 4;
+	}
+	if (nhops > 2) {
+		if ((void *)(hop + 4) > data_end)
+			return -1;
+		s += addr6_sum(hop);
+		hop += 4;
+	}
+	if (nhops > 3) {
+		if ((void *)(hop + 4) > data_end)
+			return -1;
+		s += addr6_sum(hop);
+	}
+	udp->check = gue_udp_check(s);
 	return 0;
 }
 

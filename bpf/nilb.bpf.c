@@ -377,6 +377,7 @@ static __always_inline int xdp_quic_hops(struct xdp_md *ctx, __u32 idx, __u32 of
  * receives the frame's destination and source MACs.
  * inner_proto: GUE_PROTO_IPV4 or GUE_PROTO_IPV6. c6: an IPv6 cluster
  * network: outer IPv6 from this node's config6 address (gue_write6).
+ * The outer UDP checksum by LCO (gue.h).
  * Returns: the new Ethernet header (MACs still to write), or NULL if the
  * packet could not be resized (counted: C_XDP_DROP_ADJUST_FAILED).
  */
@@ -425,7 +426,8 @@ static __always_inline struct ethhdr *xdp_encap(struct xdp_md *ctx, struct ethhd
 		count(C_XDP_DROP_ADJUST_FAILED);
 		return NULL;
 	}
-	gue_write(eth, cfg, hops->first, hops->list, hops->nhops, hash, inner_len, inner_proto);
+	gue_write(eth, data_end, cfg, hops->first, hops->list, hops->nhops, hash, inner_len,
+		  inner_proto);
 	return eth;
 }
 

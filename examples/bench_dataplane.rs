@@ -523,6 +523,63 @@ fn fill_floor(obj: &libbpf_rs::Object) -> Result<()> {
     Ok(())
 }
 
+/// A co-runner for `--pressure-kib`: a thread on one CPU that, while on,
+/// reads a buffer of `kib` KiB one byte per 64-byte line, over and over;
+/// while off it sleeps (200 us at a time). Stopped and joined on drop.
+struct Pressure {
+    on: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Pressure {
+    fn start(kib: usize, cpu: usize) -> Result<Self> {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let on = std::sync::Arc::new(AtomicBool::new(false));
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let mut set = nix::sched::CpuSet::new();
+        set.set(cpu).context("--pressure-cpu")?;
+        let (on2, stop2) = (on.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            // The bench itself runs pinned elsewhere (taskset): the
+            // co-runner moves to its own CPU, or runs where it may.
+            let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set);
+            let buf = vec![1u8; kib * 1024];
+            let mut sum = 0u64;
+            while !stop2.load(Ordering::Relaxed) {
+                if !on2.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_micros(200));
+                    continue;
+                }
+                for i in (0..buf.len()).step_by(64) {
+                    sum = sum.wrapping_add(u64::from(buf[i]));
+                }
+                std::hint::black_box(sum);
+            }
+        });
+        Ok(Pressure {
+            on,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Turn the co-runner on or off, and give it 20 ms to get going.
+    fn set(&self, on: bool) {
+        self.on.store(on, std::sync::atomic::Ordering::Relaxed);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+impl Drop for Pressure {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 struct Bench {
     obj: libbpf_rs::Object,
     gen_if: u32,
@@ -1358,9 +1415,16 @@ fn main() -> Result<()> {
             macswap_side(macswap, gen, frame),
         ));
     }
+    // The other tables: 1-byte entries, and the footprint sweep (64 to
+    // 8192 buckets per service: how the floor's cost follows the bytes
+    // its tables spread over).
     for (pair, prog) in [
         ("floor100_u8_vs_macswap", "floor_lb100_u8"),
+        ("floor100_64_vs_macswap", "floor_lb100_64"),
+        ("floor100_256_vs_macswap", "floor_lb100_256"),
         ("floor100_1024_vs_macswap", "floor_lb100_1024"),
+        ("floor100_2048_vs_macswap", "floor_lb100_2048"),
+        ("floor100_8192_vs_macswap", "floor_lb100_8192"),
     ] {
         pairs.push((
             pair,
@@ -1473,6 +1537,20 @@ fn main() -> Result<()> {
             reps
         }
     };
+    // --pressure-kib N (a pairs-only aid): every pair repetition runs once
+    // quiet and once while a co-runner on the other CPU reads N KiB over
+    // and over, a cache line at a time (what another tenant's work does to
+    // the caches the tables live in); the latter print as "<pair>
+    // +pressure".
+    let pressure_kib: usize = arg("--pressure-kib", "0").parse()?;
+    let pressure = if pressure_kib > 0 && pairs_only {
+        Some(Pressure::start(
+            pressure_kib,
+            arg("--pressure-cpu", "0").parse()?,
+        )?)
+    } else {
+        None
+    };
     let mut ratios: Vec<Vec<f64>> = pairs.iter().map(|_| Vec::new()).collect();
     for rep in 0..reps * TARGET_REPS {
         for (pi, (name, sa, sb)) in pairs.iter().enumerate() {
@@ -1484,22 +1562,34 @@ fn main() -> Result<()> {
                 sent_all(name, s, d, g)?;
                 Ok(d)
             };
-            let (a, b) = if rep % 2 == 0 {
-                let a = run(sa)?;
-                (a, run(sb)?)
-            } else {
-                let b = run(sb)?;
-                (run(sa)?, b)
-            };
-            ratios[pi].push(a / b);
-            eprintln!(
-                "pair {name} rep {rep}: {} {a:.3} Mpps, {} {b:.3} Mpps, ratio {:.3}",
-                sa.name,
-                sb.name,
-                a / b
-            );
+            for pressed in [false, true] {
+                if pressed && pressure.is_none() {
+                    continue;
+                }
+                if let Some(p) = &pressure {
+                    p.set(pressed);
+                }
+                let (a, b) = if rep % 2 == 0 {
+                    let a = run(sa)?;
+                    (a, run(sb)?)
+                } else {
+                    let b = run(sb)?;
+                    (run(sa)?, b)
+                };
+                if !pressed {
+                    ratios[pi].push(a / b);
+                }
+                eprintln!(
+                    "pair {name}{} rep {rep}: {} {a:.3} Mpps, {} {b:.3} Mpps, ratio {:.3}",
+                    if pressed { " +pressure" } else { "" },
+                    sa.name,
+                    sb.name,
+                    a / b
+                );
+            }
         }
     }
+    drop(pressure);
     let mut pair_json = Vec::new();
     for ((name, sa, sb), ratios) in pairs.iter().zip(&ratios) {
         pair_json.push(format!(

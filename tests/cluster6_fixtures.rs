@@ -252,7 +252,19 @@ fn xdp_balancer_sends_outer_ipv6() {
     );
     assert_eq!(&o[6..8], &[17, 64], "next header UDP, hop limit 64");
     assert_eq!(&o[8..24], &a6(N6).octets(), "source: this node");
-    assert_eq!(&o[46..48], &[0, 0], "UDP checksum 0");
+    assert_eq!(
+        u16::from_be_bytes([o[46], o[47]]),
+        lco_check(
+            &[
+                &o[8..40],
+                &(u16::from_be_bytes([o[44], o[45]]) as u32).to_be_bytes()[..],
+                &[0, 0, 0, 17],
+            ]
+            .concat(),
+            &o[40..]
+        ),
+        "UDP checksum by local checksum offload"
+    );
     assert_eq!(
         &o[48..56],
         &[1, 4, 0, 0, 0, 0, 0, 0],
@@ -426,6 +438,17 @@ fn tc_outer_ipv6_fixture_table() {
         o[14 + 8..14 + 24].copy_from_slice(&n6.octets());
         o[14 + 24..14 + 40].copy_from_slice(&hop.octets());
         o[14 + 48 + 6] += 1;
+        // The UDP checksum kept valid (RFC 1624): what local checksum
+        // offload gives for the new addresses and next-hop index.
+        let len = u16::from_be_bytes([o[14 + 44], o[14 + 45]]) as usize;
+        let pseudo = [
+            &o[14 + 8..14 + 40],
+            &(len as u32).to_be_bytes()[..],
+            &[0, 0, 0, 17],
+        ]
+        .concat();
+        let c = lco_check(&pseudo, &o[14 + 40..14 + 40 + len]);
+        o[14 + 46..14 + 48].copy_from_slice(&c.to_be_bytes());
         o
     };
     let fwd4 = g4(b12, 0, &[b13], &data);

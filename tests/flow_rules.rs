@@ -854,7 +854,8 @@ fn tc_forward_keeps_the_udp_checksum_valid() {
             IPPROTO_TCP,
             &tcp(sport, 80, ACK | PSH, b"payload"),
         );
-        let plain = gue_frame(net.mac, MAC12, B12, NODE, 0, &[B13], &data);
+        let mut plain = gue_frame(net.mac, MAC12, B12, NODE, 0, &[B13], &data);
+        put16(&mut plain, 14 + 26, 0); // a sender without a checksum
         let (v, out) = l.dp.run_tc(&plain, net.ifindex).unwrap();
         assert_eq!(
             (v, udp_csum_of(&out)),

@@ -93,7 +93,14 @@ fn xdp_syn_to_vip_is_encapsulated_byte_for_byte() {
         16 + inner.len(),
         "UDP length"
     );
-    assert_eq!(&o[26..28], &[0, 0], "UDP checksum 0");
+    assert_eq!(
+        u16::from_be_bytes([o[26], o[27]]),
+        lco_check(
+            &[&o[12..20], &[0, 17], &o[24..26]].concat(),
+            &o[20..20 + 16 + inner.len()]
+        ),
+        "UDP checksum by local checksum offload"
+    );
     assert_eq!(
         &o[28..36],
         &[0x01, 4, 0, 0, 0, 0, 0, 0],
@@ -112,6 +119,63 @@ fn xdp_syn_to_vip_is_encapsulated_byte_for_byte() {
     assert_eq!(
         (bs.packets, bs.bytes, bs.syns),
         (2, 2 * inner.len() as u64, 2)
+    );
+}
+
+/// The outer UDP checksum (local checksum offload, docs/design.md
+/// "Checksums") verifies, summed over every byte, exactly when the inner
+/// packet's own checksums do: a NIC that checks it hands the backend the
+/// inner packet's verdict. A UDP flow without a checksum gets 0.
+#[test]
+fn xdp_outer_udp_checksum_verifies_exactly_when_the_inner_does() {
+    require_root!("BPF, network namespace");
+    let net = TestNet::new();
+    let l = load(&config(&[(B12, 1, "active")], "drop"), NODE);
+    let mut cases = Vec::new();
+    for (what, proto, l4) in [
+        ("TCP SYN", IPPROTO_TCP, tcp(40000, 80, SYN, b"")),
+        (
+            "TCP data",
+            IPPROTO_TCP,
+            tcp(40001, 80, ACK | PSH, b"hello, backend"),
+        ),
+        ("TCP odd length", IPPROTO_TCP, tcp(40002, 80, ACK, b"odd")),
+        ("UDP", IPPROTO_UDP, udp(40003, 53, b"query")),
+    ] {
+        let mut good = l3(CLIENT, VIP, proto, &l4);
+        fix_l4_csum(&mut good);
+        let mut bad = good.clone();
+        let last = bad.len() - 1;
+        bad[last] ^= 0x40; // corrupted on the way to the balancer
+        let mut bad_ip = good.clone();
+        bad_ip[10] ^= 1; // inner IPv4 header checksum wrong
+        cases.push((format!("{what}, checksums valid"), good, true));
+        cases.push((format!("{what}, payload corrupted"), bad, false));
+        cases.push((format!("{what}, inner IPv4 checksum wrong"), bad_ip, false));
+    }
+    for (what, inner, valid) in &cases {
+        let (verdict, out) =
+            l.dp.run_xdp(&client_frame(net.mac, inner), net.ifindex)
+                .unwrap();
+        assert_eq!(verdict, XDP_TX, "{what}");
+        assert_ne!(
+            &out[14 + 26..14 + 28],
+            &[0, 0],
+            "{what}: a checksum is sent"
+        );
+        assert_eq!(outer_udp_verifies(&out), *valid, "{what}: outer verifies");
+        assert_eq!(&out[14 + 36..], &inner[..], "{what}: inner unchanged");
+    }
+    // UDP without a checksum: nothing to derive the outer one from.
+    let none = l3(CLIENT, VIP, IPPROTO_UDP, &udp(40004, 53, b"query"));
+    let (verdict, out) =
+        l.dp.run_xdp(&client_frame(net.mac, &none), net.ifindex)
+            .unwrap();
+    assert_eq!(verdict, XDP_TX);
+    assert_eq!(
+        &out[14 + 26..14 + 28],
+        &[0, 0],
+        "UDP without checksum: outer 0"
     );
 }
 

@@ -30,6 +30,9 @@
  *                 checks, no counters, no statistics, no FIB or neighbour
  *                 cache (MACs swapped), no second hop, no configuration
  *                 read: each is something nilb does.
+ *   floor_lb100_64 .. floor_lb100_8192  the 100-service floor with 64 to
+ *                 8192 buckets per service (12.5 KiB to 1.6 MiB of 2-byte
+ *                 entries): how its cost follows the tables' footprint.
  *   xdp_pass_only baseline of the non-VIP path: XDP_PASS.
  *   count_drop    the counting peer: count per CPU, XDP_DROP.
  *   tc_pass_only  baseline of the TC path: TC_ACT_OK.
@@ -203,6 +206,7 @@ int encap_tx(struct xdp_md *ctx)
  * at most, and hop slots (filled by examples/bench_dataplane.rs: bucket i
  * of every service holds slot 1 + i % 3, slots 1-3 the bench's backends). */
 #define FLOOR_TABLE_BITS 12
+#define FLOOR_MAX_BITS 13 /* the largest table of the footprint sweep */
 #define FLOOR_SERVICES 100
 #define FLOOR_SLOTS 4
 #define FLOOR_VIP 0x0a630064 /* 10.99.0.100, the bench's VIP (host order) */
@@ -210,7 +214,7 @@ int encap_tx(struct xdp_md *ctx)
 /* Four 2-byte first-hop slots per element, as nilb's bucket_first. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, (FLOOR_SERVICES << FLOOR_TABLE_BITS) / 4);
+	__uint(max_entries, (FLOOR_SERVICES << FLOOR_MAX_BITS) / 4);
 	__type(key, __u32);
 	__type(value, __u16[4]);
 } floor_first SEC(".maps");
@@ -347,6 +351,32 @@ SEC("xdp")
 int floor_lb100_1024(struct xdp_md *ctx)
 {
 	return floor_lb(ctx, 1000, FLOOR_SERVICES, 10, 0);
+}
+
+/* The footprint sweep: the same floor, 2^6 .. 2^13 buckets per service
+ * (with floor_lb100_1024 and floor_lb100). */
+SEC("xdp")
+int floor_lb100_64(struct xdp_md *ctx)
+{
+	return floor_lb(ctx, 1000, FLOOR_SERVICES, 6, 0);
+}
+
+SEC("xdp")
+int floor_lb100_256(struct xdp_md *ctx)
+{
+	return floor_lb(ctx, 1000, FLOOR_SERVICES, 8, 0);
+}
+
+SEC("xdp")
+int floor_lb100_2048(struct xdp_md *ctx)
+{
+	return floor_lb(ctx, 1000, FLOOR_SERVICES, 11, 0);
+}
+
+SEC("xdp")
+int floor_lb100_8192(struct xdp_md *ctx)
+{
+	return floor_lb(ctx, 1000, FLOOR_SERVICES, FLOOR_MAX_BITS, 0);
 }
 
 SEC("xdp")

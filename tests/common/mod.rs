@@ -255,6 +255,36 @@ pub fn udp(sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
     u
 }
 
+/// Set the TCP or UDP checksum of the IPv4 packet `p` (L3, no options
+/// read beyond IHL) to the valid one.
+pub fn fix_l4_csum(p: &mut [u8]) {
+    let ihl = (p[0] & 15) as usize * 4;
+    let at = ihl + if p[9] == 6 { 16 } else { 6 };
+    p[at] = 0;
+    p[at + 1] = 0;
+    let mut v = p[12..20].to_vec();
+    v.extend_from_slice(&[0, p[9]]);
+    v.extend_from_slice(&((p.len() - ihl) as u16).to_be_bytes());
+    v.extend_from_slice(&p[ihl..]);
+    let c = match csum(&v) {
+        0 if p[9] == 17 => 0xffff,
+        c => c,
+    };
+    put16(p, at, c);
+}
+
+/// Does the outer UDP checksum of an outer-IPv4 frame verify (pseudo-header
+/// and the whole datagram, summed byte by byte)?
+pub fn outer_udp_verifies(f: &[u8]) -> bool {
+    let o = &f[14..];
+    let len = u16::from_be_bytes([o[24], o[25]]) as usize;
+    let mut v = o[12..20].to_vec();
+    v.extend_from_slice(&[0, 17]);
+    v.extend_from_slice(&(len as u16).to_be_bytes());
+    v.extend_from_slice(&o[20..20 + len]);
+    csum(&v) == 0
+}
+
 /// An IPv4 packet (L3) from its parts.
 pub fn l3(src: Ipv4Addr, dst: Ipv4Addr, proto: u8, l4: &[u8]) -> Vec<u8> {
     let mut p = ipv4(src, dst, proto, l4.len(), 0, &[]);
@@ -288,8 +318,95 @@ pub fn gue_header(inner_proto: u8, next: u8, hops: &[Ipv4Addr]) -> Vec<u8> {
     g
 }
 
-/// Outer IPv4 (DF, TTL 64, UDP, ID 0, TOS 0) + UDP (checksum 0) around
-/// `gue_and_inner`, as docs/design.md "GUE wire format" specifies.
+/// One's complement sum (folded, not inverted) of `data` as 16-bit
+/// big-endian words (a last odd byte padded with 0).
+pub fn sum16(data: &[u8]) -> u16 {
+    !csum(data)
+}
+
+/// Fold a sum of 16-bit words to 16 bits (one's complement).
+fn fold(mut s: u64) -> u16 {
+    while s > 0xffff {
+        s = (s & 0xffff) + (s >> 16);
+    }
+    s as u16
+}
+
+/// The outer UDP checksum nilb's balancer writes (docs/design.md
+/// "Checksums", local checksum offload) for the UDP datagram `datagram`
+/// (header, checksum field ignored, GUE with its hops, inner packet) under
+/// the pseudo-header `pseudo`: the inner packet counted as its own
+/// checksums say it sums (an IPv4 header 0, a TCP or UDP segment minus its
+/// pseudo-header's sum, an ICMP message 0; an IPv6 header as it is, minus
+/// its addresses), so the result is the datagram's true checksum exactly
+/// when the inner checksums are valid. 0 when the inner packet has none to
+/// derive it from: UDP with checksum 0 or a length short of the packet,
+/// IPv6 with extension headers (or anything else not IPv4 or IPv6 with
+/// TCP, UDP, ICMP).
+///
+/// A datagram cut short of the headers read (only a test's malformed
+/// input can be) gets 0.
+pub fn lco_check(pseudo: &[u8], datagram: &[u8]) -> u16 {
+    let b16 = |b: &[u8], o: usize| u16::from_be_bytes([b[o], b[o + 1]]) as u64;
+    let Some(g) = datagram.get(8..12) else {
+        return 0;
+    };
+    let hdr_end = 8 + 4 + 4 * (g[0] & 0x3f) as usize;
+    let inner = datagram.get(hdr_end..).unwrap_or(&[]);
+    let short = match g[1] {
+        4 => inner.len() < 20 || inner.len() < (inner[0] & 15) as usize * 4 + 8,
+        41 => inner.len() < 48,
+        _ => true,
+    };
+    if short {
+        return 0;
+    }
+    let share = match g[1] {
+        4 => {
+            let ihl = (inner[0] & 15) as usize * 4;
+            // As the balancer's 32-bit arithmetic (only malformed test
+            // input has a total length below the header's).
+            let l4_len = (b16(inner, 2) as u32).wrapping_sub(ihl as u32);
+            let proto = inner[9];
+            if proto == 17 && (b16(inner, ihl + 6) == 0 || b16(inner, ihl + 4) as u32 != l4_len) {
+                return 0;
+            }
+            if proto == 1 {
+                0
+            } else {
+                let p = sum16(&inner[12..20]) as u64 + proto as u64 + (l4_len & 0xffff) as u64;
+                (!fold(p)) as u64
+            }
+        }
+        41 => {
+            let nh = inner[6];
+            let l4_len = b16(inner, 4);
+            if !matches!(nh, 6 | 17 | 58) {
+                return 0;
+            }
+            if nh == 17 && (b16(inner, 40 + 6) == 0 || b16(inner, 40 + 4) != l4_len) {
+                return 0;
+            }
+            let h = sum16(&inner[..8]);
+            let p = fold(l4_len + nh as u64);
+            fold(h as u64 + (!p) as u64) as u64
+        }
+        _ => return 0,
+    };
+    let mut head = datagram[..hdr_end].to_vec();
+    head[6] = 0;
+    head[7] = 0;
+    let c = !fold(sum16(pseudo) as u64 + sum16(&head) as u64 + share);
+    if c == 0 {
+        0xffff
+    } else {
+        c
+    }
+}
+
+/// Outer IPv4 (DF, TTL 64, UDP, ID 0, TOS 0) + UDP (checksum by
+/// [`lco_check`]) around `gue_and_inner`, as docs/design.md "GUE wire
+/// format" specifies.
 pub fn gue_outer(
     src: Ipv4Addr,
     dst: Ipv4Addr,
@@ -311,6 +428,11 @@ pub fn gue_outer(
     h.extend_from_slice(&(udp_len as u16).to_be_bytes());
     h.extend_from_slice(&[0, 0]);
     h.extend_from_slice(gue_and_inner);
+    let mut pseudo = h[12..20].to_vec();
+    pseudo.extend_from_slice(&[0, 17]);
+    pseudo.extend_from_slice(&(udp_len as u16).to_be_bytes());
+    let c = lco_check(&pseudo, &h[20..]);
+    h[26..28].copy_from_slice(&c.to_be_bytes());
     h
 }
 
@@ -564,7 +686,7 @@ pub fn gue_header_any(inner_proto: u8, next: u8, hops: &[IpAddr]) -> Vec<u8> {
 }
 
 /// Outer IPv6 (class 0, flow label `label`, next header UDP, hop limit 64)
-/// + UDP (checksum 0) around `gue_and_inner`.
+/// + UDP (checksum by [`lco_check`]) around `gue_and_inner`.
 pub fn gue_outer6(
     src: Ipv6Addr,
     dst: Ipv6Addr,
@@ -583,6 +705,11 @@ pub fn gue_outer6(
     h.extend_from_slice(&(udp_len as u16).to_be_bytes());
     h.extend_from_slice(&[0, 0]);
     h.extend_from_slice(gue_and_inner);
+    let mut pseudo = h[8..40].to_vec();
+    pseudo.extend_from_slice(&(udp_len as u32).to_be_bytes());
+    pseudo.extend_from_slice(&[0, 0, 0, 17]);
+    let c = lco_check(&pseudo, &h[40..]);
+    h[46..48].copy_from_slice(&c.to_be_bytes());
     h
 }
 

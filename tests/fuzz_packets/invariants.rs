@@ -15,6 +15,25 @@ fn udp_csum6() -> usize {
     14 + 46
 }
 
+/// The pseudo-header and the UDP datagram of a GUE frame `out` (Ethernet,
+/// outer family `fam`, no outer extension headers): what the outer UDP
+/// checksum covers. The datagram is cut to the frame if its length runs
+/// past it.
+fn outer_udp(out: &[u8], fam: Fam) -> (Vec<u8>, &[u8]) {
+    let u = 14 + fam.ip_len();
+    let len = be16(out, u + 4) as usize;
+    let pseudo = match fam {
+        Fam::V4 => [&out[26..34], &[0, IPPROTO_UDP], &out[u + 4..u + 6]].concat(),
+        Fam::V6 => [
+            &out[22..54],
+            &(len as u32).to_be_bytes()[..],
+            &[0, 0, 0, IPPROTO_UDP],
+        ]
+        .concat(),
+    };
+    (pseudo, out.get(u..u + len).unwrap_or(&out[u..]))
+}
+
 /// Independent structural check of an encapsulation the balancer produced
 /// (`out` without the mark) of a packet of `tot` bytes whose GUE protocol
 /// must be `proto` (4 or 41), in the cluster network's family: returns
@@ -69,7 +88,6 @@ pub fn check_encapsulation(
             "UDP ports",
         ),
         (be16(o, u + 4) as usize == o.len() - u, "UDP length"),
-        (be16(o, u + 6) == 0, "UDP checksum"),
         (
             n <= nilb::limits::MAX_PREVIOUS_OWNERS as usize + 1 && g[0] as usize == words,
             "GUE hlen/N",
@@ -81,6 +99,14 @@ pub fn check_encapsulation(
         (
             g.get(4 + 4 * words..) == Some(&frame[14..14 + tot]),
             "inner packet",
+        ),
+        // Last: any field above that is wrong changes it too.
+        (
+            {
+                let (pseudo, datagram) = outer_udp(out, fam);
+                be16(o, u + 6) == lco_check(&pseudo, datagram)
+            },
+            "UDP checksum (local checksum offload)",
         ),
     ];
     outer
@@ -183,23 +209,47 @@ pub fn checksum_problems(
     let l3 = |f: &[u8]| f.get(14..).map(|x| x.to_vec()).unwrap_or_default();
     match (prog, verdict, tc) {
         (Prog::Xdp, XDP_TX | XDP_REDIRECT | XDP_PASS, _) if out != frame => {
-            let s = sums(&l3(out));
-            if !matches!(
-                s,
-                Some(Sums {
-                    ip: true,
-                    l4: None | Some(true)
-                })
-            ) {
-                bad.push(format!("checksum: XDP sent a packet with {s:?}"));
-            }
             let fam = Fam::of_frame(out);
             let u = 14 + fam.ip_len();
             let is_gue = out.len() >= u + 8
                 && out[14 + if fam == Fam::V4 { 9 } else { 6 }] == IPPROTO_UDP
                 && be16(out, u + 2) == GUE_PORT;
-            if is_gue && out[u + 6..u + 8] != [0, 0] {
-                bad.push("checksum: XDP encapsulated with a non-zero UDP checksum".into());
+            // A GUE packet's UDP checksum is judged below (LCO: it
+            // verifies when the inner packet's checksums do).
+            let s = sums(&l3(out));
+            let ok = match s {
+                Some(Sums { ip: true, l4 }) => is_gue || l4 != Some(false),
+                _ => false,
+            };
+            if !ok {
+                bad.push(format!("checksum: XDP sent a packet with {s:?}"));
+            }
+            if is_gue {
+                // Local checksum offload (docs/design.md "Checksums"): the
+                // outer UDP checksum is derived from the inner packet's
+                // headers, so it verifies (summed over every byte) exactly
+                // when the inner checksums do; 0 only when the inner packet
+                // has none to derive it from.
+                let check = be16(out, u + 6);
+                let (pseudo, datagram) = outer_udp(out, fam);
+                let want = lco_check(&pseudo, datagram);
+                let verifies = csum(&[&pseudo[..], datagram].concat()) == 0;
+                let inner_ok = matches!(
+                    sums(&l3(frame)),
+                    Some(Sums {
+                        ip: true,
+                        l4: Some(true)
+                    })
+                );
+                if check != want {
+                    bad.push(format!(
+                        "checksum: outer UDP checksum {check:#06x}, local checksum offload gives {want:#06x}"
+                    ));
+                } else if check != 0 && verifies != inner_ok {
+                    bad.push(format!(
+                        "checksum: outer UDP checksum verifies {verifies}, the inner packet's {inner_ok}"
+                    ));
+                }
             }
             if is_gue && out.len() > fam.gue_at() + 8 {
                 let n = out[fam.gue_at() + 7] as usize;

@@ -1088,6 +1088,13 @@ fn checker_flags_tampered_results() {
     let last = flipped.len() - 1;
     flipped[last] ^= 1;
     assert!(!check(Prog::Xdp, w, &syn, v, &flipped, &d).bad.is_empty());
+    // An outer UDP checksum other than local checksum offload's, or 0.
+    for c in [[out[40] ^ 1, out[41]], [0, 0]] {
+        let mut wrong = out.clone();
+        wrong[40..42].copy_from_slice(&c);
+        let bad = check(Prog::Xdp, w, &syn, v, &wrong, &d).bad;
+        assert!(bad.iter().any(|b| b.contains("UDP checksum")), "{bad:?}");
+    }
     let mut two = d.clone();
     two.push(("xdp_drop_malformed", 1));
     assert!(!check(Prog::Xdp, w, &syn, v, &out, &two).bad.is_empty());
