@@ -16,7 +16,7 @@
 #                scripts/build-static.sh, a path from the repository root or absolute;
 #                default: target/release/nilb)
 #
-# What it does (about 5 minutes on 2 cores after the build):
+# What it does (about 8 minutes on 2 cores after the build):
 #   1. installs missing Debian packages (scripts/setup.sh), builds nilb and the bench
 #      examples in release mode, compiles bench/bpf/bench.bpf.c (baselines, probes);
 #   2. xdp:     namespace with a veth pair gen0/sink0; examples/bench_dataplane.rs, pinned
