@@ -633,7 +633,9 @@ static __always_inline int gue_hop_relayable(__u32 hop)
  * checksum (whose pseudo-header holds both addresses and whose data holds
  * the index) are updated incrementally (RFC 1624), so a packet corrupted
  * before it reached this node still fails the check at the next one. A
- * zero UDP checksum (nilb's own) stays zero: there is nothing to keep.
+ * zero UDP checksum (a sender without one; nilb's balancer sends 0 only
+ * when the inner packet has no checksum, gue_lco_inner) stays zero: there
+ * is nothing to keep.
  * Returns: nothing. */
 static __always_inline void gue_forward(struct iphdr *oip, struct gue_hdr *gue, __u8 next,
 					__u32 node, __u32 hop)
@@ -671,8 +673,11 @@ static __always_inline void gue_forward6(struct ipv6hdr *oip6, struct gue_hdr *g
 	__u32 *s = (__u32 *)&oip6->saddr, *d = (__u32 *)&oip6->daddr;
 	__u16 *word = (__u16 *)&gue->next_hop;
 	__u16 old_word = *word, check = udp->check;
+	/* Whether the sender set one: a sum passing through 0 on the way
+	 * (after the addresses, before the index) must not end the update. */
+	const int summed = check != 0;
 
-	if (check) {
+	if (summed) {
 		check = csum_replace4(check, s[0], node6[0]);
 		check = csum_replace4(check, s[1], node6[1]);
 		check = csum_replace4(check, s[2], node6[2]);
@@ -685,7 +690,7 @@ static __always_inline void gue_forward6(struct ipv6hdr *oip6, struct gue_hdr *g
 	addr6_copy(s, node6);
 	addr6_copy(d, hop);
 	gue->next_hop = next + 1;
-	if (check) {
+	if (summed) {
 		check = csum_replace2(check, old_word, *word);
 		/* A computed zero is sent as all ones (RFC 768). */
 		udp->check = check ? check : 0xffff;

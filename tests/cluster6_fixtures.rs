@@ -393,6 +393,79 @@ fn xdp_balancer_c6_too_big_local_and_slow_path() {
 }
 
 /// The backend side: TC's rules on outer IPv6 GUE, inner IPv4 and IPv6.
+/// RFC 1624 update of a checksum as `bpf/common.h` `csum_replace4` does it:
+/// `check` and the words as they sit in memory (little-endian reads).
+fn csum_replace4_mem(check: u16, from: u32, to: u32) -> u16 {
+    let mut sum = (!check) as u32;
+    sum += (!(from as u16)) as u32 + (!((from >> 16) as u16)) as u32;
+    sum += (to & 0xffff) + (to >> 16);
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum = (sum & 0xffff) + (sum >> 16);
+    !(sum as u16)
+}
+
+/// A second-chance forward over IPv6 whose UDP checksum passes through 0
+/// between the address update and the next-hop index update still leaves
+/// a valid checksum (a breaker's finding: the update used to stop at the
+/// zero and send the old checksum; with local checksum offload every
+/// same-length packet of such a flow and hop would have been hit).
+#[test]
+fn tc_forward6_checksum_through_zero_stays_valid() {
+    require_root!("BPF, network namespace");
+    let net = net6();
+    let l = load6(&config6(
+        &[
+            (B12_6, 1, "active"),
+            (B13_6, 1, "active"),
+            (N6, 1, "active"),
+        ],
+        "drop",
+    ));
+    let (b12, b13, n6) = (a6(B12_6), a6(B13_6), a6(N6));
+    let le = |b: &[u8]| u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    let mut hits = 0;
+    for i in 0..=0xffffu32 {
+        // The client's address moves the outer checksum (its share is
+        // derived from the inner pseudo-header); a valid inner checksum.
+        let client = Ipv4Addr::new(192, 0, (i >> 8) as u8, i as u8);
+        let mut inner = l3(
+            client,
+            VIP,
+            IPPROTO_TCP,
+            &tcp(40001, 80, ACK | PSH, b"GET /"),
+        );
+        fix_l4_csum(&mut inner);
+        let f = gue6_frame(net.mac, b12, 0, &[b13], 4, &inner);
+        let o = &f[14..];
+        let mut c = u16::from_le_bytes([o[46], o[47]]);
+        for k in 0..4 {
+            c = csum_replace4_mem(c, le(&o[8 + 4 * k..]), le(&n6.octets()[4 * k..]));
+        }
+        for k in 0..4 {
+            c = csum_replace4_mem(c, le(&o[24 + 4 * k..]), le(&b13.octets()[4 * k..]));
+        }
+        if c != 0 {
+            continue;
+        }
+        hits += 1;
+        let verifies = |f: &[u8]| {
+            let o = &f[14..];
+            let len = u16::from_be_bytes([o[44], o[45]]) as usize;
+            let p = [&o[8..40], &(len as u32).to_be_bytes()[..], &[0, 0, 0, 17]].concat();
+            csum(&[&p[..], &o[40..40 + len]].concat()) == 0
+        };
+        assert!(verifies(&f), "client {client}: the input verifies");
+        let (v, out) = l.dp.run_tc(&f, net.ifindex).unwrap();
+        assert_eq!(v, TC_ACT_REDIRECT, "client {client}: forwarded");
+        assert_eq!(&out[14 + 24..14 + 40], &b13.octets(), "to the hop");
+        assert!(
+            verifies(&out),
+            "client {client}: UDP checksum after the forward"
+        );
+    }
+    assert!(hits > 0, "no client address takes the sum through 0");
+}
+
 #[test]
 fn tc_outer_ipv6_fixture_table() {
     require_root!("BPF, network namespace");

@@ -807,17 +807,6 @@ fn udp_csum_of(frame: &[u8]) -> u16 {
     u16::from_be_bytes([frame[14 + 26], frame[14 + 27]])
 }
 
-/// Does the outer UDP checksum verify (pseudo-header + datagram)?
-fn udp_csum_ok(frame: &[u8]) -> bool {
-    let o = &frame[14..];
-    let len = u16::from_be_bytes([o[24], o[25]]) as usize;
-    let mut p = o[12..20].to_vec();
-    p.extend_from_slice(&[0, 17]);
-    p.extend_from_slice(&(len as u16).to_be_bytes());
-    p.extend_from_slice(&o[20..20 + len]);
-    csum(&p) == 0
-}
-
 /// Set the outer UDP checksum of a GUE frame (corrupt: off by one).
 fn with_udp_csum(frame: &[u8], corrupt: bool) -> Vec<u8> {
     let mut f = frame.to_vec();
@@ -864,12 +853,12 @@ fn tc_forward_keeps_the_udp_checksum_valid() {
         );
 
         let good = with_udp_csum(&plain, false);
-        assert!(udp_csum_ok(&good));
+        assert!(outer_udp_verifies(&good));
         let (v, out) = l.dp.run_tc(&good, net.ifindex).unwrap();
         assert_eq!(v, TC_ACT_REDIRECT);
         assert_eq!(&out[14 + 16..14 + 20], &B13.octets());
         assert!(
-            udp_csum_ok(&out),
+            outer_udp_verifies(&out),
             "port {sport}: UDP checksum after the forward"
         );
         assert_ne!(udp_csum_of(&out), 0);
@@ -877,7 +866,10 @@ fn tc_forward_keeps_the_udp_checksum_valid() {
 
         let bad = with_udp_csum(&plain, true);
         let (_, out) = l.dp.run_tc(&bad, net.ifindex).unwrap();
-        assert!(!udp_csum_ok(&out), "a corrupted packet stays detectable");
+        assert!(
+            !outer_udp_verifies(&out),
+            "a corrupted packet stays detectable"
+        );
     }
 }
 
