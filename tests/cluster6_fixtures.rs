@@ -404,6 +404,19 @@ fn csum_replace4_mem(check: u16, from: u32, to: u32) -> u16 {
     !(sum as u16)
 }
 
+/// The data plane of node N6 with B12_6, B13_6 and itself as backends,
+/// unknown flows dropped (the TC tables' and forwards' tests).
+fn load_three6() -> Loaded {
+    load6(&config6(
+        &[
+            (B12_6, 1, "active"),
+            (B13_6, 1, "active"),
+            (N6, 1, "active"),
+        ],
+        "drop",
+    ))
+}
+
 /// A second-chance forward over IPv6 whose UDP checksum passes through 0
 /// between the address update and the next-hop index update still leaves
 /// a valid checksum (a breaker's finding: the update used to stop at the
@@ -413,14 +426,7 @@ fn csum_replace4_mem(check: u16, from: u32, to: u32) -> u16 {
 fn tc_forward6_checksum_through_zero_stays_valid() {
     require_root!("BPF, network namespace");
     let net = net6();
-    let l = load6(&config6(
-        &[
-            (B12_6, 1, "active"),
-            (B13_6, 1, "active"),
-            (N6, 1, "active"),
-        ],
-        "drop",
-    ));
+    let l = load_three6();
     let (b12, b13, n6) = (a6(B12_6), a6(B13_6), a6(N6));
     let le = |b: &[u8]| u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
     let mut hits = 0;
@@ -470,14 +476,7 @@ fn tc_forward6_checksum_through_zero_stays_valid() {
 fn tc_outer_ipv6_fixture_table() {
     require_root!("BPF, network namespace");
     let net = net6();
-    let l = load6(&config6(
-        &[
-            (B12_6, 1, "active"),
-            (B13_6, 1, "active"),
-            (N6, 1, "active"),
-        ],
-        "drop",
-    ));
+    let l = load_three6();
     let mac = net.mac;
     let (b12, b13, n6) = (a6(B12_6), a6(B13_6), a6(N6));
     let syn = l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40000, 80, SYN, b""));
