@@ -287,6 +287,20 @@ static __always_inline int gue_slot_addr6(__u32 *dst, __u32 slot)
 	return 0;
 }
 
+/* Write the IPv6 address of backend slot `slot` as the hop at `hop`
+ * (packet memory, checked against data_end here) and add it to the partial
+ * sum gue_write6 keeps folded in udp->check.
+ * Returns: 0, or -1 if the hop does not fit or the slot has no IPv6
+ * address. */
+static __always_inline int gue_put_hop6(__u32 *hop, void *data_end, __u32 slot,
+					struct udphdr *udp)
+{
+	if ((void *)(hop + 4) > data_end || gue_slot_addr6(hop, slot))
+		return -1;
+	udp->check = csum_fold64((__u64)udp->check + addr6_sum(hop));
+	return 0;
+}
+
 /*
  * gue_write over an IPv6 cluster network: Ethernet type, outer IPv6 (node6
  * -> daddr, both four network-order words), UDP and GUE in front of an
@@ -310,7 +324,7 @@ static __always_inline int gue_write6(struct ethhdr *eth, void *data_end,
 	__u32 *hop = gue->hops;
 	/* UDP header, GUE base header and hops, inner packet. */
 	__u32 len = inner_len + gue_overhead_of(nhops, 1) - sizeof(*oip6);
-	__u64 s, inner_sum;
+	__u64 inner_sum;
 
 	_Static_assert(NILB_TX_HOPS == 4, "gue_write6 lists up to four hops");
 	eth->h_proto = bpf_htons(ETH_P_IPV6);
@@ -331,28 +345,29 @@ static __always_inline int gue_write6(struct ethhdr *eth, void *data_end,
 	((__u32 *)gue)[1] = bpf_htonl(nhops);
 	/* gue_write's sum, over the IPv6 pseudo-header (the length as a
 	 * 32-bit word: the UDP length's 16 bits), kept folded in the checksum
-	 * field until the hops and the inner packet are added (nothing to
-	 * keep on the stack across the hops' lookups). */
+	 * field while each hop is added as it is written (gue_put_hop6) and
+	 * until the inner packet is (nothing kept on the stack across the
+	 * hops' lookups). */
 	udp->check = csum_fold64(addr6_sum(node6) + addr6_sum(daddr) + bpf_htons(IPPROTO_UDP) +
 				 2 * (__u32)udp->len + *(__u32 *)udp + ((__u32 *)gue)[0] +
 				 ((__u32 *)gue)[1]);
 	if (nhops > 0) {
-		if ((void *)(hop + 4) > data_end || gue_slot_addr6(hop, slots[0]))
+		if (gue_put_hop6(hop, data_end, slots[0], udp))
 			return -1;
 		hop += 4;
 	}
 	if (nhops > 1) {
-		if ((void *)(hop + 4) > data_end || gue_slot_addr6(hop, slots[1]))
+		if (gue_put_hop6(hop, data_end, slots[1], udp))
 			return -1;
 		hop += 4;
 	}
 	if (nhops > 2) {
-		if ((void *)(hop + 4) > data_end || gue_slot_addr6(hop, slots[2]))
+		if (gue_put_hop6(hop, data_end, slots[2], udp))
 			return -1;
 		hop += 4;
 	}
 	if (nhops > 3) {
-		if ((void *)(hop + 4) > data_end || gue_slot_addr6(hop, slots[3]))
+		if (gue_put_hop6(hop, data_end, slots[3], udp))
 			return -1;
 		hop += 4;
 	}
@@ -361,33 +376,7 @@ static __always_inline int gue_write6(struct ethhdr *eth, void *data_end,
 		udp->check = 0;
 		return 0;
 	}
-	/* The hops read back as written. */
-	s = inner_sum + udp->check;
-	hop = gue->hops;
-	if (nhops > 0) {
-		if ((void *)(hop + 4) > data_end)
-			return -1;
-		s += addr6_sum(hop);
-		hop += 4;
-	}
-	if (nhops > 1) {
-		if ((void *)(hop + 4) > data_end)
-			return -1;
-		s += addr6_sum(hop);
-		hop += 4;
-	}
-	if (nhops > 2) {
-		if ((void *)(hop + 4) > data_end)
-			return -1;
-		s += addr6_sum(hop);
-		hop += 4;
-	}
-	if (nhops > 3) {
-		if ((void *)(hop + 4) > data_end)
-			return -1;
-		s += addr6_sum(hop);
-	}
-	udp->check = gue_udp_check(s);
+	udp->check = gue_udp_check(inner_sum + udp->check);
 	return 0;
 }
 
