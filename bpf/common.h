@@ -69,6 +69,31 @@ static __always_inline __u32 *get_node6(void)
 	return c ? (__u32 *)c->node_addr : NULL;
 }
 
+/* Returns: the hand-off mark (struct nilb_handoff: a MAC, 2-byte aligned),
+ * or NULL while the daemon has not written it (its locally administered
+ * bit is then clear). */
+static __always_inline const __u16 *get_handoff(void)
+{
+	struct nilb_handoff *h;
+	__u32 zero = 0;
+
+	h = bpf_map_lookup_elem(&handoff, &zero);
+	if (!h || !(h->mac[0] & 0x02))
+		return NULL;
+	return (const __u16 *)h->mac;
+}
+
+/* Returns: non-zero if the Ethernet frame at eth (its 14 bytes checked to
+ * lie in the packet) carries the hand-off mark as its source MAC: this
+ * node's XDP balancer built it (struct nilb_handoff). */
+static __always_inline int handed_off(const struct ethhdr *eth)
+{
+	const __u16 *mark = get_handoff();
+	const __u16 *src = (const __u16 *)eth->h_source;
+
+	return mark && src[0] == mark[0] && src[1] == mark[1] && src[2] == mark[2];
+}
+
 /* Returns: non-zero if addr (network order) is a configured VIP. */
 static __always_inline int is_vip(__u32 addr)
 {

@@ -189,6 +189,15 @@ struct {
 	__type(value, struct nilb_config6);
 } config6 SEC(".maps");
 
+/* Key 0: struct nilb_handoff, the mark of frames the balancer hands to
+ * this node's TC program. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct nilb_handoff);
+} handoff SEC(".maps");
+
 /* enum nilb_counter -> packets, per CPU. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

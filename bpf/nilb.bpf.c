@@ -59,30 +59,26 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 /* ---- XDP balancer -------------------------------------------------------- */
 
-/* Hand a GUE packet built here to our own TC program (XDP_PASS), marked with
- * struct nilb_xdp_meta so that TC can tell it from a forged packet claiming
- * this node's address; ifindex: where TC sends it (slow path), 0 for a
- * local first hop.
+/* Hand a GUE packet built here (eth: its Ethernet header) to our own TC
+ * program (XDP_PASS), marked with the hand-off mark as its source MAC
+ * (struct nilb_handoff) so that TC can tell it from a forged packet
+ * claiming this node's address. TC sends a slow-path packet out of the
+ * interface the FIB gives it (tc_slow_path_ifindex).
  * Returns: XDP_PASS (not counted: the caller counts the verdict), or
- * XDP_DROP if the driver has no room for metadata (counted:
+ * XDP_DROP while the daemon has not written the mark (counted:
  * C_XDP_DROP_NO_META). */
-static __always_inline int xdp_to_tc(struct xdp_md *ctx, __u32 ifindex)
+static __always_inline int xdp_to_tc(struct ethhdr *eth)
 {
-	struct nilb_xdp_meta *meta;
-	void *data;
+	const __u16 *mark = get_handoff();
+	__u16 *src = (__u16 *)eth->h_source;
 
-	if (bpf_xdp_adjust_meta(ctx, -(int)sizeof(*meta))) {
+	if (!mark) {
 		count(C_XDP_DROP_NO_META);
 		return XDP_DROP;
 	}
-	data = (void *)(long)ctx->data;
-	meta = (void *)(long)ctx->data_meta;
-	if ((void *)(meta + 1) > data) {
-		count(C_XDP_DROP_NO_META);
-		return XDP_DROP;
-	}
-	meta->mark = NILB_XDP_MARK;
-	meta->ifindex = ifindex;
+	src[0] = mark[0];
+	src[1] = mark[1];
+	src[2] = mark[2];
 	return XDP_PASS;
 }
 
@@ -552,8 +548,10 @@ static __always_inline int xdp_wire_too_big(struct xdp_md *ctx, __u32 len, __u32
  * this CPU's hop cache entry of the slot if it is fresh; else a FIB lookup
  * (which refreshes the entry); without a neighbour entry or with forwarding
  * off, the slow path through our TC program, which sends it out of the
- * interface the FIB chose (or the receiving one). Packets that go up to TC
- * keep the client's MACs (macs); the others get the next hop's.
+ * interface its FIB lookup chooses (or the receiving one). Packets that go
+ * up to TC keep the destination MAC they came with (macs) and carry the
+ * hand-off mark as their source MAC (xdp_to_tc); the others get the next
+ * hop's MACs.
  *
  * Every way checks the MTU the packet will meet: the FIB's (route or
  * interface MTU, checked also before it looks for a neighbour); the
@@ -574,7 +572,7 @@ static __always_inline int xdp_next_hop(struct xdp_md *ctx, struct ethhdr *eth,
 	__u32 first = hops->first, in = ctx->ingress_ifindex;
 	__u32 overhead = hops->overhead;
 	__u32 out_len = inner_len + overhead;
-	__u32 counter, mtu = 0, out;
+	__u32 counter, mtu = 0;
 	__u32 *addr6 = NULL, *node6 = NULL;
 	struct bpf_fib_lookup fib;
 	struct nilb_hop_cache *hc;
@@ -609,7 +607,6 @@ static __always_inline int xdp_next_hop(struct xdp_md *ctx, struct ethhdr *eth,
 			goto too_big;
 		copy_macs(eth, macs);
 		counter = C_XDP_ENCAP_LOCAL;
-		out = 0;
 		goto to_tc;
 	}
 
@@ -664,10 +661,9 @@ static __always_inline int xdp_next_hop(struct xdp_md *ctx, struct ethhdr *eth,
 	case BPF_FIB_LKUP_RET_NO_NEIGH:
 		/* XDP cannot queue a packet while ARP resolves, so the
 		 * encapsulated packet goes up to our TC program, which sends it
-		 * with bpf_redirect_neigh out of the interface the FIB chose
+		 * with bpf_redirect_neigh out of the interface the FIB chooses
 		 * (the kernel resolves and queues). The FIB checked the MTU
 		 * before it looked for the neighbour. */
-		out = fib.ifindex;
 		break;
 	case BPF_FIB_LKUP_RET_FWD_DISABLED:
 		/* The FIB refuses to answer on an interface without forwarding
@@ -675,7 +671,6 @@ static __always_inline int xdp_next_hop(struct xdp_md *ctx, struct ethhdr *eth,
 		 * the receiving interface, whose MTU is checked here. */
 		if (xdp_wire_too_big(ctx, out_len, &mtu))
 			goto too_big;
-		out = in;
 		break;
 	case BPF_FIB_LKUP_RET_FRAG_NEEDED:
 		/* Longer than the route's MTU: a fresh entry remembers it, so
@@ -694,7 +689,7 @@ static __always_inline int xdp_next_hop(struct xdp_md *ctx, struct ethhdr *eth,
 	copy_macs(eth, macs);
 	counter = C_XDP_ENCAP_SLOW_PATH;
 to_tc:
-	if (xdp_to_tc(ctx, out) == XDP_DROP)
+	if (xdp_to_tc(eth) == XDP_DROP)
 		return XDP_DROP;
 	return xdp_sent(hops, inner_len, what, counter, XDP_PASS);
 wire:
@@ -1621,16 +1616,52 @@ static __noinline int tc_linearize_headers(struct __sk_buff *skb)
 	return 0;
 }
 
-/* The interface a marked slow-path packet leaves through: the one our XDP
- * program's FIB lookup chose (struct nilb_xdp_meta), else the receiving one.
+/* The interface a marked slow-path packet (our XDP balancer's GUE from this
+ * node to another, whose neighbour the FIB had not resolved, or from an
+ * interface with forwarding off) leaves through: the one the FIB chooses
+ * for its outer destination (o6: outer IPv6 at data + 14, else IPv4), as the
+ * balancer's own lookup did; the receiving interface where the FIB gives
+ * none (forwarding off there, as the balancer found too). A subprogram: its
+ * FIB argument takes a frame of its own, off the TC program's stack.
  * Returns: an ifindex. */
-static __always_inline __u32 tc_slow_path_ifindex(struct __sk_buff *skb, void *meta, void *data)
+static __noinline __u32 tc_slow_path_ifindex(struct __sk_buff *skb, int o6)
 {
-	struct nilb_xdp_meta *m = meta;
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	/* Read once: a context field read on several paths may be compiled
+	 * to a computed context offset, which the verifier refuses. */
+	__u32 in = skb->ifindex;
+	struct bpf_fib_lookup fib;
 
-	if ((void *)(m + 1) <= data && m->ifindex)
-		return m->ifindex;
-	return skb->ifindex;
+	__builtin_memset(&fib, 0, sizeof(fib));
+	fib.l4_protocol = IPPROTO_UDP;
+	fib.ifindex = in;
+	if (o6) {
+		struct ipv6hdr *ip6 = data + sizeof(struct ethhdr);
+
+		if ((void *)(ip6 + 1) > data_end)
+			return in;
+		fib.family = AF_INET6;
+		addr6_copy(fib.ipv6_src, (__u32 *)&ip6->saddr);
+		addr6_copy(fib.ipv6_dst, (__u32 *)&ip6->daddr);
+	} else {
+		struct iphdr *ip = data + sizeof(struct ethhdr);
+
+		if ((void *)(ip + 1) > data_end)
+			return in;
+		fib.family = AF_INET;
+		fib.ipv4_src = ip->saddr;
+		fib.ipv4_dst = ip->daddr;
+	}
+	fib.tot_len = skb->len - sizeof(struct ethhdr);
+	switch (bpf_fib_lookup(skb, &fib, sizeof(fib), 0)) {
+	case BPF_FIB_LKUP_RET_SUCCESS:
+	case BPF_FIB_LKUP_RET_NO_NEIGH:
+	case BPF_FIB_LKUP_RET_FRAG_NEEDED:
+		return fib.ifindex;
+	default:
+		return in;
+	}
 }
 
 /* What tc_next_hop did with a packet no local socket owns. */
@@ -2112,6 +2143,10 @@ pass:
 
 /* tc_gue_o6's answer for inner IPv6 (not a TC verdict). */
 #define TC_GUE_INNER_IPV6 0x100
+/* tc_gue_o6's answer for our own balancer's marked slow path (not a TC
+ * verdict): the caller sends it on (from tc_gue_o6 the FIB lookup's frame
+ * would add to its own, over 512 bytes). */
+#define TC_GUE_SLOW_PATH6 0x101
 
 /*
  * nilb_tc_second_chance for a frame in outer IPv6 (an IPv6 cluster
@@ -2123,13 +2158,14 @@ pass:
  * passes. A subprogram: IPv4 frames never enter it.
  * Returns: the TC verdict (counted), or TC_GUE_INNER_IPV6 for valid outer
  * headers around an inner IPv6 packet: the caller calls tc_gue_ipv6_o6
- * (from here its frame would add to this one's, over 512 bytes).
+ * (from here its frame would add to this one's, over 512 bytes); or
+ * TC_GUE_SLOW_PATH6 for our balancer's marked slow path, which the caller
+ * sends on (likewise, for tc_slow_path_ifindex's frame).
  */
 static __noinline int tc_gue_o6(struct __sk_buff *skb)
 {
 	void *data = (void *)(long)skb->data;
 	void *data_end = (void *)(long)skb->data_end;
-	void *meta = (void *)(long)skb->data_meta;
 	struct ethhdr *eth = data;
 	struct ipv6hdr *oip6 = (void *)(eth + 1);
 	struct nilb_config *cfg = get_config();
@@ -2140,15 +2176,11 @@ static __noinline int tc_gue_o6(struct __sk_buff *skb)
 
 	if (!cfg || !node6 || (void *)(oip6 + 1) > data_end)
 		goto pass; /* never: checked by the caller; for the verifier */
-	marked = meta + sizeof(__u32) <= data && *(__u32 *)meta == NILB_XDP_MARK;
+	marked = handed_off(eth);
 	if (!addr6_eq((__u32 *)&oip6->daddr, node6)) {
 		/* Our own XDP balancer's slow path (tc's IPv4 twin). */
-		if (marked && addr6_eq((__u32 *)&oip6->saddr, node6)) {
-			__u32 out = tc_slow_path_ifindex(skb, meta, data);
-
-			count(C_TC_SLOW_PATH_SENT);
-			return bpf_redirect_neigh(out, NULL, 0, 0);
-		}
+		if (marked && addr6_eq((__u32 *)&oip6->saddr, node6))
+			return TC_GUE_SLOW_PATH6;
 		goto pass;
 	}
 	/* GUE for this node: from here on nothing passes untouched. */
@@ -2180,7 +2212,7 @@ SEC("tc")
 int nilb_tc_second_chance(struct __sk_buff *skb)
 {
 	struct nilb_config *cfg;
-	void *data, *data_end, *meta;
+	void *data, *data_end;
 	struct iphdr *oip, *in;
 	struct udphdr *udp;
 	__u32 node, saddr, ihl_len;
@@ -2221,6 +2253,10 @@ int nilb_tc_second_chance(struct __sk_buff *skb)
 		verdict = tc_gue_o6(skb);
 		if (verdict == TC_GUE_INNER_IPV6)
 			return tc_gue_ipv6_o6(skb, cfg->flags);
+		if (verdict == TC_GUE_SLOW_PATH6) {
+			count(C_TC_SLOW_PATH_SENT);
+			return bpf_redirect_neigh(tc_slow_path_ifindex(skb, 1), NULL, 0, 0);
+		}
 		return verdict;
 	}
 	cfg = get_config();
@@ -2233,15 +2269,14 @@ int nilb_tc_second_chance(struct __sk_buff *skb)
 	node = cfg->node_addr;
 	saddr = oip->saddr;
 	/* Packets claiming this node's address must come from our own XDP
-	 * program, which marks them in the XDP metadata. (Read here, not
-	 * with data: fewer registers live on the path of other traffic.) */
-	meta = (void *)(long)skb->data_meta;
-	marked = meta + sizeof(__u32) <= data && *(__u32 *)meta == NILB_XDP_MARK;
+	 * program, which marks them with the hand-off mark as their source
+	 * MAC (outer_udp4 checked the Ethernet header to lie in the packet). */
+	marked = handed_off(data);
 	if (oip->daddr != node) {
 		/* Our own XDP balancer's slow path: GUE from this node to a hop
 		 * whose neighbour entry the FIB lookup could not give. */
 		if (saddr == node && marked && ihl_len == sizeof(*oip)) {
-			__u32 out = tc_slow_path_ifindex(skb, meta, data);
+			__u32 out = tc_slow_path_ifindex(skb, 0);
 
 			count(C_TC_SLOW_PATH_SENT);
 			return bpf_redirect_neigh(out, NULL, 0, 0);

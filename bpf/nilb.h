@@ -99,9 +99,6 @@ enum nilb_wire {
 	 * One FIB lookup per hop, CPU and lifetime costs nothing measurable
 	 * at any of them. */
 	NILB_HOP_CACHE_JIFFIES = 25,
-	/* First word of the XDP metadata (struct nilb_xdp_meta) that marks a
-	 * GUE packet our own XDP program handed to our TC program ("nilb"). */
-	NILB_XDP_MARK = 0x6e696c62,
 	/* Smallest MTU an IPv4 link may have (RFC 791); the lowest next-hop
 	 * MTU the balancer's ICMP "fragmentation needed" reports. */
 	NILB_MIN_IPV4_MTU = 68,
@@ -220,7 +217,7 @@ enum nilb_counter {
 	C_XDP_DROP_NO_ROUTE,        /* FIB has no route to the hop */
 	C_XDP_DROP_TOO_BIG,         /* packet + GUE exceeds the MTU, no ICMP reply (IPv4 without DF, an ICMP error, source not unicast): dropped */
 	C_XDP_DROP_ADJUST_FAILED,   /* bpf_xdp_adjust_head/tail failed (or the resized frame is short: never seen) */
-	C_XDP_DROP_NO_META,         /* driver lacks XDP metadata: local/slow path impossible */
+	C_XDP_DROP_NO_META,         /* hand-off mark not written yet (struct nilb_handoff): local/slow path impossible */
 	C_XDP_PASS_NO_CONFIG,       /* config map empty (daemon not ready): every packet passed */
 	C_XDP_ICMP_TOO_BIG,         /* DF packet + GUE exceeds the MTU: ICMP frag-needed sent back from the VIP */
 	C_XDP_DROP_TOO_BIG_LIMITED, /* DF packet too big, its ICMP reply over icmp_too_big_rate: dropped */
@@ -482,12 +479,21 @@ struct nilb_hop_cache {
 			     * big), then also max_len; 0: not known */
 };
 
-/* XDP metadata in front of a frame the balancer hands to its own TC
- * program (XDP_PASS): this node is the first hop, or the slow path. */
-struct nilb_xdp_meta {
-	__u32 mark;      /* NILB_XDP_MARK */
-	__u32 ifindex;   /* slow path: interface TC sends it out of (the one
-			  * the FIB chose); 0 for a local first hop */
+/* The only element of the `handoff` map (ARRAY, key 0, pinned): the mark
+ * by which TC tells a GUE frame this node's own XDP balancer built and
+ * passed up (XDP_PASS: this node is the first hop, or the slow path) from
+ * a forged one claiming this node's address. The balancer writes it as
+ * the frame's source MAC; no frame from the wire carries it, because it is
+ * random (46 bits: a locally administered unicast MAC), made by the daemon
+ * when it creates the pin and kept across restarts. A frame keeps its
+ * MACs from XDP to TC on every driver; XDP metadata
+ * (bpf_xdp_adjust_meta), which did this job before, is refused by some
+ * kernels and drivers (docs/design.md "Hand-off from XDP to TC"). */
+struct nilb_handoff {
+	__u8 mac[6];     /* the mark; all zero until the daemon writes it, when
+			  * the balancer drops what it would hand off
+			  * (C_XDP_DROP_NO_META) and TC trusts no frame */
+	__u8 pad[2];
 };
 
 /* Value of the `icmp_limit` map (PERCPU_ARRAY, key 0): the token bucket of

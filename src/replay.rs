@@ -19,7 +19,6 @@ use pcap_file::DataLink;
 
 use crate::config::Config;
 use crate::control::ControlPlane;
-use crate::dataplane::abi::sys::nilb_wire::NILB_XDP_MARK;
 use crate::dataplane::abi::COUNTER_NAMES;
 use crate::dataplane::Dataplane;
 use crate::packet::describe_frame;
@@ -58,29 +57,31 @@ pub struct Replayed {
     pub verdict: u32,
     /// The frame after the program ran (without XDP metadata).
     pub output: Vec<u8>,
-    /// XDP metadata the program left in front of the frame (nilb's mark and
-    /// egress ifindex on packets handed to TC); empty for TC and for other
-    /// XDP results.
+    /// XDP metadata the program left in front of the frame (nilb leaves
+    /// none: it marks what it hands to TC with [`REPLAY_HANDOFF_MARK`] as
+    /// the source MAC); empty for TC.
     pub meta: Vec<u8>,
     /// Counters this packet moved, by name.
     pub counters: Vec<(&'static str, u64)>,
 }
 
-/// The report's note on XDP metadata: nilb's (`struct nilb_xdp_meta`:
-/// mark, then the interface TC sends a slow-path packet out of, 0 for a
-/// local first hop) or anything else by its length.
-fn describe_meta(meta: &[u8]) -> String {
-    let word = |i: usize| u32::from_ne_bytes(meta[i..i + 4].try_into().expect("4 bytes"));
-    match meta.len() {
-        0 => String::new(),
-        8 if word(0) == NILB_XDP_MARK => match word(4) {
-            0 => " [XDP metadata: nilb mark, handed to TC on this node]".to_string(),
-            ifindex => format!(
-                " [XDP metadata: nilb mark, slow path: TC sends it out of ifindex {ifindex}]"
-            ),
-        },
-        n => format!(" [XDP metadata: {n} bytes]"),
+/// The hand-off mark of replays (`struct nilb_handoff`: the source MAC of
+/// frames the balancer hands to TC on its own node): fixed, so that the
+/// same input gives the same output ("nilb" after 02).
+pub const REPLAY_HANDOFF_MARK: [u8; 6] = [0x02, 0x6e, 0x69, 0x6c, 0x62, 0x00];
+
+/// The report's note on what XDP left for this node's TC: a frame with the
+/// hand-off mark as its source MAC (`passed`: an XDP_PASS), and any XDP metadata by its
+/// length (nilb's programs leave none).
+fn describe_handoff(passed: bool, frame: &[u8], meta: &[u8]) -> String {
+    let mut note = String::new();
+    if passed && frame.get(6..12) == Some(&REPLAY_HANDOFF_MARK[..]) {
+        note.push_str(" [hand-off mark: handed to TC on this node]");
     }
+    if !meta.is_empty() {
+        note.push_str(&format!(" [XDP metadata: {} bytes]", meta.len()));
+    }
+    note
 }
 
 /// Whether a verdict drops the packet.
@@ -109,6 +110,7 @@ pub fn replay(
     let mut storage = MaybeUninit::uninit();
     // A pool sized for the config's tables (any number of services).
     let mut dp = Dataplane::load_for(&mut storage, &config)?;
+    dp.set_handoff_mark(REPLAY_HANDOFF_MARK)?;
     let cp = ControlPlane::new(config, 0);
     cp.apply(&mut dp, node, &cp.full_plan())?;
 
@@ -160,8 +162,7 @@ pub fn replay(
             pkt.with_context(|| format!("reading packet {} of {}", n + 1, input.display()))?;
         n += 1;
         let before = dp.counters()?;
-        // XDP metadata is not part of the frame: report nilb's mark (the
-        // packet goes on to TC on this node) and keep it out of the pcap.
+        // XDP metadata is not part of the frame: keep it out of the pcap.
         let run = match program {
             ReplayProgram::Xdp => dp
                 .run_xdp_split(&pkt.data, ifindex)
@@ -203,10 +204,11 @@ pub fn replay(
                 counted.join(", ")
             )?;
         } else {
-            let meta = describe_meta(&meta);
+            let passed = program == ReplayProgram::Xdp && verdict == 2;
+            let note = describe_handoff(passed, &out, &meta);
             writeln!(
                 report,
-                "   -> {} ({}){meta} out {} bytes: {}",
+                "   -> {} ({}){note} out {} bytes: {}",
                 verdict_name(program, verdict),
                 counted.join(", "),
                 out.len(),

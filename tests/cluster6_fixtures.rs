@@ -75,6 +75,8 @@ fn config6(backends: &[(&str, u32, &str)], unknown_flow: &str) -> String {
 fn load6(yaml: &str) -> Loaded {
     let storage: &'static mut MaybeUninit<OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
     let mut dp = Dataplane::load(storage).expect("loading BPF (root needed)");
+    dp.set_handoff_mark(MARK)
+        .expect("writing the hand-off mark");
     let cp = ControlPlane::new(Config::parse(yaml).expect("test config"), 0);
     cp.apply(&mut dp, IpAddr::V6(a6(N6)), &cp.full_plan())
         .expect("filling maps");
@@ -386,7 +388,11 @@ fn xdp_balancer_c6_too_big_local_and_slow_path() {
     let ((v, out), d) = l.counted(|| l.dp.run_xdp(&input, net.ifindex).unwrap());
     assert_eq!((v, d), (XDP_PASS, vec![("xdp_encap_slow_path", 1)]));
     let want = encapsulated6(net.mac, CLIENT_MAC, a6(b14), &[], h4, 4, &syn4);
-    assert_bytes("slow path", &out, &marked_via(net.ifindex, &want));
+    assert_bytes("slow path", &out, &marked(&want));
+    // Marked, TC sends it on (bpf_redirect_neigh out of the FIB's
+    // interface for fd00::14: nt0).
+    let ((v, _), d) = l.counted(|| l.dp.run_tc(&out, net.ifindex).unwrap());
+    assert_eq!((v, d), (TC_ACT_REDIRECT, vec![("tc_slow_path_sent", 1)]));
     // Unmarked, TC does not relay a frame that merely claims this node.
     let ((v, _), d) = l.counted(|| l.dp.run_tc(&want, net.ifindex).unwrap());
     assert_eq!((v, d), (TC_ACT_OK, vec![("tc_pass_other", 1)]));

@@ -565,15 +565,17 @@ fn xdp_local_first_hop_is_marked_for_our_tc() {
     let sport = sport_of(CLIENT, VIP, 40000, 80, IPPROTO_TCP);
     let want = encapsulated(net.mac, CLIENT_MAC, NODE, &[], sport, &inner);
     assert_bytes("local first hop", &out, &marked(&want));
-    // The split run reads the metadata length from the kernel's output
-    // context: mark and frame come apart exactly.
+    // No XDP metadata: the mark is in the frame.
     let split = l.dp.run_xdp_split(&input, net.ifindex).unwrap();
     assert_eq!(split.verdict, XDP_PASS);
-    assert_eq!(split.meta, marked(&[]), "metadata is nilb's mark alone");
-    assert_bytes("local first hop, split", &split.frame, &want);
+    assert!(split.meta.is_empty(), "no XDP metadata: {:?}", split.meta);
+    assert_bytes("local first hop, split", &split.frame, &marked(&want));
+    // Marked, our TC applies second chance: no socket, no hop left, and
+    // unknown_flow drop.
+    let ((v, _), deltas) = l.counted(|| l.dp.run_tc(&out, net.ifindex).unwrap());
+    assert_eq!(v, TC_ACT_SHOT);
+    assert_eq!(deltas, vec![("tc_drop_unknown_flow", 1)]);
     // Without the mark (a forged copy from the wire) our TC refuses it.
-    // Test runs of TC cannot carry XDP metadata; the harness exercises the
-    // marked path (node1 is first hop for a share of the VIP's flows).
     let ((v, _), deltas) = l.counted(|| l.dp.run_tc(&want, net.ifindex).unwrap());
     assert_eq!(v, TC_ACT_SHOT);
     assert_eq!(deltas, vec![("tc_drop_self_unmarked", 1)]);
@@ -592,7 +594,7 @@ fn xdp_unknown_neighbour_takes_the_tc_slow_path() {
     assert_eq!(deltas, vec![("xdp_encap_slow_path", 1)]);
     let sport = sport_of(CLIENT, VIP, 40000, 80, IPPROTO_TCP);
     let want = encapsulated(net.mac, CLIENT_MAC, b14, &[], sport, &inner);
-    assert_bytes("slow path", &out, &marked_via(net.ifindex, &want));
+    assert_bytes("slow path", &out, &marked(&want));
     // Unmarked, the same frame is not relayed: TC is no open relay for
     // packets that merely claim this node's address.
     let ((v, out), deltas) = l.counted(|| l.dp.run_tc(&want, net.ifindex).unwrap());

@@ -106,7 +106,7 @@ fn replay_xdp_reports_and_writes_results() {
 }
 
 #[test]
-fn replay_xdp_local_first_hop_writes_the_frame_without_metadata() {
+fn replay_xdp_local_first_hop_writes_the_marked_frame() {
     require_root!("BPF, network namespace");
     let net = TestNet::new();
     // Not a SYN and no local socket: TC's to decide (a SYN would pass
@@ -122,19 +122,21 @@ fn replay_xdp_local_first_hop_writes_the_frame_without_metadata() {
     );
     assert_eq!(results[0].verdict, XDP_PASS);
     assert_eq!(results[0].counters, vec![("xdp_encap_local", 1)]);
-    assert_eq!(
-        results[0].meta,
-        marked(&[]),
-        "nilb's mark, egress ifindex 0"
-    );
+    assert!(results[0].meta.is_empty(), "no XDP metadata");
     assert!(
         report.contains(
-            "[XDP metadata: nilb mark, handed to TC on this node] out 90 bytes: GUE 10.0.0.11 > 10.0.0.11"
+            "[hand-off mark: handed to TC on this node] out 90 bytes: GUE 10.0.0.11 > 10.0.0.11"
         ),
         "{report}"
     );
-    // The pcap frame starts with the Ethernet header, not the mark.
+    // The pcap frame is the frame TC gets: the replay's fixed mark as its
+    // source MAC.
     assert_eq!(written, vec![results[0].output.clone()]);
     assert_eq!(&written[0][..6], &net.mac, "destination MAC first");
+    assert_eq!(
+        &written[0][6..12],
+        &nilb::replay::REPLAY_HANDOFF_MARK,
+        "the hand-off mark"
+    );
     assert_eq!(&written[0][12..14], &[0x08, 0x00], "IPv4");
 }

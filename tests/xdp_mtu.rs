@@ -226,10 +226,7 @@ fn xdp_too_big_slow_path_forwarding_off() {
     assert_bytes(
         "slow path, fits",
         &out,
-        &marked_via(
-            net.ifindex,
-            &encapsulated(net.mac, CLIENT_MAC, B12, &[], sport, &fits),
-        ),
+        &marked(&encapsulated(net.mac, CLIENT_MAC, B12, &[], sport, &fits)),
     );
     let big = client_frame(net.mac, &df_packet(41031, 1465));
     let (v, out, d) = run(&l, &big, net.ifindex);

@@ -635,7 +635,51 @@ impl<'obj> Dataplane<'obj> {
                 .collect();
             dp.adopt_filters();
         }
+        dp.ensure_handoff_mark()
+            .context("writing the hand-off mark (handoff)")?;
         Ok(dp)
+    }
+
+    /// Make sure `handoff` holds a mark (`struct nilb_handoff`): the one an
+    /// adopted pin carries is kept (the programs still attached use it),
+    /// else a random locally administered unicast MAC is written (46
+    /// random bits, from the operating system's generator). Until it is
+    /// written the balancer drops what it would hand to TC.
+    fn ensure_handoff_mark(&mut self) -> Result<()> {
+        if self.handoff_mark()?.is_some() {
+            return Ok(());
+        }
+        let mut mac = [0u8; 6];
+        rand::Rng::fill(&mut rand::rngs::OsRng, &mut mac[..]);
+        self.set_handoff_mark(mac)
+    }
+
+    /// The hand-off mark: the source MAC of frames the XDP balancer hands
+    /// to this node's TC program (`struct nilb_handoff`); None while none
+    /// is written.
+    pub fn handoff_mark(&self) -> Result<Option<[u8; 6]>> {
+        let v = self
+            .skel
+            .maps
+            .handoff
+            .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)
+            .context("reading handoff")?
+            .unwrap_or_default();
+        Ok(abi::handoff_mark(&v))
+    }
+
+    /// Write `mac` as the hand-off mark, made a locally administered
+    /// unicast address (bit 1 of the first byte set, bit 0 clear), the
+    /// form the programs check for. Tests and `nilb replay` fix it to a
+    /// known value; a daemon keeps the random one of
+    /// [`Dataplane::load_pinned`].
+    pub fn set_handoff_mark(&mut self, mac: [u8; 6]) -> Result<()> {
+        let v = abi::handoff_value(mac);
+        self.skel
+            .maps
+            .handoff
+            .update(&0u32.to_ne_bytes(), abi::bytes_of(&v), MapFlags::ANY)
+            .context("writing handoff")
     }
 
     /// The pool's buckets: in tables, in quarantine, free.

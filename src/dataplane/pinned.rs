@@ -56,6 +56,10 @@ pub const CLUSTER_NODES6: &str = "cluster_nodes6";
 pub const CONFIG6: &str = "config6";
 /// `vips`: the VIP addresses.
 pub const VIPS: &str = "vips";
+/// `handoff`: the mark of frames the XDP balancer hands to this node's TC
+/// program (`struct nilb_handoff`), pinned so that old and new programs
+/// agree on it across a restart.
+pub const HANDOFF: &str = "handoff";
 /// `nilb_config`: this node's settings.
 pub const CONFIG: &str = "nilb_config";
 /// `counters`: per-CPU event counters.
@@ -112,7 +116,7 @@ pub fn grown_pin(name: &str) -> String {
 
 /// Names of the maps pinned under the pin directory, as the BPF object
 /// names them.
-pub const PINNED_MAPS: [&str; 29] = [
+pub const PINNED_MAPS: [&str; 30] = [
     SERVICES,
     IPV6_BALANCER,
     SERVICES6,
@@ -128,6 +132,7 @@ pub const PINNED_MAPS: [&str; 29] = [
     VIPS,
     CONFIG,
     CONFIG6,
+    HANDOFF,
     COUNTERS,
     SERVICE_STATS,
     BACKEND_STATS,
@@ -147,7 +152,7 @@ pub const PINNED_MAPS: [&str; 29] = [
 /// Pinned maps a daemon may adopt the others without: pins of an older
 /// daemon that did not have them are completed with empty ones (the
 /// forwarding state, which is in the other maps, carries over).
-pub const ADOPT_WITHOUT: [&str; 20] = [
+pub const ADOPT_WITHOUT: [&str; 21] = [
     CONTROL_STATE,
     // Rewritten from `buckets` on adoption (an older daemon had none).
     BUCKET_FIRST,
@@ -160,6 +165,9 @@ pub const ADOPT_WITHOUT: [&str; 20] = [
     CLUSTER_NODES6,
     CONTROL_DIP6,
     CONFIG6,
+    // Made with a new mark (pins of a version that marked frames in XDP
+    // metadata instead).
+    HANDOFF,
     // Counters restart from zero when an upgrade adds some.
     COUNTERS,
     // Resized by copying (Dataplane::load_pinned_sized); an older daemon

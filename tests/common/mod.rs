@@ -80,9 +80,10 @@ pub const CLIENT_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
 pub const GUE_PORT: u16 = 19523;
 /// `cluster.hash_seed` of the test configurations.
 pub const HASH_SEED: u32 = 0x5eed1234;
-/// `NILB_XDP_MARK` of bpf/nilb.h ("nilb"), the first 4 bytes of nilb's XDP
-/// metadata.
-pub const MARK: u32 = 0x6e69_6c62;
+/// The hand-off mark of the tests' data planes (`struct nilb_handoff`: the
+/// source MAC of frames the balancer hands to its own node's TC program);
+/// [`load`] writes it, a daemon makes a random one.
+pub const MARK: [u8; 6] = [0x02, 0x6e, 0x69, 0x6c, 0x62, 0x01];
 
 /// A private network namespace for the calling thread: veth `nt0` (this
 /// node, 10.0.0.11/24, forwarding on) and `nt1`, static neighbours for
@@ -494,19 +495,12 @@ pub fn encapsulated(
     f
 }
 
-/// What XDP test runs return for a local first hop's packet: nilb's XDP
-/// metadata (`struct nilb_xdp_meta`: the mark, then egress ifindex 0), then
-/// the frame.
+/// What XDP test runs return for a packet the balancer hands to its own
+/// TC program (a local first hop, or the slow path): `frame` with the
+/// hand-off mark [`MARK`] as its source MAC, and no XDP metadata.
 pub fn marked(frame: &[u8]) -> Vec<u8> {
-    marked_via(0, frame)
-}
-
-/// What XDP test runs return for a slow-path packet our TC must send out of
-/// `ifindex`: the mark and that ifindex in the metadata, then the frame.
-pub fn marked_via(ifindex: u32, frame: &[u8]) -> Vec<u8> {
-    let mut v = MARK.to_ne_bytes().to_vec();
-    v.extend_from_slice(&ifindex.to_ne_bytes());
-    v.extend_from_slice(frame);
+    let mut v = frame.to_vec();
+    v[6..12].copy_from_slice(&MARK);
     v
 }
 
@@ -562,6 +556,8 @@ pub struct Loaded {
 pub fn load(yaml: &str, node: impl Into<std::net::IpAddr>) -> Loaded {
     let storage: &'static mut MaybeUninit<OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
     let mut dp = Dataplane::load(storage).expect("loading BPF (root needed)");
+    dp.set_handoff_mark(MARK)
+        .expect("writing the hand-off mark");
     let cp = ControlPlane::new(Config::parse(yaml).expect("test config"), 0);
     cp.apply(&mut dp, node.into(), &cp.full_plan())
         .expect("filling maps");
@@ -574,6 +570,8 @@ pub fn load_sized(yaml: &str, node: impl Into<std::net::IpAddr>) -> Loaded {
     let storage: &'static mut MaybeUninit<OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
     let config = Config::parse(yaml).expect("test config");
     let mut dp = Dataplane::load_for(storage, &config).expect("loading BPF (root needed)");
+    dp.set_handoff_mark(MARK)
+        .expect("writing the hand-off mark");
     let cp = ControlPlane::new(config, 0);
     cp.apply(&mut dp, node.into(), &cp.full_plan())
         .expect("filling maps");

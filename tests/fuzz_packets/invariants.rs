@@ -540,11 +540,11 @@ pub fn check(
                     None
                 }
                 XDP_PASS if out != frame => {
-                    // nilb's metadata: the mark, then the egress ifindex.
-                    if out.len() >= 8 && out[..4] == MARK.to_ne_bytes() {
-                        Some(&out[8..])
+                    // Handed to TC: the hand-off mark as source MAC.
+                    if out.len() >= 12 && out[6..12] == MARK {
+                        Some(out)
                     } else {
-                        bad.push("XDP_PASS changed the frame without nilb's mark".into());
+                        bad.push("XDP_PASS changed the frame without the hand-off mark".into());
                         None
                     }
                 }

@@ -843,7 +843,6 @@ fn fuzz(prog: Prog) {
     ] {
         assert!(COUNTER_NAMES.contains(&n), "counter {n} unknown to nilb");
     }
-    assert_eq!(MARK, nilb::dataplane::abi::sys::nilb_wire::NILB_XDP_MARK);
     let name = match prog {
         Prog::Xdp => "xdp",
         Prog::Tc => "tc",

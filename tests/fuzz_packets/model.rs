@@ -22,9 +22,6 @@ pub struct Svc {
 pub struct World {
     pub nt0_mac: [u8; 6],
     pub nt2_mac: [u8; 6],
-    /// Interface indexes of nt0 (where frames come in) and nt2.
-    pub nt0_ifindex: u32,
-    pub nt2_ifindex: u32,
     /// IPv4 and IPv6 services by (VIP, port, protocol).
     pub services: HashMap<(IpAddr, u16, u8), Svc>,
     pub vips: HashSet<Ipv4Addr>,
@@ -42,8 +39,9 @@ pub struct World {
 pub enum Route {
     Tx([u8; 6]),
     Redirect([u8; 6]),
-    /// On-link through the interface with this ifindex, no neighbour entry.
-    NoNeigh(u32),
+    /// On-link, no neighbour entry: the slow path (TC asks the FIB for the
+    /// interface; the XDP output is the same for either).
+    NoNeigh,
     Unroutable,
 }
 
@@ -75,8 +73,6 @@ impl World {
         World {
             nt0_mac: nt0.0,
             nt2_mac: nt2.0,
-            nt0_ifindex: nt0.1,
-            nt2_ifindex: nt2.1,
             services,
             vips: cfg
                 .vips()
@@ -128,9 +124,9 @@ impl World {
         match (o[0], o[1], o[2], o[3]) {
             (10, 0, 0, 12) => Route::Tx(MAC12),
             (10, 0, 0, 13) => Route::Tx(MAC13),
-            (10, 0, 0, _) => Route::NoNeigh(self.nt0_ifindex),
+            (10, 0, 0, _) => Route::NoNeigh,
             (10, 1, 0, 5) => Route::Redirect(MAC_R5),
-            (10, 1, 0, _) => Route::NoNeigh(self.nt2_ifindex),
+            (10, 1, 0, _) => Route::NoNeigh,
             _ => Route::Unroutable,
         }
     }
@@ -546,7 +542,7 @@ pub fn expect_xdp(w: &World, f: &[u8], class: &XdpClass) -> Outcome {
                         );
                         (XDP_REDIRECT, "xdp_encap_redirect", Out::Exact(e))
                     }
-                    Route::NoNeigh(ifindex) => {
+                    Route::NoNeigh => {
                         let e = encapsulation(
                             &f[0..6],
                             &f[6..12],
@@ -557,11 +553,7 @@ pub fn expect_xdp(w: &World, f: &[u8], class: &XdpClass) -> Outcome {
                             gue_proto,
                             inner,
                         );
-                        (
-                            XDP_PASS,
-                            "xdp_encap_slow_path",
-                            Out::Exact(marked_via(ifindex, &e)),
-                        )
+                        (XDP_PASS, "xdp_encap_slow_path", Out::Exact(marked(&e)))
                     }
                     Route::Unroutable => (XDP_DROP, "xdp_drop_no_route", Out::Any),
                 }
@@ -647,6 +639,9 @@ pub enum TcClass {
     NotForUs(&'static str),
     NotCluster,
     SelfUnmarked,
+    /// The balancer's slow path: GUE from this node to another, with the
+    /// hand-off mark (`MARK`) as source MAC: sent on (bpf_redirect_neigh).
+    SlowPath,
     Malformed(&'static str),
     Unsupported(&'static str),
     InnerNotVip,
@@ -660,6 +655,7 @@ impl TcClass {
             TcClass::NotForUs(why) => format!("not for us ({why})"),
             TcClass::NotCluster => "not cluster".into(),
             TcClass::SelfUnmarked => "self unmarked".into(),
+            TcClass::SlowPath => "slow path (marked)".into(),
             TcClass::Malformed(why) => format!("malformed ({why})"),
             TcClass::Unsupported(why) => format!("unsupported ({why})"),
             TcClass::InnerNotVip => "inner not VIP".into(),
@@ -712,9 +708,9 @@ pub fn udp_lookup(s: Ipv4Addr, d: Ipv4Addr, sp: u16, dp: u16) -> USock {
     }
 }
 
-/// The reference parser for frames reaching the TC program (test runs carry
-/// no XDP metadata, so nothing is "marked"): the outer header of either
-/// family, then the GUE header and the inner packet, the same rules for
+/// The reference parser for frames reaching the TC program ("marked": the
+/// hand-off mark `MARK` as the source MAC, as the balancer hands frames
+/// to its own node's TC): the outer header of either family, then the GUE header and the inner packet, the same rules for
 /// both (docs/design.md "IPv6 cluster network": "the IPv4 rules in the
 /// same order").
 pub fn parse_tc(w: &World, f: &[u8]) -> TcClass {
@@ -748,13 +744,17 @@ fn parse_outer4(w: &World, f: &[u8]) -> Result<(Fam, usize), TcClass> {
         return Err(NotForUs("not the GUE port"));
     }
     let (saddr, daddr) = (addr(o, 12), addr(o, 16));
+    let marked = f[6..12] == MARK;
     if daddr != w.node4 {
+        if marked && saddr == w.node4 && oihl == 20 {
+            return Err(SlowPath);
+        }
         return Err(NotForUs("GUE to another node"));
     }
     if !w.cluster.contains(&saddr.into()) {
         return Err(NotCluster);
     }
-    if saddr == w.node4 {
+    if saddr == w.node4 && !marked {
         return Err(SelfUnmarked);
     }
     if oihl != 20 {
@@ -795,13 +795,17 @@ fn parse_outer6(w: &World, f: &[u8]) -> Result<(Fam, usize), TcClass> {
         return Err(NotForUs("not the GUE port"));
     }
     let (saddr, daddr) = (super::cluster::addr16(o, 8), super::cluster::addr16(o, 24));
+    let marked = f[6..12] == MARK;
     if IpAddr::V6(daddr) != w.node {
+        if marked && IpAddr::V6(saddr) == w.node {
+            return Err(SlowPath);
+        }
         return Err(NotForUs("GUE to another node"));
     }
     if !w.cluster.contains(&saddr.into()) {
         return Err(NotCluster);
     }
-    if IpAddr::V6(saddr) == w.node {
+    if IpAddr::V6(saddr) == w.node && !marked {
         return Err(SelfUnmarked);
     }
     let plen = be16(o, 4) as usize;
@@ -1028,6 +1032,7 @@ pub fn expect_tc(w: &World, f: &[u8], class: &TcClass) -> Outcome {
         TcClass::NotForUs(_) => outcome(TC_ACT_OK, &["tc_pass_other"], Out::Unchanged),
         TcClass::NotCluster => shot("tc_drop_not_cluster"),
         TcClass::SelfUnmarked => shot("tc_drop_self_unmarked"),
+        TcClass::SlowPath => outcome(TC_ACT_REDIRECT, &["tc_slow_path_sent"], Out::Unchanged),
         TcClass::Malformed(_) => shot("tc_drop_malformed"),
         TcClass::Unsupported(_) => shot("tc_drop_unsupported"),
         TcClass::InnerNotVip => shot("tc_drop_inner_not_vip"),

@@ -34,6 +34,22 @@ unsafe impl plain::Plain for sys::nilb_rate_key {}
 unsafe impl plain::Plain for sys::nilb_rate_state {}
 unsafe impl plain::Plain for sys::nilb_nat_key {}
 unsafe impl plain::Plain for sys::nilb_nat_flow {}
+unsafe impl plain::Plain for sys::nilb_handoff {}
+
+/// The `handoff` value for the mark `mac`, made a locally administered
+/// unicast MAC (bit 1 of the first byte set, bit 0 clear): the form the
+/// programs take for a written mark (bpf/common.h `get_handoff`).
+pub fn handoff_value(mut mac: [u8; 6]) -> sys::nilb_handoff {
+    mac[0] = (mac[0] & 0xfc) | 0x02;
+    sys::nilb_handoff { mac, pad: [0; 2] }
+}
+
+/// The mark a `handoff` value holds, or None while it is unwritten (its
+/// locally administered bit clear, as in an empty map) or short.
+pub fn handoff_mark(value: &[u8]) -> Option<[u8; 6]> {
+    let h: sys::nilb_handoff = read_struct(value).ok()?;
+    (h.mac[0] & 0x02 != 0).then_some(h.mac)
+}
 
 /// View a plain struct as its bytes.
 pub fn bytes_of<T: plain::Plain>(v: &T) -> &[u8] {
