@@ -185,20 +185,23 @@ static __always_inline struct nilb_service *service6_of(const __u32 *vip, __u16 
 static __noinline int service6_fill(struct nilb_service6_cache *e, const __u32 *vip, __u32 pp,
 				    __u32 gen, __u64 now)
 {
-	__u16 port = pp & 0xffff;
-	__u8 proto = pp >> 16;
 	struct nilb_service *svc;
 
 	if (!e)
 		return 0;
-	svc = service6_of(vip, port, proto);
+	/* The key is built in the entry itself and looked up from there (a
+	 * map value may be a key): no key on the stack, whose frame would
+	 * take the IPv6 program's longest call chain over 512 bytes on 6.1.
+	 * The entry is invalid until it is filled. */
+	e->expires = 0;
+	addr6_copy((__u32 *)e->key.vip, vip);
+	e->key.port = pp & 0xffff;
+	e->key.proto = pp >> 16;
+	e->key.pad = 0;
+	svc = bpf_map_lookup_elem(&services6, &e->key);
 	if (!svc)
 		return 0;
 	e->svc = *svc;
-	addr6_copy((__u32 *)e->key.vip, vip);
-	e->key.port = port;
-	e->key.proto = proto;
-	e->key.pad = 0;
 	e->gen = gen;
 	e->expires = now + NILB_SERVICE_CACHE_JIFFIES;
 	return 1;

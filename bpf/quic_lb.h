@@ -26,15 +26,28 @@
 #include <bpf/bpf_helpers.h>
 #include "nilb.h"
 
+/* The BPF crypto kfuncs (Linux 6.10). Weak: on a kernel without them
+ * libbpf resolves them to 0 and every call below sits behind
+ * quic_lb_crypto_ok(), whose constant false the verifier prunes, so the
+ * object still loads there; the keyed algorithms are then off
+ * (src/features.rs, docs/design.md "Kernel features"). */
 extern struct bpf_crypto_ctx *bpf_crypto_ctx_create(const struct bpf_crypto_params *params,
-						    __u32 params__sz, int *err) __ksym;
-extern void bpf_crypto_ctx_release(struct bpf_crypto_ctx *ctx) __ksym;
+						    __u32 params__sz, int *err) __ksym __weak;
+extern void bpf_crypto_ctx_release(struct bpf_crypto_ctx *ctx) __ksym __weak;
 extern int bpf_crypto_encrypt(struct bpf_crypto_ctx *ctx, const struct bpf_dynptr *src,
 			      const struct bpf_dynptr *dst,
-			      const struct bpf_dynptr *siv__nullable) __ksym;
+			      const struct bpf_dynptr *siv__nullable) __ksym __weak;
 extern int bpf_crypto_decrypt(struct bpf_crypto_ctx *ctx, const struct bpf_dynptr *src,
 			      const struct bpf_dynptr *dst,
-			      const struct bpf_dynptr *siv__nullable) __ksym;
+			      const struct bpf_dynptr *siv__nullable) __ksym __weak;
+
+/* Returns: non-zero if this kernel has the crypto kfuncs the keyed
+ * algorithms call (a load-time constant). */
+static __always_inline int quic_lb_crypto_ok(void)
+{
+	return bpf_ksym_exists(bpf_crypto_ctx_create) && bpf_ksym_exists(bpf_crypto_ctx_release) &&
+	       bpf_ksym_exists(bpf_crypto_encrypt) && bpf_ksym_exists(bpf_crypto_decrypt);
+}
 
 /* Value of a map of AES contexts (ARRAY, key: service index). Written only
  * by quic_lb_install_key (a syscall program); NULL: no key. */
@@ -59,7 +72,8 @@ struct quic_lb_scratch {
  * `crypto` (an ARRAY of struct quic_lb_crypto), releasing the one it
  * replaces; with args->clear, only remove the context there. Syscall
  * programs only. args->status: 0 done, else a negative errno (-ENOENT:
- * index outside the map; the creation's error otherwise).
+ * index outside the map; -EOPNOTSUPP: no crypto kfuncs in this kernel;
+ * the creation's error otherwise).
  * Returns: 0.
  */
 static __always_inline int quic_lb_install_key(void *crypto, struct nilb_quic_key_args *args)
@@ -74,6 +88,10 @@ static __always_inline int quic_lb_install_key(void *crypto, struct nilb_quic_ke
 	__u32 index = args->index;
 	int err = 0;
 
+	if (!quic_lb_crypto_ok()) {
+		args->status = -95; /* -EOPNOTSUPP */
+		return 0;
+	}
 	v = bpf_map_lookup_elem(crypto, &index);
 	if (!v) {
 		args->status = -2; /* -ENOENT */
@@ -161,7 +179,8 @@ static __always_inline int quic_lb_decode(const struct nilb_quic_lb *q, struct b
 				s->key.sid[i] = s->cid[1 + i];
 		return NILB_QD_OK;
 	}
-	if (!cc)
+	/* Without the crypto kfuncs no key can be installed. */
+	if (!cc || !quic_lb_crypto_ok())
 		return NILB_QD_NO_KEY;
 	if (alg == NILB_QUIC_SINGLE_PASS) {
 		if (plen != 16)

@@ -16,7 +16,8 @@
 //!   dynamic-weights controller;
 //! - [`filters`]: the edge filters compiled from the config and its list
 //!   files (pure, but for reading the list files);
-//! - [`config`]: YAML schema and validation (pure);
+//! - [`config`]: YAML schema and validation (pure); [`features`]: the
+//!   kernel features nilb uses and what each missing one turns off (pure);
 //! - [`table`]: Beamer-style bucket tables (pure); [`hash`]: the flow hash
 //!   shared with BPF (pure); [`packet`]: one-line frame descriptions for replay;
 //!   [`quic_lb`]: QUIC-LB connection IDs for servers and the balancer (pure);
@@ -35,6 +36,7 @@ pub mod config;
 pub mod control;
 pub mod daemon;
 pub mod dataplane;
+pub mod features;
 pub mod filter_report;
 pub mod filters;
 pub mod hash;

@@ -174,6 +174,14 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Probe this kernel for the features nilb uses, say which are on and off (with
+    /// the first Linux release that has each), and load the BPF programs without
+    /// attaching them (exit 0 if they load, 1 if not).
+    Features {
+        /// Print the report as one line of JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Run each packet of a pcap through the real BPF program (BPF_PROG_TEST_RUN)
     /// and report verdicts, counters and resulting packets.
     Replay {
@@ -457,6 +465,21 @@ fn dispatch(command: Command, format: LogFormat) -> Result<ExitCode> {
                 tools::tables(&pin_dir, buckets, &mut stdout)?;
             }
             Ok(ExitCode::SUCCESS)
+        }
+        Command::Features { json } => {
+            let r = nilb::dataplane::probe::report();
+            if json {
+                tools::write_json(&r, &mut stdout)?;
+            } else {
+                let k = nilb::dataplane::probe::kernel_features();
+                write!(stdout, "{}", nilb::features::render_report(&r, k))?;
+            }
+            stdout.flush()?;
+            Ok(if r.object.loaded {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
         }
         Command::Replay {
             config,

@@ -165,10 +165,15 @@ impl ControlPlane {
     /// its packets go there as long as the operator lets the server
     /// receive anything (a dead server loses its connections either way).
     /// A packet whose server ID is not listed follows the bucket table.
+    /// A keyed algorithm the kernel cannot run gives no route
+    /// ([`ControlPlane::refused`]).
     pub fn quic_routes(&self) -> Vec<QuicRoute> {
         let mut out = Vec::new();
         for svc in &self.config.services {
             let Some(lb) = &svc.quic_lb else { continue };
+            if !self.quic_lb_keyed && lb.algorithm != crate::quic_lb::Algorithm::Plaintext {
+                continue;
+            }
             let key = svc.key();
             let Some(st) = self.services.get(&key) else {
                 continue;

@@ -468,6 +468,27 @@ pub struct ControlPlane {
     /// The edge filters compiled from the config and its lists (shared:
     /// a 1M-prefix set is large, and a reload clones the state).
     filters: Arc<FilterSet>,
+    /// Whether the kernel runs the QUIC-LB keyed algorithms
+    /// ([`crate::features::KernelFeatures::quic_lb_keyed`]); without them a
+    /// service's keyed `quic_lb` is refused ([`Self::refused`]) and its
+    /// packets follow the bucket table.
+    quic_lb_keyed: bool,
+}
+
+/// A part of the configuration the kernel cannot run, refused while the
+/// rest runs (docs/design.md "Kernel features").
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Refusal {
+    /// The service's name.
+    pub service: String,
+    /// What is refused (`quic_lb single-pass`).
+    pub what: String,
+    /// The feature it needs ([`crate::features::Feature::name`]).
+    pub feature: &'static str,
+    /// Why, with the first release that has the feature.
+    pub reason: String,
+    /// What happens instead.
+    pub instead: &'static str,
 }
 
 /// Buckets of tables to step per thread, at least, before a reload's
@@ -532,7 +553,44 @@ impl ControlPlane {
             orphan_indexes: BTreeSet::new(),
             quic_left: BTreeMap::new(),
             filters: Arc::new(FilterSet::default()),
+            quic_lb_keyed: true,
         }
+    }
+
+    /// Tell the control plane what the kernel runs (the daemon does, after
+    /// loading the data plane, before its first plan): parts of the config
+    /// that need a missing feature are left out of every plan and listed
+    /// by [`Self::refused`].
+    pub fn set_kernel_features(&mut self, k: &crate::features::KernelFeatures) {
+        self.quic_lb_keyed = k.quic_lb_keyed();
+    }
+
+    /// The parts of the running config this kernel cannot run (empty on a
+    /// kernel with every optional feature).
+    pub fn refused(&self) -> Vec<Refusal> {
+        use crate::features::{describe, KernelFeatures, QUIC_LB_CRYPTO};
+        if self.quic_lb_keyed {
+            return Vec::new();
+        }
+        let feature = KernelFeatures::new("", vec![])
+            .states()
+            .into_iter()
+            .find(|s| s.name == QUIC_LB_CRYPTO)
+            .expect("in the table");
+        self.config
+            .services
+            .iter()
+            .filter_map(|svc| {
+                let lb = svc.quic_lb.as_ref()?;
+                (lb.algorithm != crate::quic_lb::Algorithm::Plaintext).then(|| Refusal {
+                    service: svc.name.clone(),
+                    what: format!("quic_lb {}", lb.algorithm.name()),
+                    feature: QUIC_LB_CRYPTO,
+                    reason: describe(&feature),
+                    instead: "its packets follow the bucket table (no routing by server ID)",
+                })
+            })
+            .collect()
     }
 
     /// State for `config` at daemon start (time `now_ms`) on maps nobody

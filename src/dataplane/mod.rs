@@ -56,6 +56,7 @@ pub mod ops;
 pub mod pinned;
 pub mod pins;
 pub mod pool;
+pub mod probe;
 mod quic;
 
 use std::collections::BTreeSet;
@@ -392,9 +393,19 @@ impl<'obj> Dataplane<'obj> {
         let chunk = pool::CHUNK_BUCKETS;
         let mut resized_flows: Option<libbpf_rs::MapHandle> = None;
         let mut pool_size = pool_buckets.div_ceil(chunk).max(1) * chunk;
+        let kernel = probe::kernel_features();
+        if let Some(e) = kernel.base_error() {
+            bail!("{e}");
+        }
         let mut open = NilbSkelBuilder::default()
             .open(storage)
             .context("opening the BPF object")?;
+        // Programs of optional features the kernel lacks stay unloaded (the
+        // others call their kfuncs behind bpf_ksym_exists, which the
+        // verifier prunes): bpf/quic_lb.h.
+        if !kernel.quic_lb_keyed() {
+            open.progs.nilb_quic_set_key.set_autoload(false);
+        }
         let mut adopted = false;
         let mut grew = None;
         if let Some(dir) = pin_dir {
@@ -767,6 +778,27 @@ impl<'obj> Dataplane<'obj> {
             Some(&self.skel.maps.control_vip6),
             Some(&self.skel.maps.control_dip6),
         )
+    }
+
+    /// The running kernel's features ([`probe::kernel_features`]): what
+    /// this data plane loaded and what is off.
+    pub fn kernel_features(&self) -> &'static crate::features::KernelFeatures {
+        probe::kernel_features()
+    }
+
+    /// The object's programs: (loaded, left unloaded because their
+    /// features are off in this kernel), by name.
+    pub fn programs(&self) -> (Vec<String>, Vec<String>) {
+        let (mut on, mut off) = (Vec::new(), Vec::new());
+        for p in self.skel.object().progs() {
+            let name = p.name().to_string_lossy().into_owned();
+            if p.autoload() {
+                on.push(name);
+            } else {
+                off.push(name);
+            }
+        }
+        (on, off)
     }
 
     /// Whether [`Dataplane::load_pinned`] adopted an earlier daemon's maps.

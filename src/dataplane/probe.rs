@@ -1,0 +1,113 @@
+//! Probing the running kernel for the features of
+//! [`crate::features::FEATURES`]: program types and helpers through
+//! libbpf's probes (a tiny program per question, judged by the verifier's
+//! answer), kfuncs and iterator targets through the kernel's BTF. Done
+//! once per process ([`kernel_features`]); root needed, as for loading.
+
+use std::sync::OnceLock;
+
+use libbpf_rs::btf::types::Func;
+use libbpf_rs::libbpf_sys;
+use libbpf_rs::{Btf, ProgramType};
+
+use std::mem::MaybeUninit;
+
+use crate::features::{KernelFeatures, Needs, ObjectLoad, Report, FEATURES};
+
+/// The features of the running kernel, probed on the first call.
+pub fn kernel_features() -> &'static KernelFeatures {
+    static PROBED: OnceLock<KernelFeatures> = OnceLock::new();
+    PROBED.get_or_init(probe)
+}
+
+fn prog_type(name: &str) -> ProgramType {
+    match name {
+        "xdp" => ProgramType::Xdp,
+        "sched_cls" => ProgramType::SchedCls,
+        "syscall" => ProgramType::Syscall,
+        other => unreachable!("program type {other} is not in the feature table"),
+    }
+}
+
+fn helper_id(name: &str) -> libbpf_sys::bpf_func_id {
+    match name {
+        "fib_lookup" => libbpf_sys::BPF_FUNC_fib_lookup,
+        "skc_lookup_tcp" => libbpf_sys::BPF_FUNC_skc_lookup_tcp,
+        "jiffies64" => libbpf_sys::BPF_FUNC_jiffies64,
+        "redirect_neigh" => libbpf_sys::BPF_FUNC_redirect_neigh,
+        "ktime_get_coarse_ns" => libbpf_sys::BPF_FUNC_ktime_get_coarse_ns,
+        "check_mtu" => libbpf_sys::BPF_FUNC_check_mtu,
+        "xdp_load_bytes" => libbpf_sys::BPF_FUNC_xdp_load_bytes,
+        "xdp_adjust_meta" => libbpf_sys::BPF_FUNC_xdp_adjust_meta,
+        other => unreachable!("helper {other} is not in the feature table"),
+    }
+}
+
+/// Probe every feature of the table.
+fn probe() -> KernelFeatures {
+    let release = nix::sys::utsname::uname()
+        .map(|u| u.release().to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "unknown".into());
+    let btf = Btf::from_vmlinux().ok();
+    let mut errors = Vec::new();
+    let present = FEATURES
+        .iter()
+        .map(|f| {
+            let r = match f.needs {
+                Needs::Btf => Ok(btf.is_some()),
+                Needs::ProgType(t) => prog_type(t).is_supported(),
+                Needs::Helper(t, h) => prog_type(t).is_helper_supported(helper_id(h)),
+                Needs::BtfFuncs(names) => Ok(btf.as_ref().is_some_and(|b| {
+                    names
+                        .iter()
+                        .all(|n| b.type_by_name::<Func<'_>>(n).is_some())
+                })),
+            };
+            r.unwrap_or_else(|e| {
+                errors.push((f.name, e.to_string()));
+                false
+            })
+        })
+        .collect();
+    let mut k = KernelFeatures::new(release, present);
+    k.errors = errors;
+    k
+}
+
+/// Whether XDP programs may call `bpf_xdp_adjust_meta` here. nilb does not
+/// use it (docs/design.md "Hand-off from XDP to TC"); `nilb features`
+/// reports it for operators who run other XDP programs beside nilb.
+pub fn xdp_metadata() -> bool {
+    ProgramType::Xdp
+        .is_helper_supported(helper_id("xdp_adjust_meta"))
+        .unwrap_or(false)
+}
+
+/// `nilb features`: probe the kernel and load the BPF object with what it
+/// has (nothing attached, no pins), reporting every program's fate.
+pub fn report() -> Report {
+    let k = kernel_features();
+    let mut storage = MaybeUninit::uninit();
+    let object = match super::Dataplane::load(&mut storage) {
+        Ok(dp) => {
+            let (programs, skipped) = dp.programs();
+            ObjectLoad {
+                loaded: true,
+                programs,
+                skipped,
+                error: None,
+            }
+        }
+        Err(e) => ObjectLoad {
+            loaded: false,
+            error: Some(format!("{e:#}")),
+            ..Default::default()
+        },
+    };
+    Report {
+        kernel: k.release.clone(),
+        features: k.states(),
+        xdp_metadata: xdp_metadata(),
+        object,
+    }
+}
