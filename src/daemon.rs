@@ -890,6 +890,10 @@ impl StateWriter {
                         status.filters = job.filters;
                         status.routing = job.routing;
                         status.cluster = job.cluster;
+                        status.kernel = Some(crate::features::KernelStatus::of(
+                            crate::dataplane::probe::kernel_features(),
+                            job.cp.refused(),
+                        ));
                         status.write(&path)
                     };
                     match written {
@@ -1106,6 +1110,11 @@ async fn serve(
         let plan = cp.full_plan();
         (cp, plan)
     };
+    // What this kernel lacks: one line per feature that is off, and the
+    // parts of the config that need one are left out of every plan.
+    crate::features::log_start(dp.kernel_features());
+    cp.set_kernel_features(dp.kernel_features());
+    crate::features::log_refusals(&cp.refused());
     // The edge filters: an adopted data plane keeps filtering with the
     // lists it has until the new generation is flipped in.
     let prev = if dp.adopted() {
@@ -2550,6 +2559,7 @@ impl Daemon<'_, '_> {
             _ => {}
         }
         self.log_installs(&plan, "reload");
+        crate::features::log_refusals(&self.cp.refused());
         if plan.remove.len() > TABLE_LINES_MAX {
             for key in &plan.remove {
                 debug!(%key, "service removed");

@@ -12,7 +12,8 @@
 //! has that part refused with the reason. The first mainline release of
 //! each is from the kernel's git history (the commit that added it).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+use tracing::{error, warn};
 
 /// What a probe looks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -30,7 +31,7 @@ pub enum Needs {
 }
 
 /// Whether a kernel without the feature can run nilb.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Kind {
     /// Needed by every path: missing, nilb does not start.
@@ -192,20 +193,20 @@ pub struct KernelFeatures {
 }
 
 /// One feature's line of `nilb features`, the state file and the metric.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FeatureState {
     /// [`Feature::name`].
-    pub name: &'static str,
+    pub name: String,
     /// Present in this kernel.
     pub on: bool,
     /// [`Feature::kind`].
     pub kind: Kind,
     /// [`Feature::needs_text`].
-    pub needs: &'static str,
+    pub needs: String,
     /// [`Feature::since`].
-    pub since: &'static str,
+    pub since: String,
     /// [`Feature::serves`].
-    pub serves: &'static str,
+    pub serves: String,
     /// Why the probe could not tell, if it could not.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub probe_error: Option<String>,
@@ -248,12 +249,12 @@ impl KernelFeatures {
             .iter()
             .enumerate()
             .map(|(i, f)| FeatureState {
-                name: f.name,
+                name: f.name.into(),
                 on: self.present.get(i).copied().unwrap_or(false),
                 kind: f.kind,
-                needs: f.needs_text,
-                since: f.since,
-                serves: f.serves,
+                needs: f.needs_text.into(),
+                since: f.since.into(),
+                serves: f.serves.into(),
                 probe_error: self
                     .errors
                     .iter()
@@ -338,6 +339,105 @@ pub fn render(k: &KernelFeatures) -> String {
     out
 }
 
+/// The kernel part of the state file (`nilb status`): every feature with
+/// its state, and the parts of the config refused for a missing one.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KernelStatus {
+    /// `uname -r`.
+    pub release: String,
+    /// Every feature of [`FEATURES`].
+    pub features: Vec<FeatureState>,
+    /// Parts of the running config this kernel cannot run.
+    #[serde(default)]
+    pub refused: Vec<Refusal>,
+}
+
+/// A part of the configuration the kernel cannot run, refused while the
+/// rest runs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Refusal {
+    /// The service's name.
+    pub service: String,
+    /// What is refused (`quic_lb single-pass`).
+    pub what: String,
+    /// The feature it needs ([`Feature::name`]).
+    pub feature: String,
+    /// Why: [`describe`] of the feature.
+    pub reason: String,
+    /// What happens instead.
+    pub instead: String,
+}
+
+impl KernelStatus {
+    /// The state of kernel `k` with the config's refusals.
+    pub fn of(k: &KernelFeatures, refused: Vec<Refusal>) -> Self {
+        KernelStatus {
+            release: k.release.clone(),
+            features: k.states(),
+            refused,
+        }
+    }
+
+    /// `nilb status`'s lines: the kernel with what is off, then each
+    /// refused part of the config.
+    pub fn print(&self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+        let off: Vec<String> = self
+            .features
+            .iter()
+            .filter(|f| !f.on)
+            .map(|f| format!("{} (needs Linux {})", f.name, f.since))
+            .collect();
+        if off.is_empty() {
+            writeln!(out, "kernel {}: every feature on", self.release)?;
+        } else {
+            writeln!(
+                out,
+                "kernel {}: features OFF: {}  (nilb features)",
+                self.release,
+                off.join(", ")
+            )?;
+        }
+        for r in &self.refused {
+            writeln!(
+                out,
+                "  REFUSED for service {}: {}: {}; {}",
+                r.service, r.what, r.reason, r.instead
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// At start: one line per optional feature this kernel lacks, naming it,
+/// what it needs and the first release that has it.
+pub fn log_start(k: &KernelFeatures) {
+    for s in k.off() {
+        warn!(
+            kernel = %k.release,
+            feature = %s.name,
+            needs = %s.needs,
+            since = %s.since,
+            "kernel feature off: {}",
+            describe(&s)
+        );
+    }
+}
+
+/// After a start or a reload: one line per refused part of the config.
+pub fn log_refusals(refused: &[Refusal]) {
+    for r in refused {
+        error!(
+            service = %r.service,
+            feature = %r.feature,
+            "refused: {} of service {}: {}; {}",
+            r.what,
+            r.service,
+            r.reason,
+            r.instead
+        );
+    }
+}
+
 /// What `nilb features` found: the kernel's features, whether XDP
 /// metadata works (nilb does not need it), and whether the BPF object
 /// loaded with what this kernel has.
@@ -415,7 +515,7 @@ mod tests {
         let k = without(&[QUIC_LB_CRYPTO]);
         assert_eq!(k.base_error(), None);
         assert!(!k.quic_lb_keyed());
-        let off: Vec<_> = k.off().iter().map(|s| s.name).collect();
+        let off: Vec<_> = k.off().iter().map(|s| s.name.clone()).collect();
         assert_eq!(off, vec![QUIC_LB_CRYPTO]);
         assert_eq!(
             describe(&k.off()[0]),

@@ -413,10 +413,12 @@ mod tests {
     }
 
     /// Counters that count: every backend slot has sent `slot` packets;
-    /// reads are counted.
+    /// reads are counted. The kernel: Debian 12's, without the crypto
+    /// kfuncs.
     #[derive(Default)]
     struct Counting {
         backend_reads: std::sync::atomic::AtomicUsize,
+        kernel: std::sync::OnceLock<crate::features::KernelFeatures>,
     }
 
     impl StatsSource for Counting {
@@ -436,6 +438,15 @@ mod tests {
         }
         fn filter_stats(&self, _id: u16) -> Result<crate::abi_sys::nilb_filter_stats> {
             Ok(Default::default())
+        }
+        fn kernel_features(&self) -> Option<&crate::features::KernelFeatures> {
+            use crate::features::{KernelFeatures, FEATURES, QUIC_LB_CRYPTO};
+            Some(self.kernel.get_or_init(|| {
+                KernelFeatures::new(
+                    "6.1.0-57-amd64",
+                    FEATURES.iter().map(|f| f.name != QUIC_LB_CRYPTO).collect(),
+                )
+            }))
         }
     }
 
@@ -469,6 +480,19 @@ mod tests {
                 .backend_reads
                 .load(std::sync::atomic::Ordering::Relaxed),
             2
+        );
+        // The kernel's features, each 1 or 0.
+        assert!(
+            text.contains(
+                "nilb_kernel_feature{feature=\"quic_lb_crypto\",kind=\"optional\",since=\"6.10\"} 0"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "nilb_kernel_feature{feature=\"tc_redirect_neigh\",kind=\"base\",since=\"5.10\"} 1"
+            ),
+            "{text}"
         );
         // Slots 1 and 2: the service sums them.
         assert!(
@@ -540,6 +564,10 @@ pub trait StatsSource {
     fn nat_sweep(&self) -> Option<(u64, u64, u64)> {
         None
     }
+    /// The running kernel's features (None: not known to this source).
+    fn kernel_features(&self) -> Option<&crate::features::KernelFeatures> {
+        None
+    }
 }
 
 impl StatsSource for crate::dataplane::Dataplane<'_> {
@@ -554,6 +582,9 @@ impl StatsSource for crate::dataplane::Dataplane<'_> {
     }
     fn filter_stats(&self, id: u16) -> Result<crate::abi_sys::nilb_filter_stats> {
         crate::dataplane::Dataplane::filter_stats(self, id)
+    }
+    fn kernel_features(&self) -> Option<&crate::features::KernelFeatures> {
+        Some(crate::dataplane::Dataplane::kernel_features(self))
     }
 }
 
@@ -572,6 +603,10 @@ impl StatsSource for crate::dataplane::StatsMaps {
     }
     fn filter_stats(&self, id: u16) -> Result<crate::abi_sys::nilb_filter_stats> {
         crate::dataplane::StatsMaps::filter_stats(self, id)
+    }
+    fn kernel_features(&self) -> Option<&crate::features::KernelFeatures> {
+        // The daemon's own probe (the maps belong to its process).
+        Some(crate::dataplane::probe::kernel_features())
     }
 }
 
@@ -592,6 +627,21 @@ pub fn build(
         labels(&[("version", env!("CARGO_PKG_VERSION"))]),
         1.0,
     );
+    if let Some(k) = dp.kernel_features() {
+        for f in k.states() {
+            let kind = match f.kind {
+                crate::features::Kind::Base => "base",
+                crate::features::Kind::Optional => "optional",
+            };
+            s.add(
+                "nilb_kernel_feature",
+                "1 when the running kernel has the feature (nilb features; off: what it serves is off, and config asking for it is refused).",
+                Kind::Gauge,
+                labels(&[("feature", &f.name), ("kind", kind), ("since", &f.since)]),
+                if f.on { 1.0 } else { 0.0 },
+            );
+        }
+    }
     s.add(
         "nilb_balancer",
         "1 when this node runs the XDP balancer (attached, as the kernel reports it).",

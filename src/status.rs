@@ -179,6 +179,10 @@ pub struct Status {
     /// `cluster.etcd`).
     #[serde(default)]
     pub cluster: Option<crate::cluster::ClusterStatus>,
+    /// The kernel's features and the parts of the config refused for a
+    /// missing one (None: a state file of an older daemon).
+    #[serde(default)]
+    pub kernel: Option<crate::features::KernelStatus>,
 }
 
 /// The edge filters in force.
@@ -388,6 +392,7 @@ impl Status {
             filters: None,
             routing: None,
             cluster: None,
+            kernel: None,
         }
     }
 
@@ -480,6 +485,9 @@ impl Status {
                 r.failed,
                 r.error.as_deref().unwrap_or("?")
             )?,
+        }
+        if let Some(k) = &self.kernel {
+            k.print(out)?;
         }
         if let Some(r) = &self.routing {
             r.print(out)?;
@@ -677,7 +685,42 @@ mod tests {
             }),
             routing: None,
             cluster: None,
+            kernel: Some(crate::features::KernelStatus {
+                release: "6.1.0-57-amd64".into(),
+                features: crate::features::KernelFeatures::new(
+                    "6.1.0-57-amd64",
+                    crate::features::FEATURES
+                        .iter()
+                        .map(|f| f.name != crate::features::QUIC_LB_CRYPTO)
+                        .collect(),
+                )
+                .states(),
+                refused: vec![crate::features::Refusal {
+                    service: "quic".into(),
+                    what: "quic_lb single-pass".into(),
+                    feature: crate::features::QUIC_LB_CRYPTO.into(),
+                    reason: "quic_lb_crypto: needs the crypto kfuncs (Linux 6.10 or newer)".into(),
+                    instead: "its packets follow the bucket table".into(),
+                }],
+            }),
         }
+    }
+
+    #[test]
+    fn the_kernel_line_says_what_is_off_and_what_is_refused() {
+        let mut out = Vec::new();
+        sample().print(&mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.contains("kernel 6.1.0-57-amd64: features OFF: quic_lb_crypto (needs Linux 6.10)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("REFUSED for service quic: quic_lb single-pass: quic_lb_crypto"),
+            "{text}"
+        );
+        let back: Status = serde_json::from_str(&sample().to_json().unwrap()).unwrap();
+        assert_eq!(back.kernel, sample().kernel);
     }
 
     #[test]

@@ -475,21 +475,7 @@ pub struct ControlPlane {
     quic_lb_keyed: bool,
 }
 
-/// A part of the configuration the kernel cannot run, refused while the
-/// rest runs (docs/design.md "Kernel features").
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct Refusal {
-    /// The service's name.
-    pub service: String,
-    /// What is refused (`quic_lb single-pass`).
-    pub what: String,
-    /// The feature it needs ([`crate::features::Feature::name`]).
-    pub feature: &'static str,
-    /// Why, with the first release that has the feature.
-    pub reason: String,
-    /// What happens instead.
-    pub instead: &'static str,
-}
+pub use crate::features::Refusal;
 
 /// Buckets of tables to step per thread, at least, before a reload's
 /// steps are split over threads (a step costs some 20 ns per bucket; a
@@ -585,9 +571,9 @@ impl ControlPlane {
                 (lb.algorithm != crate::quic_lb::Algorithm::Plaintext).then(|| Refusal {
                     service: svc.name.clone(),
                     what: format!("quic_lb {}", lb.algorithm.name()),
-                    feature: QUIC_LB_CRYPTO,
+                    feature: QUIC_LB_CRYPTO.into(),
                     reason: describe(&feature),
-                    instead: "its packets follow the bucket table (no routing by server ID)",
+                    instead: "its packets follow the bucket table (no routing by server ID)".into(),
                 })
             })
             .collect()

@@ -7,6 +7,7 @@ mod clock;
 mod encap;
 mod fake;
 mod follow;
+mod kernel;
 mod modes;
 mod reload;
 mod restart;
