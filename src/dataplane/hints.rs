@@ -79,6 +79,10 @@ fn virtio_fix(iface: &str, lower: &str, last_resort: &str) -> String {
         format!(
             "XDP on virtio_net needs a TX queue per CPU besides the normal ones: give the VM more queues (QEMU: -device virtio-net-pci,mq=on,vectors=2N+2 with queues=N on the netdev; libvirt: <driver queues='N'/>, N = 2 x vCPUs) and enable them with `ethtool -L {iface} combined N`; {last_resort}"
         )
+    } else if lower.contains("without frags") {
+        format!(
+            "the MTU of {iface} is above what one page holds (about 3,500 bytes on virtio_net), and the balancer's XDP program takes single-buffer frames only (its encapsulation writes the whole frame): lower the MTU (`ip link set dev {iface} mtu 1500`, or at most about 3,500); mergeable buffers do not help; a node that is only a backend runs nilb's multi-buffer receive program and takes any MTU; {last_resort}"
+        )
     } else if lower.contains("mtu") {
         format!(
             "XDP on virtio_net needs each frame in one page: lower the MTU of {iface} (`ip link set dev {iface} mtu 1500`), or give the device mergeable buffers; {last_resort}"
@@ -110,6 +114,60 @@ fn veth_fix(iface: &str, lower: &str, last_resort: &str) -> String {
             "veth supports native XDP; frames sent back out (XDP_TX) also need an XDP program on the peer, and the peer's MTU must fit one page; {last_resort}"
         )
     }
+}
+
+/// After a native XDP attach on virtio_net: the driver wants one TX queue
+/// per possible CPU for XDP_TX and redirects beside the queues in use, and
+/// with fewer free queues it falls back to shared queues under a lock
+/// (the kernel logs "XDP_TX and XDP_REDIRECT will operate in a slower
+/// locked tx mode" once, and the attach succeeds). Its real TX queue count
+/// then stays at the RX count instead of growing by `cpus` (virtio_net's
+/// `virtnet_xdp_set`). tx, rx: the interface's real queue counts (sysfs);
+/// cpus: possible CPUs.
+/// Returns: the warning, or None when XDP has queues of its own.
+pub fn virtio_locked_xdp_tx(iface: &str, tx: u32, rx: u32, cpus: u32) -> Option<String> {
+    if tx >= rx + cpus {
+        return None;
+    }
+    let want = 2 * cpus.max(rx);
+    Some(format!(
+        "XDP_TX and redirects on {iface} (virtio_net) run in the driver's slower locked mode: it has {tx} TX queues for {rx} RX queues and {cpus} CPUs, and XDP needs one per CPU of its own; give the VM at least {want} queue pairs (QEMU: -netdev tap,...,queues={want} -device virtio-net-pci,mq=on,vectors={}; libvirt: <driver queues='{want}'/>) and keep `ethtool -l {iface}` combined at the vCPU count",
+        2 * want + 2
+    ))
+}
+
+/// [`virtio_locked_xdp_tx`] for `iface` as sysfs shows it now; None for
+/// other drivers or when sysfs cannot tell.
+pub fn xdp_tx_locked(iface: &str) -> Option<String> {
+    if driver_of(iface).as_deref() != Some("virtio_net") {
+        return None;
+    }
+    let queues = |prefix: &str| -> Option<u32> {
+        let dir = Path::new("/sys/class/net").join(iface).join("queues");
+        let n = std::fs::read_dir(dir)
+            .ok()?
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().starts_with(prefix))
+            .count();
+        u32::try_from(n).ok()
+    };
+    let cpus = possible_cpus(&std::fs::read_to_string("/sys/devices/system/cpu/possible").ok()?)?;
+    virtio_locked_xdp_tx(iface, queues("tx-")?, queues("rx-")?, cpus)
+}
+
+/// The number of CPUs in a kernel CPU list ("0-3", "0,2-5").
+pub fn possible_cpus(list: &str) -> Option<u32> {
+    let mut n = 0;
+    for part in list.trim().split(',') {
+        n += match part.split_once('-') {
+            Some((a, b)) => b.parse::<u32>().ok()? - a.parse::<u32>().ok()? + 1,
+            None => {
+                part.parse::<u32>().ok()?;
+                1
+            }
+        };
+    }
+    Some(n)
 }
 
 /// The errno in an error text ("... (os error 95)"), as std and libbpf-rs
@@ -195,6 +253,30 @@ mod tests {
         let h = hint("virtio_net", EOPNOTSUPP, None);
         assert!(h.contains("supports native XDP"), "{h}");
         assert!(h.contains("gro-hw"), "{h}");
+    }
+
+    #[test]
+    fn virtio_mtu_above_a_page_names_the_mtu_not_mergeable_buffers() {
+        let h = hint(
+            "virtio_net",
+            22,
+            Some("virtio_net: MTU too large to enable XDP without frags"),
+        );
+        assert!(h.contains("lower the MTU"), "{h}");
+        assert!(h.contains("mergeable buffers do not help"), "{h}");
+    }
+
+    #[test]
+    fn virtio_locked_xdp_tx_is_told_with_the_queue_count_to_give() {
+        // 2 vCPUs, 1 queue pair (QEMU's default): locked.
+        let w = super::virtio_locked_xdp_tx("eth0", 1, 1, 2).expect("locked");
+        assert!(w.contains("slower locked mode"), "{w}");
+        assert!(w.contains("queues=4"), "{w}");
+        // 4 queue pairs, 2 in use: XDP took 2 of its own.
+        assert_eq!(super::virtio_locked_xdp_tx("eth0", 4, 2, 2), None);
+        assert_eq!(super::possible_cpus("0-1\n"), Some(2));
+        assert_eq!(super::possible_cpus("0,2-5"), Some(5));
+        assert_eq!(super::possible_cpus("x"), None);
     }
 
     #[test]

@@ -340,6 +340,18 @@ pub fn cleanup(ifindex: i32, pin_dir: &Path) -> Result<Vec<String>> {
     Ok(done)
 }
 
+/// After a native XDP attach: warn when the driver runs XDP_TX and
+/// redirects in a slower locked mode for want of queues
+/// ([`hints::xdp_tx_locked`]).
+fn warn_locked_xdp_tx(ifindex: i32) {
+    let Ok(name) = nix::net::if_::if_indextoname(ifindex as u32) else {
+        return;
+    };
+    if let Some(w) = hints::xdp_tx_locked(&name.to_string_lossy()) {
+        warn!("{w}");
+    }
+}
+
 impl<'obj> Dataplane<'obj> {
     /// Open and load the BPF object (the verifier runs here), with no pins
     /// and a pool of [`DEFAULT_POOL_BUCKETS`] (replay, tests). `storage`
@@ -907,6 +919,9 @@ impl<'obj> Dataplane<'obj> {
         }
         self.xdp = Some((ifindex, mode));
         self.xdp_backend = None;
+        if mode == XdpMode::Native {
+            warn_locked_xdp_tx(ifindex);
+        }
         Ok(())
     }
 
@@ -938,6 +953,7 @@ impl<'obj> Dataplane<'obj> {
         }
         self.xdp = None;
         self.xdp_backend = Some(ifindex);
+        warn_locked_xdp_tx(ifindex);
         Ok(())
     }
 
