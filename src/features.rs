@@ -92,7 +92,7 @@ pub const FEATURES: &[Feature] = &[
         serves: "second chance and NAT replies",
     },
     Feature {
-        name: "xdp_fib_lookup",
+        name: "fib_lookup",
         needs_text: "bpf_fib_lookup in XDP",
         needs: Needs::Helper("xdp", "fib_lookup"),
         since: "4.18",
@@ -100,7 +100,7 @@ pub const FEATURES: &[Feature] = &[
         serves: "the balancer's next hop",
     },
     Feature {
-        name: "xdp_socket_lookup",
+        name: "socket_lookup",
         needs_text: "bpf_skc_lookup_tcp in XDP",
         needs: Needs::Helper("xdp", "skc_lookup_tcp"),
         since: "5.2",
@@ -116,7 +116,7 @@ pub const FEATURES: &[Feature] = &[
         serves: "the balancer's hop cache",
     },
     Feature {
-        name: "tc_redirect_neigh",
+        name: "redirect_neigh",
         needs_text: "bpf_redirect_neigh in TC",
         needs: Needs::Helper("sched_cls", "redirect_neigh"),
         since: "5.10",
@@ -132,7 +132,7 @@ pub const FEATURES: &[Feature] = &[
         serves: "NAT flow ages and rate limits",
     },
     Feature {
-        name: "xdp_check_mtu",
+        name: "check_mtu",
         needs_text: "bpf_check_mtu in XDP",
         needs: Needs::Helper("xdp", "check_mtu"),
         since: "5.12",
@@ -140,9 +140,9 @@ pub const FEATURES: &[Feature] = &[
         serves: "the balancer's MTU checks",
     },
     Feature {
-        name: "xdp_load_bytes",
+        name: "load_bytes",
         needs_text: "bpf_xdp_load_bytes (and multi-buffer XDP)",
-        needs: Needs::Helper("xdp", "xdp_load_bytes"),
+        needs: Needs::Helper("xdp", "load_bytes"),
         since: "5.18",
         kind: Kind::Base,
         serves: "QUIC connection IDs, multi-buffer frames on backends",
@@ -527,7 +527,7 @@ mod tests {
 
     #[test]
     fn a_missing_base_feature_names_itself_and_its_release() {
-        let k = without(&["tc_redirect_neigh", "btf"]);
+        let k = without(&["redirect_neigh", "btf"]);
         let e = k.base_error().expect("base missing");
         assert!(
             e.starts_with("kernel 6.1.0-57-amd64 lacks what nilb needs"),
@@ -535,7 +535,7 @@ mod tests {
         );
         assert!(e.contains("btf: needs kernel BTF"), "{e}");
         assert!(
-            e.contains("tc_redirect_neigh: needs bpf_redirect_neigh in TC (Linux 5.10 or newer)"),
+            e.contains("redirect_neigh: needs bpf_redirect_neigh in TC (Linux 5.10 or newer)"),
             "{e}"
         );
     }

@@ -490,7 +490,7 @@ mod tests {
         );
         assert!(
             text.contains(
-                "nilb_kernel_feature{feature=\"tc_redirect_neigh\",kind=\"base\",since=\"5.10\"} 1"
+                "nilb_kernel_feature{feature=\"redirect_neigh\",kind=\"base\",since=\"5.10\"} 1"
             ),
             "{text}"
         );

@@ -209,6 +209,26 @@ fn sample_status() -> Status {
         }),
     );
     s.stopped = Some("at 2025-01-01T00:00:00Z with --keep-dataplane".into());
+    // A kernel without the crypto kfuncs, with a probe that could not tell
+    // (the first feature: the docs name fields by the first element) and a
+    // refused part of the config: every field shows.
+    let mut k = nilb::features::KernelFeatures::new(
+        "6.1.0-57-amd64",
+        nilb::features::FEATURES
+            .iter()
+            .map(|f| f.name != nilb::features::QUIC_LB_CRYPTO)
+            .collect(),
+    );
+    k.errors = vec![("btf", "Operation not permitted".into())];
+    let mut kernel = nilb::features::KernelStatus::of(&k, vec![]);
+    kernel.refused = vec![nilb::features::Refusal {
+        service: "quic".into(),
+        what: "quic_lb single-pass".into(),
+        feature: nilb::features::QUIC_LB_CRYPTO.into(),
+        reason: "needs the crypto kfuncs".into(),
+        instead: "its packets follow the bucket table".into(),
+    }];
+    s.kernel = Some(kernel);
     let cp = control_plane();
     let install = nilb::dataplane::filters::FilterInstall {
         generation: 1,
@@ -355,6 +375,11 @@ impl StatsSource for Zeros {
     /// As on a node with NAT services (its sweep ran): every family shows.
     fn nat_sweep(&self) -> Option<(u64, u64, u64)> {
         Some((0, 0, 0))
+    }
+    fn kernel_features(&self) -> Option<&nilb::features::KernelFeatures> {
+        static ALL: std::sync::OnceLock<nilb::features::KernelFeatures> =
+            std::sync::OnceLock::new();
+        Some(ALL.get_or_init(nilb::features::KernelFeatures::all))
     }
 }
 

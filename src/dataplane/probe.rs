@@ -37,7 +37,7 @@ fn helper_id(name: &str) -> libbpf_sys::bpf_func_id {
         "redirect_neigh" => libbpf_sys::BPF_FUNC_redirect_neigh,
         "ktime_get_coarse_ns" => libbpf_sys::BPF_FUNC_ktime_get_coarse_ns,
         "check_mtu" => libbpf_sys::BPF_FUNC_check_mtu,
-        "xdp_load_bytes" => libbpf_sys::BPF_FUNC_xdp_load_bytes,
+        "load_bytes" => libbpf_sys::BPF_FUNC_xdp_load_bytes,
         "xdp_adjust_meta" => libbpf_sys::BPF_FUNC_xdp_adjust_meta,
         other => unreachable!("helper {other} is not in the feature table"),
     }
