@@ -486,7 +486,8 @@ impl Gen {
 /// Outer-IPv6 seeds: every hop a node may or may not relay to (each as
 /// the next hop of a flow no socket owns, inner IPv4 and IPv6), the loop
 /// guard, the longest lists (7 hops: fine; 8: malformed), sources in and
-/// out of the cluster and the node's own unmarked, a SYN, non-zero UDP
+/// out of the cluster and the node's own unmarked and marked (the slow
+/// path too), a SYN, non-zero UDP
 /// checksums, extension headers.
 pub fn tc_seeds_o6(mac: [u8; 6]) -> Vec<(String, Vec<u8>)> {
     let data4 = l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40001, 80, ACK, b"x"));
@@ -516,6 +517,16 @@ pub fn tc_seeds_o6(mac: [u8; 6]) -> Vec<(String, Vec<u8>)> {
         out.push((format!("o6 {name} 8 hops"), g(b12, 0, &eight)));
         out.push((format!("o6 {name} no hop left"), g(b12, 1, &[host6(B13)])));
         out.push((format!("o6 {name} from node"), g(node6(), 0, &[])));
+        // Marked as the balancer hands frames to its own TC: from this
+        // node to itself (second chance applies), and the slow path (to
+        // another node: sent on).
+        out.push((
+            format!("o6 {name} from node, marked"),
+            marked(&g(node6(), 0, &[host6(B13)])),
+        ));
+        let mut slow = marked(&g(node6(), 0, &[]));
+        slow[14 + 24..14 + 40].copy_from_slice(&host6(B13).octets());
+        out.push((format!("o6 {name} slow path, marked"), slow));
         out.push((
             format!("o6 {name} not cluster"),
             g(host6(OUTSIDER), 0, &[host6(B13)]),

@@ -649,6 +649,11 @@ pub fn check(
                         observations.extend(tc_notes(w, frame, g, verdict));
                     }
                 }
+                // The balancer's own slow path: marked frames come only from
+                // this node's XDP program (a forger would have to guess the
+                // 46-bit mark), which sends what it built; TC checks no more
+                // of them than their addresses.
+                (TC_ACT_REDIRECT, TcClass::SlowPath) => {}
                 (TC_ACT_REDIRECT, c) => bad.push(format!("forwarded an invalid frame: {c:?}")),
                 _ => {}
             }

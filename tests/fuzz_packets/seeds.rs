@@ -321,6 +321,26 @@ pub fn tc_seeds(mac: [u8; 6]) -> Vec<(String, Vec<u8>)> {
         ("inner not VIP".into(), g(B12, 0, &[], &not_vip)),
         ("from outsider".into(), g(OUTSIDER, 0, &[], &syn)),
         ("from node".into(), g(NODE, 0, &[], &syn)),
+        // Marked as the balancer hands frames to its own TC: a local first
+        // hop's packet (second chance as on any backend), the slow path
+        // (GUE from this node to another: sent on), and a mark one bit off.
+        (
+            "from node, marked".into(),
+            gue_frame(mac, MARK, NODE, NODE, 0, &[B13], &data),
+        ),
+        (
+            "slow path, marked".into(),
+            gue_frame(mac, MARK, NODE, B13, 0, &[], &syn),
+        ),
+        ("slow path, mark one bit off".into(), {
+            let mut m = MARK;
+            m[5] ^= 1;
+            gue_frame(mac, m, NODE, B13, 0, &[], &syn)
+        }),
+        (
+            "slow path, marked, from another node".into(),
+            gue_frame(mac, MARK, B12, B13, 0, &[], &syn),
+        ),
         ("wildcard listener".into(), g(R5, 0, &[B12], &wild)),
         ("hop 0".into(), g(B12, 0, &[Ipv4Addr::UNSPECIFIED], &data)),
         ("nested GUE".into(), {
