@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * nilb.h: the one header shared by the BPF programs (bpf/nilb.bpf.c) and Rust.
- * build.rs runs bindgen on it (src/dataplane/abi.rs `sys`: the structs, limits
+ * build.rs runs bindgen on it (src/abi_sys.rs, `abi::sys`: the structs, limits
  * and counters) and generates the counter names from enum nilb_counter. Every
  * struct here is a map key or value, except the hash probe's input record.
  * Layouts are an ABI: change comments freely, layouts only with Rust.
