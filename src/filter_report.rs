@@ -19,7 +19,7 @@ use crate::dataplane::abi::{self, sys};
 use crate::dataplane::filters::{live_verdicts, read_rules, rules_by_id, top_sources, LiveRule};
 use crate::dataplane::PinnedMaps;
 use crate::filters::{FilterSet, RuleKind, Verdict};
-use crate::tools::JSON_SCHEMA;
+use crate::report::JSON_SCHEMA;
 
 /// Counters of one filter rule, as `nilb stats --json` and `nilb filters
 /// --json` print them.

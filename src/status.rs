@@ -261,10 +261,7 @@ impl FiltersStatus {
     }
 }
 
-/// RFC 3339 time of `t` (seconds precision, UTC).
-pub fn rfc3339(t: SystemTime) -> String {
-    humantime::format_rfc3339_seconds(t).to_string()
-}
+pub use crate::report::{address_width, rfc3339};
 
 /// What `health` says of a backend that is not checked.
 pub const NOT_CHECKED: &str = "not checked";
@@ -421,7 +418,7 @@ impl Status {
     }
 
     /// The state as one line of JSON: a top-level `schema` field
-    /// ([`crate::tools::JSON_SCHEMA`]) followed by the fields of the state
+    /// ([`crate::report::JSON_SCHEMA`]) followed by the fields of the state
     /// file, with the same names and values.
     pub fn to_json(&self) -> Result<String> {
         #[derive(Serialize)]
@@ -431,7 +428,7 @@ impl Status {
             status: &'a Status,
         }
         serde_json::to_string(&Doc {
-            schema: crate::tools::JSON_SCHEMA,
+            schema: crate::report::JSON_SCHEMA,
             status: self,
         })
         .context("encoding the state as JSON")
@@ -592,18 +589,6 @@ impl Status {
     }
 }
 
-/// Width of a column of addresses in the text reports: 15 (a dotted quad
-/// at its longest), or the longest address listed when one is longer (IPv6
-/// DIPs of an IPv6 cluster network).
-pub fn address_width<'a>(addrs: impl IntoIterator<Item = &'a IpAddr>) -> usize {
-    addrs
-        .into_iter()
-        .map(|a| a.to_string().len())
-        .max()
-        .unwrap_or(0)
-        .max(15)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -727,7 +712,7 @@ mod tests {
     fn json_is_the_state_file_plus_schema() {
         let s = sample();
         let json: serde_json::Value = serde_json::from_str(&s.to_json().unwrap()).unwrap();
-        assert_eq!(json["schema"], crate::tools::JSON_SCHEMA);
+        assert_eq!(json["schema"], crate::report::JSON_SCHEMA);
         let yaml: serde_json::Value =
             serde_yaml::from_str(&serde_yaml::to_string(&s).unwrap()).unwrap();
         let mut without = json.clone();

@@ -116,7 +116,7 @@ pub fn check_summary(config: &Config, out: &mut dyn Write) -> Result<()> {
                     .unwrap_or_default(),
             )?;
         }
-        let w = crate::status::address_width(s.backends.iter().map(|b| &b.dip));
+        let w = crate::report::address_width(s.backends.iter().map(|b| &b.dip));
         for b in &s.backends {
             let n = shares.get(&b.dip).copied().unwrap_or(0);
             // A QUIC-LB backend's server ID: what its QUIC server must
@@ -203,11 +203,7 @@ pub enum TableSource<'a> {
     Live(&'a Path),
 }
 
-/// Version of the JSON documents that `nilb status|stats|tables|lookup
-/// --json` print (their top-level `schema` field). It is raised when a field
-/// changes meaning, type or goes away; new fields may appear without a raise.
-/// docs/operations.md ("Machine-readable output") describes every field.
-pub const JSON_SCHEMA: u32 = 1;
+pub use crate::report::JSON_SCHEMA;
 
 /// Write `doc` as one line of JSON followed by a newline.
 pub fn write_json<T: Serialize>(doc: &T, out: &mut dyn Write) -> Result<()> {
@@ -597,7 +593,7 @@ fn wall_time(stored_s: u32) -> String {
     use crate::clock::Clock;
     let c = crate::clock::SystemClock;
     let ms = crate::clock::move_time_on_wall(stored_s as u64 * 1000, c.boot_ms(), c.wall_ms());
-    crate::status::rfc3339(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms))
+    crate::report::rfc3339(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms))
 }
 
 /// Print the live tables of the data plane pinned under `dir`: per service
@@ -626,7 +622,7 @@ pub fn tables(dir: &Path, buckets: bool, out: &mut dyn Write) -> Result<()> {
                 None => String::new(),
             }
         )?;
-        let w = crate::status::address_width(s.backends.iter().map(|b| &b.dip));
+        let w = crate::report::address_width(s.backends.iter().map(|b| &b.dip));
         writeln!(
             out,
             "  {:<w$} {:>8} {:>7} {:>8} {:>7} {:>6}",
@@ -893,7 +889,7 @@ pub fn stats(dir: &Path, all: bool, out: &mut dyn Write) -> Result<()> {
             s.tc_forward,
             s.tc_drops
         )?;
-        let w = crate::status::address_width(s.backends.iter().map(|b| &b.dip));
+        let w = crate::report::address_width(s.backends.iter().map(|b| &b.dip));
         for b in &s.backends {
             writeln!(
                 out,

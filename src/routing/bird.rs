@@ -237,7 +237,7 @@ impl Worker {
                 s.applies.1 += 1;
             }
             s.last_apply = Some(ApplyStatus {
-                at: crate::status::rfc3339(std::time::SystemTime::now()),
+                at: crate::report::rfc3339(std::time::SystemTime::now()),
                 ok: r.is_ok(),
                 error: r.clone().err(),
                 ms,
