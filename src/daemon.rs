@@ -959,8 +959,7 @@ fn preflight() -> Result<()> {
 /// explanation an operator needs (XDP attach failures carry their own hint,
 /// see [`crate::dataplane::hints`]).
 fn explain(e: anyhow::Error) -> anyhow::Error {
-    let text = format!("{e:#}");
-    if text.contains("Operation not permitted") {
+    if crate::netlink::errno_in(&e) == Some(nix::errno::Errno::EPERM as i32) {
         e.context("permission denied: run as root, or with CAP_BPF, CAP_PERFMON, CAP_NET_ADMIN and CAP_SYS_ADMIN")
     } else {
         e
@@ -2510,10 +2509,7 @@ impl Daemon<'_, '_> {
                 // reason alone gets one more try then.
                 let quarantined = self.dp.pool_usage().quarantined;
                 let was_retry = std::mem::take(&mut self.reload_is_retry);
-                if e.reason.contains(crate::dataplane::install::NO_ROOM)
-                    && quarantined > 0
-                    && !was_retry
-                {
+                if e.no_room && quarantined > 0 && !was_retry {
                     let wait = Duration::from_millis(crate::dataplane::pool::QUARANTINE_MS + 200);
                     warn!(
                         quarantined,

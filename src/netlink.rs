@@ -5,7 +5,7 @@
 
 use std::net::IpAddr;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use netlink_packet_core::{
     NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP,
     NLM_F_REQUEST,
@@ -123,13 +123,13 @@ impl Rtnl {
                 }
                 match msg.payload {
                     NetlinkPayload::Done(d) if d.code < 0 => {
-                        bail!("{}", std::io::Error::from_raw_os_error(-d.code))
+                        return Err(std::io::Error::from_raw_os_error(-d.code).into());
                     }
                     NetlinkPayload::Done(_) => return Ok(out),
                     NetlinkPayload::Error(e) => match e.code {
                         None => return Ok(out),
                         Some(code) => {
-                            bail!("{}", std::io::Error::from_raw_os_error(-code.get()))
+                            return Err(std::io::Error::from_raw_os_error(-code.get()).into());
                         }
                     },
                     NetlinkPayload::InnerMessage(m) => {
@@ -241,7 +241,7 @@ impl Rtnl {
             NLM_F_REQUEST | NLM_F_ACK,
         ) {
             Ok(_) => Ok(()),
-            Err(e) if e.to_string().contains("No such file") => Ok(()),
+            Err(e) if errno_in(&e) == Some(nix::errno::Errno::ENOENT as i32) => Ok(()),
             Err(e) => Err(e.context(format!("deleting the neighbour entry of {addr}"))),
         }
     }
@@ -263,7 +263,48 @@ impl Rtnl {
     }
 }
 
+/// The OS error number `e` carries: the first `std::io::Error` (netlink's
+/// answers are built as such), `nix` errno or `libbpf_rs::Error` in its
+/// chain. libbpf-rs keeps its errno in an `io::Error` it does not expose,
+/// whose text ends in std's "(os error N)": read from that type alone.
+/// Returns: the errno, or None if no error of the chain carries one.
+pub fn errno_in(e: &anyhow::Error) -> Option<i32> {
+    e.chain().find_map(|c| {
+        if let Some(io) = c.downcast_ref::<std::io::Error>() {
+            io.raw_os_error()
+        } else if let Some(n) = c.downcast_ref::<nix::errno::Errno>() {
+            Some(*n as i32)
+        } else if let Some(l) = c.downcast_ref::<libbpf_rs::Error>() {
+            let text = l.to_string();
+            let at = text.rfind("(os error ")? + "(os error ".len();
+            text[at..].split(')').next()?.parse().ok()
+        } else {
+            None
+        }
+    })
+}
+
 /// The link kind of `name` (see [`Rtnl::link_kind`]); None on any error.
 pub fn link_kind(name: &str) -> Option<String> {
     Rtnl::open().ok()?.link_kind(name).ok().flatten()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::errno_in;
+
+    #[test]
+    fn the_errno_is_found_by_type_in_the_chain() {
+        let e = anyhow::Error::new(std::io::Error::from_raw_os_error(2)).context("deleting");
+        assert_eq!(errno_in(&e), Some(2));
+        let e = anyhow::Error::new(nix::errno::Errno::EPERM).context("attaching");
+        assert_eq!(errno_in(&e), Some(1));
+        let e = anyhow::Error::new(libbpf_rs::Error::from_raw_os_error(13)).context("loading");
+        assert_eq!(errno_in(&e), Some(13), "EACCES, not EPERM");
+        // Text that merely says so is not an errno.
+        assert_eq!(
+            errno_in(&anyhow::anyhow!("Operation not permitted (os error 1)")),
+            None
+        );
+    }
 }

@@ -50,6 +50,9 @@ pub struct ReloadError {
     pub reason: String,
     /// Errors while restoring the running state (empty: fully restored).
     pub restore_errors: Vec<String>,
+    /// The stage failed because the bucket pool had no room for a table
+    /// ([`crate::dataplane::install::NoRoom`] in its error's chain).
+    pub no_room: bool,
 }
 
 impl fmt::Display for ReloadError {
@@ -179,6 +182,9 @@ impl ControlPlane {
             stage,
             reason: format!("{e:#}"),
             restore_errors: Vec::new(),
+            no_room: e
+                .chain()
+                .any(|c| c.is::<crate::dataplane::install::NoRoom>()),
         };
         times.update_us = us_since(t);
         let t = Instant::now();

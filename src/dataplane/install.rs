@@ -371,10 +371,30 @@ fn read_backends(maps: &PoolMaps<'_>) -> Result<Vec<Option<IpAddr>>> {
         .collect()
 }
 
-/// How an install that finds no region for a table begins its error (the
-/// daemon retries a reload that failed so while released regions wait out
-/// their quarantine).
-pub const NO_ROOM: &str = "no room for the table of";
+/// An install found no region for a table: the error's kind, found by
+/// downcast (`anyhow::Error::is::<NoRoom>`), so that the daemon retries a
+/// reload that failed so while released regions wait out their quarantine.
+#[derive(Debug)]
+pub struct NoRoom {
+    /// The service whose table found no room.
+    pub key: ServiceKey,
+    /// The allocator's reason.
+    pub reason: String,
+    /// Buckets the change needs in new regions.
+    pub batch: u64,
+}
+
+impl std::fmt::Display for NoRoom {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "no room for the table of {}: {}; this change needs {} buckets in new regions while the tables it replaces are still in use; the pool is sized from the configuration when nilb starts (a restart grows it)",
+            self.key, self.reason, self.batch
+        )
+    }
+}
+
+impl std::error::Error for NoRoom {}
 
 /// What the data plane knows of the pool between installs: regions,
 /// slots' addresses and how many bucket entries name each slot.
@@ -525,10 +545,11 @@ impl PoolBook {
                             })
                             .map(|&j| items[j].table.size() as u64)
                             .sum();
-                        anyhow::anyhow!(
-                            "{NO_ROOM} {}: {e}; this change needs {batch} buckets in new regions while the tables it replaces are still in use; the pool is sized from the configuration when nilb starts (a restart grows it)",
-                            it.key
-                        )
+                        anyhow::Error::new(NoRoom {
+                            key: it.key,
+                            reason: e.to_string(),
+                            batch,
+                        })
                     })?;
                     regions[i] = Some(r);
                 }

@@ -91,6 +91,9 @@ pub(super) struct FakeDataplane {
     /// The next `install_tables` installs only its first n items, then
     /// fails (as a batch update that stops at a failing element).
     pub fail_install_after: Option<usize>,
+    /// The next `install_tables` finds no room in the bucket pool (the
+    /// real data plane's `NoRoom`) and installs nothing.
+    pub fail_install_no_room: bool,
     /// The next `remove_service` of this key fails.
     pub fail_remove: Option<ServiceKey>,
     /// Every backend slot and service index zeroed so far.
@@ -248,6 +251,15 @@ impl DataplaneOps for FakeDataplane {
     }
 
     fn install_tables(&mut self, items: &[TableInstall<'_>]) -> Result<()> {
+        if std::mem::take(&mut self.fail_install_no_room) {
+            let key = items.first().map(|i| i.key).expect("something to install");
+            return Err(anyhow::Error::new(crate::dataplane::install::NoRoom {
+                key,
+                reason: "the pool is full".into(),
+                batch: 1024,
+            })
+            .context("installing tables"));
+        }
         let fail_after = self.fail_install_after.take();
         for (i, item) in items.iter().enumerate() {
             if fail_after == Some(i) {

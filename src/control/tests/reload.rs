@@ -234,3 +234,35 @@ fn a_reload_that_cannot_apply_keeps_everything() {
     mirrors(&dp, &cp);
     assert_eq!(dp.violations, []);
 }
+
+/// A reload that fails because the bucket pool has no room says so by its
+/// kind (the daemon retries it once quarantined regions are free), not by
+/// its text; another failure does not.
+#[test]
+fn a_reload_without_room_in_the_pool_says_so_by_kind() {
+    let (cp, mut dp) = running();
+    dp.fail_install_no_room = true;
+    let e = cp
+        .reload(
+            config(&[OTHER], &[WEB, API]),
+            1000,
+            &mut dp,
+            NODE,
+            &mut |_| Ok(()),
+        )
+        .expect_err("no room");
+    assert!(e.no_room, "{e}");
+    assert!(e.reason.contains("no room for the table of"), "{e}");
+    mirrors(&dp, &cp);
+    dp.fail_install_after = Some(0);
+    let e = cp
+        .reload(
+            config(&[OTHER], &[WEB, API]),
+            2000,
+            &mut dp,
+            NODE,
+            &mut |_| Ok(()),
+        )
+        .expect_err("failed install");
+    assert!(!e.no_room, "{e}");
+}
