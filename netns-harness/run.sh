@@ -144,15 +144,45 @@ source "$HERE/harness.sh"
 
 usage() { sed -n '2,/^# shellcheck disable/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 
-ALL_SCENARIOS=(a b c d h1 h2 h3 h4 h5 h6 spoof mtu encap-check neigh udp quic timewait rst filters nat chain chainwalk
-  v6-http v6-second-chance v6-cluster-http v6-cluster-second-chance v6-cluster-v4vip restart downrestart removerestart growrestart offlinecheck drainedfallback panic xdpfail clockstep ecmp ecmp-fail
-  ecmp-churn etcd-down dw e)
-# Scenarios run only when named (none at present).
-PENDING_SCENARIOS=()
-HEALTH_SCENARIOS=(h1 h2 h3 h4 h5 h6)
+# The scenarios are the files of scenarios/: NAME.sh defines scenario_NAME
+# and carries a marker line `# scenario-order: N [health] [named]` (N: the
+# run order; health: one of the health group; named: run only when named).
+# A file without the marker or without its function fails the run, so a
+# scenario is one file and cannot be left out by accident.
+ALL_SCENARIOS=() PENDING_SCENARIOS=() HEALTH_SCENARIOS=()
+scenario_list() {
+  local f name marker lines="" bad=0
+  for f in "$HERE"/scenarios/*.sh; do
+    name=$(basename "$f" .sh)
+    marker=$(sed -n 's/^# scenario-order: *//p' "$f" | head -n 1)
+    if [[ ! $marker =~ ^[0-9]+( +(health|named))*$ ]]; then
+      echo "run.sh: scenarios/$name.sh has no valid '# scenario-order: N [health] [named]' line" >&2
+      bad=1
+      continue
+    fi
+    lines+="$marker $name"$'\n'
+  done
+  ((bad == 0)) || return 1
+  printf '%s' "$lines" | sort -n -k1,1 -s
+}
+SCENARIO_LINES=$(scenario_list) || exit 2
+while read -r order rest; do
+  [[ -n ${order:-} ]] || continue
+  read -ra words <<<"$rest"
+  name=${words[-1]}
+  if [[ " ${words[*]} " == *" named "* ]]; then PENDING_SCENARIOS+=("$name"); else ALL_SCENARIOS+=("$name"); fi
+  [[ " ${words[*]} " == *" health "* ]] && HEALTH_SCENARIOS+=("$name")
+done <<<"$SCENARIO_LINES"
+unset order rest words name
 for f in "$HERE"/scenarios/*.sh; do
   # shellcheck source=/dev/null
   source "$f"
+done
+for s in "${ALL_SCENARIOS[@]}" "${PENDING_SCENARIOS[@]}"; do
+  if ! declare -F "scenario_$s" >/dev/null; then
+    echo "run.sh: scenarios/$s.sh does not define scenario_$s" >&2
+    exit 2
+  fi
 done
 
 DEMO=0 SELFTEST=0 KEEP=0

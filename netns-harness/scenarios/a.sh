@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# scenario-order: 10
 # (a) distribution: 300 requests via the VIP, each on a new connection from its
 # own source port; the split must fit the weights 1:1:2 (chi-square goodness of
 # fit, rejected at p < 0.001). Also compares `nilb lookup --json` with the

@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# scenario-order: 20
 # (b) direct server return: tcpdump on the client's eth0 during a 90-request
 # burst; frames with IP source = VIP must come from node2's and node3's MACs.
 # Needs and leaves: the base state (changes nothing).

@@ -1,4 +1,5 @@
 # shellcheck shell=bash disable=SC2001 # sed over multi-line text is clearer here
+# scenario-order: 30
 # (c) node1's own traffic while its XDP program is attached: TCP to node1's
 # address on :8080 and :80 (not the VIP) and `ping -c 3` all work, and
 # `ip -d link` shows prog/xdp on node1's eth0.

@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# scenario-order: 210
 # (chain) Connections that outlive several moves of their bucket (issue 20):
 # nginx on every node (port 8081, service `chain` beside `web`), wrk in the
 # client namespace with 100 keep-alive connections (a request every

@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# scenario-order: 220
 # (chainwalk) What a packet no owner claims costs when it walks its bucket's
 # whole chain (issue 20: "the extra latency of an unknown-flow packet that
 # walks the whole chain"). With `unknown_flow: rst`, the chains trimmed to one

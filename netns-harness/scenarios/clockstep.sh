@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# scenario-order: 360
 # (clockstep) pacing does not follow the wall clock. Pacing for this
 # scenario: one step per 400 ms, 5 % of the buckets (51) per step, so draining
 # node3 (512 buckets) takes about 4-5 s. Three drains of node3 (`state:

@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# scenario-order: 40
 # (d) second chance: 30 keep-alive connections held; the config is rewritten
 # with weights 3:1:1 and every nilb gets SIGHUP (node1 first); once node1's
 # state shows the new weights in place, each connection sends 3 more requests:

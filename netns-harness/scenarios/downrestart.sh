@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# scenario-order: 290
 # (downrestart) a restart remembers who is down: node3's HTTP server is
 # stopped until node1 shows node3 down with 0 buckets; then, three times,
 # node1's nilb is SIGKILLed and started again on the same pins. From before

@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# scenario-order: 330
 # (drainedfallback) a healthy drained backend is preferred over failing open:
 # node1 is set `drained` + SIGHUP (0 buckets), then the HTTP servers of node2
 # and node3 (active) are stopped. Once node1 shows both down, the service

@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# scenario-order: 410
 # (dw) dynamic weights from CPU load. A metrics server in every node's namespace
 # (dynweight.py serve, 0.0.0.0:9101) serves nilb_host_cpu_utilization_ratio
 # from a load model (0.1 + cost x the node's share of node1's first-hop

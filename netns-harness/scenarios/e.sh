@@ -1,4 +1,5 @@
 # shellcheck shell=bash disable=SC2001 # sed over multi-line text is clearer here
+# scenario-order: 420
 # (e) SIGTERM to every nilb: each exits 0; no XDP program, no tc ingress filter
 # (and, with bpftool, nothing in `bpftool net`) on any eth0; no pin left in the
 # pin dirs on the harness's bpffs. A daemon still running with

@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# scenario-order: 390
 # (ecmp-churn) the set-up of (ecmp) (router with ECMP over 3 balancers that share
 # their tables through etcd: one leader computes, two follow); 30 keep-alive
 # connections held (a request each every 0.3 s) and 20 new connections/s

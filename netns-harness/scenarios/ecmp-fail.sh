@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# scenario-order: 380
 # (ecmp-fail) the set-up of (ecmp) (router with ECMP over 3 balancers that share
 # their tables through etcd, BIRD on every node, `routing:` in the config); 30
 # keep-alive connections held (a request each every 0.3 s) and a stream of 20 new

@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# scenario-order: 370
 # (ecmp) several balancers behind a router: a router namespace (10.77.0.1 on the
 # switch) runs BIRD with one eBGP session per node and installs the VIP as an
 # ECMP multipath route (`merge paths`, L4 hash); every node runs BIRD too and

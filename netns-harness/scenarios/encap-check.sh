@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# scenario-order: 130
 # (encap-check) the encapsulated health check: node3's TC program and its
 # backend XDP program are removed (`tc filter del dev eth0 ingress` and
 # `ip link set dev eth0 xdp off` in node3's namespace: GUE to node3 is no

@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# scenario-order: 400
 # (etcd-down) the set-up of (ecmp) (3 balancers sharing their tables through
 # etcd); 30 keep-alive connections held and 20 new connections/s throughout.
 # etcd is stopped for 30 s (NH_ETCD_DOWN_S): every balancer keeps forwarding

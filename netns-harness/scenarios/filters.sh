@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# scenario-order: 190
 # (filters) edge filters under a flood: an attacker namespace on the switch
 # (10.77.0.3) sends two bounded SYN floods to the VIP (flood.py, raw socket,
 # forged sources): one from 203.0.113.0/25, which a global deny rule reads

@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# scenario-order: 310
 # (growrestart) a restart with a new table size that grows the pinned bucket
 # pool: 30 keep-alive connections send a request every 0.1 s and 50 new
 # connections/s run throughout. node1's live table is dumped, node1's nilb

@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# scenario-order: 50 health
 # (h1) health down: a stream of 50 new connections/s from 1 s before until 5 s
 # after SIGTERM to node3's backend.py (t0 = its listener closed); no request
 # started after t0 + fall_count x interval + timeout (+ NH_HEALTH_MARGIN) may

@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# scenario-order: 60 health
 # (h2) health up: node3's server is stopped and node1 waited to show it down
 # with 0 buckets (and min_bucket_age_ms to pass), then started again under a
 # 50/s stream: node3 must answer a new connection within rise_count x interval

@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# scenario-order: 70 health
 # (h3) drain: 20 keep-alive connections that landed on node2 (others opened and
 # closed again) send one request per second for 31 s; 1 s in, node2 gets
 # `state: drained` + SIGHUP to every nilb; once node1's state shows node2

@@ -1,4 +1,5 @@
 # shellcheck shell=bash disable=SC2001 # sed over multi-line text is clearer here
+# scenario-order: 80 health
 # (h4) the config is rewritten with a YAML syntax error (the last flow mapping
 # unclosed) and every nilb gets SIGHUP: every node's state must show the reload
 # rejected (last_reload.ok false, one more rejected), node1's with the error,

@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# scenario-order: 90 health
 # (h5) weight change in paced steps: 50 keep-alive connections held; the
 # weights go from 1:1:2 to 1:8:1 (more than max_step_percent of the buckets,
 # so it takes paced steps) + SIGHUP; the connections send a request every

@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# scenario-order: 100 health
 # (h6) ten config writes + SIGHUPs to every nilb within one second, each a
 # different weight set (last 2:5:3): node1 must end on the last weights with a
 # successful reload, every backend within one bucket of its quota and

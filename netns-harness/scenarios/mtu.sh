@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# scenario-order: 120
 # (mtu) packets too big for the encapsulation: the wire between the nodes is
 # lowered to 1500 bytes (node eth0s and the switch ports to them; the client's
 # eth0 is 1500 anyway), so a full-sized client packet (1500) no longer fits

@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# scenario-order: 200
 # (nat) NAT mode: services on node1's own address, backends that hold no VIP.
 # For the scenario node2 and node3 lose the VIP on lo and their ARP sysctls
 # (restored at the end). Services: `natweb` TCP node1:8090 -> target_port 8091

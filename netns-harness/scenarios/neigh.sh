@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# scenario-order: 140
 # (neigh) stale neighbour entries, with health checks off (see below):
 # node1's (the balancer's) neighbour entry
 # for node3 is set to a wrong MAC address in state STALE (`ip neigh replace

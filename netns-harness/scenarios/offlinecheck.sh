@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# scenario-order: 320
 # (offlinecheck) leaving offline needs a fresh verdict: node3 is set
 # `offline` + SIGHUP (0 buckets, not checked), its HTTP server is stopped,
 # then it is set `active` again + SIGHUP. Its old "up" is stale: it must

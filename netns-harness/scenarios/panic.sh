@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# scenario-order: 340
 # (panic) the panic threshold and the paced exit from fail-open. Pacing for
 # this scenario: one step per second, 5 % of the buckets per step.
 # 1. `panic_threshold_percent: 50`; node2's and node3's HTTP servers are

@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# scenario-order: 160
 # (quic) QUIC-LB with a real QUIC stack: examples/quic_server (quinn, issuing
 # QUIC-LB connection IDs with nilb's library, server IDs from nilb's own file) on
 # every node, bound to VIP:443, and examples/quic_client in the client namespace;

@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# scenario-order: 300
 # (removerestart) a restart remembers backends being removed: 10 keep-alive
 # connections that landed on node3 send a request every 0.3 s throughout.
 # node3 is deleted from the file (with min_bucket_age_ms 15000, so it stays

@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# scenario-order: 280
 # (restart) fail-static restarts of node1's nilb (the balancer), two cycles:
 # kill (SIGKILL) and upgrade (SIGTERM to a daemon started with
 # --keep-dataplane). 30 keep-alive connections send a request every 0.3 s

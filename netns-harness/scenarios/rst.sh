@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# scenario-order: 180
 # (rst) What a client whose connection lands nowhere sees, in each
 # `cluster.unknown_flow` mode. Per mode (drop, local, rst): the config gets the
 # mode (SIGHUP to every nilb); four keep-alive connections that landed on node3

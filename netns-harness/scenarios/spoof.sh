@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# scenario-order: 110
 # (spoof) GUE source checks: from the client namespace, gue_send.py sends three
 # sets of 20 GUE packets built byte for byte like nilb's (inner TCP SYN
 # client:PORT -> VIP:80) to node2's address with a forged outer source: set 1

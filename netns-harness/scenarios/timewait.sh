@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# scenario-order: 170
 # (timewait) A TIME_WAIT socket does not steal a live connection. node3 is set
 # offline and active again first (so that it is second hop of no bucket and a
 # later return swaps back exactly the buckets it gave away). Eight client

@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# scenario-order: 150
 # (udp) UDP services follow the table: a DNS-style UDP server (one unconnected
 # socket on VIP:53, flows.py udp-serve) on every node and a service `dns`
 # (UDP 53, weights as web, TCP check on the server's health port). Four phases

@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# scenario-order: 250
 # (v6-cluster-http) IPv6 VIP over an IPv6-only cluster network: every nilb
 # runs with its IPv6 --node-address, cluster.balancers and every DIP are IPv6,
 # and the nodes' eth0 has no IPv4 address at all (need_cluster6 in harness.sh,

@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# scenario-order: 260
 # (v6-cluster-second-chance) 30 held IPv6 connections to web6 ($NH_VIP6:80)
 # over the IPv6-only cluster network of v6-cluster-http (need_cluster6)
 # through a weight change 1:1:2 -> 3:1:1 with SIGHUP: buckets move, the new

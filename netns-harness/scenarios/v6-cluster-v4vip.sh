@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# scenario-order: 270
 # (v6-cluster-v4vip) the IPv4 VIP over the IPv6-only cluster network of
 # v6-cluster-http (need_cluster6): the service web ($NH_VIP:80, DIPs IPv6)
 # whose IPv4 packets node1 carries in GUE over outer IPv6 (inner IPv4, GUE

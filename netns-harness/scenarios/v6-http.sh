@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# scenario-order: 230
 # (v6-http) IPv6 VIP over the IPv4 cluster network: the service `web6`
 # ($NH_VIP6:80, the same backends and weights as web) is added; the client
 # reaches it over IPv6 through node1, which carries the IPv6 packets in GUE

@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# scenario-order: 240
 # (v6-second-chance) 30 held IPv6 connections to the IPv6 VIP (service web6,
 # as in v6-http) through a weight change 1:1:2 -> 3:1:1 with SIGHUP: buckets
 # move, the new first hop has no socket for the held flows and forwards them

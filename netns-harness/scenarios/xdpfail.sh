@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# scenario-order: 350
 # (xdpfail) a reload that cannot apply is a failed reload: another XDP
 # program (the harness's XDP_PASS, `xdp_pass.py`) is attached to node2's eth0,
 # then the config makes node2 a balancer too + SIGHUP. nilb must not replace
