@@ -582,17 +582,22 @@ static __always_inline __u32 *gue_hop6(struct gue_hdr *gue, __u32 idx, void *dat
 /* gue_hop_relayable for an IPv6 hop (four network-order words): refused
  * are ::/96 (the unspecified address, ::1, IPv4-compatible), ::ffff:0:0/96
  * (IPv4-mapped), fe80::/10 (link-local), ff00::/8 (multicast) and any
- * configured IPv6 VIP; the same reasons as for IPv4.
+ * configured IPv6 VIP that is not a cluster address; the same reasons as
+ * for IPv4.
  * Returns: non-zero if the packet may be relayed to `hop`. */
 static __always_inline int gue_hop_relayable6(const __u32 *hop)
 {
 	__u32 w0 = bpf_ntohl(hop[0]);
+	struct nilb_addr6 key;
 
 	if ((w0 >> 24) == 0xff || (w0 >> 22) == 0x3fa)
 		return 0;
 	if (!hop[0] && !hop[1] && (!hop[2] || hop[2] == bpf_htonl(0xffff)))
 		return 0;
-	return vip6_flags(hop) < 0;
+	if (vip6_flags(hop) < 0)
+		return 1;
+	addr6_copy((__u32 *)key.addr, hop);
+	return bpf_map_lookup_elem(&cluster_nodes6, &key) != NULL;
 }
 
 /* Whether a second-chance packet may be sent on to `hop` (network order).
@@ -602,9 +607,12 @@ static __always_inline int gue_hop_relayable6(const __u32 *hop)
  * 0.0.0.0/8, 127.0.0.0/8 (the node itself), 169.254.0.0/16 (link-local:
  * never a cluster address, and where cloud metadata services answer),
  * 224.0.0.0/4 (multicast) and 240.0.0.0/4 (reserved, 255.255.255.255) are
- * refused, and so is any configured VIP. Membership of the cluster set is not required: a backend
- * being removed may still own connections after a node's own configuration
- * dropped it (docs/design.md "Second chance (TC)").
+ * refused, and so is any configured VIP that is not a cluster address (a
+ * node's own address is a VIP when a NAT-mode service uses it, and its
+ * connections still need their second chance there). Membership of the
+ * cluster set is not required otherwise: a backend being removed may still
+ * own connections after a node's own configuration dropped it
+ * (docs/design.md "Second chance (TC)").
  * Returns: non-zero if the packet may be relayed to `hop`. */
 static __always_inline int gue_hop_relayable(__u32 hop)
 {
@@ -613,7 +621,7 @@ static __always_inline int gue_hop_relayable(__u32 hop)
 
 	if (first == 0 || first == 127 || first >= 224 || (h >> 16) == 0xa9fe)
 		return 0;
-	return !is_vip(hop);
+	return !is_vip(hop) || bpf_map_lookup_elem(&cluster_nodes, &hop) != NULL;
 }
 
 /* Second chance: readdress the outer IPv4 header from this node (`node`)

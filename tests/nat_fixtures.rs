@@ -948,3 +948,29 @@ fn xdp_balancer_local_first_hop_translates() {
         &[("xdp_drop_fragment", 1)],
     );
 }
+
+/// Second chance to a node whose own address is a NAT service's address:
+/// that address is a VIP, but a cluster address, so a flow whose previous
+/// owner is that node is relayed to it (found by the kernel lane: with a
+/// NAT service on each backend's address, connections stalled when their
+/// buckets moved, `tc_drop_bad_next_hop`). A VIP that is no node's stays
+/// refused.
+#[test]
+fn second_chance_relays_to_a_node_whose_address_is_a_nat_service() {
+    require_root!("BPF, network namespace");
+    let net = TestNet::new();
+    let mut y = nat_config("drop", 1024).replace(
+        "balancers: [10.0.0.11]",
+        "balancers: [10.0.0.11, 10.0.0.13]",
+    );
+    y += "  - name: natb13\n    vip: 10.0.0.13\n    port: 8443\n    protocol: tcp\n    mode: nat\n    table_size: 256\n    backends:\n      - {dip: 10.0.0.13}\n";
+    let l = load(&y, NODE);
+    let data = l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40500, 80, ACK, b"x"));
+    let input = gue_frame(net.mac, MAC12, B12, NODE, 0, &[B13], &data);
+    let ((v, out), d) = l.counted(|| l.dp.run_tc(&input, net.ifindex).unwrap());
+    assert_eq!((v, d), (TC_ACT_REDIRECT, vec![("tc_forward", 1)]));
+    assert_eq!(&out[26..34], &[10, 0, 0, 11, 10, 0, 0, 13], "NODE -> B13");
+    let input = gue_frame(net.mac, MAC12, B12, NODE, 0, &[NAT_VIP], &data);
+    let ((v, _), d) = l.counted(|| l.dp.run_tc(&input, net.ifindex).unwrap());
+    assert_eq!((v, d), (TC_ACT_SHOT, vec![("tc_drop_bad_next_hop", 1)]));
+}

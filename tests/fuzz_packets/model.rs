@@ -1258,16 +1258,21 @@ pub fn relayable(w: &World, hop: IpAddr) -> bool {
     match hop {
         IpAddr::V4(hop) => {
             let [first, second, ..] = hop.octets();
+            // A VIP is refused unless it is a cluster address (a NAT-mode
+            // service on a node's own address).
             !(first == 0
                 || first == 127
                 || first >= 224
                 || (first, second) == (169, 254)
-                || w.is_vip(hop))
+                || (w.is_vip(hop) && !w.cluster.contains(&IpAddr::V4(hop))))
         }
         IpAddr::V6(hop) => {
             let s = hop.segments();
             let low96 = s[..5] == [0; 5] && (s[5] == 0 || s[5] == 0xffff);
-            !(low96 || s[0] >> 8 == 0xff || s[0] & 0xffc0 == 0xfe80 || w.is_vip6(hop))
+            !(low96
+                || s[0] >> 8 == 0xff
+                || s[0] & 0xffc0 == 0xfe80
+                || (w.is_vip6(hop) && !w.cluster.contains(&IpAddr::V6(hop))))
         }
     }
 }
