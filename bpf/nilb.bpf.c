@@ -1406,6 +1406,33 @@ static __always_inline int tc_local_match(struct __sk_buff *skb, struct iphdr *i
 	}
 }
 
+/* Take off hdr_len bytes after Ethernet (outer headers + GUE) in front of
+ * an inner packet of the other family than the outer one: the skb becomes
+ * IPv6 (to6) or IPv4 (skb->protocol; the caller writes the Ethernet type).
+ * With BPF_F_ADJ_ROOM_DECAP_L3_* (Linux 6.3) in one step; an older kernel
+ * refuses the flag (-EINVAL, the skb untouched), and there the family is
+ * changed by bpf_skb_change_proto, which inserts (to IPv6) or removes (to
+ * IPv4) 20 bytes after Ethernet: to IPv6 they go in first and come off
+ * with the outer headers, to IPv4 the outer headers but 20 bytes come off
+ * first and the last 20 with the change (Debian 12's 6.1: the kernel lane).
+ * Returns: 0, or the kernel's error. */
+static __always_inline int tc_strip_across(struct __sk_buff *skb, __u32 hdr_len, const int to6)
+{
+	int err;
+
+	err = bpf_skb_adjust_room(skb, -(__s32)hdr_len, BPF_ADJ_ROOM_MAC,
+				  to6 ? BPF_F_ADJ_ROOM_DECAP_L3_IPV6 : BPF_F_ADJ_ROOM_DECAP_L3_IPV4);
+	if (err != -22) /* -EINVAL: the flag is unknown here */
+		return err;
+	if (to6)
+		return bpf_skb_change_proto(skb, bpf_htons(ETH_P_IPV6), 0) ?:
+		       bpf_skb_adjust_room(skb, -(__s32)(hdr_len + 20), BPF_ADJ_ROOM_MAC, 0);
+	if (hdr_len < 20)
+		return -22;
+	return bpf_skb_adjust_room(skb, -(__s32)(hdr_len - 20), BPF_ADJ_ROOM_MAC, 0) ?:
+	       bpf_skb_change_proto(skb, bpf_htons(ETH_P_IP), 0);
+}
+
 /* Take off hdr_len bytes after Ethernet in front of an inner IPv4 packet:
  * outer IPv4 + UDP + GUE, or with o6 outer IPv6 + UDP + GUE (the packet
  * then changes family: skb->protocol and the Ethernet type become IPv4).
@@ -1416,8 +1443,7 @@ static __always_inline int tc_strip4(struct __sk_buff *skb, __u32 hdr_len, const
 
 	if (!o6)
 		return bpf_skb_adjust_room(skb, -(__s32)hdr_len, BPF_ADJ_ROOM_MAC, 0);
-	return bpf_skb_adjust_room(skb, -(__s32)hdr_len, BPF_ADJ_ROOM_MAC,
-				   BPF_F_ADJ_ROOM_DECAP_L3_IPV4) ||
+	return tc_strip_across(skb, hdr_len, 0) ||
 	       bpf_skb_store_bytes(skb, __builtin_offsetof(struct ethhdr, h_proto), &type,
 				   sizeof(type), 0);
 }
@@ -1817,8 +1843,7 @@ static __always_inline int tc_decap6(struct __sk_buff *skb, __u32 hdr_len, __u32
 {
 	__u16 type = bpf_htons(ETH_P_IPV6);
 
-	if (bpf_skb_adjust_room(skb, -(__s32)hdr_len, BPF_ADJ_ROOM_MAC,
-				BPF_F_ADJ_ROOM_DECAP_L3_IPV6) ||
+	if (tc_strip_across(skb, hdr_len, 1) ||
 	    bpf_skb_store_bytes(skb, __builtin_offsetof(struct ethhdr, h_proto), &type,
 				sizeof(type), 0)) {
 		count(C_TC_DROP_ADJUST_FAILED);
@@ -1878,8 +1903,7 @@ static __always_inline int tc_reset6(struct __sk_buff *skb, struct ipv6hdr *in6,
 	sum += (__u64)w[0] + w[1] + w[2] + w[3] + w[4];
 	r.tcp.check = ptb_fold(sum);
 
-	if (bpf_skb_adjust_room(skb, -(__s32)hdr_len, BPF_ADJ_ROOM_MAC,
-				BPF_F_ADJ_ROOM_DECAP_L3_IPV6) ||
+	if (tc_strip_across(skb, hdr_len, 1) ||
 	    bpf_skb_change_tail(skb, sizeof(struct ethhdr) + sizeof(r), 0) ||
 	    bpf_skb_store_bytes(skb, sizeof(struct ethhdr), &r, sizeof(r), BPF_F_RECOMPUTE_CSUM) ||
 	    bpf_skb_store_bytes(skb, __builtin_offsetof(struct ethhdr, h_proto), &type,

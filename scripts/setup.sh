@@ -29,6 +29,10 @@ PACKAGES=(
   # tables through (cluster.etcd; Debian's etcd-server service, if started,
   # listens on localhost only and is not used)
   etcd-server
+  # scripts/kernel-lane.sh: Debian's own kernels in QEMU guests (software
+  # emulation where KVM cannot run them) with a busybox initramfs; xz-utils and
+  # zstd unpack the kernels' compressed vmlinux
+  qemu-system-x86 busybox-static xz-utils zstd
 )
 
 missing=()

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Every test: install what is missing, check formatting and lints, run the
-# unit tests, the BPF packet tests (BPF_PROG_TEST_RUN) and the end-to-end
-# network-namespace harness. Exits non-zero on any failure. Needs root.
+# unit tests, the BPF packet tests (BPF_PROG_TEST_RUN), the end-to-end
+# network-namespace harness and the kernel lane (Debian's 6.1 and 6.12 kernels
+# in QEMU guests, scripts/kernel-lane.sh). Exits non-zero on any failure.
+# Needs root.
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 if [ "$(id -u)" -ne 0 ]; then
@@ -23,4 +25,6 @@ echo "static binary: $BIN"
 echo "== QUIC example server and client next to it (the harness's quic scenario runs them)"
 scripts/build-static.sh --example quic_server --example quic_client >/dev/null
 netns-harness/run.sh --nilb "$BIN"
+echo "== kernel lane: Debian 12's own kernels (6.1, 6.12) in QEMU guests with virtio-net, real traffic"
+scripts/kernel-lane.sh --nilb "$BIN"
 echo "test.sh: all tests passed"
