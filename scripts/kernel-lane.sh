@@ -943,6 +943,16 @@ if [[ $HOST_NILB_OK == 0 ]]; then
   echo "kernel-lane: nilb did not start on the host's backends ($(uname -r)): the checks through node2/node3 cannot pass"
   LANE_FAILED=1
 fi
+npass=0 nfail=0
+for k in "${KERNELS[@]}"; do
+  for c in "${CHECKS[@]}"; do
+    case ${RES[$k,$c]:-} in
+      PASS) npass=$((npass + 1)) ;;
+      FAIL | "") nfail=$((nfail + 1)) ;;
+    esac
+  done
+done
+echo "kernel-lane: $npass passed, $nfail failed"
 if ((LANE_FAILED)); then
   NH_KEEP_OUT=1
   echo "kernel-lane: FAILED (logs kept in $NH_OUT)"
