@@ -90,7 +90,8 @@ def main():
     rows = []  # (area, measurement, nilb, reference, ratio, target, status)
     targets = []
 
-    # ---- XDP live frames
+    # ---- XDP: live frames, or repeat-mode program cost where the kernel
+    # refused live frames (dataplane.json "xdp_method"; examples/bench_dataplane.rs)
     xdp_names = {
         "vip": "TCP to a VIP, no second hop",
         "vip_second_hop": "TCP to a VIP, second hop in every bucket",
@@ -107,53 +108,122 @@ def main():
         "quic_four_pass": "QUIC-LB short header, four-pass (3 AES in XDP)",
         "quic_single_pass": "QUIC-LB short header, single-pass (1 AES in XDP)",
     }
+    rep_mode = bool(dp) and dp.get("xdp_method") == "repeat"
+    xdp_area = "XDP, ns/packet (1 CPU, repeat-mode, program cost)" if rep_mode else "XDP, Mpps (1 CPU, live frames)"
+
+    def fig(c, who="nilb"):
+        # nilb's or the baseline's ("base") figure of a case: Mpps (live
+        # frames), or ns per packet raw (driver and program) and net of the
+        # driver alone (repeat mode).
+        if rep_mode:
+            return f"{c[who + '_raw_ns_median']:.1f} raw, {c[who + '_net_ns_median']:.1f} net"
+        return fmt(c[who + "_mpps_median"], 3)
+
+    def ref_of(c, name):
+        # The reference column of a case: the baseline's figure and name
+        # (repeat mode: and the driver alone).
+        drv = f"; driver alone {c['driver_ns_median']:.1f}" if rep_mode else ""
+        return f"{fig(c, 'base')} ({name}{drv})"
+
+    def rel(c, ref):
+        # nilb of case c against nilb of case ref, medians of the same run:
+        # Mpps over Mpps, or (repeat mode) ns the other way round, raw.
+        if not ref:
+            return float("nan")
+        if rep_mode:
+            return ref["nilb_raw_ns_median"] / c["nilb_raw_ns_median"]
+        return c["nilb_mpps_median"] / ref["nilb_mpps_median"]
+
+    def net_part(r, ref_net):
+        # Repeat mode: ", N net" of a case or pair r (the ratio net of the
+        # driver), unless the reference's own net cost is under 1 ns, the
+        # driver's noise (then its net is given instead).
+        if not rep_mode:
+            return ""
+        if ref_net < 1:
+            return f"; net: the reference {ref_net:.1f} ns, within the driver's noise"
+        return f", {r['ratio_net_median']:.3f} net"
+
+    def ratio_of(c, extra=""):
+        # A case's ratio to its baseline: "median (lo-hi)", repeat mode raw
+        # and net.
+        raw = " raw" if rep_mode else ""
+        net = net_part(c, c["base_net_ns_median"]) if rep_mode else ""
+        return f"{fmt(c['ratio_median'], 3)}{raw} ({min(c['ratio']):.2f}-{max(c['ratio']):.2f}{extra}){net}"
+
+    def pair(name):
+        # A back-to-back pair of xdp_pairs, or None.
+        return next((p for p in dp.get("xdp_pairs", []) if p["pair"] == name), None)
+
     def pair_of(name):
         # A back-to-back pair of xdp_pairs: (median ratio, " (lo-hi, back to
-        # back)"), or (nan, "") if the run has none of that name.
-        p = next((p for p in dp.get("xdp_pairs", []) if p["pair"] == name), None)
+        # back)", repeat mode with " raw" before and the net ratio after), or
+        # (nan, "") if the run has none of that name.
+        p = pair(name)
         if not p:
             return float("nan"), ""
         ci = ""
         if len(p["ratio"]) >= 20:
             lo, hi = median_ci(p["ratio"])
             ci = f"; median's 95 % CI {lo:.3f}-{hi:.3f}, {len(p['ratio'])} reps"
-        return p["ratio_median"], f" ({min(p['ratio']):.2f}-{max(p['ratio']):.2f}, back to back{ci})"
+        text = f" ({min(p['ratio']):.2f}-{max(p['ratio']):.2f}, back to back{ci})"
+        if rep_mode:
+            text = " raw" + text + net_part(p, p["b_net_ns_median"])
+        return p["ratio_median"], text
+
+    def pair_ns(name, a, b):
+        # Repeat mode: the ns of a pair's two sides (named a and b) and of
+        # the driver alone, "" otherwise.
+        p = pair(name)
+        if not rep_mode or not p:
+            return ""
+        return (f"{a} {p['a_raw_ns_median']:.1f} raw, {p['a_net_ns_median']:.1f} net; {b} "
+                f"{p['b_raw_ns_median']:.1f} raw, {p['b_net_ns_median']:.1f} net; driver alone "
+                f"{p['driver_ns_median']:.1f} ns")
 
     def info_row(c, ref, ratio):
-        # An XDP row with no target: nilb's Mpps, the reference, the ratio.
-        rows.append(("XDP, Mpps (1 CPU)", xdp_names.get(c["case"], c["case"]), fmt(c["nilb_mpps_median"], 3),
-                     ref, ratio, "-", status(None)))
+        # An XDP row with no target: nilb's figure, the reference, the ratio.
+        rows.append((xdp_area, xdp_names.get(c["case"], c["case"]), fig(c), ref, ratio, "-", status(None)))
 
+    def target_status(ok):
+        # Targets are set on live frames: repeat-mode program cost is not
+        # held against them.
+        return None if rep_mode else ok
+
+    tgt_note = " (live frames)" if rep_mode else ""
     if dp:
-        tcp_vip = next((c["nilb_mpps_median"] for c in dp["xdp_live"] if c["case"] == "vip"), None)
+        vipc = next((c for c in dp["xdp_live"] if c["case"] == "vip"), None)
+        tcp_vip = fig(vipc) if vipc else "-"
+        raw = " raw" if rep_mode else ""
         for c in dp["xdp_live"]:
             if c["case"] == "vip_ipv6":
                 # issue 13: the IPv6 VIP path >= 0.9 of the IPv4 one: the
                 # median of per-repetition ratios of the two run back to
                 # back (xdp_pairs); older results: the ratio of the cases'
                 # medians.
-                rel, spread = pair_of("ipv6_vs_ipv4")
+                r6, spread = pair_of("ipv6_vs_ipv4")
                 if not spread:
-                    rel = c["nilb_mpps_median"] / tcp_vip if tcp_vip else float("nan")
+                    r6 = rel(c, vipc)
                     spread = ""
-                ok = rel >= 0.9
+                ok = target_status(r6 >= 0.9)
                 rows.append((
-                    "XDP, Mpps (1 CPU)",
+                    xdp_area,
                     xdp_names["vip_ipv6"],
-                    fmt(c["nilb_mpps_median"], 3),
-                    f"{fmt(tcp_vip, 3)} (nilb, TCP to an IPv4 VIP, same run)",
-                    f"{fmt(rel, 3)}{spread} of the IPv4 VIP path; {fmt(c['ratio_median'], 3)} of MAC swap",
-                    ">= 0.9 of IPv4",
+                    fig(c),
+                    f"{tcp_vip} (nilb, TCP to an IPv4 VIP, same run)",
+                    f"{fmt(r6, 3)}{spread} of the IPv4 VIP path; {fmt(c['ratio_median'], 3)}{raw} of MAC swap",
+                    ">= 0.9 of IPv4" + tgt_note,
                     status(ok),
                 ))
-                targets.append(("XDP IPv6 VIP path", f"{rel:.3f} of the IPv4 VIP path", ">= 0.9", ok))
+                method = " (repeat-mode, program cost)" if rep_mode else ""
+                targets.append(("XDP IPv6 VIP path", f"{r6:.3f}{raw} of the IPv4 VIP path{method}", ">= 0.9" + tgt_note, ok))
                 continue
             if c["case"] in ("vip_c6", "vip6_c6"):
                 # issue 13: the IPv6 cluster network's paths against the IPv4
                 # VIP path over IPv4 (back to back, xdp_pairs); no target.
-                rel, spread = pair_of({"vip_c6": "c6_vs_ipv4", "vip6_c6": "c6_ipv6_vs_ipv4"}[c["case"]])
-                info_row(c, f"{fmt(tcp_vip, 3)} (nilb, TCP to an IPv4 VIP over IPv4, same run)",
-                         f"{fmt(rel, 3)}{spread} of the IPv4 VIP path; {fmt(c['ratio_median'], 3)} of MAC swap")
+                r6, spread = pair_of({"vip_c6": "c6_vs_ipv4", "vip6_c6": "c6_ipv6_vs_ipv4"}[c["case"]])
+                info_row(c, f"{tcp_vip} (nilb, TCP to an IPv4 VIP over IPv4, same run)",
+                         f"{fmt(r6, 3)}{spread} of the IPv4 VIP path; {fmt(c['ratio_median'], 3)}{raw} of MAC swap")
                 continue
             if c["case"] == "vip_vs_encap":
                 # issue 12: the nearest thing to the VIP path that does no
@@ -161,28 +231,26 @@ def main():
                 # no parsing, hash or lookup), and it against MAC swap
                 # (xdp_pairs, back to back); no target: what is left of the
                 # path's cost once the encapsulation is paid.
-                rel, spread = pair_of("encap_vs_macswap")
-                floor = f"; encap_tx itself {rel:.3f}{spread} of MAC swap" if spread else ""
-                info_row(c, f"{fmt(c['base_mpps_median'], 3)} (encap_tx: GUE to one fixed hop, no balancing)",
-                         f"{fmt(c['ratio_median'], 3)} ({min(c['ratio']):.2f}-{max(c['ratio']):.2f}) of encap_tx{floor}")
+                re, spread = pair_of("encap_vs_macswap")
+                floor = f"; encap_tx itself {re:.3f}{spread} of MAC swap" if spread else ""
+                info_row(c, ref_of(c, "encap_tx: GUE to one fixed hop, no balancing"),
+                         f"{ratio_of(c)} of encap_tx{floor}")
                 continue
             if c["case"] == "vip_100_services_1024":
                 # issue 12: the 100-service case with a quarter of the bucket
                 # memory (800 KiB instead of 3.2 MiB): how much of that
                 # case is the bucket arrays' cache misses; no target.
-                info_row(c, f"{fmt(c['base_mpps_median'], 3)} (MAC swap + XDP_TX)",
-                         f"{fmt(c['ratio_median'], 3)} ({min(c['ratio']):.2f}-{max(c['ratio']):.2f})")
+                info_row(c, ref_of(c, "MAC swap + XDP_TX"), ratio_of(c))
                 continue
             if c["case"].startswith("quic_"):
                 # QUIC-LB paths: reported as a ratio to the TCP VIP path of
                 # the same run (no target: the price of the decoding).
-                rel = c["nilb_mpps_median"] / tcp_vip if tcp_vip else float("nan")
                 rows.append((
-                    "XDP, Mpps (1 CPU)",
+                    xdp_area,
                     xdp_names.get(c["case"], c["case"]),
-                    fmt(c["nilb_mpps_median"], 3),
-                    f"{fmt(tcp_vip, 3)} (nilb, TCP to a VIP, same run)",
-                    f"{fmt(rel, 3)} of the TCP VIP path; {fmt(c['ratio_median'], 3)} of MAC swap",
+                    fig(c),
+                    f"{tcp_vip} (nilb, TCP to a VIP, same run)",
+                    f"{fmt(rel(c, vipc), 3)}{raw} of the TCP VIP path; {fmt(c['ratio_median'], 3)}{raw} of MAC swap",
                     "-",
                     status(None),
                 ))
@@ -191,36 +259,38 @@ def main():
             # issue 12: >= 0.8 with one service, >= 0.75 with 100
             tgt = {"vip": 0.8, "vip_100_services": 0.75}.get(c["case"], 0.7) if vip else 0.95
             ratio = c["ratio_median"]
-            ok = ratio >= tgt
+            ok = target_status(ratio >= tgt)
             ref = "MAC swap + XDP_TX" if vip else "XDP_PASS only"
-            spread = f"{min(c['ratio']):.2f}-{max(c['ratio']):.2f}"
+            extra = ""
             floor = ""
             if c["case"] in ("vip", "vip_100_services"):
                 # The cases with a target run more repetitions: the
                 # median's confidence interval says how sure the status is.
                 lo, hi = median_ci(c["ratio"])
-                spread += f"; median's 95 % CI {lo:.3f}-{hi:.3f}, {len(c['ratio'])} reps"
+                extra = f"; median's 95 % CI {lo:.3f}-{hi:.3f}, {len(c['ratio'])} reps"
                 fr, _ = pair_of({"vip": "floor_vs_macswap", "vip_100_services": "floor100_vs_macswap"}[c["case"]])
                 nr, _ = pair_of({"vip": "vip_vs_floor", "vip_100_services": "vip100_vs_floor100"}[c["case"]])
                 if not math.isnan(fr):
                     floor = (f"; the floor balancer (hash, one bucket read, encapsulation, nothing else) "
-                             f"{fr:.3f} of MAC swap, nilb {nr:.3f} of the floor")
+                             f"{fr:.3f}{raw} of MAC swap, nilb {nr:.3f}{raw} of the floor")
             rows.append((
-                "XDP, Mpps (1 CPU)",
+                xdp_area,
                 xdp_names.get(c["case"], c["case"]),
-                fmt(c["nilb_mpps_median"], 3),
-                f"{fmt(c['base_mpps_median'], 3)} ({ref})",
-                f"{fmt(ratio, 3)} ({spread})",
-                f">= {tgt}",
+                fig(c),
+                ref_of(c, ref),
+                ratio_of(c, extra),
+                f">= {tgt}{tgt_note}",
                 status(ok),
             ))
+            method = " (repeat-mode, program cost)" if rep_mode else ""
             targets.append((f"XDP {xdp_names.get(c['case'], c['case'])}",
-                            f"{ratio:.3f} of {'MAC swap + XDP_TX' if vip else 'XDP_PASS only'}{floor}",
-                            f">= {tgt}", ok))
+                            f"{ratio:.3f}{raw} of {ref}{floor}{method}", f">= {tgt}{tgt_note}", ok))
         # issue 12: the floor balancer (bench.bpf.c floor_lb: the least a
         # balancer of nilb's kind does) against MAC swap, and nilb against
         # it, back to back (xdp_pairs); no target: how far nilb is from the
         # least a balancer does with the same tables, in the same run.
+        floor_area = ("XDP floor balancer, ns/packet ratio (1 CPU, repeat-mode, program cost)" if rep_mode
+                      else "XDP floor balancer, Mpps ratio (1 CPU, live frames)")
         for label, floor_pair, nilb_pair in (
             ("1 service of 4096 buckets, 2-byte entries", "floor_vs_macswap", "vip_vs_floor"),
             ("100 services of 4096 buckets, 2-byte entries (800 KiB, nilb's layout)",
@@ -238,11 +308,13 @@ def main():
             if not fspread:
                 continue
             nr, nspread = pair_of(nilb_pair) if nilb_pair else (float("nan"), "")
+            ns = pair_ns(floor_pair, "the floor", "MAC swap")
+            nns = pair_ns(nilb_pair, "nilb", "the floor") if nilb_pair else ""
             rows.append((
-                "XDP floor balancer, Mpps ratio (1 CPU)",
+                floor_area,
                 f"hash, one bucket read, encapsulation, nothing else: {label}",
-                f"nilb {nr:.3f}{nspread} of it" if nspread else "-",
-                "MAC swap + XDP_TX",
+                f"nilb {nr:.3f}{nspread} of it" + (f" ({nns})" if nns else "") if nspread else "-",
+                "MAC swap + XDP_TX" + (f" ({ns})" if ns else ""),
                 f"{fr:.3f}{fspread}",
                 "-",
                 status(None),
@@ -489,23 +561,39 @@ def main():
         "allowed_vip": ("allowed VIP packet", "nilb without filters", 0.9),
         "trie_host": ("(design not taken) one LPM_TRIE lookup, denied /32", "bare XDP_DROP", None),
     }
+    # Live frames, or repeat-mode program cost (filters.json "xdp_method", as
+    # the data plane's): raw and net ns, ratios raw and net.
+    fl_rep = bool(fl) and fl.get("xdp_method") == "repeat"
     if fl:
         n = fl["prefixes"]
         for c in fl["live"]:
             what, ref, tgt = fl_names.get(c["case"], (c["case"], c["baseline"], None))
             ratio = c["ratio_median"]
-            ok = None if tgt is None else ratio >= tgt
+            # Targets are set on live frames (see the XDP rows).
+            ok = None if tgt is None or fl_rep else ratio >= tgt
+            spread = f"{min(c['ratio']):.2f}-{max(c['ratio']):.2f}"
+            if fl_rep:
+                bnet = c["base_net_ns_median"]
+                net = (f", {c['ratio_net_median']:.3f} net" if bnet >= 1
+                       else f"; net: the reference {bnet:.1f} ns, within the driver's noise")
+                figs = (f"{c['nilb_raw_ns_median']:.1f} raw, {c['nilb_net_ns_median']:.1f} net",
+                        f"{c['base_raw_ns_median']:.1f} raw, {bnet:.1f} net ({ref}; driver alone "
+                        f"{c['driver_ns_median']:.1f})", f"{fmt(ratio, 3)} raw ({spread}){net}")
+            else:
+                figs = (fmt(c["mpps_median"], 3), f"{fmt(c['base_mpps_median'], 3)} ({ref})", f"{fmt(ratio, 3)} ({spread})")
             rows.append((
-                f"Filters ({n:,} prefixes), Mpps (1 CPU)",
+                f"Filters ({n:,} prefixes), " + ("ns/packet (1 CPU, repeat-mode, program cost)" if fl_rep
+                                                 else "Mpps (1 CPU, live frames)"),
                 what,
-                fmt(c["mpps_median"], 3),
-                f"{fmt(c['base_mpps_median'], 3)} ({ref})",
-                f"{fmt(ratio, 3)} ({min(c['ratio']):.2f}-{max(c['ratio']):.2f})",
-                f">= {tgt}" if tgt else "-",
+                *figs,
+                (f">= {tgt}" + (" (live frames)" if fl_rep else "")) if tgt else "-",
                 status(ok),
             ))
             if tgt:
-                targets.append((f"Filters, {what}, {n:,} prefixes", f"{ratio:.3f} of {ref}", f">= {tgt}", ok))
+                targets.append((f"Filters, {what}, {n:,} prefixes",
+                                f"{ratio:.3f}{' raw' if fl_rep else ''} of {ref}"
+                                + (" (repeat-mode, program cost)" if fl_rep else ""),
+                                f">= {tgt}" + (" (live frames)" if fl_rep else ""), ok))
         first = fl["first"]["read_compile_ms"] + fl["first"]["install_ms"]
         swap = fl["swap"]["total_ms_median"]
         for label, ms in ((f"loading {n:,} prefixes (read, compile, build maps, flip)", first),
@@ -572,17 +660,33 @@ def main():
     if dp:
         L.append("## Data plane details")
         L.append("")
-        L.append(f"Live frames: {dp['frames_per_run']} frames of {dp['frame_bytes']} bytes per run, "
-                 f"{dp['reps']} repetitions, baseline and nilb back to back, order alternating. "
-                 "The driver program (`gen_tail`) restores the frame, gives every packet a new "
-                 "source port (and, for 100 services, one of 100 destination ports) and tail-calls "
-                 "the program under test, for nilb and the baselines alike.")
-        L.append("")
-        L.append("| case | nilb Mpps per run | baseline Mpps per run | nilb ns/packet (program) | baseline ns/packet (program) |")
-        L.append("|---|---|---|---:|---:|")
-        for c in dp["xdp_live"]:
-            L.append(f"| {xdp_names.get(c['case'], c['case'])} | {', '.join(f'{x:.2f}' for x in c['nilb_mpps'])} | "
-                     f"{', '.join(f'{x:.2f}' for x in c['base_mpps'])} | {c['nilb_prog_ns']:.0f} | {c['base_prog_ns']:.0f} |")
+        if rep_mode:
+            L.append(f"Repeat mode (see the method notes): {dp['frames_per_run']} runs "
+                     f"per measurement on frames of {dp['frame_bytes']} bytes, {dp['reps']} repetitions, "
+                     "baseline, nilb and the driver alone back to back, the order rotating. The driver "
+                     "program (`gen_repeat`) restores the frame's length and bytes, gives every packet a "
+                     "new source port (and, for 100 services, one of 100 destination ports) and "
+                     "tail-calls the program under test, for nilb and the baselines alike.")
+            L.append("")
+            L.append("| case | nilb raw ns per repetition | baseline raw ns per repetition | driver alone ns | "
+                     "nilb ns/packet (program) | baseline ns/packet (program) |")
+            L.append("|---|---|---|---|---:|---:|")
+            for c in dp["xdp_live"]:
+                L.append(f"| {xdp_names.get(c['case'], c['case'])} | {', '.join(f'{x:.1f}' for x in c['nilb_raw_ns'])} | "
+                         f"{', '.join(f'{x:.1f}' for x in c['base_raw_ns'])} | "
+                         f"{', '.join(f'{x:.1f}' for x in c['driver_ns'])} | {c['nilb_prog_ns']:.0f} | {c['base_prog_ns']:.0f} |")
+        else:
+            L.append(f"Live frames: {dp['frames_per_run']} frames of {dp['frame_bytes']} bytes per run, "
+                     f"{dp['reps']} repetitions, baseline and nilb back to back, order alternating. "
+                     "The driver program (`gen_tail`) restores the frame, gives every packet a new "
+                     "source port (and, for 100 services, one of 100 destination ports) and tail-calls "
+                     "the program under test, for nilb and the baselines alike.")
+            L.append("")
+            L.append("| case | nilb Mpps per run | baseline Mpps per run | nilb ns/packet (program) | baseline ns/packet (program) |")
+            L.append("|---|---|---|---:|---:|")
+            for c in dp["xdp_live"]:
+                L.append(f"| {xdp_names.get(c['case'], c['case'])} | {', '.join(f'{x:.2f}' for x in c['nilb_mpps'])} | "
+                         f"{', '.join(f'{x:.2f}' for x in c['base_mpps'])} | {c['nilb_prog_ns']:.0f} | {c['base_prog_ns']:.0f} |")
         L.append("")
         L.append("Program ns/packet: `BPF_PROG_TEST_RUN` without live frames, one run per call, median "
                  f"of {dp['runs']}; includes the test-run timer overhead (the XDP_PASS-only row shows it).")
@@ -748,15 +852,24 @@ def main():
                  f"{tr['memlock_bytes'] / 1048576:.0f} MiB), and its lookup costs a denied packet the ratio "
                  "in the results table (docs/design.md \"Edge filters\").")
         L.append("")
-        L.append("| case | Mpps per run | baseline Mpps per run | program ns | baseline ns |")
-        L.append("|---|---|---|---:|---:|")
-        for c in fl["live"]:
-            L.append(f"| {fl_names.get(c['case'], (c['case'],))[0]} | {', '.join(f'{x:.2f}' for x in c['mpps'])} | "
-                     f"{', '.join(f'{x:.2f}' for x in c['base_mpps'])} | {c['prog_ns']:.0f} | {c['base_prog_ns']:.0f} |")
+        if fl_rep:
+            L.append("| case | raw ns per repetition (repeat mode) | baseline raw ns | driver alone ns | program ns | baseline ns |")
+            L.append("|---|---|---|---|---:|---:|")
+            for c in fl["live"]:
+                L.append(f"| {fl_names.get(c['case'], (c['case'],))[0]} | {', '.join(f'{x:.1f}' for x in c['nilb_raw_ns'])} | "
+                         f"{', '.join(f'{x:.1f}' for x in c['base_raw_ns'])} | {', '.join(f'{x:.1f}' for x in c['driver_ns'])} | "
+                         f"{c['prog_ns']:.0f} | {c['base_prog_ns']:.0f} |")
+        else:
+            L.append("| case | Mpps per run | baseline Mpps per run | program ns | baseline ns |")
+            L.append("|---|---|---|---:|---:|")
+            for c in fl["live"]:
+                L.append(f"| {fl_names.get(c['case'], (c['case'],))[0]} | {', '.join(f'{x:.2f}' for x in c['mpps'])} | "
+                         f"{', '.join(f'{x:.2f}' for x in c['base_mpps'])} | {c['prog_ns']:.0f} | {c['base_prog_ns']:.0f} |")
         L.append("")
         L.append("Program ns: `BPF_PROG_TEST_RUN`, repeat 100000, ns per run including the test-run floor. "
-                 "Denied and dropped frames are counted as generated per second (nothing leaves the "
-                 "interface); allowed VIP frames as counted on the peer.")
+                 + ("Repeat mode: see the method notes (raw: driver and program, net: raw - driver alone)."
+                    if fl_rep else "Denied and dropped frames are counted as generated per second (nothing "
+                    "leaves the interface); allowed VIP frames as counted on the peer."))
         L.append("")
 
     if e2e:
@@ -800,17 +913,43 @@ def main():
 
     L.append("## Method notes")
     L.append("")
-    L.append("- Live frames: `BPF_PROG_TEST_RUN` with `BPF_F_TEST_XDP_LIVE_FRAMES` on `gen0` of a veth pair; "
-             "XDP_TX frames leave `gen0` and are counted (per-CPU array) and dropped by an XDP program on the "
-             "peer `sink0`. Mpps = frames counted on the peer / wall time of the run (XDP_PASS rows: frames "
-             "generated / wall time, since they go up the node's stack). Everything runs on the pinned CPU "
-             "(the peer's NAPI runs in the softirq of the sending CPU).")
+    # Each XDP figure says its method: live frames, or repeat-mode program
+    # cost where the kernel refused live frames (the probe's errno, once).
+    methods = {d.get("xdp_method", "live") for d in (dp, fl) if d}
+    refused = next((d["live_frames_refused"] for d in (dp, fl) if d and d.get("live_frames_refused")), None)
+    if "repeat" in methods:
+        why = (f"this kernel refused live frames: `BPF_PROG_TEST_RUN` with `BPF_F_TEST_XDP_LIVE_FRAMES` "
+               f"failed with {refused} (probed at start: one MAC-swapped frame, repeat 1, into `gen0`)"
+               if refused else "repeat mode was chosen (`--method repeat`)")
+        runs = (dp or fl)["frames_per_run"]
+        L.append(f"- XDP method: {why}. The XDP figures marked \"repeat-mode, program cost\" measure the "
+                 "same cases and pairs another way: `BPF_PROG_TEST_RUN` without live frames, "
+                 f"{runs:,} runs per measurement in calls of 100,000 (per call: CPU time of the call / "
+                 "runs, the kernel's own duration to within 1 ns; the median over the calls, taken "
+                 "round-robin over the programs compared), of the driver `gen_repeat` "
+                 "(bench/bpf/bench.bpf.c): it moves the frame's start back to its original length "
+                 "(`bpf_xdp_adjust_head`, on every run), restores its first 64 bytes, varies the ports "
+                 "and tail-calls the program under test through a `PROG_ARRAY` (nilb's own XDP "
+                 "program, unchanged). **Raw**: driver and program, ns per packet. **Driver alone**: "
+                 "the driver with an empty target (`xdp_pass_only`), measured in every repetition "
+                 "beside the pair. **Net** = raw - driver alone, per repetition. Ratios: reference ns / "
+                 "nilb ns (packets per CPU-second, the sense of the live ratio), raw and net. Program "
+                 "cost only: nothing is transmitted (no XDP_TX to the veth, no peer), so these ratios "
+                 "are not comparable with live-frames figures and the targets (set on live frames) are "
+                 "not judged (n/a).")
+    if "live" in methods:
+        L.append("- Live frames: `BPF_PROG_TEST_RUN` with `BPF_F_TEST_XDP_LIVE_FRAMES` on `gen0` of a veth pair; "
+                 "XDP_TX frames leave `gen0` and are counted (per-CPU array) and dropped by an XDP program on the "
+                 "peer `sink0`. Mpps = frames counted on the peer / wall time of the run (XDP_PASS rows: frames "
+                 "generated / wall time, since they go up the node's stack). Everything runs on the pinned CPU "
+                 "(the peer's NAPI runs in the softirq of the sending CPU).")
     L.append("- The 64-byte frames (TCP ACK with 10 bytes payload, or UDP) carry no Ethernet padding; nilb "
              "adds 36 + 4N bytes of GUE (N the hops listed: 0 to 3 previous owners) and sends 100-112-byte "
              "frames, the baseline 64.")
     L.append("- TC: `BPF_PROG_TEST_RUN` of `nilb_tc_second_chance` on a GUE frame (outer 10.99.0.1 -> node "
              "10.99.0.12, one listed hop), one run per call, median; an established TCP socket and a listener "
-             "on VIP:80 exist in the namespace.")
+             "on VIP:80 exist in the namespace. The XDP receive path (backend) rows: the same, with "
+             "`nilb_xdp_backend`.")
     L.append("- Repetitions: the XDP cases run 2N times (N: the report's repetitions), the two with a target "
              "(issue 12: TCP to a VIP with 1 and with 100 services) and the floor-balancer pairs 8N times: their "
              "per-repetition ratios spread over +-10 % on this shared machine. The median's 95 % interval is a "

@@ -14,6 +14,18 @@
 //! stack (UDP to the node's address, no listener). Baseline and nilb run
 //! back to back in each repetition, order alternating.
 //!
+//! Where the kernel refuses live frames (probed at start: one live-frames
+//! run of `macswap_tx`, repeat 1, into gen0; EPERM, EOPNOTSUPP or EINVAL),
+//! or with `--method repeat`, the same cases and pairs are measured in
+//! repeat mode: `BPF_PROG_TEST_RUN` without live frames, `--frames` runs
+//! per call, of the driver `gen_repeat` (restores the frame's length and
+//! bytes, then as gen_tail) and the program under test: ns per packet =
+//! CPU time of the call / runs (raw: driver and program), and in every
+//! repetition the driver with the empty target `xdp_pass_only` (its own
+//! cost); net = raw - driver. Ratios: reference ns / nilb ns (packets per
+//! CPU second, as the live ratio), raw and net. Program cost only, nothing
+//! transmitted.
+//!
 //! Program cost: `BPF_PROG_TEST_RUN` (no live frames) of each program alone,
 //! one run per syscall (the kernel's own per-run duration), median of many;
 //! the same for nilb's TC program on GUE packets, against a TC program that
@@ -21,6 +33,7 @@
 //!
 //!   bench_dataplane --obj bench.bpf.o [--gen gen0] [--sink sink0]
 //!       [--frames 2000000] [--reps 5] [--runs 3000] [--out FILE.json]
+//!       [--method auto|live|repeat]
 //!
 //! Needs root. Prints a JSON document (to --out or stdout).
 
@@ -488,6 +501,8 @@ fn gen_value(frame: &[u8], vary_sport: bool, dport_count: u32, dport_base: u32) 
     v[84..88].copy_from_slice(&Ipv4Addr::new(10, 99, 0, 11).octets());
     // encap_tx: the GUE port (network order)
     v[92..94].copy_from_slice(&GUE_PORT.to_be_bytes());
+    // gen_repeat: the frame's length
+    v[94..96].copy_from_slice(&(frame.len() as u16).to_ne_bytes());
     v
 }
 
@@ -587,6 +602,14 @@ impl Drop for Pressure {
     }
 }
 
+/// A program under test on a generator config (`gen_value`) and frame.
+struct Side<'a> {
+    name: &'a str,
+    fd: BorrowedFd<'a>,
+    gen: &'a [u8],
+    frame: &'a [u8],
+}
+
 struct Bench {
     obj: libbpf_rs::Object,
     gen_if: u32,
@@ -662,15 +685,52 @@ impl Bench {
         let got = self.rx_count()? - before;
         Ok((got as f64 / el / 1e6, frames as f64 / el / 1e6))
     }
+
+    /// Repeat-mode measurement of `sides` (a program on a generator config
+    /// and frame, and its verdict), each driven by gen_repeat for
+    /// `runs` runs in calls of at most REPEAT_CALL runs, the calls
+    /// round-robin over the sides (each round from side `rep % len`), so
+    /// that a change of the shared host's load touches every side alike.
+    /// Per side: ns per packet, driver and target, the median over its
+    /// calls of bench_common::XdpRun::cpu_ns. Fails unless every call's
+    /// last verdict is the side's.
+    fn repeat(&self, rep: usize, sides: &[(&Side<'_>, u32)], runs: u32) -> Result<Vec<f64>> {
+        let driver = self.prog("gen_repeat")?;
+        let mut ns = vec![Vec::new(); sides.len()];
+        for _ in 0..runs.div_ceil(REPEAT_CALL) {
+            round(rep, sides, |(s, want)| {
+                self.set_gen(s.gen)?;
+                self.set_target(s.fd)?;
+                let r = xdp_test_run(driver, s.frame, self.gen_if, runs.min(REPEAT_CALL), 0)
+                    .context("repeat-mode BPF_PROG_TEST_RUN")?;
+                if r.retval != want {
+                    bail!(
+                        "{}: verdict {} instead of {want} (repeat mode)",
+                        s.name,
+                        r.retval
+                    );
+                }
+                Ok(r.cpu_ns)
+            })?
+            .iter()
+            .zip(&mut ns)
+            .for_each(|(x, v)| v.push(*x));
+        }
+        Ok(ns.iter().map(|v| median(v)).collect())
+    }
 }
 
-/// Per case: Mpps of nilb and of the baseline per repetition, their ratio,
-/// and the program cost per run (ns).
+/// Per case: Mpps (live frames) or raw ns per packet (repeat mode) of nilb
+/// and of the baseline per repetition, their ratio (repeat mode: also the
+/// driver alone, ns, and the ratio net of it), and the program cost per
+/// run (ns).
 #[derive(Default)]
 struct CaseResult {
     nilb: Vec<f64>,
     base: Vec<f64>,
+    drv: Vec<f64>,
     ratio: Vec<f64>,
+    ratio_net: Vec<f64>,
     nilb_ns: f64,
     base_ns: f64,
 }
@@ -847,6 +907,10 @@ fn main() -> Result<()> {
     let peer = Xdp::new(count_drop);
     peer.attach(sink_if as i32, XdpFlags::DRV_MODE)
         .context("attaching count_drop to the sink")?;
+    // Live frames, or repeat mode where the kernel refuses them (probed
+    // with one MAC-swapped VIP frame into gen0).
+    let (method, refused) = xdp_method(bench.prog("macswap_tx")?, &vip_frame(gen_mac, 80), gen_if)?;
+    let live = method == XdpMethod::Live;
     bench
         .map("probe_hash_map")?
         .update(&1u64.to_ne_bytes(), &7u64.to_ne_bytes(), MapFlags::ANY)?;
@@ -1164,6 +1228,9 @@ fn main() -> Result<()> {
     // An experiment aid for changes to the XDP program; scripts/bench.sh does
     // not use it.
     let variant = arg("--variant", "");
+    if !variant.is_empty() && !live {
+        bail!("--variant needs live frames (this kernel refuses them)");
+    }
     if !variant.is_empty() {
         let pin = std::path::PathBuf::from("/sys/fs/bpf");
         if nix::sys::statfs::statfs(&pin)
@@ -1259,24 +1326,57 @@ fn main() -> Result<()> {
         } else {
             c.nilb.xdp.as_fd()
         };
+        let want = if c.expect == "xdp_pass_not_service" {
+            XDP_PASS
+        } else {
+            XDP_TX
+        };
         for _ in 0..reps {
-            let (d, g) = bench.live(target, c.gen, c.frame, frames)?;
-            eprintln!("{only}: {d:.3} Mpps delivered, {g:.3} Mpps generated");
+            if live {
+                let (d, g) = bench.live(target, c.gen, c.frame, frames)?;
+                eprintln!("{only}: {d:.3} Mpps delivered, {g:.3} Mpps generated");
+            } else {
+                let side = Side {
+                    name: c.name,
+                    fd: target,
+                    gen: c.gen,
+                    frame: c.frame,
+                };
+                let ns = bench.repeat(0, &[(&side, want)], frames)?[0];
+                eprintln!("{only}: {ns:.2} ns per packet, driver included (repeat mode)");
+            }
         }
         return Ok(());
     }
 
     // Warm-up (page pools, neighbour entries, caches) and path check.
+    let warm = |fd: BorrowedFd<'_>, gen: &[u8], frame: &[u8], want: u32| -> Result<String> {
+        if live {
+            let (d, g) = bench.live(fd, gen, frame, 200_000)?;
+            Ok(format!("{d:.3} Mpps delivered, {g:.3} generated"))
+        } else {
+            let side = Side {
+                name: "warm-up",
+                fd,
+                gen,
+                frame,
+            };
+            let ns = bench.repeat(0, &[(&side, want)], 200_000)?[0];
+            Ok(format!("{ns:.1} ns per packet (repeat mode)"))
+        }
+    };
     let mut checks = String::new();
     for c in &cases {
+        let want = if c.expect == "xdp_pass_not_service" {
+            XDP_PASS
+        } else {
+            XDP_TX
+        };
         let before = counters(c.nilb)?;
-        let (d, g) = bench.live(c.nilb.xdp.as_fd(), c.gen, c.frame, 200_000)?;
+        let got = warm(c.nilb.xdp.as_fd(), c.gen, c.frame, want)?;
         let after = counters(c.nilb)?;
         let delta = counter_delta(&before, &after);
-        eprintln!(
-            "warm-up {}: {d:.3} Mpps delivered, {g:.3} generated; counters: {delta}",
-            c.name
-        );
+        eprintln!("warm-up {}: {got}; counters: {delta}", c.name);
         let idx = COUNTER_NAMES.iter().position(|n| *n == c.expect).unwrap();
         if after[idx] - before[idx] < 199_000 {
             bail!(
@@ -1293,7 +1393,7 @@ fn main() -> Result<()> {
             c.name,
             delta
         );
-        bench.live(c.base, c.gen, c.frame, 200_000)?;
+        warm(c.base, c.gen, c.frame, want)?;
     }
 
     // Live-frame repetitions, baseline and nilb adjacent, order alternating.
@@ -1315,28 +1415,56 @@ fn main() -> Result<()> {
                 continue;
             }
             let tx = c.expect != "xdp_pass_not_service";
-            let run = |fd: BorrowedFd<'_>| -> Result<f64> {
-                let (d, g) = bench.live(fd, c.gen, c.frame, frames)?;
-                // XDP_PASS frames are not counted by the peer: what was
-                // generated went up the stack.
-                Ok(if tx { d } else { g })
-            };
-            let (n, b) = if rep % 2 == 0 {
-                let b = run(c.base)?;
-                (run(c.nilb.xdp.as_fd())?, b)
-            } else {
-                let n = run(c.nilb.xdp.as_fd())?;
-                (n, run(c.base)?)
-            };
             let r = &mut results[ci];
+            if live {
+                let v = round(rep, &[c.base, c.nilb.xdp.as_fd()], |fd| {
+                    let (d, g) = bench.live(fd, c.gen, c.frame, frames)?;
+                    // XDP_PASS frames are not counted by the peer: what was
+                    // generated went up the stack.
+                    Ok(if tx { d } else { g })
+                })?;
+                let (b, n) = (v[0], v[1]);
+                r.nilb.push(n);
+                r.base.push(b);
+                r.ratio.push(n / b);
+                eprintln!(
+                    "rep {rep} {}: nilb {n:.3} Mpps, {} {b:.3} Mpps, ratio {:.3}",
+                    c.name,
+                    c.base_name,
+                    n / b
+                );
+                continue;
+            }
+            // Repeat mode: nilb, the baseline and the driver alone.
+            let want = if tx { XDP_TX } else { XDP_PASS };
+            let side = |name, fd| Side {
+                name,
+                fd,
+                gen: c.gen,
+                frame: c.frame,
+            };
+            let (base, nilb, drv) = (
+                side(c.base_name, c.base),
+                side(c.name, c.nilb.xdp.as_fd()),
+                side("gen_repeat alone", pass),
+            );
+            let v = bench.repeat(
+                rep,
+                &[(&base, want), (&nilb, want), (&drv, XDP_PASS)],
+                frames,
+            )?;
+            let (b, n, d) = (v[0], v[1], v[2]);
             r.nilb.push(n);
             r.base.push(b);
-            r.ratio.push(n / b);
+            r.drv.push(d);
+            r.ratio.push(b / n);
+            r.ratio_net.push((b - d) / (n - d));
             eprintln!(
-                "rep {rep} {}: nilb {n:.3} Mpps, {} {b:.3} Mpps, ratio {:.3}",
+                "rep {rep} {}: nilb {n:.2} ns, {} {b:.2} ns, driver alone {d:.2} ns (raw, repeat mode); ratio {:.3}, net {:.3}",
                 c.name,
                 c.base_name,
-                n / b
+                b / n,
+                (b - d) / (n - d)
             );
         }
     }
@@ -1347,12 +1475,6 @@ fn main() -> Result<()> {
     // VIP path against the IPv4 one; issue 12: the encapsulation floor
     // against MAC swap). (name, side A, side B): ratio A / B; a side is a
     // case's nilb program, or a baseline program on a case's frames.
-    struct Side<'a> {
-        name: &'a str,
-        fd: BorrowedFd<'a>,
-        gen: &'a [u8],
-        frame: &'a [u8],
-    }
     /// The MAC-swap baseline on a case's generator and frame.
     fn macswap_side<'a>(fd: BorrowedFd<'a>, gen: &'a [u8], frame: &'a [u8]) -> Side<'a> {
         Side {
@@ -1525,8 +1647,12 @@ fn main() -> Result<()> {
     };
     for (name, sa, sb) in &pairs {
         for s in [sa, sb] {
-            let (d, g) = bench.live(s.fd, s.gen, s.frame, 200_000)?;
-            sent_all(name, s, d, g)?;
+            if live {
+                let (d, g) = bench.live(s.fd, s.gen, s.frame, 200_000)?;
+                sent_all(name, s, d, g)?;
+            } else {
+                bench.repeat(0, &[(s, XDP_TX)], 200_000)?;
+            }
         }
     }
     // The floor pairs say how far the target cases are from the least a
@@ -1558,17 +1684,23 @@ fn main() -> Result<()> {
     } else {
         None
     };
-    let mut ratios: Vec<Vec<f64>> = pairs.iter().map(|_| Vec::new()).collect();
+    // Per pair: ratio A / B per repetition (repeat mode: B's ns / A's ns,
+    // raw and net of the driver, and the ns of A, B and the driver alone,
+    // on B's frames).
+    #[derive(Default)]
+    struct PairResult {
+        ratio: Vec<f64>,
+        ratio_net: Vec<f64>,
+        a: Vec<f64>,
+        b: Vec<f64>,
+        drv: Vec<f64>,
+    }
+    let mut pres: Vec<PairResult> = pairs.iter().map(|_| PairResult::default()).collect();
     for rep in 0..reps * TARGET_REPS {
         for (pi, (name, sa, sb)) in pairs.iter().enumerate() {
             if rep >= pair_reps(name) {
                 continue;
             }
-            let run = |s: &Side<'_>| -> Result<f64> {
-                let (d, g) = bench.live(s.fd, s.gen, s.frame, frames)?;
-                sent_all(name, s, d, g)?;
-                Ok(d)
-            };
             for pressed in [false, true] {
                 if pressed && pressure.is_none() {
                     continue;
@@ -1576,35 +1708,66 @@ fn main() -> Result<()> {
                 if let Some(p) = &pressure {
                     p.set(pressed);
                 }
-                let (a, b) = if rep % 2 == 0 {
-                    let a = run(sa)?;
-                    (a, run(sb)?)
-                } else {
-                    let b = run(sb)?;
-                    (run(sa)?, b)
+                let label = if pressed { " +pressure" } else { "" };
+                let pr = &mut pres[pi];
+                if live {
+                    let v = round(rep, &[sa, sb], |s| {
+                        let (d, g) = bench.live(s.fd, s.gen, s.frame, frames)?;
+                        sent_all(name, s, d, g)?;
+                        Ok(d)
+                    })?;
+                    let (a, b) = (v[0], v[1]);
+                    if !pressed {
+                        pr.ratio.push(a / b);
+                    }
+                    eprintln!(
+                        "pair {name}{label} rep {rep}: {} {a:.3} Mpps, {} {b:.3} Mpps, ratio {:.3}",
+                        sa.name,
+                        sb.name,
+                        a / b
+                    );
+                    continue;
+                }
+                let drv = Side {
+                    name: "gen_repeat alone",
+                    fd: pass,
+                    gen: sb.gen,
+                    frame: sb.frame,
                 };
+                let v =
+                    bench.repeat(rep, &[(sa, XDP_TX), (sb, XDP_TX), (&drv, XDP_PASS)], frames)?;
+                let (a, b, d) = (v[0], v[1], v[2]);
                 if !pressed {
-                    ratios[pi].push(a / b);
+                    pr.ratio.push(b / a);
+                    pr.ratio_net.push((b - d) / (a - d));
+                    pr.a.push(a);
+                    pr.b.push(b);
+                    pr.drv.push(d);
                 }
                 eprintln!(
-                    "pair {name}{} rep {rep}: {} {a:.3} Mpps, {} {b:.3} Mpps, ratio {:.3}",
-                    if pressed { " +pressure" } else { "" },
+                    "pair {name}{label} rep {rep}: {} {a:.2} ns, {} {b:.2} ns, driver alone {d:.2} ns (raw, repeat mode); ratio {:.3}, net {:.3}",
                     sa.name,
                     sb.name,
-                    a / b
+                    b / a,
+                    (b - d) / (a - d)
                 );
             }
         }
     }
     drop(pressure);
     let mut pair_json = Vec::new();
-    for ((name, sa, sb), ratios) in pairs.iter().zip(&ratios) {
+    for ((name, sa, sb), pr) in pairs.iter().zip(&pres) {
         pair_json.push(format!(
-            "{{\"pair\": \"{name}\", \"a\": \"{}\", \"b\": \"{}\", \"ratio\": {}, \"ratio_median\": {:.4}}}",
+            "{{\"pair\": \"{name}\", \"a\": \"{}\", \"b\": \"{}\", \"ratio\": {}, \"ratio_median\": {:.4}{}}}",
             sa.name,
             sb.name,
-            json_list(ratios),
-            median(ratios)
+            json_list(&pr.ratio),
+            median(&pr.ratio),
+            if live {
+                String::new()
+            } else {
+                repeat_json(("a", &pr.a), ("b", &pr.b), &pr.drv, &pr.ratio_net)
+            }
         ));
     }
 
@@ -1640,18 +1803,24 @@ fn main() -> Result<()> {
     }
     for (ci, c) in cases.iter().enumerate() {
         let r = &results[ci];
+        let figures = if live {
+            format!(
+                ", \"nilb_mpps\": {}, \"base_mpps\": {}, \"nilb_mpps_median\": {:.4}, \"base_mpps_median\": {:.4}",
+                json_list(&r.nilb),
+                json_list(&r.base),
+                median(&r.nilb),
+                median(&r.base)
+            )
+        } else {
+            repeat_json(("nilb", &r.nilb), ("base", &r.base), &r.drv, &r.ratio_net)
+        };
         live_json.push(format!(
-            "{{\"case\": \"{}\", \"what\": \"{}\", \"baseline\": \"{}\", \"nilb_mpps\": {}, \"base_mpps\": {}, \"ratio\": {}, \
-             \"nilb_mpps_median\": {:.4}, \"base_mpps_median\": {:.4}, \"ratio_median\": {:.4}, \
-             \"nilb_prog_ns\": {:.1}, \"base_prog_ns\": {:.1}}}",
+            "{{\"case\": \"{}\", \"what\": \"{}\", \"baseline\": \"{}\", \"ratio\": {}, \"ratio_median\": {:.4}, \
+             \"nilb_prog_ns\": {:.1}, \"base_prog_ns\": {:.1}{figures}}}",
             c.name,
             c.what,
             c.base_name,
-            json_list(&r.nilb),
-            json_list(&r.base),
             json_list(&r.ratio),
-            median(&r.nilb),
-            median(&r.base),
             median(&r.ratio),
             r.nilb_ns,
             r.base_ns
@@ -1946,8 +2115,11 @@ fn main() -> Result<()> {
 
     let doc = format!(
         "{{\"frames_per_run\": {frames}, \"reps\": {reps}, \"runs\": {runs}, \"frame_bytes\": {},\n\
+         \"xdp_method\": \"{}\", \"live_frames_refused\": {},\n\
          \"xdp_live\": [\n  {}\n],\n\"xdp_pairs\": [\n  {}\n],\n\"tc\": [\n  {}\n],\n\"nat_memory\": {},\n\"probes\": [\n  {}\n],\n\"progs\": [{}],\n\"path_checks\": {{{}}}}}\n",
         vip.len(),
+        if live { "live" } else { "repeat" },
+        refused.map_or("null".into(), |e| format!("\"{e}\"")),
         live_json.join(",\n  "),
         pair_json.join(",\n  "),
         tc_json.join(",\n  "),

@@ -18,8 +18,16 @@
 //!    - the design not taken: the same prefixes in one LPM_TRIE
 //!      (`probe_trie`) against `drop_only`, and its fill time.
 //!
+//!    Where the kernel refuses live frames (probed as bench_dataplane does,
+//!    bench_common::xdp_method), or with `--method repeat`, the same pairs
+//!    in repeat mode (driver `gen_repeat`, `--frames` runs per
+//!    measurement, program cost only, nothing transmitted): raw ns per
+//!    packet (driver and program), the driver alone with the empty target
+//!    `xdp_pass_only` in every repetition, net = raw - driver; ratios
+//!    baseline ns / nilb ns, raw and net.
+//!
 //!   bench_filters --obj bench.bpf.o --dir DIR [--prefixes N] [--reps N]
-//!       [--frames N] [--out FILE.json]
+//!       [--frames N] [--out FILE.json] [--method auto|live|repeat]
 //!
 //! Needs root.
 
@@ -50,6 +58,7 @@ const VIP: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 100);
 const CLIENT: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 50);
 const XDP_TX: u32 = 3;
 const XDP_DROP: u32 = 1;
+const XDP_PASS: u32 = 2;
 const PROG_TYPE_XDP: u32 = 6;
 
 fn config_yaml(filters: bool) -> String {
@@ -310,12 +319,13 @@ impl Bench {
             .with_context(|| format!("map {suffix} not in the bench object"))
     }
 
-    /// One live-frames run of `target` behind `gen_tail`: (Mpps delivered
-    /// to the peer, Mpps generated).
-    fn live(&self, target: BorrowedFd<'_>, frame: &[u8], frames: u32) -> Result<(f64, f64)> {
+    /// Point the driver at `target` on `frame` (gen_cfg: the frame, source
+    /// ports varied, its length).
+    fn set(&self, target: BorrowedFd<'_>, frame: &[u8]) -> Result<()> {
         let mut g = vec![0u8; 96];
         g[..64].copy_from_slice(&frame[..64]);
         g[64..68].copy_from_slice(&1u32.to_ne_bytes());
+        g[94..96].copy_from_slice(&(frame.len() as u16).to_ne_bytes());
         self.map(".bss")?
             .update(&0u32.to_ne_bytes(), &g, MapFlags::ANY)?;
         self.map("target")?.update(
@@ -323,6 +333,45 @@ impl Bench {
             &(target.as_raw_fd() as u32).to_ne_bytes(),
             MapFlags::ANY,
         )?;
+        Ok(())
+    }
+
+    /// Repeat-mode measurement of `sides` (program, verdict) on `frame`,
+    /// each driven by gen_repeat for `runs` runs in calls of at most
+    /// REPEAT_CALL runs, round-robin over the sides (each round from side
+    /// `rep % len`): per side ns per packet, driver and program, the median
+    /// over its calls of bench_common::XdpRun::cpu_ns. Fails unless every
+    /// call's last verdict is the side's.
+    fn repeat(
+        &self,
+        rep: usize,
+        sides: &[(BorrowedFd<'_>, u32)],
+        frame: &[u8],
+        runs: u32,
+    ) -> Result<Vec<f64>> {
+        let driver = self.prog("gen_repeat")?;
+        let mut ns = vec![Vec::new(); sides.len()];
+        for _ in 0..runs.div_ceil(REPEAT_CALL) {
+            round(rep, sides, |(fd, want)| {
+                self.set(fd, frame)?;
+                let r = xdp_test_run(driver, frame, self.gen_if, runs.min(REPEAT_CALL), 0)
+                    .context("repeat-mode BPF_PROG_TEST_RUN")?;
+                if r.retval != want {
+                    bail!("repeat mode: verdict {} instead of {want}", r.retval);
+                }
+                Ok(r.cpu_ns)
+            })?
+            .iter()
+            .zip(&mut ns)
+            .for_each(|(x, v)| v.push(*x));
+        }
+        Ok(ns.iter().map(|v| median(v)).collect())
+    }
+
+    /// One live-frames run of `target` behind `gen_tail`: (Mpps delivered
+    /// to the peer, Mpps generated).
+    fn live(&self, target: BorrowedFd<'_>, frame: &[u8], frames: u32) -> Result<(f64, f64)> {
+        self.set(target, frame)?;
         let rx = || -> Result<u64> {
             let v = self
                 .map("rx_count")?
@@ -456,6 +505,10 @@ fn main() -> Result<()> {
     let peer = Xdp::new(bench.prog("count_drop")?);
     peer.attach(sink_if as i32, XdpFlags::DRV_MODE)?;
     let drop_only = bench.prog("drop_only")?;
+    let pass = bench.prog("xdp_pass_only")?;
+    // Live frames, or repeat mode where the kernel refuses them.
+    let (method, refused) = xdp_method(bench.prog("macswap_tx")?, &frame(gen_mac, CLIENT), gen_if)?;
+    let live = method == XdpMethod::Live;
     // The design not taken: the same list in an LPM_TRIE.
     let trie = bench.map("probe_trie_map")?;
     let set = filt.cp.filters().clone();
@@ -482,19 +535,27 @@ fn main() -> Result<()> {
     let f_net = frame(gen_mac, net);
     let f_ok = frame(gen_mac, CLIENT);
     // Warm-up and path checks.
+    let warm = |fd: BorrowedFd<'_>, frame: &[u8], want: u32| -> Result<()> {
+        if live {
+            bench.live(fd, frame, 200_000)?;
+        } else {
+            bench.repeat(0, &[(fd, want)], frame, 200_000)?;
+        }
+        Ok(())
+    };
     let drops0 = counter(&filt, "xdp_drop_filter")?;
-    bench.live(filt.xdp.as_fd(), &f_host, 200_000)?;
+    warm(filt.xdp.as_fd(), &f_host, XDP_DROP)?;
     if counter(&filt, "xdp_drop_filter")? - drops0 < 199_000 {
         bail!("denied frames were not dropped by the filter");
     }
     let tx0 = counter(&filt, "xdp_encap_tx")?;
-    bench.live(filt.xdp.as_fd(), &f_ok, 200_000)?;
+    warm(filt.xdp.as_fd(), &f_ok, XDP_TX)?;
     if counter(&filt, "xdp_encap_tx")? - tx0 < 199_000 {
         bail!("allowed frames were not balanced");
     }
-    bench.live(plain.xdp.as_fd(), &f_ok, 200_000)?;
-    bench.live(drop_only, &f_host, 200_000)?;
-    bench.live(probe_trie, &f_host, 200_000)?;
+    warm(plain.xdp.as_fd(), &f_ok, XDP_TX)?;
+    warm(drop_only, &f_host, XDP_DROP)?;
+    warm(probe_trie, &f_host, XDP_DROP)?;
 
     struct Case<'a> {
         name: &'static str,
@@ -545,22 +606,29 @@ fn main() -> Result<()> {
     ];
     let mut live_json = Vec::new();
     for c in &cases {
+        // a, b: nilb's and the baseline's Mpps (live) or raw ns (repeat
+        // mode, with the driver alone in d and the net ratio in rn).
         let (mut a, mut b, mut r) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut d, mut rn) = (Vec::new(), Vec::new());
+        let want = if c.tx { XDP_TX } else { XDP_DROP };
         for rep in 0..2 * reps {
-            let run = |fd: BorrowedFd<'_>| -> Result<f64> {
-                let (d, g) = bench.live(fd, c.frame, frames)?;
-                Ok(if c.tx { d } else { g })
-            };
-            let (x, y) = if rep % 2 == 0 {
-                let y = run(c.base)?;
-                (run(c.nilb)?, y)
-            } else {
-                let x = run(c.nilb)?;
-                (x, run(c.base)?)
-            };
-            a.push(x);
-            b.push(y);
-            r.push(x / y);
+            if live {
+                let v = round(rep, &[c.base, c.nilb], |fd| {
+                    let (d, g) = bench.live(fd, c.frame, frames)?;
+                    Ok(if c.tx { d } else { g })
+                })?;
+                a.push(v[1]);
+                b.push(v[0]);
+                r.push(v[1] / v[0]);
+                continue;
+            }
+            let sides = [(c.base, want), (c.nilb, want), (pass, XDP_PASS)];
+            let v = bench.repeat(rep, &sides, c.frame, frames)?;
+            a.push(v[1]);
+            b.push(v[0]);
+            d.push(v[2]);
+            r.push(v[0] / v[1]);
+            rn.push((v[0] - v[2]) / (v[1] - v[2]));
         }
         let mut ns = Vec::new();
         let mut bns = Vec::new();
@@ -568,8 +636,9 @@ fn main() -> Result<()> {
             ns.push(test_run(c.nilb, c.frame, gen_if, 100_000, 0)?.1 as f64);
             bns.push(test_run(c.base, c.frame, gen_if, 100_000, 0)?.1 as f64);
         }
+        let unit = if live { "Mpps" } else { "ns raw (repeat mode)" };
         eprintln!(
-            "{}: {:.3} Mpps vs {} {:.3} Mpps, ratio {:.3} ({:.2}-{:.2}); program {:.0} ns vs {:.0} ns",
+            "{}: {:.3} {unit} vs {} {:.3}, ratio {:.3} ({:.2}-{:.2}); program {:.0} ns vs {:.0} ns",
             c.name,
             median(&a),
             c.base_name,
@@ -580,17 +649,24 @@ fn main() -> Result<()> {
             median(&ns),
             median(&bns)
         );
+        let figures = if live {
+            format!(
+                ", \"mpps\": {}, \"base_mpps\": {}, \"mpps_median\": {:.4}, \"base_mpps_median\": {:.4}",
+                json_list(&a),
+                json_list(&b),
+                median(&a),
+                median(&b)
+            )
+        } else {
+            repeat_json(("nilb", &a), ("base", &b), &d, &rn)
+        };
         live_json.push(format!(
-            "{{\"case\": \"{}\", \"what\": \"{}\", \"baseline\": \"{}\", \"mpps\": {}, \"base_mpps\": {}, \"ratio\": {}, \"ratio_median\": {:.4}, \"mpps_median\": {:.4}, \"base_mpps_median\": {:.4}, \"prog_ns\": {:.1}, \"base_prog_ns\": {:.1}}}",
+            "{{\"case\": \"{}\", \"what\": \"{}\", \"baseline\": \"{}\", \"ratio\": {}, \"ratio_median\": {:.4}, \"prog_ns\": {:.1}, \"base_prog_ns\": {:.1}{figures}}}",
             c.name,
             c.what,
             c.base_name,
-            json_list(&a),
-            json_list(&b),
             json_list(&r),
             median(&r),
-            median(&a),
-            median(&b),
             median(&ns),
             median(&bns)
         ));
@@ -605,6 +681,7 @@ fn main() -> Result<()> {
          \"swap\": {{\"read_compile_ms\": {}, \"install_ms\": {}, \"maps_ms\": {}, \"read_compile_ms_median\": {:.1}, \"install_ms_median\": {:.1}, \"maps_ms_median\": {:.1}, \"total_ms_median\": {:.1}, \"kernel_bytes\": {}}},\n\
          \"process\": {{\"rss_before_kb\": {rss0}, \"rss_after_kb\": {rss2}, \"peak_growth_first_kb\": {}, \"peak_growth_all_kb\": {}}},\n\
          \"trie\": {{\"fill_ms\": {trie_fill_ms:.1}, \"memlock_bytes\": {trie_bytes}}},\n\
+         \"xdp_method\": \"{}\", \"live_frames_refused\": {},\n\
          \"live\": [\n  {}\n]}}\n",
         set.global_entries.len(),
         g.long_entries,
@@ -623,6 +700,8 @@ fn main() -> Result<()> {
         swaps.last().map_or(0, |s| s.bytes),
         hwm1.saturating_sub(hwm0),
         hwm2.saturating_sub(hwm0),
+        if live { "live" } else { "repeat" },
+        refused.map_or("null".into(), |e| format!("\"{e}\"")),
         live_json.join(",\n  ")
     );
     if out_path.is_empty() {

@@ -21,7 +21,10 @@
 #      examples in release mode, compiles bench/bpf/bench.bpf.c (baselines, probes);
 #   2. xdp:     namespace with a veth pair gen0/sink0; examples/bench_dataplane.rs, pinned
 #               to one CPU: live-frames BPF_PROG_TEST_RUN of nilb's XDP balancer and of
-#               baselines, frames counted on the peer; TC program cost per packet;
+#               baselines, frames counted on the peer; where the kernel refuses live frames
+#               (probed at start), the same pairs as repeat-mode program cost (driver
+#               gen_repeat, nothing transmitted; the report says which); TC program cost
+#               per packet;
 #   3. control: examples/bench_control.rs (Table::build/rebalance, ControlPlane::update,
 #               install_table and its steps, full apply of 100 services);
 #   4. reload:  `nilb run` with 100 and with 1,000 services in a namespace, config
@@ -30,15 +33,18 @@
 #               same reloads step by step in-process (bench_reload breakdown);
 #   5. filters: same namespace set-up as xdp; examples/bench_filters.rs, pinned to one
 #               CPU: two lists of 1,000,000 prefixes (list files), loaded and swapped as
-#               a SIGHUP does (time per phase, kernel memory, peak RSS), then live frames:
-#               a denied source against a bare XDP_DROP, an allowed VIP packet against
-#               nilb without filters, and the same list in one LPM_TRIE (the design not
-#               taken) against XDP_DROP;
+#               a SIGHUP does (time per phase, kernel memory, peak RSS), then live frames
+#               (or repeat mode, as xdp): a denied source against a bare XDP_DROP, an
+#               allowed VIP packet against nilb without filters, and the same list in one
+#               LPM_TRIE (the design not taken) against XDP_DROP;
 #   6. e2e:     the netns harness topology (netns-harness/lib.sh): iperf3 and
 #               short-connection HTTP (examples/bench_http.rs) from the client through
 #               the VIP (DSR), through a NAT-mode service on node1's own address, and
 #               directly to the same backend, alternating, same run;
 #   7. bench/report.py renders medians, ratios, targets, machine and load into the report.
+#
+# BENCH_XDP_METHOD=live|repeat (default auto: live frames unless the kernel refuses them)
+# forces the method of the xdp and filters sections' XDP figures.
 #
 # Everything runs in namespaces this script creates and deletes (also on Ctrl-C);
 # nothing is configured in the root namespace. Raw results: $WORK (printed).
@@ -202,7 +208,8 @@ if want xdp; then
       echo "  instruction count per path failed (see $WORK/paths.log); the report omits it"
     fi
     if ! timeout 600 ip netns exec "$NS" taskset -c "$CPU" "$EX/bench_dataplane" --obj "$WORK/bench.bpf.o" \
-      --reps $((REPS * 2)) --frames 1000000 --out "$WORK/dataplane.json" 2> >(tee "$WORK/dataplane.log" >&2); then
+      --reps $((REPS * 2)) --frames 1000000 --method "${BENCH_XDP_METHOD:-auto}" --out "$WORK/dataplane.json" \
+      2> >(tee "$WORK/dataplane.log" >&2); then
       section_fail "xdp" dataplane
     fi
   else
@@ -312,7 +319,7 @@ if want filters; then
     mkdir -p "$WORK/filters"
     if ! timeout 900 ip netns exec "$NS" taskset -c "$CPU" "$EX/bench_filters" --obj "$WORK/bench.bpf.o" \
       --dir "$WORK/filters" --prefixes "${BENCH_FILTER_PREFIXES:-1000000}" --reps "$REPS" --frames 1000000 \
-      --out "$WORK/filters.json" 2> >(tee "$WORK/filters.log" >&2); then
+      --method "${BENCH_XDP_METHOD:-auto}" --out "$WORK/filters.json" 2> >(tee "$WORK/filters.log" >&2); then
       section_fail "filters" filters
     fi
     rm -f "$WORK"/filters/list*.txt # 2 x 16 MB, not worth keeping

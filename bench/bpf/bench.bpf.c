@@ -11,6 +11,17 @@
  *                 the previous program wrote into them (nilb's GUE header
  *                 overwrites the original Ethernet header), and it lets every
  *                 program under test see the same, varying, flows.
+ *   gen_repeat    repeat-mode driver, where the kernel refuses live frames
+ *                 (BPF_PROG_TEST_RUN without them, a large `repeat`: each
+ *                 run starts from what the previous one left, nothing is
+ *                 transmitted): moves the frame's start back to its
+ *                 original length (bpf_xdp_adjust_head by the length the
+ *                 program under test added, 0 if none: called on every
+ *                 run, so the driver costs the same whatever the target
+ *                 did), then does what gen_tail does. Restores programs
+ *                 that change the frame's length at its head only (nilb's
+ *                 and the baselines' encapsulation); its own cost is
+ *                 measured with the empty target xdp_pass_only.
  *   macswap_tx    baseline of the XDP VIP path: swap MACs, XDP_TX.
  *   encap_tx      the nearest thing to the VIP path that does no balancing:
  *                 the same 36 bytes of outer IPv4, UDP and GUE nilb writes
@@ -71,7 +82,7 @@ struct gen_cfg {
 	__u32 fib_dst;
 	__u32 sink;        /* keeps probe results alive */
 	__u16 gue_port;    /* encap_tx: UDP destination port, network order */
-	__u16 pad;
+	__u16 frame_len;   /* gen_repeat: the frame's length as built, bytes */
 };
 
 struct gen_cfg gen;
@@ -111,8 +122,9 @@ struct {
 	__type(value, __u32);
 } probe_trie_map SEC(".maps");
 
-SEC("xdp")
-int gen_tail(struct xdp_md *ctx)
+/* gen_tail's and gen_repeat's work: restore the first 64 bytes, vary the
+ * ports, tail-call the target. */
+static __always_inline int gen_restore_call(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
@@ -130,6 +142,23 @@ int gen_tail(struct xdp_md *ctx)
 		*(__u16 *)(data + L4_OFF + 2) = bpf_htons((__u16)(gen.dport_base + s % gen.dport_count));
 	bpf_tail_call(ctx, &target, 0);
 	return XDP_ABORTED;
+}
+
+SEC("xdp")
+int gen_tail(struct xdp_md *ctx)
+{
+	return gen_restore_call(ctx);
+}
+
+SEC("xdp")
+int gen_repeat(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+
+	if (bpf_xdp_adjust_head(ctx, (int)(data_end - data) - (int)gen.frame_len))
+		return XDP_ABORTED;
+	return gen_restore_call(ctx);
 }
 
 SEC("xdp")
