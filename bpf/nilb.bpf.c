@@ -2209,14 +2209,12 @@ static __noinline int tc_gue_o6(struct __sk_buff *skb)
 	__u32 *node6 = get_node6();
 	struct nilb_addr6 key;
 	struct iphdr *in;
-	int marked;
 
 	if (!cfg || !node6 || (void *)(oip6 + 1) > data_end)
 		goto pass; /* never: checked by the caller; for the verifier */
-	marked = handed_off(eth);
 	if (!addr6_eq((__u32 *)&oip6->daddr, node6)) {
 		/* Our own XDP balancer's slow path (tc's IPv4 twin). */
-		if (marked && addr6_eq((__u32 *)&oip6->saddr, node6))
+		if (addr6_eq((__u32 *)&oip6->saddr, node6) && handed_off(eth))
 			return TC_GUE_SLOW_PATH6;
 		goto pass;
 	}
@@ -2226,7 +2224,7 @@ static __noinline int tc_gue_o6(struct __sk_buff *skb)
 		count(C_TC_DROP_NOT_CLUSTER);
 		return TC_ACT_SHOT;
 	}
-	if (!marked && addr6_eq((__u32 *)&oip6->saddr, node6)) {
+	if (addr6_eq((__u32 *)&oip6->saddr, node6) && !handed_off(eth)) {
 		count(C_TC_DROP_SELF_UNMARKED);
 		return TC_ACT_SHOT;
 	}
@@ -2253,7 +2251,6 @@ int nilb_tc_second_chance(struct __sk_buff *skb)
 	struct iphdr *oip, *in;
 	struct udphdr *udp;
 	__u32 node, saddr, ihl_len;
-	int marked;
 
 	tc_linearize_headers(skb);
 	data = (void *)(long)skb->data;
@@ -2307,12 +2304,12 @@ int nilb_tc_second_chance(struct __sk_buff *skb)
 	saddr = oip->saddr;
 	/* Packets claiming this node's address must come from our own XDP
 	 * program, which marks them with the hand-off mark as their source
-	 * MAC (outer_udp4 checked the Ethernet header to lie in the packet). */
-	marked = handed_off(data);
+	 * MAC (outer_udp4 checked the Ethernet header to lie in the packet);
+	 * the mark is read only for those, not for other nodes' GUE. */
 	if (oip->daddr != node) {
 		/* Our own XDP balancer's slow path: GUE from this node to a hop
 		 * whose neighbour entry the FIB lookup could not give. */
-		if (saddr == node && marked && ihl_len == sizeof(*oip)) {
+		if (saddr == node && ihl_len == sizeof(*oip) && handed_off(data)) {
 			__u32 out = tc_slow_path_ifindex(skb, 0);
 
 			count(C_TC_SLOW_PATH_SENT);
@@ -2326,7 +2323,7 @@ int nilb_tc_second_chance(struct __sk_buff *skb)
 		count(C_TC_DROP_NOT_CLUSTER);
 		return TC_ACT_SHOT;
 	}
-	if (saddr == node && !marked) {
+	if (saddr == node && !handed_off(data)) {
 		count(C_TC_DROP_SELF_UNMARKED);
 		return TC_ACT_SHOT;
 	}
