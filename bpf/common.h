@@ -94,6 +94,22 @@ static __always_inline int handed_off(const struct ethhdr *eth)
 	return mark && src[0] == mark[0] && src[1] == mark[1] && src[2] == mark[2];
 }
 
+/* Replace the hand-off mark in the source MAC of a frame TC accepted as
+ * handed off (eth: its 14 bytes checked to lie in the packet) by the fixed
+ * locally administered unicast MAC 02:00:00:6e:69:6c, which no host has
+ * ("nil"): the mark must not go on past TC, where a bridge would learn it
+ * (brforward shows it to any user) or forward it to other ports. TC
+ * redirects rewrite both MACs anyway (bpf_redirect_neigh).
+ * Returns: nothing. */
+static __always_inline void unmark(struct ethhdr *eth)
+{
+	__u16 *src = (__u16 *)eth->h_source;
+
+	src[0] = bpf_htons(0x0200);
+	src[1] = bpf_htons(0x006e);
+	src[2] = bpf_htons(0x696c);
+}
+
 /* Returns: non-zero if addr (network order) is a configured VIP. */
 static __always_inline int is_vip(__u32 addr)
 {

@@ -2224,9 +2224,12 @@ static __noinline int tc_gue_o6(struct __sk_buff *skb)
 		count(C_TC_DROP_NOT_CLUSTER);
 		return TC_ACT_SHOT;
 	}
-	if (addr6_eq((__u32 *)&oip6->saddr, node6) && !handed_off(eth)) {
-		count(C_TC_DROP_SELF_UNMARKED);
-		return TC_ACT_SHOT;
+	if (addr6_eq((__u32 *)&oip6->saddr, node6)) {
+		if (!handed_off(eth)) {
+			count(C_TC_DROP_SELF_UNMARKED);
+			return TC_ACT_SHOT;
+		}
+		unmark(eth);
 	}
 	switch (gue_parse6(oip6, data_end, skb->len, &in)) {
 	case GUE_OK:
@@ -2323,9 +2326,12 @@ int nilb_tc_second_chance(struct __sk_buff *skb)
 		count(C_TC_DROP_NOT_CLUSTER);
 		return TC_ACT_SHOT;
 	}
-	if (saddr == node && !handed_off(data)) {
-		count(C_TC_DROP_SELF_UNMARKED);
-		return TC_ACT_SHOT;
+	if (saddr == node) {
+		if (!handed_off(data)) {
+			count(C_TC_DROP_SELF_UNMARKED);
+			return TC_ACT_SHOT;
+		}
+		unmark(data);
 	}
 	/* nilb and glb-director never send outer IP options. */
 	if (ihl_len != sizeof(*oip))

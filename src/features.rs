@@ -289,6 +289,13 @@ impl KernelFeatures {
             return None;
         }
         let list: Vec<String> = missing.iter().map(describe).collect();
+        if missing.iter().all(|s| s.probe_error.is_some()) {
+            return Some(format!(
+                "cannot tell whether kernel {} has what nilb needs: {}",
+                self.release,
+                list.join("; ")
+            ));
+        }
         Some(format!(
             "kernel {} lacks what nilb needs on every path: {}",
             self.release,
@@ -538,6 +545,18 @@ mod tests {
             e.contains("redirect_neigh: needs bpf_redirect_neigh in TC (Linux 5.10 or newer)"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_probe_that_could_not_run_does_not_blame_the_kernel() {
+        let mut k = without(&["xdp", "tc"]);
+        k.errors = vec![
+            ("xdp", "not permitted: probing needs CAP_BPF".into()),
+            ("tc", "not permitted: probing needs CAP_BPF".into()),
+        ];
+        let e = k.base_error().expect("cannot tell");
+        assert!(e.starts_with("cannot tell whether kernel"), "{e}");
+        assert!(e.contains("[the probe failed: not permitted"), "{e}");
     }
 
     #[test]

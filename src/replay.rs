@@ -111,7 +111,8 @@ pub fn replay(
     // A pool sized for the config's tables (any number of services).
     let mut dp = Dataplane::load_for(&mut storage, &config)?;
     dp.set_handoff_mark(REPLAY_HANDOFF_MARK)?;
-    let cp = ControlPlane::new(config, 0);
+    let mut cp = ControlPlane::new(config, 0);
+    cp.set_kernel_features(dp.kernel_features());
     cp.apply(&mut dp, node, &cp.full_plan())?;
 
     let file = File::open(input).with_context(|| format!("opening {}", input.display()))?;

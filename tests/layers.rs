@@ -28,10 +28,10 @@ const LAYERS: &[&[&str]] = &[
     ],
 ];
 
-/// `text` without comments, string contents and everything from the first
-/// `#[cfg(test)]` on (test modules sit at the end of a file).
+/// `text` without comments, string and character-literal contents, and
+/// without the items under `#[cfg(test)]` (a `mod` to its closing brace,
+/// any other item to the end of its line or block).
 fn code_of(text: &str) -> String {
-    let text = text.split("#[cfg(test)]").next().unwrap_or("");
     let b = text.as_bytes();
     let mut out = String::with_capacity(text.len());
     let mut i = 0;
@@ -53,25 +53,82 @@ fn code_of(text: &str) -> String {
             }
             i += 1;
             out.push_str("\"\"");
+        } else if b[i] == b'\'' && i + 2 < b.len() && (b[i + 2] == b'\'' || b[i + 1] == b'\\') {
+            // A character literal ('"', '\''): skipped; a lifetime is not.
+            i += 1;
+            while i < b.len() && b[i] != b'\'' {
+                i += if b[i] == b'\\' { 2 } else { 1 };
+            }
+            i += 1;
         } else {
             out.push(b[i] as char);
             i += 1;
         }
     }
+    without_test_items(&out)
+}
+
+/// `code` (comments and strings gone) without each item that follows a
+/// `#[cfg(test)]`: up to the end of its first `{...}` block if one opens
+/// before a `;` ends it, else up to the `;`.
+fn without_test_items(code: &str) -> String {
+    let mut out = String::with_capacity(code.len());
+    let mut rest = code;
+    while let Some(at) = rest.find("#[cfg(test)]") {
+        out.push_str(&rest[..at]);
+        let item = &rest[at + "#[cfg(test)]".len()..];
+        let mut depth = 0usize;
+        let mut end = item.len();
+        for (j, c) in item.char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' => {
+                    depth = depth.saturating_sub(1);
+                    if depth == 0 {
+                        end = j + 1;
+                        break;
+                    }
+                }
+                ';' if depth == 0 => {
+                    end = j + 1;
+                    break;
+                }
+                _ => {}
+            }
+        }
+        rest = &item[end..];
+    }
+    out.push_str(rest);
     out
 }
 
-/// The modules `code` names as `crate::X`.
-fn uses(code: &str) -> BTreeSet<String> {
-    code.match_indices("crate::")
-        .map(|(at, m)| {
-            code[at + m.len()..]
-                .chars()
-                .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
-                .collect::<String>()
-        })
-        .filter(|m| !m.is_empty())
-        .collect()
+/// The modules `code` names as `crate::X`, `crate::{X, Y::..}`, or, in a
+/// top-level file (`top`: whose parent is the crate root), `super::X`.
+fn uses(code: &str, top: bool) -> BTreeSet<String> {
+    let ident = |s: &str| -> String {
+        s.trim_start()
+            .chars()
+            .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
+            .collect()
+    };
+    let mut out = BTreeSet::new();
+    let mut prefixes = vec!["crate::"];
+    if top {
+        prefixes.push("super::");
+    }
+    for p in prefixes {
+        for (at, m) in code.match_indices(p) {
+            let after = &code[at + m.len()..];
+            if let Some(group) = after.strip_prefix('{') {
+                let inner = &group[..group.find('}').unwrap_or(group.len())];
+                out.extend(inner.split(',').map(ident));
+            } else {
+                out.insert(ident(after));
+            }
+        }
+    }
+    out.retain(|m| !m.is_empty() && m != "self");
+    out
 }
 
 /// Module -> the modules its non-test code uses (itself left out).
@@ -106,8 +163,10 @@ fn edges(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
             continue;
         }
         let code = code_of(&std::fs::read_to_string(&f).unwrap());
+        // A file directly in src/ has the crate root as its parent.
+        let at_root = rel.components().count() == 1;
         let entry = g.entry(top.clone()).or_default();
-        entry.extend(uses(&code).into_iter().filter(|m| *m != top));
+        entry.extend(uses(&code, at_root).into_iter().filter(|m| *m != top));
     }
     g
 }
@@ -174,13 +233,14 @@ fn modules_use_only_their_layer_and_those_below_without_cycles() {
 #[test]
 fn the_scan_sees_uses_and_cycles() {
     let code = code_of(
-        "use crate::a::X; // crate::b\n/* crate::c */ let s = \"crate::d\"; crate::e::f();\n#[cfg(test)] mod t { use crate::g; }",
+        "use crate::a::X; // crate::b\n/* crate::c */ let s = \"crate::d\"; crate::e::f();\n#[cfg(test)] mod t { use crate::g; fn f() { crate::g2::x(); } }\n#[cfg(test)] use crate::h;\nuse crate::{i, j::K};\nlet q = '\"'; use super::k;\n#[cfg(test)]\nconst X: u8 = 1;\nuse crate::l;",
     );
     assert_eq!(
-        uses(&code).into_iter().collect::<Vec<_>>(),
-        ["a", "e"],
+        uses(&code, true).into_iter().collect::<Vec<_>>(),
+        ["a", "e", "i", "j", "k", "l"],
         "{code}"
     );
+    assert!(!uses(&code, false).contains("k"), "super:: below the root");
     let g: BTreeMap<String, BTreeSet<String>> = [("a", "b"), ("b", "c"), ("c", "a")]
         .iter()
         .map(|(f, t)| (f.to_string(), [t.to_string()].into()))

@@ -43,28 +43,78 @@ fn helper_id(name: &str) -> libbpf_sys::bpf_func_id {
     }
 }
 
+/// The environment variable that turns optional features off as if the
+/// kernel lacked them (a comma-separated list of feature names): to run
+/// the degraded paths on a kernel that has everything (tests), or to keep
+/// nilb off a feature an operator distrusts.
+pub const FEATURES_OFF_ENV: &str = "NILB_FEATURES_OFF";
+
+/// Whether this process may load BPF programs (effective CAP_BPF or
+/// CAP_SYS_ADMIN, from /proc/self/status): without it libbpf's probes
+/// answer "absent" for everything, which would blame the kernel.
+fn may_load_bpf() -> bool {
+    const CAP_SYS_ADMIN: u32 = 21;
+    const CAP_BPF: u32 = 39;
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            let hex = s
+                .lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))?
+                .trim()
+                .to_string();
+            u64::from_str_radix(&hex, 16).ok()
+        })
+        .is_some_and(|caps| caps & (1 << CAP_SYS_ADMIN | 1 << CAP_BPF) != 0)
+}
+
 /// Probe every feature of the table.
 fn probe() -> KernelFeatures {
     let release = nix::sys::utsname::uname()
         .map(|u| u.release().to_string_lossy().into_owned())
         .unwrap_or_else(|_| "unknown".into());
-    let btf = Btf::from_vmlinux().ok();
+    if !may_load_bpf() {
+        let mut k = KernelFeatures::new(release, vec![false; FEATURES.len()]);
+        k.errors = FEATURES
+            .iter()
+            .map(|f| {
+                (
+                    f.name,
+                    "not permitted: probing needs CAP_BPF (or CAP_SYS_ADMIN); run as root"
+                        .to_string(),
+                )
+            })
+            .collect();
+        return k;
+    }
+    let btf = Btf::from_vmlinux().map_err(|e| format!("reading /sys/kernel/btf/vmlinux: {e}"));
+    let off: Vec<String> = std::env::var(FEATURES_OFF_ENV)
+        .unwrap_or_default()
+        .split(',')
+        .map(|n| n.trim().to_string())
+        .filter(|n| !n.is_empty())
+        .collect();
     let mut errors = Vec::new();
     let present = FEATURES
         .iter()
         .map(|f| {
-            let r = match f.needs {
-                Needs::Btf => Ok(btf.is_some()),
-                Needs::ProgType(t) => prog_type(t).is_supported(),
-                Needs::Helper(t, h) => prog_type(t).is_helper_supported(helper_id(h)),
-                Needs::BtfFuncs(names) => Ok(btf.as_ref().is_some_and(|b| {
-                    names
-                        .iter()
-                        .all(|n| b.type_by_name::<Func<'_>>(n).is_some())
-                })),
+            if off.iter().any(|n| n == f.name) {
+                errors.push((f.name, format!("turned off by {FEATURES_OFF_ENV}")));
+                return false;
+            }
+            let r = match (f.needs, &btf) {
+                (Needs::Btf | Needs::BtfFuncs(_), Err(e)) => Err(e.clone()),
+                (Needs::Btf, Ok(_)) => Ok(true),
+                (Needs::BtfFuncs(names), Ok(b)) => Ok(names
+                    .iter()
+                    .all(|n| b.type_by_name::<Func<'_>>(n).is_some())),
+                (Needs::ProgType(t), _) => prog_type(t).is_supported().map_err(|e| e.to_string()),
+                (Needs::Helper(t, h), _) => prog_type(t)
+                    .is_helper_supported(helper_id(h))
+                    .map_err(|e| e.to_string()),
             };
             r.unwrap_or_else(|e| {
-                errors.push((f.name, e.to_string()));
+                errors.push((f.name, e));
                 false
             })
         })

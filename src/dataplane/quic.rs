@@ -90,10 +90,29 @@ fn delete_servers(skel: &NilbSkel<'_>, keys: &[Vec<u8>]) -> Result<()> {
     Ok(())
 }
 
+/// Install (`Some`) or clear (`None`) the AES context of service `index`
+/// through the syscall program `nilb_quic_set_key`. On a kernel without the
+/// crypto kfuncs that program is not loaded (docs/design.md "Kernel
+/// features") and no context can exist: clearing is then nothing to do,
+/// and installing is an error (the control plane refuses keyed QUIC-LB
+/// there, so it is never asked).
+fn set_key(skel: &NilbSkel<'_>, index: u32, key: Option<&crate::quic_lb::Key>) -> Result<()> {
+    let prog = &skel.progs.nilb_quic_set_key;
+    if !prog.autoload() {
+        if key.is_some() {
+            anyhow::bail!(
+                "QUIC-LB single-pass and four-pass need the BPF crypto kfuncs (Linux 6.10 or newer), which this kernel lacks"
+            );
+        }
+        return Ok(());
+    }
+    abi::install_quic_key(prog, index, key)
+}
+
 fn clear(skel: &NilbSkel<'_>, index: u32, old: Option<&QuicRoute>) -> Result<()> {
     set_config(skel, index, &abi::sys::nilb_quic_lb::default())?;
     if old.is_none_or(|r| r.lb.key.is_some()) {
-        abi::install_quic_key(&skel.progs.nilb_quic_set_key, index, None)?;
+        set_key(skel, index, None)?;
     }
     delete_servers(skel, &server_keys(skel, index, old))
 }
@@ -107,7 +126,7 @@ fn write(skel: &NilbSkel<'_>, index: u32, old: Option<&QuicRoute>, w: &QuicRoute
         set_config(skel, index, &abi::sys::nilb_quic_lb::default())?;
     }
     if old.is_none_or(|o| o.lb.key != w.lb.key) {
-        abi::install_quic_key(&skel.progs.nilb_quic_set_key, index, w.lb.key.as_ref())?;
+        set_key(skel, index, w.lb.key.as_ref())?;
     }
     // Server IDs the new route does not have (changed ones are
     // overwritten below).
