@@ -575,6 +575,26 @@ fn xdp_local_first_hop_is_marked_for_our_tc() {
     let ((v, _), deltas) = l.counted(|| l.dp.run_tc(&out, net.ifindex).unwrap());
     assert_eq!(v, TC_ACT_SHOT);
     assert_eq!(deltas, vec![("tc_drop_unknown_flow", 1)]);
+    // A marked frame TC keeps leaves it without the mark: a SYN (decapsulated
+    // to the stack) gets the fixed source MAC 02:00:00:6e:69:6c.
+    let syn = l3(CLIENT, VIP, IPPROTO_TCP, &tcp(40009, 80, SYN, b""));
+    let syn_frame = marked(&encapsulated(
+        net.mac,
+        CLIENT_MAC,
+        NODE,
+        &[],
+        sport_of(CLIENT, VIP, 40009, 80, IPPROTO_TCP),
+        &syn,
+    ));
+    let ((v, kept), deltas) = l.counted(|| l.dp.run_tc(&syn_frame, net.ifindex).unwrap());
+    assert_eq!((v, deltas), (TC_ACT_OK, vec![("tc_decap_syn", 1)]));
+    assert_eq!(&kept[..6], &net.mac, "destination MAC kept");
+    assert_eq!(
+        &kept[6..12],
+        &[0x02, 0, 0, 0x6e, 0x69, 0x6c],
+        "no mark past TC"
+    );
+    assert_eq!(&kept[14..], &syn[..], "decapsulated");
     // Without the mark (a forged copy from the wire) our TC refuses it.
     let ((v, _), deltas) = l.counted(|| l.dp.run_tc(&want, net.ifindex).unwrap());
     assert_eq!(v, TC_ACT_SHOT);
