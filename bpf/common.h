@@ -71,14 +71,14 @@ static __always_inline __u32 *get_node6(void)
 
 /* Returns: the hand-off mark (struct nilb_handoff: a MAC, 2-byte aligned),
  * or NULL while the daemon has not written it (its locally administered
- * bit is then clear). */
+ * bit is then clear; a written mark is always unicast too). */
 static __always_inline const __u16 *get_handoff(void)
 {
 	struct nilb_handoff *h;
 	__u32 zero = 0;
 
 	h = bpf_map_lookup_elem(&handoff, &zero);
-	if (!h || !(h->mac[0] & 0x02))
+	if (!h || (h->mac[0] & 0x03) != 0x02)
 		return NULL;
 	return (const __u16 *)h->mac;
 }

@@ -161,7 +161,7 @@ pub fn possible_cpus(list: &str) -> Option<u32> {
     let mut n = 0;
     for part in list.trim().split(',') {
         n += match part.split_once('-') {
-            Some((a, b)) => b.parse::<u32>().ok()? - a.parse::<u32>().ok()? + 1,
+            Some((a, b)) => b.parse::<u32>().ok()?.checked_sub(a.parse().ok()?)? + 1,
             None => {
                 part.parse::<u32>().ok()?;
                 1
@@ -282,6 +282,7 @@ mod tests {
         assert_eq!(super::possible_cpus("0-1\n"), Some(2));
         assert_eq!(super::possible_cpus("0,2-5"), Some(5));
         assert_eq!(super::possible_cpus("x"), None);
+        assert_eq!(super::possible_cpus("5-2"), None);
     }
 
     #[test]
