@@ -207,8 +207,8 @@ pub struct FeatureState {
     pub since: String,
     /// [`Feature::serves`].
     pub serves: String,
-    /// Why the probe could not tell, if it could not.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// Why the probe could not tell, if it could not (null otherwise).
+    #[serde(default)]
     pub probe_error: Option<String>,
 }
 
@@ -450,13 +450,15 @@ pub fn log_refusals(refused: &[Refusal]) {
 /// loaded with what this kernel has.
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
+    /// [`crate::report::JSON_SCHEMA`].
+    pub schema: u32,
     /// `uname -r`.
-    pub kernel: String,
+    pub release: String,
     /// Every feature of [`FEATURES`].
     pub features: Vec<FeatureState>,
     /// Whether XDP programs may call `bpf_xdp_adjust_meta` (not used by
     /// nilb; for operators who run other XDP programs).
-    pub xdp_metadata: bool,
+    pub adjust_meta_allowed: bool,
     /// The load of the BPF object (the verifier's verdict on every
     /// program this kernel can run).
     pub object: ObjectLoad,
@@ -471,8 +473,8 @@ pub struct ObjectLoad {
     pub programs: Vec<String>,
     /// Programs left unloaded: their features are off here.
     pub skipped: Vec<String>,
-    /// Why the load failed (the verifier's last lines are in the log).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// Why the load failed (the verifier's last lines are in the log);
+    /// null when it loaded.
     pub error: Option<String>,
 }
 
@@ -481,8 +483,8 @@ pub struct ObjectLoad {
 pub fn render_report(r: &Report, k: &KernelFeatures) -> String {
     let mut out = render(k);
     out.push_str(&format!(
-        "  (bpf_xdp_adjust_meta in XDP: {}; nilb does not use it)\n",
-        if r.xdp_metadata { "allowed" } else { "refused" }
+        "  (XDP metadata, bpf_xdp_adjust_meta: {} here; nilb does not need it, other XDP programs may)\n",
+        if r.adjust_meta_allowed { "allowed" } else { "refused" }
     ));
     if r.object.loaded {
         out.push_str(&format!(
@@ -503,6 +505,15 @@ pub fn render_report(r: &Report, k: &KernelFeatures) -> String {
             r.object.error.as_deref().unwrap_or("unknown error")
         ));
     }
+    let off: Vec<String> = k.off().into_iter().map(|s| s.name).collect();
+    out.push_str(&match (r.object.loaded, off.is_empty()) {
+        (true, true) => "verdict: nilb runs here with every feature\n".to_string(),
+        (true, false) => format!(
+            "verdict: nilb runs here; off: {} (a config that asks for them has that part refused)\n",
+            off.join(", ")
+        ),
+        (false, _) => "verdict: nilb cannot run here (see above)\n".to_string(),
+    });
     out
 }
 

@@ -127,7 +127,7 @@ fn probe() -> KernelFeatures {
 /// Whether XDP programs may call `bpf_xdp_adjust_meta` here. nilb does not
 /// use it (docs/design.md "Hand-off from XDP to TC"); `nilb features`
 /// reports it for operators who run other XDP programs beside nilb.
-pub fn xdp_metadata() -> bool {
+pub fn adjust_meta_allowed() -> bool {
     ProgramType::Xdp
         .is_helper_supported(helper_id("xdp_adjust_meta"))
         .unwrap_or(false)
@@ -155,9 +155,10 @@ pub fn report() -> Report {
         },
     };
     Report {
-        kernel: k.release.clone(),
+        schema: crate::report::JSON_SCHEMA,
+        release: k.release.clone(),
         features: k.states(),
-        xdp_metadata: xdp_metadata(),
+        adjust_meta_allowed: adjust_meta_allowed(),
         object,
     }
 }
