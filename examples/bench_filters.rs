@@ -239,28 +239,9 @@ fn test_run(
     repeat: u32,
     flags: u32,
 ) -> Result<(u32, u32)> {
-    let mut ctx = [0u8; 24];
-    ctx[4..8].copy_from_slice(&(data.len() as u32).to_ne_bytes());
-    ctx[12..16].copy_from_slice(&ifindex.to_ne_bytes());
-    // SAFETY: zeroed is a valid bpf_test_run_opts; the pointers set below
-    // point into live borrows for the duration of the call.
-    let mut opts: libbpf_sys::bpf_test_run_opts = unsafe { std::mem::zeroed() };
-    opts.sz = std::mem::size_of::<libbpf_sys::bpf_test_run_opts>() as _;
-    opts.data_in = data.as_ptr().cast();
-    opts.data_size_in = data.len() as u32;
-    opts.ctx_in = ctx.as_ptr().cast();
-    opts.ctx_size_in = ctx.len() as u32;
-    opts.repeat = repeat as i32;
-    opts.flags = flags;
-    // SAFETY: see above.
-    let rc = unsafe { libbpf_sys::bpf_prog_test_run_opts(prog.as_raw_fd(), &mut opts) };
-    if rc != 0 {
-        bail!(
-            "BPF_PROG_TEST_RUN: {}",
-            std::io::Error::from_raw_os_error(-rc)
-        );
-    }
-    Ok((opts.retval, opts.duration))
+    let r = xdp_test_run(prog, data, ifindex, repeat, flags)
+        .map_err(|e| anyhow::anyhow!("BPF_PROG_TEST_RUN: {e}"))?;
+    Ok((r.retval, r.duration_ns))
 }
 
 fn csum(data: &[u8]) -> u16 {

@@ -50,6 +50,18 @@ fn short_header(dcid: &[u8]) -> Vec<u8> {
     p
 }
 
+/// The QUIC-LB library's config of a service of [`config`] (nonce 6 bytes).
+fn quic(codepoint: u8, server_id_len: usize, keyed: bool) -> QuicConfig {
+    QuicConfig::new(&ConfigSpec {
+        codepoint,
+        server_id_len,
+        nonce_len: 6,
+        key: keyed.then(|| Key::from_hex(KEY).unwrap()),
+        self_encode_length: false,
+    })
+    .unwrap()
+}
+
 /// The outer destination of an encapsulated frame.
 fn outer_dst(f: &[u8]) -> Ipv4Addr {
     Ipv4Addr::new(f[30], f[31], f[32], f[33])
@@ -90,22 +102,8 @@ fn without_crypto_kfuncs_plaintext_quic_lb_routes_and_keyed_is_refused() {
     );
 
     let nonce: Vec<u8> = (0..6u8).map(|i| i.wrapping_mul(37) ^ 0x5c).collect();
-    let plain = QuicConfig::new(&ConfigSpec {
-        codepoint: 1,
-        server_id_len: 2,
-        nonce_len: 6,
-        key: None,
-        self_encode_length: false,
-    })
-    .unwrap();
-    let four = QuicConfig::new(&ConfigSpec {
-        codepoint: 2,
-        server_id_len: 3,
-        nonce_len: 6,
-        key: Some(Key::from_hex(KEY).unwrap()),
-        self_encode_length: false,
-    })
-    .unwrap();
+    let plain = quic(1, 2, false);
+    let four = quic(2, 3, true);
     // Server ID of the drained .13: the plaintext service routes by it.
     let cid = plain.encode(&[0x0a, 0x02], &nonce).unwrap();
     let f = client_frame(
