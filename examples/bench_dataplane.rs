@@ -696,27 +696,17 @@ impl Bench {
     /// last verdict is the side's.
     fn repeat(&self, rep: usize, sides: &[(&Side<'_>, u32)], runs: u32) -> Result<Vec<f64>> {
         let driver = self.prog("gen_repeat")?;
-        let mut ns = vec![Vec::new(); sides.len()];
-        for _ in 0..runs.div_ceil(REPEAT_CALL) {
-            round(rep, sides, |(s, want)| {
-                self.set_gen(s.gen)?;
-                self.set_target(s.fd)?;
-                let r = xdp_test_run(driver, s.frame, self.gen_if, runs.min(REPEAT_CALL), 0)
-                    .context("repeat-mode BPF_PROG_TEST_RUN")?;
-                if r.retval != want {
-                    bail!(
-                        "{}: verdict {} instead of {want} (repeat mode)",
-                        s.name,
-                        r.retval
-                    );
-                }
-                Ok(r.cpu_ns)
-            })?
-            .iter()
-            .zip(&mut ns)
-            .for_each(|(x, v)| v.push(*x));
-        }
-        Ok(ns.iter().map(|v| median(v)).collect())
+        repeat_sides(driver, self.gen_if, rep, sides, runs, |s| {
+            self.set_gen(s.gen)?;
+            self.set_target(s.fd)?;
+            Ok(s.frame)
+        })
+        .with_context(|| {
+            format!(
+                "sides {:?}",
+                sides.iter().map(|(s, _)| s.name).collect::<Vec<_>>()
+            )
+        })
     }
 }
 

@@ -331,22 +331,10 @@ impl Bench {
         runs: u32,
     ) -> Result<Vec<f64>> {
         let driver = self.prog("gen_repeat")?;
-        let mut ns = vec![Vec::new(); sides.len()];
-        for _ in 0..runs.div_ceil(REPEAT_CALL) {
-            round(rep, sides, |(fd, want)| {
-                self.set(fd, frame)?;
-                let r = xdp_test_run(driver, frame, self.gen_if, runs.min(REPEAT_CALL), 0)
-                    .context("repeat-mode BPF_PROG_TEST_RUN")?;
-                if r.retval != want {
-                    bail!("repeat mode: verdict {} instead of {want}", r.retval);
-                }
-                Ok(r.cpu_ns)
-            })?
-            .iter()
-            .zip(&mut ns)
-            .for_each(|(x, v)| v.push(*x));
-        }
-        Ok(ns.iter().map(|v| median(v)).collect())
+        repeat_sides(driver, self.gen_if, rep, sides, runs, |fd| {
+            self.set(fd, frame)?;
+            Ok(frame)
+        })
     }
 
     /// One live-frames run of `target` behind `gen_tail`: (Mpps delivered

@@ -165,6 +165,42 @@ pub fn round<T: Copy>(
     Ok(out)
 }
 
+/// Repeat-mode measurement of `sides` (each with its expected verdict):
+/// `prepare(side)` points the driver `gen_repeat` (`driver`) at the side's
+/// program and returns the frame to run it on; each side then runs `runs`
+/// times in calls of at most [`REPEAT_CALL`] runs on interface `ifindex`,
+/// the calls round-robin over the sides ([`round`], from side `rep % len`)
+/// so that a change of the shared host's load touches every side alike.
+/// Returns per side ns per packet, driver and program: the median over its
+/// calls of [`XdpRun::cpu_ns`]. Fails unless every call's last verdict is
+/// the side's.
+pub fn repeat_sides<'f, T: Copy>(
+    driver: std::os::fd::BorrowedFd<'_>,
+    ifindex: u32,
+    rep: usize,
+    sides: &[(T, u32)],
+    runs: u32,
+    mut prepare: impl FnMut(T) -> anyhow::Result<&'f [u8]>,
+) -> anyhow::Result<Vec<f64>> {
+    use anyhow::Context;
+    let mut ns = vec![Vec::new(); sides.len()];
+    for _ in 0..runs.div_ceil(REPEAT_CALL) {
+        round(rep, sides, |(side, want)| {
+            let frame = prepare(side)?;
+            let r = xdp_test_run(driver, frame, ifindex, runs.min(REPEAT_CALL), 0)
+                .context("repeat-mode BPF_PROG_TEST_RUN")?;
+            if r.retval != want {
+                anyhow::bail!("repeat mode: verdict {} instead of {want}", r.retval);
+            }
+            Ok(r.cpu_ns)
+        })?
+        .iter()
+        .zip(&mut ns)
+        .for_each(|(x, v)| v.push(*x));
+    }
+    Ok(ns.iter().map(|v| median(v)).collect())
+}
+
 /// The repeat-mode fields of a case's or pair's JSON object, after a
 /// comma: raw ns per packet of A and B per repetition (keys named by
 /// `a.0`, `b.0`), the driver alone, the net ratios, and the medians (nets:
