@@ -179,6 +179,26 @@ pub const FEATURES: &[Feature] = &[
     },
 ];
 
+impl Feature {
+    /// This feature as a kernel without it has it (off, no probe error).
+    pub fn absent(&self) -> FeatureState {
+        FeatureState {
+            name: self.name.into(),
+            on: false,
+            kind: self.kind,
+            needs: self.needs_text.into(),
+            since: self.since.into(),
+            serves: self.serves.into(),
+            probe_error: None,
+        }
+    }
+}
+
+/// The row of [`FEATURES`] named `name`.
+pub fn feature(name: &str) -> Option<&'static Feature> {
+    FEATURES.iter().find(|f| f.name == name)
+}
+
 /// The probe results for one kernel: each feature of [`FEATURES`] present
 /// or not, and the kernel's release.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -249,17 +269,13 @@ impl KernelFeatures {
             .iter()
             .enumerate()
             .map(|(i, f)| FeatureState {
-                name: f.name.into(),
                 on: self.present.get(i).copied().unwrap_or(false),
-                kind: f.kind,
-                needs: f.needs_text.into(),
-                since: f.since.into(),
-                serves: f.serves.into(),
                 probe_error: self
                     .errors
                     .iter()
                     .find(|(n, _)| *n == f.name)
                     .map(|(_, e)| e.clone()),
+                ..f.absent()
             })
             .collect()
     }

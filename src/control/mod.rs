@@ -554,15 +554,11 @@ impl ControlPlane {
     /// The parts of the running config this kernel cannot run (empty on a
     /// kernel with every optional feature).
     pub fn refused(&self) -> Vec<Refusal> {
-        use crate::features::{describe, KernelFeatures, QUIC_LB_CRYPTO};
+        use crate::features::{describe, feature, QUIC_LB_CRYPTO};
         if self.quic_lb_keyed {
             return Vec::new();
         }
-        let feature = KernelFeatures::new("", vec![])
-            .states()
-            .into_iter()
-            .find(|s| s.name == QUIC_LB_CRYPTO)
-            .expect("in the table");
+        let feature = feature(QUIC_LB_CRYPTO).expect("in the table").absent();
         self.config
             .services
             .iter()
