@@ -104,38 +104,33 @@ fn without_crypto_kfuncs_plaintext_quic_lb_routes_and_keyed_is_refused() {
     let nonce: Vec<u8> = (0..6u8).map(|i| i.wrapping_mul(37) ^ 0x5c).collect();
     let plain = quic(1, 2, false);
     let four = quic(2, 3, true);
+    // Where the balancer sends a short-header packet with DCID `cid` from
+    // client port `cport` to VIP:`port`: its verdict and outer destination.
+    let route = |cport: u16, port: u16, cid: &[u8]| {
+        let f = client_frame(
+            net.mac,
+            &l3(
+                CLIENT,
+                VIP,
+                IPPROTO_UDP,
+                &udp(cport, port, &short_header(cid)),
+            ),
+        );
+        let (v, out) = dp.run_xdp(&f, net.ifindex).unwrap();
+        (v, outer_dst(&out))
+    };
     // Server ID of the drained .13: the plaintext service routes by it.
     let cid = plain.encode(&[0x0a, 0x02], &nonce).unwrap();
-    let f = client_frame(
-        net.mac,
-        &l3(
-            CLIENT,
-            VIP,
-            IPPROTO_UDP,
-            &udp(40100, 443, &short_header(cid.as_bytes())),
-        ),
-    );
-    let (v, out) = dp.run_xdp(&f, net.ifindex).unwrap();
     assert_eq!(
-        (v, outer_dst(&out)),
+        route(40100, 443, cid.as_bytes()),
         (XDP_TX, B13),
         "plaintext: by server ID"
     );
     // The same for the refused four-pass service: its bucket table (.12,
     // the only active backend) decides.
     let cid = four.encode(&[0x0a, 0x02, 0x00], &nonce).unwrap();
-    let f = client_frame(
-        net.mac,
-        &l3(
-            CLIENT,
-            VIP,
-            IPPROTO_UDP,
-            &udp(40101, 444, &short_header(cid.as_bytes())),
-        ),
-    );
-    let (v, out) = dp.run_xdp(&f, net.ifindex).unwrap();
     assert_eq!(
-        (v, outer_dst(&out)),
+        route(40101, 444, cid.as_bytes()),
         (XDP_TX, B12),
         "four-pass refused: the table"
     );
